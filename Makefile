@@ -1,0 +1,37 @@
+# Two entry points for a fresh machine (Python 3.11+, make, git):
+#   make run   - the product on the embedded default (PostgreSQL started on demand)
+#   make test  - the whole test suite against real engines
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+STAMP   = $(VENV)/.installed
+
+.PHONY: run test install lock bench clean
+
+$(STAMP): requirements.lock pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet --require-hashes -r requirements.lock
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e . || \
+	  $(BIN)/python -m pip install --quiet --no-deps -e .
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/tht demo
+
+# pytest exits 5 when it collected no test: that is reported, not hidden as success.
+test: $(STAMP)
+	@$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+bench: $(STAMP)
+	$(BIN)/python bench/archive_bench.py
+
+lock:
+	$(BIN)/python -m pip install --quiet uv
+	$(BIN)/uv pip compile pyproject.toml --extra test --python-version 3.11 --generate-hashes -o requirements.lock
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,3 @@
+from tht.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,273 @@
+"""The ``tht`` command: pure JSON on stdout, logs and progress on stderr.
+
+Every command prints exactly one JSON document on stdout, also on failure
+(``{"error": {"code", "message", "details"}}``), and exits with the code of its error
+class (see ``tht.errors.EXIT_CODES``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from typer._click import exceptions as click_exceptions  # Typer vendors click
+
+from tht.errors import InvalidInput, ThothError
+from tht.memory.model import MAX_DOCUMENT_BYTES, parse_card_input, parse_list_query
+from tht.settings import load_runtime_config
+
+log = logging.getLogger("tht")
+
+app = typer.Typer(
+    help="Thoth Memory: the reusable knowledge of a text-to-SQL agent. Every command prints one JSON document.",
+    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+)
+memory_app = typer.Typer(help="Cards of one workspace: browse, edit, and the projection's pending work.",
+                         no_args_is_help=True)
+workspace_app = typer.Typer(help="Workspaces: create, list and inspect.", no_args_is_help=True)
+db_app = typer.Typer(help="The embedded PostgreSQL in THT_HOME (status, stop).", no_args_is_help=True)
+app.add_typer(memory_app, name="memory")
+app.add_typer(workspace_app, name="workspace")
+app.add_typer(db_app, name="db")
+
+ConfigOption = Annotated[Path, typer.Option("-c", "--config", help="Runtime file (YAML): workspace, database, schema, ...")]
+
+
+def emit(document: Any) -> None:
+    sys.stdout.write(json.dumps(document, ensure_ascii=False, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def _json_argument(text: str | None, option: str) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"{option} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from exc
+
+
+def _read_document(path: str) -> Any:
+    """A JSON document from a file, or from standard input with '-'."""
+    try:
+        if path == "-":
+            raw = sys.stdin.buffer.read(MAX_DOCUMENT_BYTES + 1)
+        else:
+            with open(path, "rb") as handle:
+                raw = handle.read(MAX_DOCUMENT_BYTES + 1)
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {path}: {exc.strerror}") from exc
+    if len(raw) > MAX_DOCUMENT_BYTES:
+        raise InvalidInput(f"{path} is larger than {MAX_DOCUMENT_BYTES} bytes")
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"{path} is not UTF-8 text") from exc
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"{path} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from exc
+
+
+@contextmanager
+def _services() -> Iterator[Any]:
+    from tht.bootstrap import build_services
+
+    services = build_services()
+    try:
+        yield services
+    finally:
+        services.close()
+
+
+# --- memory -------------------------------------------------------------------------
+
+
+@memory_app.command("list")
+def memory_list(
+    config: ConfigOption,
+    filters: Annotated[Optional[str], typer.Option(help=(
+        'JSON object: q (text or card id), family, concepts, database, schema, table, column, origin,'
+        ' updated_from, updated_to, sort (updated_at|created_at|title|family|relevance), order (asc|desc),'
+        ' page, page_size (1-100, default 20)'))] = None,
+) -> None:
+    """Search, filter and paginate the workspace's archive."""
+    runtime = load_runtime_config(config)
+    query = parse_list_query(_json_argument(filters, "--filters"))
+    with _services() as services:
+        emit(services.memory.list_cards(runtime.workspace, query).as_json())
+
+
+@memory_app.command("show")
+def memory_show(card_id: Annotated[str, typer.Argument(help="Card id (mem-<uuid>)")], config: ConfigOption) -> None:
+    """Print a complete card: fields, dependencies, links out and in, origin, revision."""
+    runtime = load_runtime_config(config)
+    with _services() as services:
+        emit(services.memory.get_card(runtime.workspace, card_id).as_json())
+
+
+@memory_app.command("create")
+def memory_create(
+    config: ConfigOption,
+    data: Annotated[str, typer.Option(help="Card JSON file ('-' for standard input)")],
+) -> None:
+    """Create a manual card with its dependencies and links."""
+    runtime = load_runtime_config(config)
+    card = parse_card_input(_read_document(data))
+    with _services() as services:
+        emit(services.memory.create_card(runtime.workspace, card).as_json())
+
+
+@memory_app.command("update")
+def memory_update(
+    card_id: Annotated[str, typer.Argument(help="Card id (mem-<uuid>)")],
+    config: ConfigOption,
+    data: Annotated[str, typer.Option(help="Card JSON file ('-' for standard input); 'revision' makes the save conditional")],
+) -> None:
+    """Replace a card's content, dependencies and outgoing links together."""
+    runtime = load_runtime_config(config)
+    from tht.memory.model import card_id_to_uuid, uuid_to_card_id
+
+    card_id = uuid_to_card_id(card_id_to_uuid(card_id))
+    card = parse_card_input(_read_document(data), card_id=card_id, workspace=runtime.workspace)
+    with _services() as services:
+        emit(services.memory.update_card(runtime.workspace, card_id, card).as_json())
+
+
+@memory_app.command("delete")
+def memory_delete(
+    card_id: Annotated[str, typer.Argument(help="Card id (mem-<uuid>)")],
+    config: ConfigOption,
+    yes: Annotated[bool, typer.Option("--yes", help="Confirm the deletion (required)")] = False,
+    revision: Annotated[Optional[int], typer.Option(help="Delete only if the card is still at this revision")] = None,
+) -> None:
+    """Delete a card with its dependencies and incident links (other cards stay)."""
+    runtime = load_runtime_config(config)
+    if not yes:
+        raise InvalidInput(f"refusing to delete {card_id} without --yes")
+    with _services() as services:
+        emit(services.memory.delete_card(runtime.workspace, card_id, revision).as_json())
+
+
+@memory_app.command("pending")
+def memory_pending(config: ConfigOption) -> None:
+    """List incomplete projection operations (saved, not yet in the search index)."""
+    runtime = load_runtime_config(config)
+    with _services() as services:
+        items = services.memory.pending(runtime.workspace)
+        emit({"items": [item.model_dump(mode="json") for item in items]})
+
+
+@memory_app.command("migrate")
+def memory_migrate() -> None:
+    """Apply the memory migration pack with the migrator login (same as python -m tht.memory.migrate)."""
+    from tht.bootstrap import run_migrations
+
+    emit(run_migrations())
+
+
+# --- workspaces ---------------------------------------------------------------------
+
+
+@workspace_app.command("create")
+def workspace_create(
+    workspace_id: Annotated[str, typer.Argument(help="Workspace id: lowercase letters, digits, '-', '_'")],
+    language: Annotated[str, typer.Option(help="Language of the cards: en or it (text search and BM25)")],
+    name: Annotated[Optional[str], typer.Option(help="Display name (default: the id)")] = None,
+) -> None:
+    """Create a workspace with its language."""
+    with _services() as services:
+        emit(services.workspaces.create(workspace_id, language, name).model_dump(mode="json"))
+
+
+@workspace_app.command("list")
+def workspace_list() -> None:
+    """List workspaces (ids, names, languages)."""
+    with _services() as services:
+        emit({"items": [w.model_dump(mode="json") for w in services.workspaces.list()]})
+
+
+@workspace_app.command("show")
+def workspace_show(workspace_id: Annotated[str, typer.Argument(help="Workspace id")]) -> None:
+    """Show a workspace with its card counts per family and pending index work."""
+    with _services() as services:
+        emit(services.workspaces.show(workspace_id).as_json())
+
+
+# --- embedded database --------------------------------------------------------------
+
+
+def _embedded():
+    from tht.db.embedded import EmbeddedPostgres
+    from tht.settings import database_settings
+
+    settings = database_settings()
+    if not settings.embedded:
+        raise InvalidInput("THT_CATALOG_* names an external database: `tht db` manages only the embedded one")
+    return EmbeddedPostgres(settings.embedded_home)
+
+
+@db_app.command("status")
+def db_status() -> None:
+    """Where the embedded PostgreSQL lives and whether it is running."""
+    emit(_embedded().status())
+
+
+@db_app.command("stop")
+def db_stop() -> None:
+    """Stop the embedded PostgreSQL (the next command starts it again)."""
+    emit(_embedded().stop())
+
+
+# --- demo ---------------------------------------------------------------------------
+
+
+@app.command("demo")
+def demo() -> None:
+    """Create a demo workspace with a few cards (once) and print them."""
+    from tht.demo import load_demo
+
+    with _services() as services:
+        emit(load_demo(services))
+
+
+# --- entry point --------------------------------------------------------------------
+
+
+def _configure_logging() -> None:
+    level = os.environ.get("THT_LOG_LEVEL", "WARNING").upper()
+    logging.basicConfig(stream=sys.stderr, level=getattr(logging, level, logging.WARNING),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    _configure_logging()
+    command = typer.main.get_command(app)
+    try:
+        result = command.main(args=argv, prog_name="tht", standalone_mode=False)
+        return result if isinstance(result, int) else 0
+    except typer.Exit as exc:
+        return exc.exit_code
+    except click_exceptions.NoArgsIsHelpError as exc:
+        sys.stderr.write(exc.ctx.get_help() + "\n" if exc.ctx else "")
+        error = InvalidInput("a command is required: see the help on stderr")
+    except click_exceptions.ClickException as exc:
+        error = InvalidInput(exc.format_message())
+    except typer.Abort:
+        error = InvalidInput("aborted")
+    except ThothError as exc:
+        error = exc
+    except Exception as exc:  # the last line of defence: JSON, never a traceback on stdout
+        log.error("unexpected error: %s", exc, exc_info=os.environ.get("THT_DEBUG") == "1")
+        error = ThothError(f"internal error ({type(exc).__name__}); rerun with THT_DEBUG=1 for details")
+    emit(error.to_dict())
+    return error.exit_code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

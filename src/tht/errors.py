@@ -1,0 +1,98 @@
+"""One error hierarchy for every entry point.
+
+Each error carries a stable ``code`` (machine readable, documented), a message for
+people, optional ``details`` and the HTTP status and CLI exit code it maps to. Driver
+and library errors are translated where they enter the package (``raise ... from exc``)
+so callers never see a psycopg or pydantic exception.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ThothError(Exception):
+    code = "internal_error"
+    http_status = 500
+    exit_code = 1
+    default_message = "internal error"
+
+    def __init__(self, message: str | None = None, *, details: Any = None) -> None:
+        self.message = message or self.default_message
+        self.details = details
+        super().__init__(self.message)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"error": {"code": self.code, "message": self.message, "details": self.details}}
+
+
+class InvalidInput(ThothError):
+    code = "invalid_input"
+    http_status = 422
+    exit_code = 2
+    default_message = "invalid input"
+
+
+class NotFound(ThothError):
+    code = "not_found"
+    http_status = 404
+    exit_code = 3
+    default_message = "not found"
+
+
+class Conflict(ThothError):
+    code = "conflict"
+    http_status = 409
+    exit_code = 4
+    default_message = "conflict"
+
+
+class StaleRevision(Conflict):
+    code = "stale_revision"
+    default_message = "the card changed since it was read"
+
+
+class PermissionDenied(ThothError):
+    code = "permission_denied"
+    http_status = 403
+    exit_code = 5
+    default_message = "permission denied"
+
+
+class ArchiveUnavailable(ThothError):
+    code = "archive_unavailable"
+    http_status = 503
+    exit_code = 6
+    default_message = "the memory archive (PostgreSQL) is unavailable"
+
+
+class SchemaNotReady(ArchiveUnavailable):
+    """The database is reachable but its memory schema is missing or not the expected version."""
+
+    code = "schema_not_ready"
+    default_message = "the memory schema is missing or not at the expected version"
+
+
+class MigrationRefused(ThothError):
+    code = "migration_refused"
+    http_status = 500
+    exit_code = 7
+    default_message = "migration refused"
+
+
+class ConfigurationError(InvalidInput):
+    code = "invalid_configuration"
+    default_message = "invalid configuration"
+
+
+# Documented in the README; tests check that each class keeps its code.
+EXIT_CODES = {
+    0: "success",
+    1: "internal error",
+    2: "invalid input or configuration (also command-line usage errors)",
+    3: "not found",
+    4: "conflict (stale revision, duplicate)",
+    5: "permission denied",
+    6: "archive unavailable or schema not ready",
+    7: "migration refused (changed or unknown applied migration)",
+}

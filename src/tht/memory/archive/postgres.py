@@ -1,0 +1,413 @@
+"""The PostgreSQL archive: the only source of truth for cards, links and dependencies.
+
+Every transaction switches to the restricted runtime role and sets the workspace with
+transaction-local settings (``SET LOCAL ROLE``, ``set_config(..., true)``), so nothing
+leaks into the next use of a pooled connection. Mutating transactions also take the
+workspace's advisory lock, which serializes them.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import date, datetime, time, timedelta, timezone
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import psycopg
+import psycopg_pool
+from psycopg import sql
+from psycopg.rows import dict_row
+
+from tht.errors import ArchiveUnavailable, Conflict, InvalidInput, SchemaNotReady, ThothError
+from tht.memory.migrations import RUNTIME_ROLE, check_schema
+from tht.memory.model import (
+    Card,
+    CardInput,
+    CardSummary,
+    Dependency,
+    IncomingLink,
+    Link,
+    ListQuery,
+    PendingOperation,
+    Source,
+    Workspace,
+    uuid_to_card_id,
+)
+
+log = logging.getLogger(__name__)
+
+TS_CONFIG = {"en": "english", "it": "italian"}
+_WORD = re.compile(r"\w+", re.UNICODE)
+_ID_PREFIX = re.compile(r"^(?:mem-)?([0-9a-f][0-9a-f-]{0,35})$")
+
+_ORDER_BY = {
+    ("updated_at", "desc"): "c.updated_at DESC, c.id DESC",
+    ("updated_at", "asc"): "c.updated_at ASC, c.id ASC",
+    ("created_at", "desc"): "c.created_at DESC, c.id DESC",
+    ("created_at", "asc"): "c.created_at ASC, c.id ASC",
+    ("title", "asc"): "c.title ASC, c.id ASC",
+    ("title", "desc"): "c.title DESC, c.id DESC",
+    ("family", "asc"): "c.family ASC, c.id ASC",
+    ("family", "desc"): "c.family DESC, c.id DESC",
+    ("relevance", "desc"): "ts_rank_cd(c.search_vector, to_tsquery(%(ts_config)s::regconfig, %(tsquery)s)) DESC, c.id ASC",
+    ("relevance", "asc"): "ts_rank_cd(c.search_vector, to_tsquery(%(ts_config)s::regconfig, %(tsquery)s)) ASC, c.id ASC",
+}
+
+
+@cache
+def queries() -> dict[str, str]:
+    text = resources.files(__package__).joinpath("sql/queries.sql").read_text()
+    found: dict[str, str] = {}
+    for block in re.split(r"^-- name: ", text, flags=re.MULTILINE)[1:]:
+        name, _, body = block.partition("\n")
+        found[name.strip()] = body.strip()
+    return found
+
+
+def _q(name: str) -> str:
+    return queries()[name]
+
+
+def text_search_terms(text: str) -> str | None:
+    """A prefix-matching tsquery from free text: every word must match (AND)."""
+    words = _WORD.findall(text)
+    if not words:
+        return None
+    return " & ".join(f"'{w}':*" for w in words[:32])
+
+
+def id_prefix(text: str) -> str | None:
+    """The UUID prefix when the search text is a card id or the start of one."""
+    match = _ID_PREFIX.match(text.strip().lower())
+    if not match or (not text.strip().lower().startswith("mem-") and len(match.group(1)) < 8):
+        # bare hex shorter than 8 characters is more likely a word than an id
+        return None
+    return match.group(1)
+
+
+def _translate(exc: psycopg.Error) -> ThothError:
+    if isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.InvalidSchemaName):
+        return SchemaNotReady("the thoth_memory schema is missing: run the memory migration")
+    if isinstance(exc, psycopg.errors.InsufficientPrivilege | psycopg.errors.InvalidParameterValue):
+        return SchemaNotReady(f"the runtime login cannot use {RUNTIME_ROLE}: {exc.diag.message_primary}")
+    if isinstance(exc, psycopg.errors.ForeignKeyViolation):
+        return InvalidInput("a referenced card does not exist in this workspace")
+    if isinstance(exc, psycopg.errors.UniqueViolation):
+        return Conflict("the record already exists")
+    if isinstance(exc, psycopg.errors.CheckViolation):
+        return InvalidInput(f"rejected by the archive: {exc.diag.constraint_name}")
+    if isinstance(exc, psycopg.OperationalError):
+        return ArchiveUnavailable(f"the memory archive (PostgreSQL) is unavailable: {_first_line(exc)}")
+    return ThothError(f"archive error: {_first_line(exc)}")
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+class PostgresArchive:
+    """A pool of runtime-login connections to the archive."""
+
+    def __init__(self, conninfo: str, *, max_connections: int = 4, check: bool = True,
+                 timeout: float = 10.0) -> None:
+        self._conninfo = conninfo
+        self._check = check
+        self._timeout = timeout
+        self._pool = psycopg_pool.ConnectionPool(
+            conninfo,
+            min_size=1,
+            max_size=max_connections,
+            open=False,
+            timeout=timeout,
+            kwargs={"connect_timeout": int(timeout), "autocommit": False},
+            name="thoth-memory-archive",
+        )
+        self._opened = False
+
+    def open(self) -> PostgresArchive:
+        if self._opened:
+            return self
+        try:
+            self._pool.open(wait=True, timeout=self._timeout)
+        except psycopg_pool.PoolTimeout as exc:
+            self._pool.close()
+            detail = self._probe_connection_error()
+            raise ArchiveUnavailable(f"the memory archive (PostgreSQL) is unavailable: {detail}") from exc
+        self._opened = True
+        try:
+            with self._pool.connection() as conn:
+                self._refuse_privileged_login(conn)
+                if self._check:
+                    check_schema(conn)
+        except psycopg.Error as exc:
+            self.close()
+            raise _translate(exc) from exc
+        except ThothError:
+            self.close()
+            raise
+        return self
+
+    def _probe_connection_error(self) -> str:
+        try:
+            psycopg.connect(self._conninfo, connect_timeout=3).close()
+        except psycopg.Error as exc:
+            return _first_line(exc)
+        return "timed out waiting for a connection"
+
+    @staticmethod
+    def _refuse_privileged_login(conn: psycopg.Connection) -> None:
+        row = conn.execute(
+            "SELECT rolsuper, rolbypassrls FROM pg_roles WHERE rolname = current_user"
+        ).fetchone()
+        conn.rollback()
+        if row and (row[0] or row[1]):
+            raise ThothError(
+                "refusing to run: the runtime database login is a superuser or bypasses row-level"
+                " security; give the runtime a restricted login (member of thoth_memory_runtime)"
+            )
+
+    def close(self) -> None:
+        self._pool.close()
+        self._opened = False
+
+    def __enter__(self) -> PostgresArchive:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def transaction(self, workspace: str | None, *, lock: bool = False,
+                    directory: bool = False) -> Iterator[ArchiveTransaction]:
+        """One transaction as the runtime role, scoped to ``workspace``.
+
+        ``lock`` serializes with every other mutation of the workspace until commit.
+        ``directory`` allows reading the list of workspaces (never their cards).
+        """
+        if not self._opened:
+            self.open()
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                conn.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(RUNTIME_ROLE)))
+                conn.execute(_q("set_context"), {"workspace": workspace or "", "directory": "on" if directory else "off"})
+                if lock:
+                    if not workspace:
+                        raise ValueError("a locked transaction needs a workspace")
+                    conn.execute(_q("lock_workspace"), {"workspace": workspace})
+                yield ArchiveTransaction(conn, workspace)
+        except psycopg_pool.PoolTimeout as exc:
+            raise ArchiveUnavailable("the memory archive (PostgreSQL) did not provide a connection in time") from exc
+        except psycopg.Error as exc:
+            raise _translate(exc) from exc
+
+
+def _day_start(value: datetime | date, *, next_day: bool = False) -> datetime:
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    start = datetime.combine(value, time.min, tzinfo=timezone.utc)
+    return start + timedelta(days=1) if next_day else start
+
+
+class ArchiveTransaction:
+    """Queries inside one archive transaction; the workspace is already set."""
+
+    def __init__(self, conn: psycopg.Connection, workspace_id: str | None) -> None:
+        self.conn = conn
+        self.workspace_id = workspace_id
+
+    def _params(self, **params: Any) -> dict[str, Any]:
+        return {"workspace": self.workspace_id, **params}
+
+    def _one(self, query: str, /, **params: Any) -> dict | None:
+        with self.conn.cursor(row_factory=dict_row) as cur:
+            return cur.execute(_q(query), self._params(**params)).fetchone()
+
+    def _all(self, query: str, /, **params: Any) -> list[dict]:
+        with self.conn.cursor(row_factory=dict_row) as cur:
+            return cur.execute(_q(query), self._params(**params)).fetchall()
+
+    # --- workspaces -----------------------------------------------------------
+
+    def workspace(self) -> Workspace | None:
+        row = self._one("workspace_get")
+        return Workspace(**row) if row else None
+
+    def insert_workspace(self, name: str, language: str) -> Workspace | None:
+        row = self._one("workspace_insert", name=name, language=language)
+        return Workspace(**row) if row else None
+
+    def list_workspaces(self) -> list[Workspace]:
+        return [Workspace(**row) for row in self._all("workspace_list")]
+
+    def workspace_counts(self) -> tuple[dict[str, int], int]:
+        counts = {row["family"]: row["cards"] for row in self._all("workspace_card_counts")}
+        pending = self._one("workspace_pending_count")["count"]
+        return counts, pending
+
+    # --- cards ----------------------------------------------------------------
+
+    def card(self, card_uuid: uuid.UUID) -> Card | None:
+        row = self._one("card_get", id=card_uuid)
+        if row is None:
+            return None
+        deps = [
+            Dependency(database=d["database_name"], schema=d["schema_name"], table=d["table_name"],
+                       column=d["column_name"])
+            for d in self._all("card_dependencies", id=card_uuid)
+        ]
+        links = [
+            Link(target=uuid_to_card_id(r["target_id"]), meaning=r["meaning"], target_title=r["title"])
+            for r in self._all("card_links_out", id=card_uuid)
+        ]
+        incoming = [
+            IncomingLink(source=uuid_to_card_id(r["source_id"]), meaning=r["meaning"], source_title=r["title"])
+            for r in self._all("card_links_in", id=card_uuid)
+        ]
+        source = None
+        if row["origin"] == "workflow":
+            source = Source(session=row["source_session"], decisions=row["source_decisions"] or [])
+        return Card(
+            id=uuid_to_card_id(row["id"]),
+            workspace=row["workspace_id"],
+            family=row["family"],
+            title=row["title"],
+            content=row["content"],
+            scope=row["scope"],
+            rationale=row["rationale"],
+            question=row["question"],
+            sql=row["sql"],
+            context=row["context"],
+            concepts=row["concepts"],
+            dependencies=deps,
+            links=links,
+            incoming_links=incoming,
+            origin=row["origin"],
+            source=source,
+            revision=row["revision"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+        )
+
+    def lock_card(self, card_uuid: uuid.UUID) -> int | None:
+        row = self._one("card_lock", id=card_uuid)
+        return row["revision"] if row else None
+
+    def existing_cards(self, card_uuids: list[uuid.UUID]) -> set[uuid.UUID]:
+        if not card_uuids:
+            return set()
+        return {row["id"] for row in self._all("cards_existing", ids=card_uuids)}
+
+    def _fields(self, data: CardInput) -> dict[str, Any]:
+        return {
+            "family": data.family, "title": data.title, "content": data.content, "scope": data.scope,
+            "rationale": data.rationale, "question": data.question, "sql": data.sql,
+            "context": data.context, "concepts": data.concepts,
+        }
+
+    def insert_card(self, card_uuid: uuid.UUID, data: CardInput, *, language: str, origin: str,
+                    source: Source | None) -> int:
+        row = self._one(
+            "card_insert", id=card_uuid, language=language, origin=origin,
+            source_session=source.session if source else None,
+            source_decisions=source.decisions if source else None,
+            **self._fields(data),
+        )
+        return row["revision"]
+
+    def update_card(self, card_uuid: uuid.UUID, data: CardInput) -> int:
+        return self._one("card_update", id=card_uuid, **self._fields(data))["revision"]
+
+    def delete_card(self, card_uuid: uuid.UUID) -> tuple[int, int] | None:
+        """Delete the card (dependencies and incident links cascade); returns
+        (last revision, number of incident links removed)."""
+        links = self._one("card_incident_link_count", id=card_uuid)["count"]
+        row = self._one("card_delete", id=card_uuid)
+        return (row["revision"], links) if row else None
+
+    def replace_dependencies(self, card_uuid: uuid.UUID, deps: list[Dependency]) -> None:
+        self.conn.execute(_q("dependencies_clear"), self._params(id=card_uuid))
+        if deps:
+            with self.conn.cursor() as cur:
+                cur.executemany(_q("dependency_insert"), [
+                    self._params(id=card_uuid, position=i, database=d.database, schema=d.schema_name,
+                                 table=d.table, column=d.column)
+                    for i, d in enumerate(deps)
+                ])
+
+    def replace_outgoing_links(self, card_uuid: uuid.UUID, links: list[tuple[uuid.UUID, str]]) -> None:
+        self.conn.execute(_q("links_clear_outgoing"), self._params(id=card_uuid))
+        if links:
+            with self.conn.cursor() as cur:
+                cur.executemany(_q("link_insert"), [
+                    self._params(id=card_uuid, target=target, meaning=meaning) for target, meaning in links
+                ])
+
+    # --- the outbox -----------------------------------------------------------
+
+    def enqueue(self, card_uuid: uuid.UUID, operation: str, revision: int) -> None:
+        self.conn.execute(_q("operation_enqueue"),
+                          self._params(id=card_uuid, operation=operation, revision=revision))
+
+    def pending_operations(self) -> list[PendingOperation]:
+        return [
+            PendingOperation(
+                card_id=uuid_to_card_id(r["card_id"]), operation=r["operation"], revision=r["revision"],
+                attempts=r["attempts"], last_error=r["last_error"], title=r["title"],
+                created_at=r["created_at"], updated_at=r["updated_at"],
+            )
+            for r in self._all("operations_list")
+        ]
+
+    # --- the admin list -------------------------------------------------------
+
+    def list_cards(self, query: ListQuery, language: str) -> tuple[list[CardSummary], int]:
+        tsquery = prefix = None
+        if query.q:
+            prefix = id_prefix(query.q)
+            if prefix is None:
+                tsquery = text_search_terms(query.q)
+                if tsquery is None:  # only punctuation: nothing can match
+                    return [], 0
+        sort = query.sort or ("relevance" if tsquery else "updated_at")
+        if sort == "relevance" and not tsquery:
+            sort = "updated_at"
+        order = query.order or ("asc" if sort in ("title", "family") else "desc")
+        by_dependency = any((query.database, query.schema_name, query.table, query.column))
+        params = self._params(
+            tsquery=tsquery, ts_config=TS_CONFIG[language], id_prefix=prefix,
+            families=query.family, concepts=query.concepts, origin=query.origin,
+            updated_from=_day_start(query.updated_from) if query.updated_from else None,
+            updated_before=(
+                None if query.updated_to is None
+                else query.updated_to + timedelta(microseconds=1) if isinstance(query.updated_to, datetime)
+                else _day_start(query.updated_to, next_day=True)
+            ),
+            by_dependency=by_dependency, database=query.database, schema=query.schema_name,
+            table=query.table, column=query.column,
+            limit=query.page_size, offset=(query.page - 1) * query.page_size,
+        )
+        statement = sql.SQL(_q("list_cards")).format(order_by=sql.SQL(_ORDER_BY[(sort, order)]))
+        with self.conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute(statement, params).fetchall()
+            if rows:
+                total = rows[0]["total"]
+            elif query.page > 1:  # past the last page: count without paging
+                params.update(limit=1, offset=0)
+                first = cur.execute(statement, params).fetchone()
+                total = first["total"] if first else 0
+            else:
+                total = 0
+        items = [
+            CardSummary(
+                id=uuid_to_card_id(r["id"]), family=r["family"], title=r["title"], scope=r["scope"],
+                concepts=r["concepts"], origin=r["origin"], revision=r["revision"],
+                created_at=r["created_at"], updated_at=r["updated_at"], pending=r["pending"],
+            )
+            for r in rows
+        ]
+        return items, total

@@ -1,0 +1,353 @@
+"""Cards, their dependencies and links, and the admin list query: one schema for the
+API, the CLI and the service.
+
+Limits (documented in the README) keep a single card small enough to embed and to
+render; they are enforced here so every entry point rejects the same input.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import date, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from tht.errors import InvalidInput
+from tht.validation import describe_validation_error, validation_details
+
+Family = Literal["domain_clarification", "sql_rule", "solved_question", "explained_error"]
+FAMILIES: tuple[str, ...] = ("domain_clarification", "sql_rule", "solved_question", "explained_error")
+Origin = Literal["manual", "workflow"]
+
+MAX_TITLE = 300
+MAX_SCOPE = 300
+MAX_TEXT = 20_000
+MAX_SQL = 50_000
+MAX_CONCEPTS = 50
+MAX_CONCEPT = 100
+MAX_DEPENDENCIES = 100
+MAX_IDENTIFIER = 128
+MAX_LINKS = 100
+MAX_MEANING = 200
+MAX_DOCUMENT_BYTES = 1_048_576
+
+# Which text fields each family uses; the starred ones are required.
+FAMILY_FIELDS: dict[str, dict[str, bool]] = {
+    "domain_clarification": {"content": True, "scope": True, "rationale": False, "context": False},
+    "sql_rule": {"content": True, "scope": True, "rationale": True, "sql": False, "context": False},
+    "solved_question": {"question": True, "sql": True, "context": True, "scope": False, "content": False},
+    # context = the error observed (message or wrong pattern); content = the correction.
+    "explained_error": {"context": True, "content": True, "rationale": True, "scope": False, "sql": False},
+}
+TEXT_FIELDS = ("content", "scope", "rationale", "question", "sql", "context")
+
+_CARD_ID = re.compile(r"^mem-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$")
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def card_id_to_uuid(card_id: str) -> uuid.UUID:
+    match = _CARD_ID.match(card_id.strip().lower()) if isinstance(card_id, str) else None
+    if not match:
+        raise InvalidInput(f"'{card_id}' is not a card id (expected mem-<uuid>)", details={"id": card_id})
+    return uuid.UUID(match.group(1))
+
+
+def uuid_to_card_id(value: uuid.UUID) -> str:
+    return f"mem-{value}"
+
+
+def _clean_text(value: Any) -> Any:
+    """Trim text; an empty optional text is absent. NUL and control characters are refused."""
+    if isinstance(value, str):
+        value = value.strip()
+        if _CONTROL.search(value.replace("\t", "")):
+            raise ValueError("contains control characters")
+        return value or None
+    return value
+
+
+CleanText = BeforeValidator(_clean_text)
+
+
+def _text(max_length: int) -> Any:
+    """Optional trimmed text of at most ``max_length`` characters (empty means absent)."""
+    return Annotated[Annotated[str, StringConstraints(max_length=max_length)] | None, CleanText]
+
+
+Title = Annotated[str, CleanText, StringConstraints(min_length=1, max_length=MAX_TITLE)]
+Text = _text(MAX_TEXT)
+Identifier = _text(MAX_IDENTIFIER)
+Concept = Annotated[str, CleanText, StringConstraints(min_length=1, max_length=MAX_CONCEPT)]
+
+
+def _card_id(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return uuid_to_card_id(card_id_to_uuid(value))
+        except InvalidInput as exc:
+            raise ValueError(exc.message) from None
+    return value
+
+
+CardId = Annotated[str, BeforeValidator(_card_id)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+class Dependency(_Strict):
+    """A physical object the card depends on: database, then schema, table, column."""
+
+    database: Annotated[str, CleanText, StringConstraints(min_length=1, max_length=MAX_IDENTIFIER)]
+    schema_name: Identifier = Field(default=None, alias="schema")
+    table: Identifier = None
+    column: Identifier = None
+
+    @model_validator(mode="after")
+    def _levels(self) -> Dependency:
+        if self.column and not self.table:
+            raise ValueError("a column dependency needs its table")
+        if self.table and not self.schema_name:
+            raise ValueError("a table dependency needs its schema")
+        return self
+
+    def as_json(self) -> dict[str, str | None]:
+        return {"database": self.database, "schema": self.schema_name, "table": self.table, "column": self.column}
+
+    def key(self) -> tuple:
+        return (self.database, self.schema_name, self.table, self.column)
+
+
+class LinkInput(_Strict):
+    target: CardId
+    meaning: Annotated[str, CleanText, StringConstraints(min_length=1, max_length=MAX_MEANING)]
+
+
+class CardInput(_Strict):
+    """What a caller writes: the card, its dependencies and its outgoing links together."""
+
+    family: Family
+    title: Title
+    content: Text = None
+    scope: _text(MAX_SCOPE) = None
+    rationale: Text = None
+    question: Text = None
+    sql: _text(MAX_SQL) = None
+    context: Text = None
+    concepts: list[Concept] = Field(
+        default_factory=list, max_length=MAX_CONCEPTS
+    )
+    dependencies: list[Dependency] = Field(default_factory=list, max_length=MAX_DEPENDENCIES)
+    links: list[LinkInput] = Field(default_factory=list, max_length=MAX_LINKS)
+    # The revision the caller edited: when given, a newer stored revision is a conflict.
+    revision: int | None = Field(default=None, ge=1)
+
+    @field_validator("concepts")
+    @classmethod
+    def _unique_concepts(cls, concepts: list[str]) -> list[str]:
+        return list(dict.fromkeys(concepts))
+
+    @field_validator("dependencies")
+    @classmethod
+    def _unique_dependencies(cls, deps: list[Dependency]) -> list[Dependency]:
+        unique = {d.key(): d for d in deps}
+        return list(unique.values())
+
+    @field_validator("links")
+    @classmethod
+    def _one_link_per_target(cls, links: list[LinkInput]) -> list[LinkInput]:
+        targets = [link.target for link in links]
+        duplicated = sorted({t for t in targets if targets.count(t) > 1})
+        if duplicated:
+            raise ValueError(f"more than one link to {', '.join(duplicated)}")
+        return links
+
+    @model_validator(mode="after")
+    def _family_fields(self) -> CardInput:
+        fields = FAMILY_FIELDS[self.family]
+        missing = [name for name, required in fields.items() if required and not getattr(self, name)]
+        unused = [name for name in TEXT_FIELDS if name not in fields and getattr(self, name)]
+        problems = []
+        if missing:
+            problems.append(f"family {self.family} requires {', '.join(missing)}")
+        if unused:
+            problems.append(f"family {self.family} does not use {', '.join(unused)}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+# Keys a card document read from `show` carries; accepted back on update so a caller
+# can edit what it read. `id` and `workspace` must still name the card being updated.
+READ_ONLY_KEYS = ("id", "workspace", "origin", "source", "created_at", "updated_at",
+                  "incoming_links", "index")
+
+
+def parse_card_input(document: Any, *, card_id: str | None = None, workspace: str | None = None) -> CardInput:
+    if not isinstance(document, dict):
+        raise InvalidInput("a card must be a JSON object")
+    document = dict(document)
+    if card_id is None:
+        present = [k for k in READ_ONLY_KEYS if k in document]
+        if present:
+            raise InvalidInput(f"{', '.join(present)} cannot be set on a new card", details={"fields": present})
+    else:
+        if "id" in document and _normalized_id(document["id"]) != card_id:
+            raise InvalidInput(f"the document is card {document['id']}, not {card_id}")
+        if "workspace" in document and document["workspace"] != workspace:
+            raise InvalidInput(f"the document belongs to workspace {document['workspace']}, not {workspace}")
+        for key in READ_ONLY_KEYS:
+            document.pop(key, None)
+        # outgoing links as `show` prints them carry the target's title: not input.
+        if isinstance(document.get("links"), list):
+            document["links"] = [
+                {k: v for k, v in link.items() if k != "target_title"} if isinstance(link, dict) else link
+                for link in document["links"]
+            ]
+    try:
+        return CardInput.model_validate(document)
+    except ValidationError as exc:
+        raise InvalidInput(describe_validation_error(exc), details=validation_details(exc)) from exc
+
+
+def _normalized_id(value: Any) -> Any:
+    try:
+        return uuid_to_card_id(card_id_to_uuid(value))
+    except InvalidInput:
+        return value
+
+
+class Source(BaseModel):
+    session: str | None = None
+    decisions: list[str] = Field(default_factory=list)
+
+
+class Link(BaseModel):
+    target: str
+    meaning: str
+    target_title: str
+
+
+class IncomingLink(BaseModel):
+    source: str
+    meaning: str
+    source_title: str
+
+
+class Card(BaseModel):
+    """A card as stored in PostgreSQL: the only version ever returned to a caller."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    id: str
+    workspace: str
+    family: Family
+    title: str
+    content: str | None = None
+    scope: str | None = None
+    rationale: str | None = None
+    question: str | None = None
+    sql: str | None = None
+    context: str | None = None
+    concepts: list[str] = Field(default_factory=list)
+    dependencies: list[Dependency] = Field(default_factory=list)
+    links: list[Link] = Field(default_factory=list)
+    incoming_links: list[IncomingLink] = Field(default_factory=list)
+    origin: Origin
+    source: Source | None = None
+    revision: int
+    created_at: datetime
+    updated_at: datetime
+
+    def as_json(self) -> dict[str, Any]:
+        data = self.model_dump(mode="json", by_alias=True)
+        return data
+
+
+class CardSummary(BaseModel):
+    """A list row: enough to choose a card, without its long texts."""
+
+    id: str
+    family: Family
+    title: str
+    scope: str | None
+    concepts: list[str]
+    origin: Origin
+    revision: int
+    created_at: datetime
+    updated_at: datetime
+    pending: str | None = None  # the outstanding projection operation, if any
+
+
+SortKey = Literal["updated_at", "created_at", "title", "family", "relevance"]
+
+
+class ListQuery(_Strict):
+    """Admin list filters: all applied to the whole archive before pagination."""
+
+    q: _text(500) = None
+    family: list[Family] | None = None
+    concepts: list[Concept] | None = None
+    database: Identifier = None
+    schema_name: Identifier = Field(default=None, alias="schema")
+    table: Identifier = None
+    column: Identifier = None
+    origin: Origin | None = None
+    updated_from: datetime | date | None = None
+    updated_to: datetime | date | None = None
+    sort: SortKey | None = None
+    order: Literal["asc", "desc"] | None = None
+    page: int = Field(default=1, ge=1, le=1_000_000)
+    page_size: int = Field(default=20, ge=1, le=100)
+
+    @field_validator("family", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ListQuery:
+        if self.sort == "relevance" and not self.q:
+            raise ValueError("sort 'relevance' needs a text query q")
+        return self
+
+
+def parse_list_query(document: Any) -> ListQuery:
+    if document is None:
+        document = {}
+    if not isinstance(document, dict):
+        raise InvalidInput("filters must be a JSON object")
+    try:
+        return ListQuery.model_validate(document)
+    except ValidationError as exc:
+        raise InvalidInput(describe_validation_error(exc), details=validation_details(exc)) from exc
+
+
+class PendingOperation(BaseModel):
+    card_id: str
+    operation: Literal["upsert", "delete"]
+    revision: int
+    attempts: int
+    last_error: str | None
+    title: str | None  # None when the card was deleted
+    created_at: datetime
+    updated_at: datetime
+
+
+class Workspace(BaseModel):
+    id: str
+    name: str
+    language: Literal["en", "it"]
+    created_at: datetime

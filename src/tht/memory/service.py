@@ -1,0 +1,244 @@
+"""Admin operations on the archive, shared by the CLI, the API and the workflow.
+
+A mutation commits the card, its dependencies, its outgoing links and its pending
+projection operation in one transaction, under the workspace's advisory lock. Bringing
+the search index up to date is a separate step (see ``Projector``): when it fails or
+is not configured, the card is saved and its operation stays pending, visibly.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from tht.errors import Conflict, InvalidInput, NotFound, StaleRevision
+from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive
+from tht.memory.model import (
+    Card,
+    CardInput,
+    CardSummary,
+    ListQuery,
+    PendingOperation,
+    Source,
+    Workspace,
+    card_id_to_uuid,
+    uuid_to_card_id,
+)
+from tht.settings import WORKSPACE_ID_PATTERN
+
+
+@dataclass(frozen=True)
+class IndexOutcome:
+    """What happened to the search projection after a committed mutation."""
+
+    status: str  # "current" or "pending"
+    operation: str
+    error: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"status": self.status, "operation": self.operation, "error": self.error}
+
+
+class Projector(Protocol):
+    """Brings the search index up to date with one card's current archive state."""
+
+    def propagate(self, workspace: str, card_uuid: uuid.UUID) -> IndexOutcome: ...
+
+
+@dataclass
+class MutationResult:
+    card: Card | None
+    index: IndexOutcome
+    deleted: str | None = None
+    links_removed: int = 0
+
+    @property
+    def status(self) -> str:
+        return "saved" if self.index.status == "current" else "saved_index_incomplete"
+
+    def as_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"status": self.status, "index": self.index.as_json()}
+        if self.card is not None:
+            data["card"] = self.card.as_json()
+        if self.deleted is not None:
+            data["deleted"] = self.deleted
+            data["links_removed"] = self.links_removed
+        return data
+
+
+@dataclass
+class CardPage:
+    items: list[CardSummary]
+    total: int
+    page: int
+    page_size: int
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "items": [item.model_dump(mode="json") for item in self.items],
+            "total": self.total,
+            "page": self.page,
+            "page_size": self.page_size,
+        }
+
+
+@dataclass
+class WorkspaceDetail:
+    workspace: Workspace
+    cards: dict[str, int] = field(default_factory=dict)
+    pending: int = 0
+
+    def as_json(self) -> dict[str, Any]:
+        return {**self.workspace.model_dump(mode="json"), "cards": self.cards, "pending": self.pending}
+
+
+def _require_workspace(tx: ArchiveTransaction) -> Workspace:
+    workspace = tx.workspace()
+    if workspace is None:
+        raise NotFound(f"workspace '{tx.workspace_id}' does not exist", details={"workspace": tx.workspace_id})
+    return workspace
+
+
+class MemoryService:
+    def __init__(self, archive: PostgresArchive, projector: Projector | None = None) -> None:
+        self.archive = archive
+        self.projector = projector
+
+    # --- reading ------------------------------------------------------------------
+
+    def list_cards(self, workspace: str, query: ListQuery) -> CardPage:
+        with self.archive.transaction(workspace) as tx:
+            language = _require_workspace(tx).language
+            items, total = tx.list_cards(query, language)
+        return CardPage(items, total, query.page, query.page_size)
+
+    def get_card(self, workspace: str, card_id: str) -> Card:
+        card_uuid = card_id_to_uuid(card_id)
+        with self.archive.transaction(workspace) as tx:
+            _require_workspace(tx)
+            card = tx.card(card_uuid)
+        if card is None:
+            raise NotFound(f"card {card_id} does not exist in workspace '{workspace}'", details={"id": card_id})
+        return card
+
+    def pending(self, workspace: str) -> list[PendingOperation]:
+        with self.archive.transaction(workspace) as tx:
+            _require_workspace(tx)
+            return tx.pending_operations()
+
+    # --- mutations ----------------------------------------------------------------
+
+    def create_card(self, workspace: str, data: CardInput, *, origin: str = "manual",
+                    source: Source | None = None) -> MutationResult:
+        if origin == "manual" and source is not None:
+            raise InvalidInput("a manual card has no workflow source")
+        if data.revision is not None:
+            raise InvalidInput("a new card has no revision to check")
+        card_uuid = uuid.uuid4()
+        with self.archive.transaction(workspace, lock=True) as tx:
+            language = _require_workspace(tx).language
+            links = self._checked_links(tx, card_uuid, data)
+            revision = tx.insert_card(card_uuid, data, language=language, origin=origin, source=source)
+            tx.replace_dependencies(card_uuid, data.dependencies)
+            tx.replace_outgoing_links(card_uuid, links)
+            tx.enqueue(card_uuid, "upsert", revision)
+        return self._after_commit(workspace, card_uuid, "upsert")
+
+    def update_card(self, workspace: str, card_id: str, data: CardInput) -> MutationResult:
+        card_uuid = card_id_to_uuid(card_id)
+        with self.archive.transaction(workspace, lock=True) as tx:
+            _require_workspace(tx)
+            current = tx.lock_card(card_uuid)
+            if current is None:
+                raise NotFound(f"card {card_id} does not exist in workspace '{workspace}'", details={"id": card_id})
+            self._check_revision(card_id, data.revision, current)
+            links = self._checked_links(tx, card_uuid, data)
+            revision = tx.update_card(card_uuid, data)
+            tx.replace_dependencies(card_uuid, data.dependencies)
+            tx.replace_outgoing_links(card_uuid, links)
+            tx.enqueue(card_uuid, "upsert", revision)
+        return self._after_commit(workspace, card_uuid, "upsert")
+
+    def delete_card(self, workspace: str, card_id: str, expected_revision: int | None = None) -> MutationResult:
+        card_uuid = card_id_to_uuid(card_id)
+        with self.archive.transaction(workspace, lock=True) as tx:
+            _require_workspace(tx)
+            current = tx.lock_card(card_uuid)
+            if current is None:
+                raise NotFound(f"card {card_id} does not exist in workspace '{workspace}'", details={"id": card_id})
+            self._check_revision(card_id, expected_revision, current)
+            revision, links_removed = tx.delete_card(card_uuid)
+            # the deletion is one revision past the card's last one
+            tx.enqueue(card_uuid, "delete", revision + 1)
+        result = self._after_commit(workspace, card_uuid, "delete")
+        result.deleted = card_id
+        result.links_removed = links_removed
+        return result
+
+    @staticmethod
+    def _check_revision(card_id: str, expected: int | None, current: int) -> None:
+        if expected is not None and expected != current:
+            raise StaleRevision(
+                f"card {card_id} is at revision {current}, not {expected}: reload it and edit again",
+                details={"id": card_id, "expected": expected, "current": current},
+            )
+
+    @staticmethod
+    def _checked_links(tx: ArchiveTransaction, card_uuid: uuid.UUID,
+                       data: CardInput) -> list[tuple[uuid.UUID, str]]:
+        links = [(card_id_to_uuid(link.target), link.meaning) for link in data.links]
+        if any(target == card_uuid for target, _ in links):
+            raise InvalidInput("a card cannot link to itself")
+        missing = {target for target, _ in links} - tx.existing_cards([t for t, _ in links])
+        if missing:
+            names = sorted(uuid_to_card_id(m) for m in missing)
+            raise InvalidInput(
+                f"link target {', '.join(names)} does not exist in workspace '{tx.workspace_id}'",
+                details={"missing_targets": names},
+            )
+        return sorted(links)
+
+    def _after_commit(self, workspace: str, card_uuid: uuid.UUID, operation: str) -> MutationResult:
+        if self.projector is None:
+            outcome = IndexOutcome("pending", operation, "no search index is configured")
+        else:
+            outcome = self.projector.propagate(workspace, card_uuid)
+        card = None
+        if operation == "upsert":
+            with self.archive.transaction(workspace) as tx:
+                card = tx.card(card_uuid)
+        return MutationResult(card=card, index=outcome)
+
+
+class WorkspaceService:
+    def __init__(self, archive: PostgresArchive) -> None:
+        self.archive = archive
+
+    def create(self, workspace_id: str, language: str, name: str | None = None) -> Workspace:
+        if language not in ("en", "it"):
+            raise InvalidInput(f"language must be 'en' or 'it', not '{language}'")
+        if not re.match(WORKSPACE_ID_PATTERN, workspace_id):
+            raise InvalidInput(
+                f"'{workspace_id}' is not a valid workspace id (lowercase letters, digits, '-' and '_',"
+                " starting with a letter or digit, at most 63 characters)"
+            )
+        name = (name or workspace_id).strip()
+        if not 1 <= len(name) <= 200:
+            raise InvalidInput("a workspace name has 1 to 200 characters")
+        with self.archive.transaction(workspace_id, lock=True) as tx:
+            created = tx.insert_workspace(name, language)
+        if created is None:
+            raise Conflict(f"workspace '{workspace_id}' already exists", details={"workspace": workspace_id})
+        return created
+
+    def list(self) -> list[Workspace]:
+        with self.archive.transaction(None, directory=True) as tx:
+            return tx.list_workspaces()
+
+    def show(self, workspace_id: str) -> WorkspaceDetail:
+        with self.archive.transaction(workspace_id) as tx:
+            workspace = _require_workspace(tx)
+            counts, pending = tx.workspace_counts()
+        return WorkspaceDetail(workspace, counts, pending)

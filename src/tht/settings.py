@@ -1,0 +1,174 @@
+"""Configuration: the per-command runtime file and the database connection environment.
+
+Credentials never come from YAML: the runtime file is rejected when a key or value
+looks like one. PostgreSQL is named by ``THT_CATALOG_*`` variables (exactly as the
+installation generates them); with none set, the embedded PostgreSQL in ``THT_HOME``
+is used.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import platformdirs
+import yaml
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tht.errors import ConfigurationError
+from tht.validation import describe_validation_error, validation_details
+
+WORKSPACE_ID_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+_CREDENTIAL_KEY = re.compile(r"pass(word|wd)?|secret|token|api[_-]?key|credential|private[_-]?key|dsn",
+                             re.IGNORECASE)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RuntimeConfig(_Section):
+    """The runtime file given to every agent-facing command with ``-c``."""
+
+    workspace: str = Field(pattern=WORKSPACE_ID_PATTERN)
+    database: str | None = Field(default=None, min_length=1, max_length=128)
+    # "schema" shadows a BaseModel attribute, hence the alias.
+    schema_name: str | None = Field(default=None, alias="schema", min_length=1, max_length=128)
+    sessions_root: Path | None = None
+    # Sections owned by the search projection; validated by the recall layer.
+    index: dict[str, Any] | None = None
+    embedding: dict[str, Any] | None = None
+
+
+def _find_credentials(node: Any, path: str = "") -> list[str]:
+    found = []
+    if isinstance(node, Mapping):
+        for key, value in node.items():
+            where = f"{path}.{key}" if path else str(key)
+            if _CREDENTIAL_KEY.search(str(key)):
+                found.append(where)
+            found.extend(_find_credentials(value, where))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            found.extend(_find_credentials(value, f"{path}[{i}]"))
+    elif isinstance(node, str) and "://" in node:
+        try:
+            if urlsplit(node).password:
+                found.append(path)
+        except ValueError:
+            pass
+    return found
+
+
+def load_runtime_config(path: str | Path) -> RuntimeConfig:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError as exc:
+        raise ConfigurationError(f"runtime file {path} does not exist") from exc
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read runtime file {path}: {exc.strerror}") from exc
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigurationError(f"runtime file {path} is not valid YAML: {exc}") from exc
+    if not isinstance(document, Mapping):
+        raise ConfigurationError(f"runtime file {path} must be a mapping of settings")
+    credentials = _find_credentials(document)
+    if credentials:
+        raise ConfigurationError(
+            f"runtime file {path} contains what looks like a credential ({', '.join(credentials)});"
+            " credentials come from the environment (THT_CATALOG_*, THT_QDRANT_API_KEY), never from YAML",
+            details={"keys": credentials},
+        )
+    try:
+        return RuntimeConfig.model_validate(document)
+    except ValidationError as exc:
+        raise ConfigurationError(
+            f"runtime file {path} is invalid: {describe_validation_error(exc)}",
+            details=validation_details(exc),
+        ) from exc
+
+
+# --- database connection settings -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DatabaseSettings:
+    """Where the archive lives: an external server (URLs) or the embedded one (home)."""
+
+    runtime_conninfo: str | None = None
+    migrator_conninfo: str | None = None
+    embedded_home: Path | None = None
+
+    @property
+    def embedded(self) -> bool:
+        return self.embedded_home is not None
+
+    @property
+    def runtime_login(self) -> str | None:
+        if not self.runtime_conninfo:
+            return None
+        return conninfo_to_dict(self.runtime_conninfo).get("user")
+
+
+def _read_password(env: Mapping[str, str], variable: str) -> str:
+    path = env[variable]
+    try:
+        return Path(path).read_text().rstrip("\r\n")
+    except OSError as exc:
+        raise ConfigurationError(f"{variable} names {path}, which cannot be read ({exc.strerror})") from exc
+
+
+def _from_parts(env: Mapping[str, str], role: str) -> str | None:
+    user = env.get(f"THT_CATALOG_{role}_USER")
+    if not user:
+        return None
+    missing = [v for v in ("THT_CATALOG_DB_HOST", "THT_CATALOG_DB_NAME") if not env.get(v)]
+    if missing:
+        raise ConfigurationError(f"THT_CATALOG_{role}_USER is set but {', '.join(missing)} is not")
+    params: dict[str, Any] = {
+        "host": env["THT_CATALOG_DB_HOST"],
+        "port": env.get("THT_CATALOG_DB_PORT", "5432"),
+        "dbname": env["THT_CATALOG_DB_NAME"],
+        "user": user,
+    }
+    if env.get(f"THT_CATALOG_{role}_PASSWORD_FILE"):
+        params["password"] = _read_password(env, f"THT_CATALOG_{role}_PASSWORD_FILE")
+    return make_conninfo(**params)
+
+
+def default_home(env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    return Path(env.get("THT_HOME") or platformdirs.user_data_dir("thoth-memory", appauthor=False))
+
+
+def database_settings(env: Mapping[str, str] | None = None) -> DatabaseSettings:
+    env = os.environ if env is None else env
+    runtime = (
+        env.get("THT_CATALOG_RUNTIME_DATABASE_URL")
+        or env.get("THT_CATALOG_DATABASE_URL")
+        or _from_parts(env, "RUNTIME")
+    )
+    migrator = env.get("THT_CATALOG_MIGRATOR_DATABASE_URL") or _from_parts(env, "MIGRATOR")
+    if runtime or migrator:
+        for name, value in (("runtime", runtime), ("migrator", migrator)):
+            if value:
+                try:
+                    conninfo_to_dict(value)
+                except Exception as exc:  # psycopg raises ProgrammingError for bad conninfo
+                    raise ConfigurationError(f"the {name} database URL is malformed") from exc
+        return DatabaseSettings(runtime_conninfo=runtime, migrator_conninfo=migrator)
+    stray = sorted(k for k in env if k.startswith("THT_CATALOG_"))
+    if stray:
+        raise ConfigurationError(
+            f"incomplete database settings ({', '.join(stray)}): set THT_CATALOG_DATABASE_URL, or"
+            " THT_CATALOG_DB_HOST, THT_CATALOG_DB_NAME and THT_CATALOG_RUNTIME_USER"
+        )
+    return DatabaseSettings(embedded_home=default_home(env))

