@@ -59,6 +59,7 @@ class EmbeddedPostgres:
 
     def start(self):
         if self._server is None:
+            self.home.mkdir(parents=True, exist_ok=True)
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")

@@ -378,9 +378,17 @@ class ArchiveTransaction:
             sort = "updated_at"
         order = query.order or ("asc" if sort in ("title", "family") else "desc")
         by_dependency = any((query.database, query.schema_name, query.table, query.column))
+        candidates = None
+        if tsquery or query.concepts:
+            # selective GIN filters first: the list query then reads these rows by key
+            candidates = self.conn.execute(_q("matching_card_ids"), {
+                "ts_config": TS_CONFIG[language], "tsquery": tsquery, "concepts": query.concepts,
+            }).fetchone()[0]
+            if not candidates:
+                return [], 0
         params = self._params(
-            tsquery=tsquery, ts_config=TS_CONFIG[language], id_prefix=prefix,
-            families=query.family, concepts=query.concepts, origin=query.origin,
+            tsquery=tsquery, ts_config=TS_CONFIG[language], id_prefix=prefix, candidates=candidates,
+            families=query.family, origin=query.origin,
             updated_from=_day_start(query.updated_from) if query.updated_from else None,
             updated_before=(
                 None if query.updated_to is None
@@ -391,17 +399,14 @@ class ArchiveTransaction:
             table=query.table, column=query.column,
             limit=query.page_size, offset=(query.page - 1) * query.page_size,
         )
-        statement = sql.SQL(_q("list_cards")).format(order_by=sql.SQL(_ORDER_BY[(sort, order)]))
+        filters = sql.SQL(_q("list_filters"))
+        page = sql.SQL(_q("list_page")).format(filters=filters, order_by=sql.SQL(_ORDER_BY[(sort, order)]))
         with self.conn.cursor(row_factory=dict_row) as cur:
-            rows = cur.execute(statement, params).fetchall()
-            if rows:
-                total = rows[0]["total"]
-            elif query.page > 1:  # past the last page: count without paging
-                params.update(limit=1, offset=0)
-                first = cur.execute(statement, params).fetchone()
-                total = first["total"] if first else 0
+            rows = cur.execute(page, params).fetchall()
+            if query.page == 1 and len(rows) < query.page_size:
+                total = len(rows)  # the first page holds everything
             else:
-                total = 0
+                total = cur.execute(sql.SQL(_q("list_count")).format(filters=filters), params).fetchone()["count"]
         items = [
             CardSummary(
                 id=uuid_to_card_id(r["id"]), family=r["family"], title=r["title"], scope=r["scope"],

@@ -75,6 +75,24 @@ CREATE INDEX cards_workspace_family  ON thoth_memory.cards (workspace_id, family
 CREATE INDEX cards_search_vector     ON thoth_memory.cards USING gin (search_vector);
 CREATE INDEX cards_concepts          ON thoth_memory.cards USING gin (concepts);
 
+-- Row-level security keeps non-leakproof operators (tsvector @@, array @>) out of
+-- index scans, so under the runtime role the GIN indexes above would never be used
+-- and every text search would read the whole workspace. This function runs as the
+-- owner (whose policy is trivially true), uses the indexes, and returns only card ids
+-- of the transaction's workspace; callers still read the rows themselves under RLS,
+-- so a wrong id here could never expose a row.
+CREATE FUNCTION thoth_memory.matching_card_ids(text_query tsquery, concepts text[])
+    RETURNS SETOF uuid
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    ROWS 1000
+BEGIN ATOMIC
+    SELECT c.id FROM thoth_memory.cards c
+     WHERE c.workspace_id = current_setting('thoth.workspace', true)
+       AND (text_query IS NULL OR c.search_vector @@ text_query)
+       AND (matching_card_ids.concepts IS NULL OR c.concepts @> matching_card_ids.concepts);
+END;
+
 -- Structured physical dependencies: each level requires the one above it.
 CREATE TABLE thoth_memory.card_dependencies (
     workspace_id  text     NOT NULL,
@@ -179,6 +197,9 @@ BEGIN
     END LOOP;
 END
 $$;
+
+REVOKE ALL ON FUNCTION thoth_memory.matching_card_ids(tsquery, text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION thoth_memory.matching_card_ids(tsquery, text[]) TO thoth_memory_runtime;
 
 GRANT USAGE ON SCHEMA thoth_memory TO thoth_memory_runtime;
 GRANT SELECT, INSERT, UPDATE, DELETE ON

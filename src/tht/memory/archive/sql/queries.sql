@@ -130,20 +130,19 @@ SELECT o.card_id, o.operation, o.revision, o.attempts, o.last_error, c.title,
  WHERE o.workspace_id = %(workspace)s
  ORDER BY o.created_at, o.card_id;
 
--- name: list_cards
--- All filters run over the whole workspace before LIMIT/OFFSET; a NULL parameter
--- disables its filter. {order_by} comes from a fixed whitelist.
-SELECT c.id, c.family, c.title, c.scope, c.concepts, c.origin, c.revision,
-       c.created_at, c.updated_at, o.operation AS pending,
-       count(*) OVER () AS total
-  FROM thoth_memory.cards c
-  LEFT JOIN thoth_memory.projection_ops o ON o.card_id = c.id
- WHERE c.workspace_id = %(workspace)s
-   AND (%(tsquery)s::text IS NULL
-        OR c.search_vector @@ to_tsquery(%(ts_config)s::regconfig, %(tsquery)s))
+-- name: matching_card_ids
+-- Text and concept filters use the GIN indexes through this function (see 001).
+SELECT coalesce(array_agg(id), '{}')
+  FROM thoth_memory.matching_card_ids(to_tsquery(%(ts_config)s::regconfig, %(tsquery)s), %(concepts)s::text[]) AS id;
+
+-- name: list_filters
+-- The admin list's filters, shared by list_page and list_count. All of them run over
+-- the whole workspace before LIMIT/OFFSET; a NULL parameter disables its filter.
+c.workspace_id = %(workspace)s
+   -- the candidates of the text and concept filters (query matching_card_ids)
+   AND (%(candidates)s::uuid[] IS NULL OR c.id = ANY(%(candidates)s))
    AND (%(id_prefix)s::text IS NULL OR c.id::text LIKE %(id_prefix)s || '%%')
    AND (%(families)s::text[] IS NULL OR c.family = ANY(%(families)s))
-   AND (%(concepts)s::text[] IS NULL OR c.concepts @> %(concepts)s)
    AND (%(origin)s::text IS NULL OR c.origin = %(origin)s)
    AND (%(updated_from)s::timestamptz IS NULL OR c.updated_at >= %(updated_from)s)
    AND (%(updated_before)s::timestamptz IS NULL OR c.updated_at < %(updated_before)s)
@@ -154,5 +153,16 @@ SELECT c.id, c.family, c.title, c.scope, c.concepts, c.origin, c.revision,
                AND (%(schema)s::text IS NULL OR d.schema_name = %(schema)s)
                AND (%(table)s::text IS NULL OR d.table_name = %(table)s)
                AND (%(column)s::text IS NULL OR d.column_name = %(column)s)))
+
+-- name: list_count
+SELECT count(*) FROM thoth_memory.cards c WHERE {filters};
+
+-- name: list_page
+-- {order_by} comes from a fixed whitelist; the card id is always the tie-breaker.
+SELECT c.id, c.family, c.title, c.scope, c.concepts, c.origin, c.revision,
+       c.created_at, c.updated_at, o.operation AS pending
+  FROM thoth_memory.cards c
+  LEFT JOIN thoth_memory.projection_ops o ON o.card_id = c.id
+ WHERE {filters}
  ORDER BY {order_by}
  LIMIT %(limit)s OFFSET %(offset)s;

@@ -1,0 +1,7 @@
+"""`python -m tht.memory.migrate`: apply the memory migration pack (the installation's
+preparation step). Same behaviour and output as `tht memory migrate`."""
+
+from tht.cli.main import main
+
+if __name__ == "__main__":
+    raise SystemExit(main(["memory", "migrate"]))

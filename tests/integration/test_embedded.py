@@ -1,0 +1,69 @@
+"""The zero-setup default: no THT_CATALOG_* variable, the embedded PostgreSQL in THT_HOME."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import psycopg
+import pytest
+
+from tht.db.embedded import EmbeddedPostgres
+
+
+def run(home, *args, timeout=120):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("THT_")}
+    env["THT_HOME"] = str(home)
+    proc = subprocess.run([sys.executable, "-m", "tht", *args], capture_output=True, text=True,
+                          env=env, timeout=timeout)
+    return proc.returncode, json.loads(proc.stdout), proc.stderr
+
+
+@pytest.fixture
+def home(tmp_path):
+    home = tmp_path / "home"
+    yield home
+    if (home / "postgres" / "postmaster.pid").exists():
+        EmbeddedPostgres(home).stop()
+
+
+def test_first_use_prepares_everything_and_later_runs_reuse_it(home, tmp_path):
+    # two commands at once on a fresh home: both succeed, preparation happens once
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda _: run(home, "workspace", "list"), range(2)))
+    assert [code for code, _, _ in results] == [0, 0], results
+    code, demo, _ = run(home, "demo")
+    assert code == 0 and demo["created"] and demo["total"] == 4
+    code, again, _ = run(home, "demo")
+    assert code == 0 and not again["created"] and again["total"] == 4
+
+    config = tmp_path / "runtime.yaml"
+    config.write_text("workspace: demo\n")
+    code, listing, _ = run(home, "memory", "list", "-c", str(config), "--filters", '{"q": "order"}')
+    assert code == 0 and listing["total"] >= 2
+
+    embedded = EmbeddedPostgres(home)
+    with psycopg.connect(embedded.superuser_conninfo("thoth")) as conn:
+        row = conn.execute("SELECT rolsuper, rolbypassrls FROM pg_roles WHERE rolname = 'thoth_runtime'").fetchone()
+        assert row == (False, False)
+        versions = conn.execute("SELECT version FROM thoth_memory.schema_migrations").fetchall()
+        assert versions
+    code, status, _ = run(home, "db", "status")
+    assert code == 0 and status["running"] is True
+    code, stopped, _ = run(home, "db", "stop")
+    assert code == 0 and stopped["stopped"] is True
+    code, listing, _ = run(home, "memory", "list", "-c", str(config))  # starts again on demand
+    assert code == 0 and listing["total"] == 4
+
+
+def test_migrate_module_entry_point(home):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("THT_")}
+    env["THT_HOME"] = str(home)
+    proc = subprocess.run([sys.executable, "-m", "tht.memory.migrate"], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["database"] == "embedded" and report["runtime_login"] == "thoth_runtime"

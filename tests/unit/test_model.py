@@ -1,0 +1,81 @@
+"""Card validation rules: pure, no I/O."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.factories import BASE, card_document
+from tht.errors import InvalidInput
+from tht.memory.archive.postgres import id_prefix, text_search_terms
+from tht.memory.model import (
+    FAMILY_FIELDS,
+    card_id_to_uuid,
+    parse_card_input,
+    parse_list_query,
+)
+
+
+@pytest.mark.parametrize("family", sorted(BASE))
+def test_each_required_field_is_required(family):
+    for field, required in FAMILY_FIELDS[family].items():
+        if required:
+            with pytest.raises(InvalidInput, match=f"requires {field}"):
+                parse_card_input(card_document(family, **{field: "   "}))
+
+
+def test_text_is_trimmed_and_concepts_deduplicated():
+    data = parse_card_input(card_document(title="  Title  ", concepts=["a", "b", "a"], rationale=""))
+    assert data.title == "Title" and data.concepts == ["a", "b"] and data.rationale is None
+
+
+def test_control_characters_are_refused():
+    with pytest.raises(InvalidInput, match="control characters"):
+        parse_card_input(card_document(content="bad\x00byte"))
+
+
+def test_duplicate_link_targets_are_refused():
+    target = "mem-00000000-0000-4000-8000-000000000001"
+    with pytest.raises(InvalidInput, match="more than one link"):
+        parse_card_input(card_document(links=[{"target": target, "meaning": "a"}, {"target": target, "meaning": "b"}]))
+
+
+def test_card_ids():
+    assert str(card_id_to_uuid("MEM-00000000-0000-4000-8000-000000000001")) == "00000000-0000-4000-8000-000000000001"
+    for bad in ("mem-1", "00000000-0000-4000-8000-000000000001", "", "mem-zzzzzzzz-0000-4000-8000-000000000001"):
+        with pytest.raises(InvalidInput):
+            card_id_to_uuid(bad)
+
+
+def test_update_accepts_what_show_prints_but_checks_identity():
+    shown = {**card_document(), "id": "mem-00000000-0000-4000-8000-000000000001", "workspace": "acme",
+             "origin": "manual", "source": None, "revision": 3, "created_at": "x", "updated_at": "y",
+             "incoming_links": [], "links": [{"target": "mem-00000000-0000-4000-8000-000000000002",
+                                              "meaning": "m", "target_title": "T"}]}
+    data = parse_card_input(shown, card_id="mem-00000000-0000-4000-8000-000000000001", workspace="acme")
+    assert data.revision == 3 and data.links[0].meaning == "m"
+    with pytest.raises(InvalidInput, match="not mem-"):
+        parse_card_input(shown, card_id="mem-00000000-0000-4000-8000-000000000009", workspace="acme")
+    with pytest.raises(InvalidInput, match="workspace"):
+        parse_card_input(shown, card_id="mem-00000000-0000-4000-8000-000000000001", workspace="other")
+
+
+def test_list_query_validation():
+    assert parse_list_query({"family": "sql_rule"}).family == ["sql_rule"]
+    assert parse_list_query(None).page_size == 20
+    for bad, message in (({"page_size": 101}, "page_size"), ({"page": 0}, "page"),
+                         ({"sort": "relevance"}, "needs a text query"), ({"family": "x"}, "family"),
+                         ({"updated_from": "yesterday"}, "updated_from"), ({"colour": 1}, "unknown field")):
+        with pytest.raises(InvalidInput, match=message):
+            parse_list_query(bad)
+
+
+def test_text_search_terms_are_safe_prefix_queries():
+    assert text_search_terms("order's total!") == "'order':* & 's':* & 'total':*"
+    assert text_search_terms("  ...  ") is None
+    assert text_search_terms("'); DROP TABLE x; --") == "'DROP':* & 'TABLE':* & 'x':*"
+
+
+def test_id_prefix_detection():
+    assert id_prefix("mem-0a1b") == "0a1b"
+    assert id_prefix("0a1b2c3d-11") == "0a1b2c3d-11"
+    assert id_prefix("bad") is None and id_prefix("face") is None  # short hex words are words

@@ -1,0 +1,58 @@
+"""Runtime file and database environment resolution: pure, no database."""
+
+from __future__ import annotations
+
+import pytest
+from psycopg.conninfo import conninfo_to_dict
+
+from tht.errors import ConfigurationError
+from tht.settings import database_settings, load_runtime_config
+
+
+def test_runtime_file_round_trip(tmp_path):
+    path = tmp_path / "rt.yaml"
+    path.write_text("workspace: acme\ndatabase: dwh\nschema: sales\nsessions_root: /tmp/s\n")
+    config = load_runtime_config(path)
+    assert (config.workspace, config.database, config.schema_name) == ("acme", "dwh", "sales")
+
+
+def test_missing_runtime_file(tmp_path):
+    with pytest.raises(ConfigurationError, match="does not exist"):
+        load_runtime_config(tmp_path / "nope.yaml")
+
+
+def test_no_variables_means_embedded(tmp_path):
+    settings = database_settings({"THT_HOME": str(tmp_path)})
+    assert settings.embedded and settings.embedded_home == tmp_path
+
+
+def test_url_variables():
+    settings = database_settings({"THT_CATALOG_DATABASE_URL": "postgresql://rt@db/x",
+                                  "THT_CATALOG_MIGRATOR_DATABASE_URL": "postgresql://mig@db/x"})
+    assert not settings.embedded and settings.runtime_login == "rt"
+    explicit = database_settings({"THT_CATALOG_DATABASE_URL": "postgresql://a@db/x",
+                                  "THT_CATALOG_RUNTIME_DATABASE_URL": "postgresql://b@db/x"})
+    assert explicit.runtime_login == "b"
+
+
+def test_host_variables_with_password_files(tmp_path):
+    (tmp_path / "rt").write_text("s3cret\n")
+    (tmp_path / "mig").write_text("m1grate")
+    settings = database_settings({
+        "THT_CATALOG_DB_HOST": "db.internal", "THT_CATALOG_DB_PORT": "6432", "THT_CATALOG_DB_NAME": "thoth",
+        "THT_CATALOG_RUNTIME_USER": "rt", "THT_CATALOG_RUNTIME_PASSWORD_FILE": str(tmp_path / "rt"),
+        "THT_CATALOG_MIGRATOR_USER": "mig", "THT_CATALOG_MIGRATOR_PASSWORD_FILE": str(tmp_path / "mig"),
+    })
+    runtime = conninfo_to_dict(settings.runtime_conninfo)
+    assert runtime == {"host": "db.internal", "port": "6432", "dbname": "thoth", "user": "rt", "password": "s3cret"}
+    assert conninfo_to_dict(settings.migrator_conninfo)["password"] == "m1grate"
+
+
+def test_incomplete_or_broken_variables_are_clear_errors(tmp_path):
+    with pytest.raises(ConfigurationError, match="THT_CATALOG_DB_HOST"):
+        database_settings({"THT_CATALOG_RUNTIME_USER": "rt", "THT_CATALOG_DB_NAME": "x"})
+    with pytest.raises(ConfigurationError, match="cannot be read"):
+        database_settings({"THT_CATALOG_DB_HOST": "h", "THT_CATALOG_DB_NAME": "x", "THT_CATALOG_RUNTIME_USER": "rt",
+                           "THT_CATALOG_RUNTIME_PASSWORD_FILE": str(tmp_path / "missing")})
+    with pytest.raises(ConfigurationError, match="incomplete"):
+        database_settings({"THT_CATALOG_DB_PORT": "5432"})
