@@ -95,4 +95,5 @@ EXIT_CODES = {
     5: "permission denied",
     6: "archive unavailable or schema not ready",
     7: "migration refused (changed or unknown applied migration)",
+    8: "search index or embedder unavailable (recall); a save still succeeds with its index update pending",
 }

