@@ -1,0 +1,260 @@
+"""Recall ranking and link expansion: pure functions, no I/O.
+
+The recall service searches, verifies the hits against PostgreSQL and passes the
+eligible ones here as *seeds*, best first (seed rank 1 = best fused rank). Expansion
+then asks two callbacks, at most once per hop each, so that the caller can answer every
+call with one batched query:
+
+- ``links_of(card_ids)``: the outgoing links ``(target_id, meaning)`` of each card;
+- ``eligible(card_ids)``: which of these cards are current, in the workspace, pass the
+  recall filters and family restrictions, are not pending and not already decided.
+
+Neither callback is ever asked about a card twice: ``eligible`` never about a seed,
+``links_of`` only about seeds and cards ``eligible`` accepted, so both stay within
+the 200-card budget in total.
+
+Rules (spec "Hybrid recall and links"):
+
+- A direct hit at seed rank ``r`` scores ``1 / (60 + r)``. A card reached by a path of
+  ``h`` hops from seed ``s`` gets the linked contribution ``1 / (60 + r_s) * 0.5**h``;
+  only its strongest linked contribution counts, so repeated paths never add votes.
+  Final score = direct score + strongest linked contribution; ties use the card id.
+- Outgoing links only, at most two hops. Every card on a path, bridge or destination,
+  must be eligible: an ineligible card is neither returned nor followed.
+- Per card, the first 20 outgoing links in target-id order. In total, 200 distinct
+  cards (seeds included) and 400 inspected links.
+
+Choices where the rules leave room:
+
+- Paths are simple: a path never visits a card twice, so no path leads back to its
+  own seed. A seed's linked contribution therefore only comes from *other* seeds
+  (A -> B -> A does not reward A). Seeds reached from another seed act as bridges like
+  any other eligible card (A -> B -> C is a two-hop path from A even when B is a seed).
+- Traversal is breadth first: all hop-one links (seeds in rank order, each seed's links
+  in target-id order), then all hop-two links (bridges from the strongest to the
+  weakest, ties by card id). A budget stops expansion at the first link that would
+  exceed it: the 401st distinct inspected link, or the first link whose target would be
+  the 201st distinct card. That link and everything after it are ignored, and a
+  stop during hop one means there is no hop two. Links followed before the stop keep
+  their effect, so a budget always cuts the weakest part of the traversal.
+- A link counts as inspected once (per source and target): a seed's links, inspected
+  at hop one, are not counted again when the seed bridges at hop two.
+- Equally strong linked paths are ordered by fewer hops, then path ids, then meanings.
+- Card ids compare as strings; with ``mem-<uuid>`` ids in lower case this is the
+  same order as PostgreSQL's uuid order, so SQL can pre-sort the links identically.
+- More than one link to the same target (the archive forbids it) keeps the smallest
+  meaning; a self-link (also forbidden) is inspected and leads nowhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from tht.errors import InvalidInput
+
+RRF_K = 60
+HOP_DECAY = 0.5
+MAX_HOPS = 2
+MAX_TOP = 100
+MAX_LINKS_PER_CARD = 20
+MAX_CARD_LOOKUPS = 200
+MAX_INSPECTED_LINKS = 400
+
+LinksOf = Callable[[list[str]], Mapping[str, Sequence[tuple[str, str]]]]
+"""Outgoing links ``(target_id, meaning)`` of each requested card; a missing card has none."""
+EligibleOf = Callable[[list[str]], Collection[str]]
+"""The subset of the requested cards that recall may return or follow."""
+Budget = Literal["card_lookups", "inspected_links"]
+
+
+@dataclass(frozen=True)
+class RankedCard:
+    """One recall result.
+
+    ``score`` is a ranking score (reciprocal rank fusion plus the strongest link
+    contribution): it orders the results of one request and is neither a similarity
+    nor a confidence. ``path`` runs from a seed to this card along the strongest link
+    path, or is just ``(card_id,)`` for an exclusively direct result; ``meanings`` are
+    the meanings of the links along it (``hops`` of them). ``seed_rank`` is this card's
+    own rank as a direct hit, ``None`` if it was reached by links only.
+    """
+
+    card_id: str
+    score: float
+    path: tuple[str, ...]
+    seed_rank: int | None
+    hops: int
+    meanings: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RecallRanking:
+    """The ranked cards and what expansion spent; ``stopped_by`` names an exhausted budget."""
+
+    cards: tuple[RankedCard, ...]
+    card_lookups: int
+    inspected_links: int
+    stopped_by: Budget | None
+
+
+def validate_top(top: int) -> int:
+    if isinstance(top, bool) or not isinstance(top, int) or not 1 <= top <= MAX_TOP:
+        raise InvalidInput(f"top must be an integer between 1 and {MAX_TOP}", details={"top": top})
+    return top
+
+
+def seed_count(top: int) -> int:
+    """How many seeds search requests: more than ``top``, so links can promote cards."""
+    return min(MAX_TOP, max(20, 3 * validate_top(top)))
+
+
+def direct_score(seed_rank: int) -> float:
+    return 1 / (RRF_K + seed_rank)
+
+
+@dataclass(frozen=True)
+class _LinkedPath:
+    contribution: float
+    path: tuple[str, ...]
+    meanings: tuple[str, ...]
+
+    @property
+    def hops(self) -> int:
+        return len(self.path) - 1
+
+    def strength_order(self) -> tuple[float, int, tuple[str, ...], tuple[str, ...]]:
+        # A total order, so the chosen path does not depend on traversal order.
+        return (-self.contribution, self.hops, self.path, self.meanings)
+
+
+def rank_recall(seeds: Sequence[str], *, top: int, links_of: LinksOf, eligible: EligibleOf) -> RecallRanking:
+    """Rank the seeds (eligible direct hits, best first) together with the eligible cards
+    their outgoing links reach within two hops, and keep the best ``top``."""
+    validate_top(top)
+    if len(set(seeds)) != len(seeds):
+        raise ValueError("seeds must be distinct card ids")
+    if len(seeds) > MAX_TOP:
+        raise ValueError(f"at most {MAX_TOP} seeds (see seed_count)")
+
+    expansion = _Expansion(seeds, links_of, eligible)
+    expansion.run()
+    seed_ranks = expansion.seed_ranks
+    ranked = []
+    for card_id in seed_ranks.keys() | expansion.strongest.keys():
+        rank = seed_ranks.get(card_id)
+        linked = expansion.strongest.get(card_id)
+        score = (direct_score(rank) if rank else 0.0) + (linked.contribution if linked else 0.0)
+        ranked.append(
+            RankedCard(
+                card_id=card_id,
+                score=score,
+                path=linked.path if linked else (card_id,),
+                seed_rank=rank,
+                hops=linked.hops if linked else 0,
+                meanings=linked.meanings if linked else (),
+            )
+        )
+    ranked.sort(key=lambda card: (-card.score, card.card_id))
+    return RecallRanking(
+        cards=tuple(ranked[:top]),
+        card_lookups=len(expansion.eligibility),
+        inspected_links=len(expansion.inspected),
+        stopped_by=expansion.stopped_by,
+    )
+
+
+def _considered_links(links: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    by_target: dict[str, str] = {}
+    for target, meaning in sorted(links):
+        by_target.setdefault(target, meaning)
+    return list(by_target.items())[:MAX_LINKS_PER_CARD]
+
+
+def _strongest_first(frontier: Mapping[str, Sequence[_LinkedPath]]) -> list[str]:
+    # Hop one thus visits seeds in rank order; a budget then cuts the weakest sources.
+    return sorted(frontier, key=lambda card_id: (min(p.strength_order() for p in frontier[card_id]), card_id))
+
+
+class _Expansion:
+    def __init__(self, seeds: Sequence[str], links_of: LinksOf, eligible: EligibleOf) -> None:
+        self.seed_ranks = {card_id: rank for rank, card_id in enumerate(seeds, start=1)}
+        self._links_of = links_of
+        self._eligible = eligible
+        # Every card counted against the lookup budget: the seeds (verified by the
+        # caller) and each card whose eligibility was asked.
+        self.eligibility: dict[str, bool] = dict.fromkeys(self.seed_ranks, True)
+        self.links: dict[str, list[tuple[str, str]]] = {}
+        self.inspected: set[tuple[str, str]] = set()
+        self.stopped_by: Budget | None = None
+        self.strongest: dict[str, _LinkedPath] = {}
+
+    def run(self) -> None:
+        # Each hop extends the paths that reached its sources; a seed starts a path of
+        # zero hops carrying its direct score.
+        frontier = {
+            seed: [_LinkedPath(direct_score(rank), (seed,), ())] for seed, rank in self.seed_ranks.items()
+        }
+        for _hop in range(MAX_HOPS):
+            if not frontier:
+                return
+            reached: dict[str, list[_LinkedPath]] = {}
+            for source, target, meaning in self._walk(_strongest_first(frontier)):
+                if not self.eligibility[target]:
+                    continue
+                for before in frontier[source]:
+                    if target in before.path:  # paths are simple: never back to a visited card
+                        continue
+                    path = _LinkedPath(
+                        before.contribution * HOP_DECAY, before.path + (target,), before.meanings + (meaning,)
+                    )
+                    reached.setdefault(target, []).append(path)
+                    self._offer(target, path)
+            if self.stopped_by:
+                return
+            frontier = reached
+
+    def _walk(self, sources: list[str]) -> list[tuple[str, str, str]]:
+        """The links ``(source, target, meaning)`` one hop follows, in traversal order,
+        up to the first link that would exceed a budget. New targets are looked up in
+        one batch; ``sources`` are all eligible."""
+        self._fetch_links([card_id for card_id in sources if card_id not in self.links])
+        followed: list[tuple[str, str, str]] = []
+        to_look_up: dict[str, None] = {}  # ordered set
+        for source in sources:
+            for target, meaning in self.links[source]:
+                if (source, target) not in self.inspected:
+                    if len(self.inspected) == MAX_INSPECTED_LINKS:
+                        self.stopped_by = "inspected_links"
+                        break
+                    if target not in self.eligibility and target not in to_look_up:
+                        if len(self.eligibility) + len(to_look_up) == MAX_CARD_LOOKUPS:
+                            self.stopped_by = "card_lookups"
+                            break
+                        to_look_up[target] = None
+                    self.inspected.add((source, target))
+                followed.append((source, target, meaning))
+            if self.stopped_by:
+                break
+        self._look_up(list(to_look_up))
+        return followed
+
+    def _fetch_links(self, card_ids: list[str]) -> None:
+        if not card_ids:
+            return
+        answer = self._links_of(card_ids)
+        for card_id in card_ids:
+            self.links[card_id] = _considered_links(answer.get(card_id, ()))
+
+    def _look_up(self, card_ids: list[str]) -> None:
+        if not card_ids:
+            return
+        answer = set(self._eligible(card_ids))
+        for card_id in card_ids:
+            self.eligibility[card_id] = card_id in answer
+
+    def _offer(self, card_id: str, path: _LinkedPath) -> None:
+        current = self.strongest.get(card_id)
+        if current is None or path.strength_order() < current.strength_order():
+            self.strongest[card_id] = path
