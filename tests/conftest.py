@@ -162,7 +162,7 @@ class CliResult:
 
 
 @pytest.fixture
-def cli(database, monkeypatch, capsys):
+def cli(database, monkeypatch, capsys, tmp_path):
     """Run `tht` in-process against the test database; stdout must be one JSON document."""
     from tht.cli.main import main
 
@@ -171,6 +171,7 @@ def cli(database, monkeypatch, capsys):
             monkeypatch.delenv(key)
     for key, value in database.env().items():
         monkeypatch.setenv(key, value)
+    monkeypatch.setenv("THT_HOME", str(tmp_path / "home"))  # the embedded index lives here
 
     def run(*args: str, stdin: str | None = None) -> CliResult:
         capsys.readouterr()
@@ -189,7 +190,8 @@ def cli(database, monkeypatch, capsys):
 def runtime_file(tmp_path):
     def write(workspace: str = "acme", **extra: str) -> str:
         path = tmp_path / f"runtime-{workspace}.yaml"
-        lines = [f"workspace: {workspace}", "database: dwh", "schema: sales"]
+        lines = [f"workspace: {workspace}", "database: dwh", "schema: sales",
+                 "embedding: {provider: hashing, dimension: 64}"]
         lines += [f"{k}: {v}" for k, v in extra.items()]
         path.write_text("\n".join(lines) + "\n")
         return str(path)

@@ -8,11 +8,21 @@ from dataclasses import dataclass
 
 import psycopg
 
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
 from tht.errors import ArchiveUnavailable, ConfigurationError
 from tht.memory.archive.postgres import PostgresArchive
+from tht.memory.embedding import build_embedder
+from tht.memory.index import EdgeIndex, QdrantServerIndex, SearchIndex
 from tht.memory.migrations import migrate
+from tht.memory.projector import IndexProjector
+from tht.memory.recall_service import RecallService
 from tht.memory.service import MemoryService, WorkspaceService
-from tht.settings import DatabaseSettings, database_settings
+from tht.settings import DatabaseSettings, RuntimeConfig, database_settings, default_home
+from tht.validation import describe_validation_error
 
 
 def resolve_database(env: Mapping[str, str] | None = None) -> DatabaseSettings:
@@ -57,16 +67,67 @@ def run_migrations(env: Mapping[str, str] | None = None) -> dict:
     return {"database": "external", **report}
 
 
+class IndexSettings(BaseModel):
+    """The runtime file's `index` section."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    engine: Literal["edge", "qdrant"] = "edge"
+    path: Path | None = None  # edge: the data directory (default $THT_HOME/index)
+    url: str | None = None  # qdrant: the server or cluster URL; the key comes from THT_QDRANT_API_KEY
+    collection: str = Field(default="thoth_memory", pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    timeout: float = Field(default=10.0, gt=0, le=300)  # qdrant: request timeout (s)
+    open_timeout: float = Field(default=10.0, ge=0, le=300)  # edge: wait for another process (s)
+
+    @model_validator(mode="after")
+    def _engine_settings(self) -> IndexSettings:
+        if self.engine == "qdrant" and not self.url:
+            raise ValueError("engine qdrant needs a url")
+        if self.engine == "edge" and self.url:
+            raise ValueError("engine edge takes a path, not a url")
+        return self
+
+
+def build_index(settings: dict | None, env: Mapping[str, str] | None = None) -> SearchIndex:
+    try:
+        config = IndexSettings.model_validate(settings or {})
+    except ValidationError as exc:
+        raise ConfigurationError(f"index settings: {describe_validation_error(exc)}") from exc
+    if config.engine == "qdrant":
+        return QdrantServerIndex.connect(config.url, config.collection, timeout=config.timeout)
+    path = config.path or default_home(env) / "index"
+    return EdgeIndex(path, config.collection, open_timeout=config.open_timeout)
+
+
 @dataclass
 class Services:
     archive: PostgresArchive
     memory: MemoryService
     workspaces: WorkspaceService
+    projector: IndexProjector | None = None
+    recall: RecallService | None = None
 
     def close(self) -> None:
+        if self.projector is not None:
+            self.projector.index.close()
         self.archive.close()
 
 
-def build_services(env: Mapping[str, str] | None = None) -> Services:
+def build_services(runtime: RuntimeConfig | None = None, env: Mapping[str, str] | None = None) -> Services:
+    """The archive alone, or (with a runtime file) the archive and its search projection.
+
+    Nothing here touches the index or loads a model: that happens on first use, so
+    browsing and editing work while the index or the embedder is down.
+    """
     archive = open_archive(env)
-    return Services(archive=archive, memory=MemoryService(archive), workspaces=WorkspaceService(archive))
+    try:
+        if runtime is None:
+            return Services(archive, MemoryService(archive), WorkspaceService(archive))
+        index = build_index(runtime.index, env)
+        embedder = build_embedder(runtime.embedding)
+    except BaseException:
+        archive.close()
+        raise
+    projector = IndexProjector(archive, index, embedder)
+    return Services(archive, MemoryService(archive, projector), WorkspaceService(archive), projector,
+                    RecallService(archive, index, embedder, projector))

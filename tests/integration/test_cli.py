@@ -40,7 +40,7 @@ def test_every_command_succeeds_with_one_json_document(cli, setup, runtime_file)
     other = runtime_file("other")
     second = cli("memory", "create", "-c", config, "--data",
                  write(card_document("sql_rule", links=[{"target": first["id"], "meaning": "uses"}]), "b.json"))
-    assert second.code == 0 and second.document["status"] == "saved_index_incomplete"
+    assert second.code == 0 and second.document["status"] == "saved"
     card_b = second.document["card"]
     runs = {
         "memory list": cli("memory", "list", "-c", config, "--filters", '{"family": "sql_rule", "page": 1}'),
@@ -53,6 +53,12 @@ def test_every_command_succeeds_with_one_json_document(cli, setup, runtime_file)
         "workspace list": cli("workspace", "list"),
         "workspace show": cli("workspace", "show", "acme"),
         "memory list (other)": cli("memory", "list", "-c", other),
+        "memory retry": cli("memory", "retry", card_b["id"], "-c", config),
+        "memory index": cli("memory", "index", "-c", config),
+        "memory check": cli("memory", "check", "-c", config),
+        "memory search": cli("memory", "search", "edited", "-c", config, "--json"),
+        "memory rules": cli("memory", "rules", "join jobs", "-c", config, "--filters", '{"top": 3}'),
+        "memory solved-search": cli("memory", "solved-search", "orders", "-c", config),
     }
     for name, run in runs.items():
         assert run.code == 0 and "error" not in run.document, (name, run.document)
@@ -64,11 +70,17 @@ def test_every_command_succeeds_with_one_json_document(cli, setup, runtime_file)
     assert set(runs["memory pending"].document) == {"items"}
     assert runs["memory migrate"].document["applied"] == []
     assert runs["memory list (other)"].document["total"] == 0
+    assert runs["memory retry"].document["index"]["status"] == "current"
+    assert runs["memory index"].document["indexed"] == 1 and runs["memory check"].document["missing"] == []
+    assert [r["id"] for r in runs["memory rules"].document["results"]] == [card_b["id"]]
+    assert runs["memory solved-search"].document == {"results": []}
 
 
 COMMANDS = [
     ["memory", "list"], ["memory", "show"], ["memory", "create"], ["memory", "update"],
-    ["memory", "delete"], ["memory", "pending"], ["memory", "migrate"],
+    ["memory", "delete"], ["memory", "pending"], ["memory", "migrate"], ["memory", "retry"],
+    ["memory", "index"], ["memory", "check"], ["memory", "search"], ["memory", "solved-search"],
+    ["memory", "rules"],
     ["workspace", "create"], ["workspace", "list"], ["workspace", "show"],
     ["db", "status"], ["db", "stop"], ["demo"],
 ]
@@ -93,10 +105,15 @@ def test_every_command_fails_with_a_json_error(cli, setup):
         "workspace create": cli("workspace", "create", "acme", "--language", "en"),
         "workspace show": cli("workspace", "show", "missing"),
         "db status": cli("db", "status"),  # only for the embedded database
+        "memory retry": cli("memory", "retry", ID, "-c", config),
+        "memory search": cli("memory", "search", "", "-c", config),
+        "memory rules": cli("memory", "rules", "x", "-c", config, "--filters", '{"database": "other"}'),
+        "memory solved-search": cli("memory", "solved-search", "x" * 2001, "-c", config),
+        "memory check": cli("memory", "check", "-c", "/nonexistent.yaml"),
         "usage": cli("memory", "show"),
         "unknown command": cli("memory", "frobnicate"),
     }
-    expected = {"memory show": 3, "memory update": 3, "workspace create": 4, "workspace show": 3}
+    expected = {"memory show": 3, "memory update": 3, "workspace create": 4, "workspace show": 3, "memory retry": 3}
     for name, run in failures.items():
         error = run.document.get("error")
         assert error and set(error) == {"code", "message", "details"}, (name, run.document)

@@ -75,10 +75,10 @@ def _read_document(path: str) -> Any:
 
 
 @contextmanager
-def _services() -> Iterator[Any]:
+def _services(runtime: Any = None) -> Iterator[Any]:
     from tht.bootstrap import build_services
 
-    services = build_services()
+    services = build_services(runtime)
     try:
         yield services
     finally:
@@ -99,7 +99,7 @@ def memory_list(
     """Search, filter and paginate the workspace's archive."""
     runtime = load_runtime_config(config)
     query = parse_list_query(_json_argument(filters, "--filters"))
-    with _services() as services:
+    with _services(runtime) as services:
         emit(services.memory.list_cards(runtime.workspace, query).as_json())
 
 
@@ -107,7 +107,7 @@ def memory_list(
 def memory_show(card_id: Annotated[str, typer.Argument(help="Card id (mem-<uuid>)")], config: ConfigOption) -> None:
     """Print a complete card: fields, dependencies, links out and in, origin, revision."""
     runtime = load_runtime_config(config)
-    with _services() as services:
+    with _services(runtime) as services:
         emit(services.memory.get_card(runtime.workspace, card_id).as_json())
 
 
@@ -119,7 +119,7 @@ def memory_create(
     """Create a manual card with its dependencies and links."""
     runtime = load_runtime_config(config)
     card = parse_card_input(_read_document(data))
-    with _services() as services:
+    with _services(runtime) as services:
         emit(services.memory.create_card(runtime.workspace, card).as_json())
 
 
@@ -135,7 +135,7 @@ def memory_update(
 
     card_id = uuid_to_card_id(card_id_to_uuid(card_id))
     card = parse_card_input(_read_document(data), card_id=card_id, workspace=runtime.workspace)
-    with _services() as services:
+    with _services(runtime) as services:
         emit(services.memory.update_card(runtime.workspace, card_id, card).as_json())
 
 
@@ -150,7 +150,7 @@ def memory_delete(
     runtime = load_runtime_config(config)
     if not yes:
         raise InvalidInput(f"refusing to delete {card_id} without --yes")
-    with _services() as services:
+    with _services(runtime) as services:
         emit(services.memory.delete_card(runtime.workspace, card_id, revision).as_json())
 
 
@@ -158,9 +158,81 @@ def memory_delete(
 def memory_pending(config: ConfigOption) -> None:
     """List incomplete projection operations (saved, not yet in the search index)."""
     runtime = load_runtime_config(config)
-    with _services() as services:
+    with _services(runtime) as services:
         items = services.memory.pending(runtime.workspace)
         emit({"items": [item.model_dump(mode="json") for item in items]})
+
+
+@memory_app.command("retry")
+def memory_retry(card_id: Annotated[str, typer.Argument(help="Card id (mem-<uuid>)")], config: ConfigOption) -> None:
+    """Retry a card's index work from its current state (re-index it, or remove a deleted card's point)."""
+    runtime = load_runtime_config(config)
+    with _services(runtime) as services:
+        outcome = services.projector.retry(runtime.workspace, card_id)
+        emit({"id": card_id, "index": outcome.as_json()})
+
+
+@memory_app.command("index")
+def memory_index(config: ConfigOption) -> None:
+    """Rebuild the workspace's search projection (domain memory and solved questions) from the archive."""
+    runtime = load_runtime_config(config)
+
+    def progress(done: int, total: int) -> None:
+        sys.stderr.write(f"indexed {done}/{total} cards\n")
+        sys.stderr.flush()
+
+    with _services(runtime) as services:
+        emit(services.projector.rebuild(runtime.workspace, progress))
+
+
+@memory_app.command("check")
+def memory_check(
+    config: ConfigOption,
+    repair: Annotated[bool, typer.Option("--repair", help="Re-index what drifted and remove orphan points")] = False,
+) -> None:
+    """Report drift between archive and index: missing, stale, orphan and wrong-format points."""
+    runtime = load_runtime_config(config)
+    with _services(runtime) as services:
+        emit(services.projector.check(runtime.workspace, repair=repair))
+
+
+FiltersOption = Annotated[Optional[str], typer.Option(
+    "--filters", help='JSON object: scope (exact), concepts (all present), table, column, top (1-100, default 10)')]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Accepted for compatibility: output is always JSON")]
+
+
+def _recall(kind: str, question: str, config: Path, filters: str | None) -> None:
+    from tht.memory.recall_service import parse_recall_query
+
+    runtime = load_runtime_config(config)
+    query = parse_recall_query(_json_argument(filters, "--filters"))
+    with _services(runtime) as services:
+        results = services.recall.recall(runtime.workspace, question, kind, database=runtime.database,
+                                         schema=runtime.schema_name, query=query)
+        emit({"results": [r.as_json() for r in results]})
+
+
+@memory_app.command("search")
+def memory_search(question: Annotated[str, typer.Argument(help="The user's question")], config: ConfigOption,
+                  filters: FiltersOption = None, json_output: JsonFlag = False) -> None:
+    """Recall domain memory (clarifications, SQL rules, explained errors) for a question.
+
+    Results are verified against the archive; `score` is a ranking score, not a similarity."""
+    _recall("search", question, config, filters)
+
+
+@memory_app.command("solved-search")
+def memory_solved_search(question: Annotated[str, typer.Argument(help="The user's question")], config: ConfigOption,
+                         filters: FiltersOption = None, json_output: JsonFlag = False) -> None:
+    """Recall solved questions (consultative exemplars: never an approval)."""
+    _recall("solved", question, config, filters)
+
+
+@memory_app.command("rules")
+def memory_rules(question: Annotated[str, typer.Argument(help="The user's question")], config: ConfigOption,
+                 filters: FiltersOption = None, json_output: JsonFlag = False) -> None:
+    """Recall SQL rules and explained errors that apply to a question."""
+    _recall("rules", question, config, filters)
 
 
 @memory_app.command("migrate")
@@ -230,9 +302,10 @@ def db_stop() -> None:
 @app.command("demo")
 def demo() -> None:
     """Create a demo workspace with a few cards (once) and print them."""
-    from tht.demo import load_demo
+    from tht.demo import DEMO_WORKSPACE, load_demo
+    from tht.settings import RuntimeConfig
 
-    with _services() as services:
+    with _services(RuntimeConfig(workspace=DEMO_WORKSPACE)) as services:
         emit(load_demo(services))
 
 

@@ -342,8 +342,11 @@ class PendingOperation(BaseModel):
     attempts: int
     last_error: str | None
     title: str | None  # None when the card was deleted
-    created_at: datetime
-    updated_at: datetime
+    # "operation": work recorded by a mutation; "projection_outdated": the card's
+    # projection is missing or of another format (no operation row yet)
+    reason: Literal["operation", "projection_outdated"] = "operation"
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
 
 
 class Workspace(BaseModel):

@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from tht.errors import Conflict, InvalidInput, NotFound, StaleRevision
+from tht.errors import Conflict, InvalidInput, NotFound, StaleRevision, ThothError
 from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive
 from tht.memory.model import (
     Card,
@@ -45,6 +45,8 @@ class Projector(Protocol):
     """Brings the search index up to date with one card's current archive state."""
 
     def propagate(self, workspace: str, card_uuid: uuid.UUID) -> IndexOutcome: ...
+
+    def fingerprint(self, language: str) -> str: ...
 
 
 @dataclass
@@ -124,9 +126,22 @@ class MemoryService:
         return card
 
     def pending(self, workspace: str) -> list[PendingOperation]:
+        """Outstanding operations, plus cards whose projection is missing or of an older
+        format (after a model change or migration 002): both are excluded from recall."""
         with self.archive.transaction(workspace) as tx:
-            _require_workspace(tx)
-            return tx.pending_operations()
+            language = _require_workspace(tx).language
+            items = tx.pending_operations()
+            if self.projector is not None:
+                items += [
+                    PendingOperation(
+                        card_id=uuid_to_card_id(row["id"]), operation="upsert", revision=row["revision"],
+                        attempts=0, title=row["title"], reason="projection_outdated",
+                        last_error=("not indexed yet" if row["fingerprint"] is None
+                                    else "indexed in an older format or revision"),
+                    )
+                    for row in tx.stale_projections(self.projector.fingerprint(language))
+                ]
+            return items
 
     # --- mutations ----------------------------------------------------------------
 
@@ -204,7 +219,10 @@ class MemoryService:
         if self.projector is None:
             outcome = IndexOutcome("pending", operation, "no search index is configured")
         else:
-            outcome = self.projector.propagate(workspace, card_uuid)
+            try:
+                outcome = self.projector.propagate(workspace, card_uuid)
+            except ThothError as exc:  # the save is committed: this is "index update incomplete"
+                outcome = IndexOutcome("pending", operation, exc.message)
         card = None
         if operation == "upsert":
             with self.archive.transaction(workspace) as tx:

@@ -13,10 +13,11 @@ import re
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
 import psycopg_pool
@@ -182,11 +183,12 @@ class PostgresArchive:
         self.close()
 
     @contextmanager
-    def transaction(self, workspace: str | None, *, lock: bool = False,
+    def transaction(self, workspace: str | None, *, lock: bool | Literal["shared"] = False,
                     directory: bool = False) -> Iterator[ArchiveTransaction]:
         """One transaction as the runtime role, scoped to ``workspace``.
 
-        ``lock`` serializes with every other mutation of the workspace until commit.
+        ``lock=True`` serializes with every other mutation of the workspace until
+        commit; ``lock="shared"`` only waits for mutations (readers share it).
         ``directory`` allows reading the list of workspaces (never their cards).
         """
         if not self._opened:
@@ -198,12 +200,27 @@ class PostgresArchive:
                 if lock:
                     if not workspace:
                         raise ValueError("a locked transaction needs a workspace")
-                    conn.execute(_q("lock_workspace"), {"workspace": workspace})
+                    name = "lock_workspace_shared" if lock == "shared" else "lock_workspace"
+                    conn.execute(_q(name), {"workspace": workspace})
                 yield ArchiveTransaction(conn, workspace)
         except psycopg_pool.PoolTimeout as exc:
             raise ArchiveUnavailable("the memory archive (PostgreSQL) did not provide a connection in time") from exc
         except psycopg.Error as exc:
             raise _translate(exc) from exc
+
+
+@dataclass(frozen=True)
+class ProjectionState:
+    """A card's revision next to what the index is recorded to hold for it."""
+
+    revision: int
+    projected_revision: int | None
+    fingerprint: str | None
+    operation: str | None  # outstanding work, if any
+
+    def current(self, fingerprint: str) -> bool:
+        return (self.operation is None and self.projected_revision == self.revision
+                and self.fingerprint == fingerprint)
 
 
 def _day_start(value: datetime | date, *, next_day: bool = False) -> datetime:
@@ -255,43 +272,49 @@ class ArchiveTransaction:
         row = self._one("card_get", id=card_uuid)
         if row is None:
             return None
-        deps = [
-            Dependency(database=d["database_name"], schema=d["schema_name"], table=d["table_name"],
-                       column=d["column_name"])
-            for d in self._all("card_dependencies", id=card_uuid)
-        ]
-        links = [
-            Link(target=uuid_to_card_id(r["target_id"]), meaning=r["meaning"], target_title=r["title"])
-            for r in self._all("card_links_out", id=card_uuid)
-        ]
         incoming = [
             IncomingLink(source=uuid_to_card_id(r["source_id"]), meaning=r["meaning"], source_title=r["title"])
             for r in self._all("card_links_in", id=card_uuid)
         ]
-        source = None
-        if row["origin"] == "workflow":
-            source = Source(session=row["source_session"], decisions=row["source_decisions"] or [])
-        return Card(
-            id=uuid_to_card_id(row["id"]),
-            workspace=row["workspace_id"],
-            family=row["family"],
-            title=row["title"],
-            content=row["content"],
-            scope=row["scope"],
-            rationale=row["rationale"],
-            question=row["question"],
-            sql=row["sql"],
-            context=row["context"],
-            concepts=row["concepts"],
-            dependencies=deps,
-            links=links,
-            incoming_links=incoming,
-            origin=row["origin"],
-            source=source,
-            revision=row["revision"],
-            created_at=row["created_at"],
-            updated_at=row["updated_at"],
-        )
+        return self._cards_from_rows([row], incoming={card_uuid: incoming})[card_uuid]
+
+    def cards(self, card_uuids: list[uuid.UUID]) -> dict[uuid.UUID, Card]:
+        """Cards by id in three queries (no incoming links); missing ids are absent."""
+        if not card_uuids:
+            return {}
+        return self._cards_from_rows(self._all("cards_rows", ids=list(card_uuids)))
+
+    def _cards_from_rows(self, rows: list[dict],
+                         incoming: dict[uuid.UUID, list[IncomingLink]] | None = None) -> dict[uuid.UUID, Card]:
+        ids = [row["id"] for row in rows]
+        deps: dict[uuid.UUID, list[Dependency]] = {i: [] for i in ids}
+        for d in self._all("dependencies_of", ids=ids):
+            deps[d["card_id"]].append(Dependency(database=d["database_name"], schema=d["schema_name"],
+                                                 table=d["table_name"], column=d["column_name"]))
+        links: dict[uuid.UUID, list[Link]] = {i: [] for i in ids}
+        for r in self._all("links_of", ids=ids):
+            links[r["source_id"]].append(Link(target=uuid_to_card_id(r["target_id"]), meaning=r["meaning"],
+                                              target_title=r["title"]))
+        cards = {}
+        for row in rows:
+            source = None
+            if row["origin"] == "workflow":
+                source = Source(session=row["source_session"], decisions=row["source_decisions"] or [])
+            cards[row["id"]] = Card(
+                id=uuid_to_card_id(row["id"]), workspace=row["workspace_id"], family=row["family"],
+                title=row["title"], content=row["content"], scope=row["scope"], rationale=row["rationale"],
+                question=row["question"], sql=row["sql"], context=row["context"], concepts=row["concepts"],
+                dependencies=deps[row["id"]], links=links[row["id"]],
+                incoming_links=(incoming or {}).get(row["id"], []), origin=row["origin"], source=source,
+                revision=row["revision"], created_at=row["created_at"], updated_at=row["updated_at"],
+            )
+        return cards
+
+    def outgoing_links(self, card_uuids: list[uuid.UUID]) -> dict[uuid.UUID, list[tuple[uuid.UUID, str]]]:
+        found: dict[uuid.UUID, list[tuple[uuid.UUID, str]]] = {}
+        for r in self._all("links_of", ids=list(card_uuids)):
+            found.setdefault(r["source_id"], []).append((r["target_id"], r["meaning"]))
+        return found
 
     def lock_card(self, card_uuid: uuid.UUID) -> int | None:
         row = self._one("card_lock", id=card_uuid)
@@ -362,6 +385,46 @@ class ArchiveTransaction:
             )
             for r in self._all("operations_list")
         ]
+
+    # --- projections -----------------------------------------------------------
+
+    def projection_states(self, card_uuids: list[uuid.UUID]) -> dict[uuid.UUID, ProjectionState]:
+        return {
+            r["id"]: ProjectionState(r["revision"], r["projected_revision"], r["fingerprint"], r["operation"])
+            for r in self._all("projection_states", ids=list(card_uuids))
+        }
+
+    def operations_for(self, card_uuids: list[uuid.UUID]) -> dict[uuid.UUID, tuple[str, int]]:
+        return {r["card_id"]: (r["operation"], r["revision"])
+                for r in self._all("operations_for", ids=list(card_uuids))}
+
+    def operation_ids(self, limit: int) -> list[uuid.UUID]:
+        return [r["card_id"] for r in self._all("operation_ids", limit=limit)]
+
+    def clear_operation(self, card_uuid: uuid.UUID, revision: int) -> None:
+        self.conn.execute(_q("operation_clear"), self._params(id=card_uuid, revision=revision))
+
+    def record_failure(self, card_uuids: list[uuid.UUID], error: str) -> None:
+        self.conn.execute(_q("operation_failed"), self._params(ids=list(card_uuids), error=error[:2000]))
+
+    def record_projection(self, card_uuid: uuid.UUID, revision: int, fingerprint: str) -> None:
+        self.conn.execute(_q("projection_record"),
+                          self._params(id=card_uuid, revision=revision, fingerprint=fingerprint))
+
+    def forget_projections(self, card_uuids: list[uuid.UUID]) -> None:
+        self.conn.execute(_q("projection_forget"), self._params(ids=list(card_uuids)))
+
+    def projections(self) -> dict[uuid.UUID, tuple[int, str]]:
+        return {r["card_id"]: (r["revision"], r["fingerprint"]) for r in self._all("projection_ids")}
+
+    def card_revisions(self) -> dict[uuid.UUID, int]:
+        return {r["id"]: r["revision"] for r in self._all("card_revisions")}
+
+    def card_ids_after(self, after: uuid.UUID, limit: int) -> list[uuid.UUID]:
+        return [r["id"] for r in self._all("card_ids_after", after=after, limit=limit)]
+
+    def stale_projections(self, fingerprint: str) -> list[dict]:
+        return self._all("stale_projection_ids", fingerprint=fingerprint)
 
     # --- the admin list -------------------------------------------------------
 

@@ -75,12 +75,14 @@ def _refuse_drift(applied: dict[int, tuple[str, str]], known: list[Migration]) -
             )
 
 
-def migrate(conn: psycopg.Connection, runtime_login: str | None = None) -> dict:
+def migrate(conn: psycopg.Connection, runtime_login: str | None = None, *,
+            target_version: int | None = None) -> dict:
     """Apply pending migrations on a migrator connection (autocommit mode).
 
     Returns which versions were applied now and which were already there. When
     ``runtime_login`` is given, that login is granted membership in the runtime role
-    (idempotent), as the installation's runtime user.
+    (idempotent), as the installation's runtime user. ``target_version`` stops after
+    that version (tests of a later migration's data changes use it).
     """
     if not conn.autocommit:
         raise ValueError("migrate() manages its own transactions: pass an autocommit connection")
@@ -93,7 +95,7 @@ def migrate(conn: psycopg.Connection, runtime_login: str | None = None) -> dict:
         _refuse_drift(applied, known)
         newly = []
         for migration in known:
-            if migration.version in applied:
+            if migration.version in applied or (target_version and migration.version > target_version):
                 continue
             try:
                 with conn.transaction():

@@ -11,6 +11,10 @@ SELECT set_config('thoth.workspace', %(workspace)s, true),
 -- index propagation that follows them) without blocking other workspaces.
 SELECT pg_advisory_xact_lock(hashtextextended('thoth_memory.workspace:' || %(workspace)s, 0));
 
+-- name: lock_workspace_shared
+-- Readers that must not interleave with a mutation (recall verification) share it.
+SELECT pg_advisory_xact_lock_shared(hashtextextended('thoth_memory.workspace:' || %(workspace)s, 0));
+
 -- name: workspace_get
 SELECT id, name, language, created_at
   FROM thoth_memory.workspaces
@@ -166,3 +170,84 @@ SELECT c.id, c.family, c.title, c.scope, c.concepts, c.origin, c.revision,
  WHERE {filters}
  ORDER BY {order_by}
  LIMIT %(limit)s OFFSET %(offset)s;
+
+-- name: cards_rows
+SELECT id, workspace_id, family, title, content, scope, rationale, question, sql, context,
+       concepts, origin, source_session, source_decisions, revision, created_at, updated_at
+  FROM thoth_memory.cards
+ WHERE workspace_id = %(workspace)s AND id = ANY(%(ids)s);
+
+-- name: dependencies_of
+SELECT card_id, database_name, schema_name, table_name, column_name
+  FROM thoth_memory.card_dependencies
+ WHERE workspace_id = %(workspace)s AND card_id = ANY(%(ids)s)
+ ORDER BY card_id, position;
+
+-- name: links_of
+SELECT l.source_id, l.target_id, l.meaning, t.title
+  FROM thoth_memory.card_links l
+  JOIN thoth_memory.cards t ON t.id = l.target_id
+ WHERE l.workspace_id = %(workspace)s AND l.source_id = ANY(%(ids)s)
+ ORDER BY l.source_id, l.target_id;
+
+-- name: projection_states
+-- What verification needs for each card: its revision, the recorded projection and
+-- whether work is outstanding. Cards that do not exist return no row.
+SELECT c.id, c.revision, p.revision AS projected_revision, p.fingerprint, o.operation
+  FROM thoth_memory.cards c
+  LEFT JOIN thoth_memory.projections p ON p.card_id = c.id
+  LEFT JOIN thoth_memory.projection_ops o ON o.card_id = c.id
+ WHERE c.workspace_id = %(workspace)s AND c.id = ANY(%(ids)s);
+
+-- name: operations_for
+SELECT card_id, operation, revision
+  FROM thoth_memory.projection_ops
+ WHERE workspace_id = %(workspace)s AND card_id = ANY(%(ids)s);
+
+-- name: operation_ids
+SELECT card_id FROM thoth_memory.projection_ops
+ WHERE workspace_id = %(workspace)s
+ ORDER BY created_at, card_id
+ LIMIT %(limit)s;
+
+-- name: operation_clear
+-- Only the work this propagation did: a newer revision keeps its own operation.
+DELETE FROM thoth_memory.projection_ops
+ WHERE workspace_id = %(workspace)s AND card_id = %(id)s AND revision <= %(revision)s;
+
+-- name: operation_failed
+UPDATE thoth_memory.projection_ops
+   SET attempts = attempts + 1, last_error = %(error)s, updated_at = now()
+ WHERE workspace_id = %(workspace)s AND card_id = ANY(%(ids)s);
+
+-- name: projection_record
+INSERT INTO thoth_memory.projections (workspace_id, card_id, revision, fingerprint)
+VALUES (%(workspace)s, %(id)s, %(revision)s, %(fingerprint)s)
+ON CONFLICT (card_id) DO UPDATE
+   SET revision = EXCLUDED.revision, fingerprint = EXCLUDED.fingerprint, indexed_at = now();
+
+-- name: projection_forget
+DELETE FROM thoth_memory.projections WHERE workspace_id = %(workspace)s AND card_id = ANY(%(ids)s);
+
+-- name: projection_ids
+SELECT card_id, revision, fingerprint FROM thoth_memory.projections WHERE workspace_id = %(workspace)s;
+
+-- name: card_ids_after
+SELECT id FROM thoth_memory.cards
+ WHERE workspace_id = %(workspace)s AND id > %(after)s
+ ORDER BY id
+ LIMIT %(limit)s;
+
+-- name: stale_projection_ids
+-- Cards with no outstanding operation whose projection is missing, behind, or of
+-- another format (fingerprint): excluded from recall until retried or rebuilt.
+SELECT c.id, c.title, c.revision, p.fingerprint
+  FROM thoth_memory.cards c
+  LEFT JOIN thoth_memory.projections p ON p.card_id = c.id
+  LEFT JOIN thoth_memory.projection_ops o ON o.card_id = c.id
+ WHERE c.workspace_id = %(workspace)s AND o.card_id IS NULL
+   AND (p.card_id IS NULL OR p.revision <> c.revision OR p.fingerprint <> %(fingerprint)s)
+ ORDER BY c.id;
+
+-- name: card_revisions
+SELECT id, revision FROM thoth_memory.cards WHERE workspace_id = %(workspace)s;

@@ -1,0 +1,55 @@
+"""What a card looks like in the search index: its indexed text, its filter facts and
+the fingerprint of the projection format. Pure functions, no I/O.
+
+The fingerprint names everything that decides a point's vectors: embedder model and
+dimension, BM25 settings (language included) and the version of the indexed-text
+template. A card whose recorded fingerprint differs from the running one is stale and
+excluded from recall until it is re-indexed; recall never falls back to dense-only.
+"""
+
+from __future__ import annotations
+
+from tht.memory.model import Card, Dependency, card_id_to_uuid
+from tht.memory.recall_filters import CardFacts
+
+# Bump when indexed_text changes: every projection becomes stale.
+TEXT_VERSION = "text-v1"
+FORMAT = "hybrid-v1"
+
+
+def fingerprint(model_id: str, dimension: int, sparse_settings: str) -> str:
+    return f"{FORMAT}|{model_id}|{dimension}|{sparse_settings}|{TEXT_VERSION}"
+
+
+def qualified(dep: Dependency) -> str:
+    return ".".join(part for part in (dep.database, dep.schema_name, dep.table, dep.column) if part)
+
+
+def indexed_text(card: Card) -> str:
+    """Title, content, scope, rationale, question, exemplar SQL, context, concepts and
+    qualified physical dependencies: what both the dense and the BM25 branch see."""
+    parts = [card.title, card.question, card.content, card.context, card.rationale, card.sql]
+    if card.scope:
+        parts.append(f"Scope: {card.scope}")
+    if card.concepts:
+        parts.append("Concepts: " + ", ".join(card.concepts))
+    if card.dependencies:
+        # both the qualified name and its last part, so "orders.id" and "id" both match
+        names = [qualified(d) for d in card.dependencies]
+        leaves = [d.column or d.table or d.schema_name or d.database for d in card.dependencies]
+        parts.append("Depends on: " + ", ".join(names) + " (" + ", ".join(dict.fromkeys(leaves)) + ")")
+    return "\n".join(part for part in parts if part)
+
+
+def card_facts(card: Card) -> CardFacts:
+    return CardFacts(
+        workspace=card.workspace,
+        family=card.family,
+        scope=card.scope,
+        concepts=tuple(card.concepts),
+        dependencies=tuple(card.dependencies),
+    )
+
+
+def point_id(card: Card):
+    return card_id_to_uuid(card.id)

@@ -1,0 +1,226 @@
+"""Keeping the search index in step with the archive: propagate, retry, rebuild, check.
+
+Every step reads the CURRENT archive state under the workspace's advisory lock, so a
+late propagation can never overwrite a newer projection, and retry or rebuild can
+never restore an earlier edit or a deleted card. A projection is recorded (revision
+and fingerprint) and the card's pending operation cleared only after the index
+accepted the write; on failure the operation stays, with its error, for retry.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tht.errors import NotFound
+from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive
+from tht.memory.embedding import Embedder, EmbedderUnavailable, SparseEncoder
+from tht.memory.index import IndexPoint, IndexUnavailable, SearchIndex
+from tht.memory.model import card_id_to_uuid, uuid_to_card_id
+from tht.memory.projection import card_facts, fingerprint, indexed_text
+from tht.memory.service import IndexOutcome
+
+Progress = Callable[[int, int], None]
+BATCH = 256  # cards per locked transaction in rebuilds: edits wait at most one batch
+NO_REVISION = 0
+
+
+@dataclass
+class SyncReport:
+    indexed: int = 0
+    deleted: int = 0
+    failed: list[uuid.UUID] = field(default_factory=list)
+    error: str | None = None
+
+    def add(self, other: SyncReport) -> None:
+        self.indexed += other.indexed
+        self.deleted += other.deleted
+        self.failed += other.failed
+        self.error = other.error or self.error
+
+
+class IndexProjector:
+    def __init__(self, archive: PostgresArchive, index: SearchIndex, embedder: Embedder) -> None:
+        self.archive = archive
+        self.index = index
+        self.embedder = embedder
+        self._encoders: dict[str, SparseEncoder] = {}
+        self._collection_ready = False
+
+    # --- the projection format ---------------------------------------------------
+
+    def encoder(self, language: str) -> SparseEncoder:
+        if language not in self._encoders:
+            self._encoders[language] = SparseEncoder(language)
+        return self._encoders[language]
+
+    def fingerprint(self, language: str) -> str:
+        return fingerprint(self.embedder.model_id, self.embedder.dimension, self.encoder(language).settings_id)
+
+    def ensure_collection(self) -> None:
+        if not self._collection_ready:
+            self.index.ensure_collection(self.embedder.dimension)
+            self._collection_ready = True
+
+    # --- one batch of cards --------------------------------------------------------
+
+    def sync(self, workspace: str, card_uuids: Sequence[uuid.UUID]) -> SyncReport:
+        """Make the index hold exactly the current archive state of these cards."""
+        card_uuids = list(dict.fromkeys(card_uuids))
+        if not card_uuids:
+            return SyncReport()
+        with self.archive.transaction(workspace, lock=True) as tx:
+            language = _workspace_language(tx)
+            current = self.fingerprint(language)
+            cards = tx.cards(card_uuids)
+            operations = tx.operations_for(card_uuids)
+            present = [cards[i] for i in card_uuids if i in cards]
+            gone = [i for i in card_uuids if i not in cards]
+            try:
+                self.ensure_collection()
+                if present:
+                    texts = [indexed_text(card) for card in present]
+                    vectors = self.embedder.embed_passages(texts)
+                    encoder = self.encoder(language)
+                    self.index.upsert([
+                        IndexPoint(card_id_to_uuid(card.id), vector, encoder.encode_document(text),
+                                   card_facts(card), card.revision, current)
+                        for card, text, vector in zip(present, texts, vectors)
+                    ])
+                if gone:
+                    self.index.delete(gone)
+            except (IndexUnavailable, EmbedderUnavailable) as exc:
+                # Saved, index update incomplete: every card keeps (or gets) its pending
+                # operation, with the error, and stays out of recall until retried.
+                for card in present:
+                    if card_id_to_uuid(card.id) not in operations:
+                        tx.enqueue(card_id_to_uuid(card.id), "upsert", card.revision)
+                for card_uuid in gone:
+                    if card_uuid not in operations:
+                        tx.enqueue(card_uuid, "delete", NO_REVISION)
+                tx.record_failure(card_uuids, exc.message)
+                return SyncReport(failed=card_uuids, error=exc.message)
+            for card in present:
+                card_uuid = card_id_to_uuid(card.id)
+                tx.record_projection(card_uuid, card.revision, current)
+                tx.clear_operation(card_uuid, card.revision)
+            if gone:
+                tx.forget_projections(gone)
+                for card_uuid in gone:
+                    tx.clear_operation(card_uuid, operations.get(card_uuid, ("delete", NO_REVISION))[1])
+        return SyncReport(indexed=len(present), deleted=len(gone))
+
+    # --- entry points ----------------------------------------------------------------
+
+    def propagate(self, workspace: str, card_uuid: uuid.UUID) -> IndexOutcome:
+        """After a committed mutation: bring this card's projection up to date."""
+        report = self.sync(workspace, [card_uuid])
+        operation = "delete" if report.deleted else "upsert"
+        if report.failed:
+            with self.archive.transaction(workspace) as tx:
+                pending = tx.operations_for([card_uuid]).get(card_uuid, (operation, 0))[0]
+            return IndexOutcome("pending", pending, report.error)
+        return IndexOutcome("current", operation)
+
+    def retry(self, workspace: str, card_id: str) -> IndexOutcome:
+        """Retry a card's projection from its current state: re-index the card, or
+        remove the point of a deleted card. Never restores anything."""
+        card_uuid = card_id_to_uuid(card_id)
+        with self.archive.transaction(workspace) as tx:
+            _workspace_language(tx)
+            known = tx.projection_states([card_uuid]) or tx.operations_for([card_uuid])
+        if not known:
+            raise NotFound(
+                f"card {card_id} does not exist in workspace '{workspace}' and has no pending index work",
+                details={"id": card_id},
+            )
+        return self.propagate(workspace, card_uuid)
+
+    def drain(self, workspace: str) -> dict[str, Any]:
+        """Retry every pending operation of the workspace, oldest first."""
+        report = SyncReport()
+        attempted: set[uuid.UUID] = set()
+        while True:
+            with self.archive.transaction(workspace) as tx:
+                _workspace_language(tx)
+                batch = [i for i in tx.operation_ids(limit=BATCH + len(attempted)) if i not in attempted]
+            if not batch:
+                break
+            attempted.update(batch)
+            report.add(self.sync(workspace, batch[:BATCH]))
+        return {"workspace": workspace, "indexed": report.indexed, "deleted": report.deleted,
+                "failed": [uuid_to_card_id(i) for i in report.failed], "error": report.error}
+
+    def rebuild(self, workspace: str, progress: Progress | None = None) -> dict[str, Any]:
+        """Re-index every card of the workspace from the archive, remove points of
+        deleted cards, recreate the collection if it is missing. Idempotent."""
+        started = time.perf_counter()
+        self.ensure_collection()
+        with self.archive.transaction(workspace) as tx:
+            _workspace_language(tx)
+            total = len(tx.card_revisions())
+        report = SyncReport()
+        after = uuid.UUID(int=0)
+        done = 0
+        while True:
+            with self.archive.transaction(workspace) as tx:
+                batch = tx.card_ids_after(after, BATCH)
+            if not batch:
+                break
+            report.add(self.sync(workspace, batch))
+            after = batch[-1]
+            done += len(batch)
+            if progress:
+                progress(done, total)
+        # points of cards that no longer exist (deleted cards' pending work included)
+        with self.archive.transaction(workspace) as tx:
+            existing = set(tx.card_revisions())
+        orphans = [p.id for p in self.index.scroll_ids(workspace) if p.id not in existing]
+        with self.archive.transaction(workspace) as tx:
+            orphans += [i for i in tx.operation_ids(limit=1_000_000) if i not in existing]
+        for start in range(0, len(orphans), BATCH):
+            report.add(self.sync(workspace, orphans[start:start + BATCH]))
+        seconds = time.perf_counter() - started
+        return {
+            "workspace": workspace, "cards": total, "indexed": report.indexed,
+            "removed_points": report.deleted, "failed": len(report.failed), "error": report.error,
+            "seconds": round(seconds, 3), "cards_per_second": round(report.indexed / seconds, 1) if seconds else None,
+        }
+
+    def check(self, workspace: str, repair: bool = False) -> dict[str, Any]:
+        """Drift between archive and index: missing, stale, orphan and wrong-format points."""
+        with self.archive.transaction(workspace) as tx:
+            language = _workspace_language(tx)
+            cards = tx.card_revisions()
+            pending = set(tx.operation_ids(limit=1_000_000))
+        current = self.fingerprint(language)
+        points = {p.id: p for p in self.index.scroll_ids(workspace)} if self.index.collection_exists() else {}
+        drift = {
+            "missing": sorted(i for i in cards if i not in points),
+            "stale": sorted(i for i, r in cards.items() if i in points and points[i].revision != r),
+            "wrong_fingerprint": sorted(i for i in cards if i in points and points[i].fingerprint != current),
+            "orphan": sorted(i for i in points if i not in cards),
+        }
+        report: dict[str, Any] = {
+            "workspace": workspace, "cards": len(cards), "points": len(points), "pending": len(pending),
+            **{kind: [uuid_to_card_id(i) for i in ids] for kind, ids in drift.items()},
+        }
+        if repair:
+            todo = list(dict.fromkeys([i for ids in drift.values() for i in ids] + sorted(pending)))
+            repaired = SyncReport()
+            for start in range(0, len(todo), BATCH):
+                repaired.add(self.sync(workspace, todo[start:start + BATCH]))
+            report["repaired"] = {"indexed": repaired.indexed, "deleted": repaired.deleted,
+                                  "failed": len(repaired.failed), "error": repaired.error}
+        return report
+
+
+def _workspace_language(tx: ArchiveTransaction) -> str:
+    workspace = tx.workspace()
+    if workspace is None:
+        raise NotFound(f"workspace '{tx.workspace_id}' does not exist", details={"workspace": tx.workspace_id})
+    return workspace.language
+

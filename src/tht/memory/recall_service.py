@@ -1,0 +1,192 @@
+"""Verified hybrid recall: search the projection, verify every hit against PostgreSQL,
+expand links, rank, and answer with cards rebuilt from PostgreSQL.
+
+A hit counts only if its card exists in the requested workspace, has no pending
+operation, and both the point and the recorded projection carry the card's current
+revision and the running fingerprint; it must also pass the filters on the archive's
+own data. Index payloads are never returned.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from tht.errors import InvalidInput, NotFound
+from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive
+from tht.memory.embedding import Embedder
+from tht.memory.index import IndexHit, IndexUnavailable, SearchIndex
+from tht.memory.model import MAX_CONCEPT, Card, card_id_to_uuid, uuid_to_card_id
+from tht.memory.projection import card_facts
+from tht.memory.projector import IndexProjector
+from tht.memory.recall import RankedCard, rank_recall, seed_count
+from tht.memory.recall_filters import (
+    EXEMPLAR_FAMILIES,
+    REUSABLE_FAMILIES,
+    RULE_FAMILIES,
+    RecallFilters,
+    card_matches,
+)
+from tht.validation import describe_validation_error, validation_details
+
+MAX_QUESTION = 2_000
+DEFAULT_TOP = 10
+RecallKind = Literal["search", "rules", "solved"]
+FAMILIES_OF: dict[str, tuple[str, ...]] = {
+    "search": REUSABLE_FAMILIES,   # domain Memory: clarifications, rules, explained errors
+    "rules": RULE_FAMILIES,        # F4/F6/F7: SQL rules and explained errors
+    "solved": EXEMPLAR_FAMILIES,   # consultative exemplars
+}
+
+
+class RecallQuery(BaseModel):
+    """`--filters` of the recall commands: it can narrow, never widen, the binding."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    scope: str | None = Field(default=None, min_length=1, max_length=300)
+    concepts: list[str] = Field(default_factory=list, max_length=50)
+    table: str | None = Field(default=None, min_length=1, max_length=128)
+    column: str | None = Field(default=None, min_length=1, max_length=128)
+    top: int = Field(default=DEFAULT_TOP, ge=1, le=100)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _binding_is_fixed(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            overridden = sorted({"database", "schema"} & set(data))
+            if overridden:
+                raise ValueError(
+                    f"{' and '.join(overridden)} come from the runtime file and cannot be overridden by --filters")
+            for concept in data.get("concepts") or []:
+                if not isinstance(concept, str) or not 1 <= len(concept) <= MAX_CONCEPT:
+                    raise ValueError("concepts must be non-empty strings of at most 100 characters")
+        return data
+
+    @model_validator(mode="after")
+    def _column_needs_table(self) -> RecallQuery:
+        if self.column and not self.table:
+            raise ValueError("a column filter needs a table filter")
+        return self
+
+
+def parse_recall_query(document: Any) -> RecallQuery:
+    if document is None:
+        document = {}
+    if not isinstance(document, dict):
+        raise InvalidInput("filters must be a JSON object")
+    try:
+        return RecallQuery.model_validate(document)
+    except ValidationError as exc:
+        raise InvalidInput(describe_validation_error(exc), details=validation_details(exc)) from exc
+
+
+@dataclass(frozen=True)
+class RecallResult:
+    card: Card
+    ranked: RankedCard
+    hit: IndexHit | None  # the direct hit, if the card was one
+
+    def as_json(self) -> dict[str, Any]:
+        data = self.card.as_json()
+        data.pop("incoming_links", None)
+        origin = "direct" if self.ranked.hops == 0 else ("link" if self.ranked.seed_rank is None else "direct+link")
+        data["score"] = self.ranked.score
+        data["retrieval"] = {
+            "path": list(self.ranked.path),
+            "via": origin,
+            "seed_rank": self.ranked.seed_rank,
+            "dense_rank": self.hit.dense_rank if self.hit else None,
+            "bm25_rank": self.hit.bm25_rank if self.hit else None,
+            "hops": self.ranked.hops,
+            "meanings": list(self.ranked.meanings),
+        }
+        return data
+
+
+class RecallService:
+    def __init__(self, archive: PostgresArchive, index: SearchIndex, embedder: Embedder,
+                 projector: IndexProjector) -> None:
+        self.archive = archive
+        self.index = index
+        self.embedder = embedder
+        self.projector = projector
+
+    def recall(self, workspace: str, question: str, kind: RecallKind, *, database: str | None = None,
+               schema: str | None = None, query: RecallQuery | None = None,
+               exclude: frozenset[uuid.UUID] = frozenset()) -> list[RecallResult]:
+        question = (question or "").strip()
+        if not question:
+            raise InvalidInput("the question is empty")
+        if len(question) > MAX_QUESTION:
+            raise InvalidInput(f"the question is longer than {MAX_QUESTION} characters")
+        query = query or RecallQuery()
+        with self.archive.transaction(workspace) as tx:
+            workspace_row = tx.workspace()
+        if workspace_row is None:
+            raise NotFound(f"workspace '{workspace}' does not exist", details={"workspace": workspace})
+        filters = RecallFilters(
+            workspace=workspace, families=FAMILIES_OF[kind], scope=query.scope,
+            concepts=tuple(query.concepts), database=database, schema_name=schema,
+            table=query.table, column=query.column,
+        )
+        dense = self.embedder.embed_query(question)
+        sparse = self.projector.encoder(workspace_row.language).encode_query(question)
+        if not self.index.collection_exists():
+            raise IndexUnavailable("the search index has no collection yet: run `tht memory index`")
+        hits = self.index.hybrid_search(dense, sparse, filters, limit=seed_count(query.top))
+        current = self.projector.fingerprint(workspace_row.language)
+        # Content, links and eligibility are read under the workspace lock (shared
+        # with other readers), so no mutation interleaves with verification.
+        with self.archive.transaction(workspace, lock="shared") as tx:
+            verifier = _Verifier(tx, filters, current, exclude)
+            seeds = verifier.seeds(hits)
+            ranking = rank_recall(
+                [uuid_to_card_id(h.id) for h in seeds], top=query.top,
+                links_of=verifier.links_of, eligible=verifier.eligible,
+            )
+            cards = verifier.cards_for([card_id_to_uuid(r.card_id) for r in ranking.cards])
+        hit_of = {uuid_to_card_id(h.id): h for h in seeds}
+        return [RecallResult(cards[card_id_to_uuid(r.card_id)], r, hit_of.get(r.card_id)) for r in ranking.cards]
+
+
+class _Verifier:
+    """Eligibility of cards inside one archive transaction, with a small cache."""
+
+    def __init__(self, tx: ArchiveTransaction, filters: RecallFilters, fingerprint: str,
+                 exclude: frozenset[uuid.UUID]) -> None:
+        self.tx = tx
+        self.filters = filters
+        self.fingerprint = fingerprint
+        self.exclude = exclude
+        self._cards: dict[uuid.UUID, Card] = {}
+
+    def cards_for(self, ids: list[uuid.UUID]) -> dict[uuid.UUID, Card]:
+        missing = [i for i in ids if i not in self._cards]
+        if missing:
+            self._cards.update(self.tx.cards(missing))
+        return {i: self._cards[i] for i in ids if i in self._cards}
+
+    def _eligible_ids(self, ids: list[uuid.UUID]) -> set[uuid.UUID]:
+        states = self.tx.projection_states(ids)
+        current = [i for i in ids if i in states and states[i].current(self.fingerprint) and i not in self.exclude]
+        cards = self.cards_for(current)
+        return {i for i, card in cards.items() if card_matches(card_facts(card), self.filters)}
+
+    def seeds(self, hits: list[IndexHit]) -> list[IndexHit]:
+        eligible = self._eligible_ids([h.id for h in hits])
+        states = self.tx.projection_states([h.id for h in hits if h.id in eligible])
+        # the point itself must be the recorded projection of the current revision
+        return [h for h in hits if h.id in eligible
+                and h.revision == states[h.id].revision and h.fingerprint == self.fingerprint]
+
+    def eligible(self, card_ids: list[str]) -> set[str]:
+        return {uuid_to_card_id(i) for i in self._eligible_ids([card_id_to_uuid(c) for c in card_ids])}
+
+    def links_of(self, card_ids: list[str]) -> dict[str, list[tuple[str, str]]]:
+        links = self.tx.outgoing_links([card_id_to_uuid(c) for c in card_ids])
+        return {uuid_to_card_id(source): [(uuid_to_card_id(t), meaning) for t, meaning in targets]
+                for source, targets in links.items()}
