@@ -151,8 +151,10 @@ class IndexProjector:
                 break
             attempted.update(batch)
             report.add(self.sync(workspace, batch[:BATCH]))
-        return {"workspace": workspace, "indexed": report.indexed, "deleted": report.deleted,
-                "failed": [uuid_to_card_id(i) for i in report.failed], "error": report.error}
+        summary = {"workspace": workspace, "indexed": report.indexed, "deleted": report.deleted,
+                   "failed": [uuid_to_card_id(i) for i in report.failed]}
+        _raise_if_failed(report, summary)
+        return summary
 
     def rebuild(self, workspace: str, progress: Progress | None = None) -> dict[str, Any]:
         """Re-index every card of the workspace from the archive, remove points of
@@ -184,11 +186,13 @@ class IndexProjector:
         for start in range(0, len(orphans), BATCH):
             report.add(self.sync(workspace, orphans[start:start + BATCH]))
         seconds = time.perf_counter() - started
-        return {
+        summary = {
             "workspace": workspace, "cards": total, "indexed": report.indexed,
-            "removed_points": report.deleted, "failed": len(report.failed), "error": report.error,
+            "removed_points": report.deleted, "failed": len(report.failed),
             "seconds": round(seconds, 3), "cards_per_second": round(report.indexed / seconds, 1) if seconds else None,
         }
+        _raise_if_failed(report, summary)
+        return summary
 
     def check(self, workspace: str, repair: bool = False) -> dict[str, Any]:
         """Drift between archive and index: missing, stale, orphan and wrong-format points."""
@@ -214,8 +218,17 @@ class IndexProjector:
             for start in range(0, len(todo), BATCH):
                 repaired.add(self.sync(workspace, todo[start:start + BATCH]))
             report["repaired"] = {"indexed": repaired.indexed, "deleted": repaired.deleted,
-                                  "failed": len(repaired.failed), "error": repaired.error}
+                                  "failed": len(repaired.failed)}
+            _raise_if_failed(repaired, report)
         return report
+
+
+def _raise_if_failed(report: SyncReport, summary: dict[str, Any]) -> None:
+    """Work left pending is a failure for an operator command (exit code 8), with the
+    summary of what did succeed in the details."""
+    if report.failed:
+        raise IndexUnavailable(
+            f"{len(report.failed)} cards could not be indexed and stay pending: {report.error}", details=summary)
 
 
 def _workspace_language(tx: ArchiveTransaction) -> str:
