@@ -72,6 +72,14 @@ class IndexProjector:
         card_uuids = list(dict.fromkeys(card_uuids))
         if not card_uuids:
             return SyncReport()
+        # The index before the archive lock, as recall does (search, then verification
+        # under the lock): one lock order, so an embedded index held by a reader can
+        # never wait on a writer that waits on it.
+        unavailable: IndexUnavailable | None = None
+        try:
+            self.ensure_collection()
+        except IndexUnavailable as exc:
+            unavailable = exc
         with self.archive.transaction(workspace, lock=True) as tx:
             language = _workspace_language(tx)
             current = self.fingerprint(language)
@@ -80,7 +88,8 @@ class IndexProjector:
             present = [cards[i] for i in card_uuids if i in cards]
             gone = [i for i in card_uuids if i not in cards]
             try:
-                self.ensure_collection()
+                if unavailable is not None:
+                    raise unavailable
                 if present:
                     texts = [indexed_text(card) for card in present]
                     vectors = self.embedder.embed_passages(texts)

@@ -29,13 +29,13 @@ from tht.memory.index.port import (
     DENSE,
     KEYWORD_FIELDS,
     PROJECTION_FIELDS,
-    RRF_K,
     SPARSE,
     TENANT_FIELD,
+    BranchHit,
     IndexHit,
     IndexPoint,
     PointRecord,
-    branch_ranks,
+    fuse,
     projection,
 )
 from tht.memory.recall_filters import RecallFilters
@@ -132,30 +132,15 @@ class EdgeIndex:
         sparse_query = qe.Query.Nearest(qe.SparseVector(list(sparse.indices), list(sparse.values)), using=SPARSE)
         # IDF over this workspace only: another tenant's cards must not change scores here.
         idf = qe.SearchParams(idf=qe.IdfParams(corpus=_filter(f.workspace_condition(filters.workspace))))
-        fused = qe.QueryRequest(
-            limit=limit,
-            prefetches=[
-                qe.Prefetch(limit=limit, query=dense_query, filter=where),
-                qe.Prefetch(limit=limit, query=sparse_query, filter=where, params=idf),
-            ],
-            query=qe.Fusion.Rrf(k=RRF_K),
-            with_payload=PROJECTION_FIELDS,
-        )
-        # The fused response does not say where a hit came from: the branches are
-        # asked again, in the same batch, with the same filters and limits.
-        dense_only = qe.QueryRequest(limit=limit, query=dense_query, filter=where, with_payload=False)
-        sparse_only = qe.QueryRequest(limit=limit, query=sparse_query, filter=where, params=idf, with_payload=False)
+        # Both branches in one batch, each filtered before candidate selection; the
+        # fusion happens in ``fuse`` (deterministic ties).
+        dense_only = qe.QueryRequest(limit=limit, query=dense_query, filter=where, with_payload=PROJECTION_FIELDS)
+        sparse_only = qe.QueryRequest(limit=limit, query=sparse_query, filter=where, params=idf,
+                                      with_payload=PROJECTION_FIELDS)
         shard = self._open_shard()
         with _engine_errors():
-            fused_points, dense_points, sparse_points = shard.query_batch(
-                qe.QueryBatchRequest([fused, dense_only, sparse_only])
-            )
-        dense_ranks = branch_ranks([p.id for p in dense_points])
-        sparse_ranks = branch_ranks([p.id for p in sparse_points])
-        return [
-            IndexHit(p.id, rank, dense_ranks.get(p.id), sparse_ranks.get(p.id), *projection(p.payload))
-            for rank, p in enumerate(fused_points, start=1)
-        ]
+            dense_points, sparse_points = shard.query_batch(qe.QueryBatchRequest([dense_only, sparse_only]))
+        return fuse(_branch(dense_points), _branch(sparse_points), limit)
 
     def scroll_ids(self, workspace: str) -> list[PointRecord]:
         shard = self._open_shard()
@@ -272,6 +257,10 @@ def _live_pid(pid_file: Path) -> int | None:
     except (OSError, ValueError):
         return None
     return pid
+
+
+def _branch(points: Sequence[Any]) -> list[BranchHit]:
+    return [BranchHit(p.id, p.score, *projection(p.payload)) for p in points]
 
 
 def _filter(condition: f.All) -> qe.Filter:

@@ -108,5 +108,34 @@ def projection(payload: dict[str, Any] | None) -> tuple[int | None, str | None]:
     return payload.get("revision"), payload.get("fingerprint")
 
 
-def branch_ranks(ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, int]:
-    return {point_id: position for position, point_id in enumerate(ids, start=1)}
+@dataclass(frozen=True)
+class BranchHit:
+    """One candidate of the dense or the BM25 branch, as the engine scored it."""
+
+    id: uuid.UUID
+    score: float
+    revision: int | None
+    fingerprint: str | None
+
+
+def fuse(dense: Sequence[BranchHit], sparse: Sequence[BranchHit], limit: int, k: int = RRF_K) -> list[IndexHit]:
+    """Reciprocal rank fusion of the two branches, done here rather than by the engine
+    so that equal scores are ordered by point id: the same archive gives the same
+    ranking whichever engine, replica or rebuild answers (engines break ties by their
+    internal offsets, which a rebuild changes)."""
+
+    def ranks(hits: Sequence[BranchHit]) -> dict[uuid.UUID, int]:
+        ordered = sorted(hits, key=lambda h: (-h.score, h.id))
+        return {hit.id: position for position, hit in enumerate(ordered, start=1)}
+
+    dense_ranks, sparse_ranks = ranks(dense), ranks(sparse)
+    projection_of = {hit.id: (hit.revision, hit.fingerprint) for hit in [*sparse, *dense]}
+
+    def fused_score(point_id: uuid.UUID) -> float:
+        return sum(1 / (k + r[point_id]) for r in (dense_ranks, sparse_ranks) if point_id in r)
+
+    ordered = sorted(projection_of, key=lambda i: (-fused_score(i), i))[:limit]
+    return [
+        IndexHit(point_id, rank, dense_ranks.get(point_id), sparse_ranks.get(point_id), *projection_of[point_id])
+        for rank, point_id in enumerate(ordered, start=1)
+    ]

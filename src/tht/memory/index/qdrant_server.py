@@ -23,13 +23,13 @@ from tht.memory.index.port import (
     DENSE,
     KEYWORD_FIELDS,
     PROJECTION_FIELDS,
-    RRF_K,
     SPARSE,
     TENANT_FIELD,
+    BranchHit,
     IndexHit,
     IndexPoint,
     PointRecord,
-    branch_ranks,
+    fuse,
     projection,
 )
 from tht.memory.recall_filters import RecallFilters
@@ -163,31 +163,16 @@ class QdrantServerIndex:
         sparse_query = m.SparseVector(indices=list(sparse.indices), values=list(sparse.values))
         # IDF over this workspace only: another tenant's cards must not change scores here.
         idf = m.SearchParams(idf=m.IdfCorpusParams(corpus=_filter(f.workspace_condition(filters.workspace))))
-        fused = m.QueryRequest(
-            prefetch=[
-                m.Prefetch(query=list(dense), using=DENSE, filter=where, limit=limit),
-                m.Prefetch(query=sparse_query, using=SPARSE, filter=where, params=idf, limit=limit),
-            ],
-            query=m.RrfQuery(rrf=m.Rrf(k=RRF_K)),
-            limit=limit,
-            with_payload=PROJECTION_FIELDS,
-        )
-        # The fused response does not say where a hit came from: the branches are
-        # asked again, in the same batch, with the same filters and limits.
-        dense_only = m.QueryRequest(query=list(dense), using=DENSE, filter=where, limit=limit, with_payload=False)
-        sparse_only = m.QueryRequest(
-            query=sparse_query, using=SPARSE, filter=where, params=idf, limit=limit, with_payload=False
-        )
+        # Both branches in one batch, each filtered before candidate selection; the
+        # fusion happens in ``fuse`` (deterministic ties).
+        dense_only = m.QueryRequest(query=list(dense), using=DENSE, filter=where, limit=limit,
+                                    with_payload=PROJECTION_FIELDS)
+        sparse_only = m.QueryRequest(query=sparse_query, using=SPARSE, filter=where, params=idf, limit=limit,
+                                     with_payload=PROJECTION_FIELDS)
         with _engine_errors(self.collection):
-            responses = self.client.query_batch_points(self.collection, [fused, dense_only, sparse_only])
-        fused_points, dense_points, sparse_points = (r.points for r in responses)
-        dense_ranks = branch_ranks([uuid.UUID(str(p.id)) for p in dense_points])
-        sparse_ranks = branch_ranks([uuid.UUID(str(p.id)) for p in sparse_points])
-        fused_ids = [(uuid.UUID(str(p.id)), p.payload) for p in fused_points]
-        return [
-            IndexHit(point_id, rank, dense_ranks.get(point_id), sparse_ranks.get(point_id), *projection(payload))
-            for rank, (point_id, payload) in enumerate(fused_ids, start=1)
-        ]
+            dense_points, sparse_points = (
+                r.points for r in self.client.query_batch_points(self.collection, [dense_only, sparse_only]))
+        return fuse(_branch(dense_points), _branch(sparse_points), limit)
 
     def scroll_ids(self, workspace: str) -> list[PointRecord]:
         where = _filter(f.workspace_condition(workspace))
@@ -226,6 +211,10 @@ def _engine_errors(collection: str) -> Iterator[None]:
         raise IndexUnavailable(
             f"Qdrant failed on collection {collection}: {exc}", details={"collection": collection}
         ) from exc
+
+
+def _branch(points: Sequence[m.ScoredPoint]) -> list[BranchHit]:
+    return [BranchHit(uuid.UUID(str(p.id)), p.score, *projection(p.payload)) for p in points]
 
 
 def _filter(condition: f.All) -> m.Filter:

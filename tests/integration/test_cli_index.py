@@ -1,0 +1,77 @@
+"""The embedded index is single-process: concurrent CLI commands wait for each other,
+and a command facing a held index gets a clear outcome, never a raw WAL error."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tests.factories import card_document
+
+
+@pytest.fixture
+def env(database, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("THT_")}
+    env.update(database.env(), THT_HOME=str(tmp_path / "home"))
+    return env
+
+
+def tht(env, *args, stdin=None):
+    proc = subprocess.run([sys.executable, "-m", "tht", *args], capture_output=True, text=True, env=env,
+                          input=stdin, timeout=120)
+    return proc.returncode, json.loads(proc.stdout), proc.stderr
+
+
+def write_config(tmp_path, open_timeout=10):
+    path = tmp_path / "rt.yaml"
+    path.write_text("workspace: acme\ndatabase: dwh\nschema: sales\n"
+                    "embedding: {provider: hashing, dimension: 64}\n"
+                    f"index: {{engine: edge, open_timeout: {open_timeout}}}\n")
+    return str(path)
+
+
+def test_concurrent_commands_on_the_embedded_index_all_succeed(env, tmp_path):
+    config = write_config(tmp_path)
+    assert tht(env, "workspace", "create", "acme", "--language", "en")[0] == 0
+    code, created, _ = tht(env, "memory", "create", "-c", config, "--data", "-", stdin=json.dumps(card_document()))
+    assert code == 0 and created["status"] == "saved"
+    commands = [("memory", "search", "shipped order", "-c", config)] * 3 + \
+               [("memory", "create", "-c", config, "--data", "-")] * 2
+    other = json.dumps(card_document(title="Carrier codes", content="three letter carrier identifiers"))
+    with ThreadPoolExecutor(len(commands)) as pool:
+        runs = list(pool.map(lambda c: tht(env, *c, stdin=other), commands))
+    for code, document, stderr in runs:
+        assert code == 0, (document, stderr)
+        assert "WouldBlock" not in json.dumps(document) + stderr
+    assert all(d["status"] == "saved" for _, d, _ in runs[3:])
+    assert all(d["results"][0]["id"] == created["card"]["id"] for _, d, _ in runs[:3])
+
+
+def test_a_held_index_gives_a_clear_outcome(env, tmp_path):
+    config = write_config(tmp_path, open_timeout=1)
+    assert tht(env, "workspace", "create", "acme", "--language", "en")[0] == 0
+    assert tht(env, "memory", "index", "-c", config)[0] == 0  # creates the collection
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from tht.memory.index import EdgeIndex; "
+         "i = EdgeIndex(sys.argv[1], 'thoth_memory'); i.ensure_collection(64); print('held', flush=True); "
+         "sys.stdin.read(); i.close()", str(tmp_path / "home" / "index")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        code, saved, _ = tht(env, "memory", "create", "-c", config, "--data", "-", stdin=json.dumps(card_document()))
+        assert code == 0 and saved["status"] == "saved_index_incomplete"
+        assert "held by another process" in saved["index"]["error"]
+        code, failed, _ = tht(env, "memory", "search", "shipped", "-c", config)
+        assert code == 8 and failed["error"]["code"] == "index_busy"
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    code, retried, _ = tht(env, "memory", "retry", saved["card"]["id"], "-c", config)
+    assert code == 0 and retried["index"]["status"] == "current"
+    code, found, _ = tht(env, "memory", "search", "shipped order", "-c", config)
+    assert code == 0 and [r["id"] for r in found["results"]] == [saved["card"]["id"]]
