@@ -151,3 +151,11 @@ def test_workspace_directory_and_details(memory, workspaces, acme):
     detail = workspaces.show(acme)
     assert detail.cards == {"domain_clarification": 1, "sql_rule": 1} and detail.pending == 2
     assert workspaces.show("other").workspace.language == "it"
+
+
+@pytest.mark.parametrize("lock, mode", [(True, "ExclusiveLock"), ("shared", "ShareLock"), (False, None)])
+def test_transactions_hold_the_workspace_advisory_lock(archive, acme, lock, mode):
+    with archive.transaction(acme, lock=lock) as tx:
+        held = tx.conn.execute("SELECT mode FROM pg_locks WHERE locktype = 'advisory'"
+                               " AND pid = pg_backend_pid()").fetchall()
+    assert held == ([(mode,)] if mode else [])

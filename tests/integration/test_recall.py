@@ -427,3 +427,26 @@ def test_indexed_text_carries_every_searchable_field():
     for part in (data.title, data.content, data.scope, data.rationale, "SELECT 1", "margin", "dwh.s.t.c"):
         assert part in text
     assert isinstance(card_facts, object) and CardFacts
+
+
+def test_embedding_is_batched_across_cards(stack):
+    for i in range(100):
+        stack.memory.create_card("acme", card(title=f"Card {i}"))
+    stack.embedder.calls = 0
+    summary = stack.projector.rebuild("acme")
+    assert summary["indexed"] == 100 and stack.embedder.calls == 4  # ceil(100 / 32)
+
+
+def test_pending_work_survives_a_restart(archive, database, tmp_path):
+    WorkspaceService(archive).create("acme", "en")
+    down = OpenAIHttpEmbedder("http://127.0.0.1:9", "m", dimension=64, timeout=1)
+    saved = Stack(archive, EdgeIndex(tmp_path / "edge"), embedder=down).memory.create_card("acme", card()).card
+    restarted_archive = PostgresArchive(database.runtime).open()  # a new process, in effect
+    try:
+        restarted = Stack(restarted_archive, EdgeIndex(tmp_path / "edge2"))
+        assert [p.card_id for p in restarted.memory.pending("acme")] == [saved.id]
+        assert restarted.projector.drain("acme")["indexed"] == 1
+        assert restarted.memory.pending("acme") == [] and restarted.recall(saved.content) == [saved.id]
+    finally:
+        restarted.index.close()
+        restarted_archive.close()

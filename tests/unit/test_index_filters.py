@@ -26,7 +26,8 @@ def holds(condition: f.Condition, payload: dict[str, Any]) -> bool:
             found = payload.get(key)
             return value in found if isinstance(found, list) else found == value
         case f.MatchAny(key, values):
-            return payload.get(key) in values
+            found = payload.get(key)
+            return any(v in values for v in found) if isinstance(found, list) else found in values
         case f.IsNull(key):
             return key in payload and payload[key] is None
         case f.IsEmpty(key):
@@ -98,7 +99,16 @@ def test_payload_keeps_every_dependency_level() -> None:
     card = CardFacts("w1", "sql_rule", "sales", ("revenue",), (Dependency.model_validate({"database": "d"}),))
     payload = payload_of(card)
     assert payload["deps"] == [{"database": "d", "schema": None, "table": None, "column": None}]
-    assert set(payload) == {"workspace", "family", "scope", "concepts", "deps", "revision", "fingerprint"}
+    assert set(payload) == {"workspace", "family", "scope", "concepts", "deps", "dep_paths", "dep_prefixes",
+                            "revision", "fingerprint"}
+    assert payload["dep_paths"] == payload["dep_prefixes"] == ['["d"]']
+
+
+def test_gaps_in_the_physical_filter_fall_back_to_one_nested_dependency() -> None:
+    gap = RecallFilters("w1", ("sql_rule",), table="t1")  # no database bound
+    assert isinstance(f.physical_condition(gap).conditions[1], f.Nested)
+    prefix = RecallFilters("w1", ("sql_rule",), database="d", schema_name="s", table="t")
+    assert not any(isinstance(c, f.Nested) for c in f.physical_condition(prefix).conditions)
 
 
 def test_workspace_condition_is_only_the_workspace() -> None:

@@ -194,6 +194,7 @@ class IndexProjector:
             orphans += [i for i in tx.operation_ids(limit=1_000_000) if i not in existing]
         for start in range(0, len(orphans), BATCH):
             report.add(self.sync(workspace, orphans[start:start + BATCH]))
+        self.index.optimize()
         seconds = time.perf_counter() - started
         summary = {
             "workspace": workspace, "cards": total, "indexed": report.indexed,

@@ -16,11 +16,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tht.errors import InvalidInput, NotFound
-from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive
+from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive, RecallFacts
 from tht.memory.embedding import Embedder
 from tht.memory.index import IndexHit, IndexUnavailable, SearchIndex
 from tht.memory.model import MAX_CONCEPT, Card, card_id_to_uuid, uuid_to_card_id
-from tht.memory.projection import card_facts
 from tht.memory.projector import IndexProjector
 from tht.memory.recall import RankedCard, rank_recall, seed_count
 from tht.memory.recall_filters import (
@@ -114,6 +113,16 @@ class RecallService:
         self.index = index
         self.embedder = embedder
         self.projector = projector
+        self._languages: dict[str, str] = {}  # a workspace's language never changes
+
+    def _language(self, workspace: str) -> str:
+        if workspace not in self._languages:
+            with self.archive.transaction(workspace) as tx:
+                row = tx.workspace()
+            if row is None:
+                raise NotFound(f"workspace '{workspace}' does not exist", details={"workspace": workspace})
+            self._languages[workspace] = row.language
+        return self._languages[workspace]
 
     def recall(self, workspace: str, question: str, kind: RecallKind, *, database: str | None = None,
                schema: str | None = None, query: RecallQuery | None = None,
@@ -124,21 +133,18 @@ class RecallService:
         if len(question) > MAX_QUESTION:
             raise InvalidInput(f"the question is longer than {MAX_QUESTION} characters")
         query = query or RecallQuery()
-        with self.archive.transaction(workspace) as tx:
-            workspace_row = tx.workspace()
-        if workspace_row is None:
-            raise NotFound(f"workspace '{workspace}' does not exist", details={"workspace": workspace})
+        language = self._language(workspace)
         filters = RecallFilters(
             workspace=workspace, families=FAMILIES_OF[kind], scope=query.scope,
             concepts=tuple(query.concepts), database=database, schema_name=schema,
             table=query.table, column=query.column,
         )
         dense = self.embedder.embed_query(question)
-        sparse = self.projector.encoder(workspace_row.language).encode_query(question)
+        sparse = self.projector.encoder(language).encode_query(question)
         if not self.index.collection_exists():
             raise IndexUnavailable("the search index has no collection yet: run `tht memory index`")
         hits = self.index.hybrid_search(dense, sparse, filters, limit=seed_count(query.top))
-        current = self.projector.fingerprint(workspace_row.language)
+        current = self.projector.fingerprint(language)
         # Content, links and eligibility are read under the workspace lock (shared
         # with other readers), so no mutation interleaves with verification.
         with self.archive.transaction(workspace, lock="shared") as tx:
@@ -148,13 +154,13 @@ class RecallService:
                 [uuid_to_card_id(h.id) for h in seeds], top=query.top,
                 links_of=verifier.links_of, eligible=verifier.eligible,
             )
-            cards = verifier.cards_for([card_id_to_uuid(r.card_id) for r in ranking.cards])
+            cards = tx.cards([card_id_to_uuid(r.card_id) for r in ranking.cards])
         hit_of = {uuid_to_card_id(h.id): h for h in seeds}
         return [RecallResult(cards[card_id_to_uuid(r.card_id)], r, hit_of.get(r.card_id)) for r in ranking.cards]
 
 
 class _Verifier:
-    """Eligibility of cards inside one archive transaction, with a small cache."""
+    """Eligibility of cards inside one archive transaction, one query per batch."""
 
     def __init__(self, tx: ArchiveTransaction, filters: RecallFilters, fingerprint: str,
                  exclude: frozenset[uuid.UUID]) -> None:
@@ -162,31 +168,27 @@ class _Verifier:
         self.filters = filters
         self.fingerprint = fingerprint
         self.exclude = exclude
-        self._cards: dict[uuid.UUID, Card] = {}
-
-    def cards_for(self, ids: list[uuid.UUID]) -> dict[uuid.UUID, Card]:
-        missing = [i for i in ids if i not in self._cards]
-        if missing:
-            self._cards.update(self.tx.cards(missing))
-        return {i: self._cards[i] for i in ids if i in self._cards}
+        self._facts: dict[uuid.UUID, RecallFacts] = {}
 
     def _eligible_ids(self, ids: list[uuid.UUID]) -> set[uuid.UUID]:
-        states = self.tx.projection_states(ids)
-        current = [i for i in ids if i in states and states[i].current(self.fingerprint) and i not in self.exclude]
-        cards = self.cards_for(current)
-        return {i for i, card in cards.items() if card_matches(card_facts(card), self.filters)}
+        missing = [i for i in ids if i not in self._facts]
+        if missing:
+            self._facts.update(self.tx.recall_facts(missing))
+        return {i for i in ids if i in self._facts and i not in self.exclude
+                and self._facts[i][0].current(self.fingerprint) and card_matches(self._facts[i][1], self.filters)}
 
     def seeds(self, hits: list[IndexHit]) -> list[IndexHit]:
         eligible = self._eligible_ids([h.id for h in hits])
-        states = self.tx.projection_states([h.id for h in hits if h.id in eligible])
         # the point itself must be the recorded projection of the current revision
         return [h for h in hits if h.id in eligible
-                and h.revision == states[h.id].revision and h.fingerprint == self.fingerprint]
+                and h.revision == self._facts[h.id][0].revision and h.fingerprint == self.fingerprint]
 
     def eligible(self, card_ids: list[str]) -> set[str]:
         return {uuid_to_card_id(i) for i in self._eligible_ids([card_id_to_uuid(c) for c in card_ids])}
 
     def links_of(self, card_ids: list[str]) -> dict[str, list[tuple[str, str]]]:
-        links = self.tx.outgoing_links([card_id_to_uuid(c) for c in card_ids])
+        # the targets' facts come with the links: eligible() then asks nothing more
+        links, facts = self.tx.links_with_facts([card_id_to_uuid(c) for c in card_ids])
+        self._facts.update(facts)
         return {uuid_to_card_id(source): [(uuid_to_card_id(t), meaning) for t, meaning in targets]
                 for source, targets in links.items()}

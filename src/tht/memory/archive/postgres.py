@@ -26,6 +26,7 @@ from psycopg.rows import dict_row
 
 from tht.errors import ArchiveUnavailable, Conflict, InvalidInput, SchemaNotReady, ThothError
 from tht.memory.migrations import RUNTIME_ROLE, check_schema
+from tht.memory.recall_filters import CardFacts
 from tht.memory.model import (
     Card,
     CardInput,
@@ -194,14 +195,13 @@ class PostgresArchive:
         if not self._opened:
             self.open()
         try:
+            if lock and not workspace:
+                raise ValueError("a locked transaction needs a workspace")
             with self._pool.connection() as conn, conn.transaction():
-                conn.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(RUNTIME_ROLE)))
-                conn.execute(_q("set_context"), {"workspace": workspace or "", "directory": "on" if directory else "off"})
-                if lock:
-                    if not workspace:
-                        raise ValueError("a locked transaction needs a workspace")
-                    name = "lock_workspace_shared" if lock == "shared" else "lock_workspace"
-                    conn.execute(_q(name), {"workspace": workspace})
+                conn.execute(_q("set_context"), {
+                    "role": RUNTIME_ROLE, "workspace": workspace or "", "directory": "on" if directory else "off",
+                    "lock": "shared" if lock == "shared" else "exclusive" if lock else "none",
+                })
                 yield ArchiveTransaction(conn, workspace)
         except psycopg_pool.PoolTimeout as exc:
             raise ArchiveUnavailable("the memory archive (PostgreSQL) did not provide a connection in time") from exc
@@ -221,6 +221,9 @@ class ProjectionState:
     def current(self, fingerprint: str) -> bool:
         return (self.operation is None and self.projected_revision == self.revision
                 and self.fingerprint == fingerprint)
+
+
+RecallFacts = tuple[ProjectionState, CardFacts]
 
 
 def _day_start(value: datetime | date, *, next_day: bool = False) -> datetime:
@@ -279,20 +282,31 @@ class ArchiveTransaction:
         return self._cards_from_rows([row], incoming={card_uuid: incoming})[card_uuid]
 
     def cards(self, card_uuids: list[uuid.UUID]) -> dict[uuid.UUID, Card]:
-        """Cards by id in three queries (no incoming links); missing ids are absent."""
+        """Cards by id, in one round trip (no incoming links); missing ids are absent."""
         if not card_uuids:
             return {}
-        return self._cards_from_rows(self._all("cards_rows", ids=list(card_uuids)))
+        params = self._params(ids=list(card_uuids))
+        with self.conn.pipeline():
+            cursors = [self.conn.cursor(row_factory=dict_row) for _ in range(3)]
+            for cur, name in zip(cursors, ("cards_rows", "dependencies_of", "links_of")):
+                cur.execute(_q(name), params)
+        rows, dep_rows, link_rows = (cur.fetchall() for cur in cursors)
+        return self._cards_from_rows(rows, dep_rows=dep_rows, link_rows=link_rows)
 
-    def _cards_from_rows(self, rows: list[dict],
-                         incoming: dict[uuid.UUID, list[IncomingLink]] | None = None) -> dict[uuid.UUID, Card]:
+    def _cards_from_rows(self, rows: list[dict], incoming: dict[uuid.UUID, list[IncomingLink]] | None = None,
+                         dep_rows: list[dict] | None = None, link_rows: list[dict] | None = None,
+                         ) -> dict[uuid.UUID, Card]:
         ids = [row["id"] for row in rows]
+        if dep_rows is None:
+            dep_rows = self._all("dependencies_of", ids=ids)
+        if link_rows is None:
+            link_rows = self._all("links_of", ids=ids)
         deps: dict[uuid.UUID, list[Dependency]] = {i: [] for i in ids}
-        for d in self._all("dependencies_of", ids=ids):
+        for d in dep_rows:
             deps[d["card_id"]].append(Dependency(database=d["database_name"], schema=d["schema_name"],
                                                  table=d["table_name"], column=d["column_name"]))
         links: dict[uuid.UUID, list[Link]] = {i: [] for i in ids}
-        for r in self._all("links_of", ids=ids):
+        for r in link_rows:
             links[r["source_id"]].append(Link(target=uuid_to_card_id(r["target_id"]), meaning=r["meaning"],
                                               target_title=r["title"]))
         cards = {}
@@ -309,12 +323,6 @@ class ArchiveTransaction:
                 revision=row["revision"], created_at=row["created_at"], updated_at=row["updated_at"],
             )
         return cards
-
-    def outgoing_links(self, card_uuids: list[uuid.UUID]) -> dict[uuid.UUID, list[tuple[uuid.UUID, str]]]:
-        found: dict[uuid.UUID, list[tuple[uuid.UUID, str]]] = {}
-        for r in self._all("links_of", ids=list(card_uuids)):
-            found.setdefault(r["source_id"], []).append((r["target_id"], r["meaning"]))
-        return found
 
     def lock_card(self, card_uuid: uuid.UUID) -> int | None:
         row = self._one("card_lock", id=card_uuid)
@@ -393,6 +401,25 @@ class ArchiveTransaction:
             r["id"]: ProjectionState(r["revision"], r["projected_revision"], r["fingerprint"], r["operation"])
             for r in self._all("projection_states", ids=list(card_uuids))
         }
+
+    def recall_facts(self, card_uuids: list[uuid.UUID]) -> dict[uuid.UUID, RecallFacts]:
+        return {r["id"]: self._facts(r) for r in self._all("recall_facts", ids=list(card_uuids))}
+
+    def links_with_facts(self, card_uuids: list[uuid.UUID]) -> tuple[
+            dict[uuid.UUID, list[tuple[uuid.UUID, str]]], dict[uuid.UUID, RecallFacts]]:
+        """Outgoing links of these cards, and the recall facts of every target."""
+        links: dict[uuid.UUID, list[tuple[uuid.UUID, str]]] = {}
+        facts = {}
+        for r in self._all("links_with_facts", ids=list(card_uuids)):
+            links.setdefault(r["source_id"], []).append((r["target_id"], r["meaning"]))
+            facts[r["target_id"]] = self._facts(r)
+        return links, facts
+
+    def _facts(self, row: dict) -> RecallFacts:
+        deps = tuple(Dependency.model_construct(database=d[0], schema_name=d[1], table=d[2], column=d[3])
+                     for d in row["deps"])
+        return (ProjectionState(row["revision"], row["projected_revision"], row["fingerprint"], row["operation"]),
+                CardFacts(self.workspace_id, row["family"], row["scope"], tuple(row["concepts"]), deps))
 
     def operations_for(self, card_uuids: list[uuid.UUID]) -> dict[uuid.UUID, tuple[str, int]]:
         return {r["card_id"]: (r["operation"], r["revision"])

@@ -163,6 +163,13 @@ class EdgeIndex:
         with _engine_errors():
             return shard.count(request)
 
+    def optimize(self) -> None:
+        # Edge has no background optimizer: without this, segments stay unindexed
+        # (plain scans) and deleted points are never vacuumed.
+        shard = self._open_shard()
+        with _engine_errors():
+            shard.optimize()
+
     # -- opening ------------------------------------------------------------------
 
     def _open_shard(self) -> qe.EdgeShard:

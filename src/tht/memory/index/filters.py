@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tht.memory.index.port import dependency_path
 from tht.memory.recall_filters import RecallFilters
 
 DEP_LEVELS = ("database", "schema", "table", "column")
@@ -73,10 +74,31 @@ def recall_condition(filters: RecallFilters) -> All:
     if filters.scope is not None:
         conditions.append(Match("scope", filters.scope))
     conditions.extend(Match("concepts", concept) for concept in filters.concepts)
-    levels = [(level, wanted) for level, wanted in zip(DEP_LEVELS, filters.physical()) if wanted is not None]
-    if levels:
-        # A nested condition, not one per level on "deps[].x": the levels must hold
-        # in the same dependency. A null level covers the descendants.
-        one_dependency = All(tuple(AnyOf((Match(level, wanted), IsNull(level))) for level, wanted in levels))
-        conditions.append(AnyOf((IsEmpty("deps"), Nested("deps", one_dependency))))
+    physical = physical_condition(filters)
+    if physical is not None:
+        conditions.append(physical)
     return All(tuple(conditions))
+
+
+def physical_condition(filters: RecallFilters) -> Condition | None:
+    """One dependency must satisfy every given level; an absent level in the
+    dependency covers its descendants; a card without dependencies matches."""
+    wanted = filters.physical()
+    given = [value for value in wanted if value is not None]
+    if not given:
+        return None
+    if all(value is not None for value in wanted[:len(given)]):
+        # The usual case: the given levels are a prefix F (database, schema, table...).
+        # A dependency path P matches iff P is a prefix of F or F is a prefix of P,
+        # both keyword lookups on payload indexes.
+        prefix = wanted[:len(given)]
+        return AnyOf((
+            IsEmpty("dep_paths"),
+            MatchAny("dep_paths", tuple(dependency_path(prefix[:n]) for n in range(1, len(prefix) + 1))),
+            Match("dep_prefixes", dependency_path(prefix)),
+        ))
+    # Gaps in the given levels (no database bound, say): a nested condition, so the
+    # levels hold in the same dependency, with IsNull for the shallower ones.
+    levels = [(level, value) for level, value in zip(DEP_LEVELS, wanted) if value is not None]
+    one_dependency = All(tuple(AnyOf((Match(level, value), IsNull(level))) for level, value in levels))
+    return AnyOf((IsEmpty("deps"), Nested("deps", one_dependency)))

@@ -7,12 +7,14 @@ a payload is never shown to a user.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tht.memory.embedding.sparse import SparseVector
+from tht.memory.model import Dependency
 from tht.memory.recall_filters import CardFacts, RecallFilters
 
 DENSE = "dense"
@@ -23,10 +25,13 @@ RRF_K = 60
 
 TENANT_FIELD = "workspace"
 PROJECTION_FIELDS = ["revision", "fingerprint"]
-KEYWORD_FIELDS = (
-    "family", "scope", "concepts",
-    "deps[].database", "deps[].schema", "deps[].table", "deps[].column",
-)
+KEYWORD_FIELDS = ("family", "scope", "concepts", "dep_paths", "dep_prefixes")
+
+
+def dependency_path(levels: Sequence[str]) -> str:
+    """One keyword for a dependency path (database, schema, table, column prefix);
+    JSON keeps it unambiguous whatever characters the names hold."""
+    return json.dumps(list(levels), ensure_ascii=False, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -48,9 +53,19 @@ class IndexPoint:
             # Every level is present, null when absent: the physical filter relies on
             # IsNull to let a shallower dependency cover its descendants.
             "deps": [dep.as_json() for dep in card.dependencies],
+            # The same dependencies as keywords, one per dependency, so the physical
+            # filter runs on payload indexes instead of a nested scan (10x slower):
+            # each dependency's full path, and every prefix of it.
+            "dep_paths": sorted({dependency_path(_levels(dep)) for dep in card.dependencies}),
+            "dep_prefixes": sorted({dependency_path(_levels(dep)[:n]) for dep in card.dependencies
+                                    for n in range(1, len(_levels(dep)) + 1)}),
             "revision": self.revision,
             "fingerprint": self.fingerprint,
         }
+
+
+def _levels(dep: Dependency) -> list[str]:
+    return [level for level in (dep.database, dep.schema_name, dep.table, dep.column) if level is not None]
 
 
 @dataclass(frozen=True)
@@ -98,6 +113,10 @@ class SearchIndex(Protocol):
     def scroll_ids(self, workspace: str) -> list[PointRecord]: ...
 
     def count(self, workspace: str) -> int: ...
+
+    def optimize(self) -> None:
+        """Build search structures for what was written (after a rebuild); a server
+        does this on its own."""
 
     def close(self) -> None: ...
 

@@ -174,6 +174,9 @@ class QdrantServerIndex:
                 r.points for r in self.client.query_batch_points(self.collection, [dense_only, sparse_only]))
         return fuse(_branch(dense_points), _branch(sparse_points), limit)
 
+    def optimize(self) -> None:
+        """The server's optimizer runs on its own."""
+
     def scroll_ids(self, workspace: str) -> list[PointRecord]:
         where = _filter(f.workspace_condition(workspace))
         records: list[PointRecord] = []

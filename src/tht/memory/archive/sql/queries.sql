@@ -3,17 +3,20 @@
 -- backstop, not the only filter.
 
 -- name: set_context
-SELECT set_config('thoth.workspace', %(workspace)s, true),
-       set_config('thoth.directory', %(directory)s, true);
-
--- name: lock_workspace
--- 64-bit transaction-scoped lock: serializes one workspace's mutations (and the
--- index propagation that follows them) without blocking other workspaces.
-SELECT pg_advisory_xact_lock(hashtextextended('thoth_memory.workspace:' || %(workspace)s, 0));
-
--- name: lock_workspace_shared
--- Readers that must not interleave with a mutation (recall verification) share it.
-SELECT pg_advisory_xact_lock_shared(hashtextextended('thoth_memory.workspace:' || %(workspace)s, 0));
+-- The transaction's context in one round trip. set_config('role', ..., true) is SET
+-- LOCAL ROLE. The workspace lock is a 64-bit transaction-scoped advisory lock:
+-- 'exclusive' serializes one workspace's mutations (and the index propagation that
+-- follows them) without blocking other workspaces; 'shared' is for readers that must
+-- not interleave with a mutation (recall verification).
+SELECT set_config('role', %(role)s, true),
+       set_config('thoth.workspace', %(workspace)s, true),
+       set_config('thoth.directory', %(directory)s, true),
+       (SELECT 1 FROM (SELECT CASE %(lock)s
+            WHEN 'exclusive' THEN (SELECT 1 FROM pg_advisory_xact_lock(
+                hashtextextended('thoth_memory.workspace:' || %(workspace)s, 0)))
+            WHEN 'shared' THEN (SELECT 1 FROM pg_advisory_xact_lock_shared(
+                hashtextextended('thoth_memory.workspace:' || %(workspace)s, 0)))
+            END) AS locked);
 
 -- name: workspace_get
 SELECT id, name, language, created_at
@@ -198,6 +201,36 @@ SELECT c.id, c.revision, p.revision AS projected_revision, p.fingerprint, o.oper
   LEFT JOIN thoth_memory.projections p ON p.card_id = c.id
   LEFT JOIN thoth_memory.projection_ops o ON o.card_id = c.id
  WHERE c.workspace_id = %(workspace)s AND c.id = ANY(%(ids)s);
+
+-- name: recall_facts
+-- Everything verification and the recall filters need about a card, in one query:
+-- its projection state and its filterable fields, dependencies included.
+SELECT c.id, c.revision, p.revision AS projected_revision, p.fingerprint, o.operation,
+       c.family, c.scope, c.concepts,
+       coalesce((SELECT json_agg(json_build_array(d.database_name, d.schema_name, d.table_name, d.column_name)
+                                 ORDER BY d.position)
+                   FROM thoth_memory.card_dependencies d
+                  WHERE d.workspace_id = c.workspace_id AND d.card_id = c.id), '[]') AS deps
+  FROM thoth_memory.cards c
+  LEFT JOIN thoth_memory.projections p ON p.card_id = c.id
+  LEFT JOIN thoth_memory.projection_ops o ON o.card_id = c.id
+ WHERE c.workspace_id = %(workspace)s AND c.id = ANY(%(ids)s);
+
+-- name: links_with_facts
+-- Outgoing links of cards, each with the recall facts of its target (see recall_facts).
+SELECT l.source_id, l.target_id, l.meaning,
+       c.revision, p.revision AS projected_revision, p.fingerprint, o.operation,
+       c.family, c.scope, c.concepts,
+       coalesce((SELECT json_agg(json_build_array(d.database_name, d.schema_name, d.table_name, d.column_name)
+                                 ORDER BY d.position)
+                   FROM thoth_memory.card_dependencies d
+                  WHERE d.workspace_id = c.workspace_id AND d.card_id = c.id), '[]') AS deps
+  FROM thoth_memory.card_links l
+  JOIN thoth_memory.cards c ON c.id = l.target_id AND c.workspace_id = l.workspace_id
+  LEFT JOIN thoth_memory.projections p ON p.card_id = c.id
+  LEFT JOIN thoth_memory.projection_ops o ON o.card_id = c.id
+ WHERE l.workspace_id = %(workspace)s AND l.source_id = ANY(%(ids)s)
+ ORDER BY l.source_id, l.target_id;
 
 -- name: operations_for
 SELECT card_id, operation, revision

