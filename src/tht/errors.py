@@ -59,6 +59,24 @@ class PermissionDenied(ThothError):
     default_message = "permission denied"
 
 
+class Unauthenticated(PermissionDenied):
+    code = "unauthenticated"
+    http_status = 401
+    default_message = "authentication required"
+
+
+class UnsupportedMediaType(InvalidInput):
+    code = "unsupported_media_type"
+    http_status = 415
+    default_message = "the body must be application/json"
+
+
+class PayloadTooLarge(InvalidInput):
+    code = "payload_too_large"
+    http_status = 413
+    default_message = "the request body is too large"
+
+
 class ArchiveUnavailable(ThothError):
     code = "archive_unavailable"
     http_status = 503

@@ -46,17 +46,17 @@ class RuntimeConfig(_Section):
     embedding: dict[str, Any] | None = None
 
 
-def _find_credentials(node: Any, path: str = "") -> list[str]:
+def find_credentials(node: Any, path: str = "") -> list[str]:
     found = []
     if isinstance(node, Mapping):
         for key, value in node.items():
             where = f"{path}.{key}" if path else str(key)
             if _CREDENTIAL_KEY.search(str(key)):
                 found.append(where)
-            found.extend(_find_credentials(value, where))
+            found.extend(find_credentials(value, where))
     elif isinstance(node, list):
         for i, value in enumerate(node):
-            found.extend(_find_credentials(value, f"{path}[{i}]"))
+            found.extend(find_credentials(value, f"{path}[{i}]"))
     elif isinstance(node, str) and "://" in node:
         try:
             if urlsplit(node).password:
@@ -80,7 +80,7 @@ def load_runtime_config(path: str | Path) -> RuntimeConfig:
         raise ConfigurationError(f"runtime file {path} is not valid YAML: {exc}") from exc
     if not isinstance(document, Mapping):
         raise ConfigurationError(f"runtime file {path} must be a mapping of settings")
-    credentials = _find_credentials(document)
+    credentials = find_credentials(document)
     if credentials:
         raise ConfigurationError(
             f"runtime file {path} contains what looks like a credential ({', '.join(credentials)});"

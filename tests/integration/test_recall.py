@@ -388,7 +388,7 @@ def test_migration_002_marks_dense_only_projections_incompatible(cluster):
                              " VALUES ('acme', %s, 1, 'dense:e5-small:384')", (card_id_to_uuid(c.id),))
         with psycopg.connect(db.migrator, autocommit=True) as conn:
             report = migrate(conn, runtime_login=RUNTIME)
-        assert report["applied"] == ["002_hybrid_projection"]
+        assert report["applied"][0] == "002_hybrid_projection"
         pending = {p.card_id: p for p in memory.pending("acme")}
         assert (pending[kept.id].operation, pending[gone.id].operation) == ("upsert", "delete")
         assert "002" in pending[kept.id].last_error

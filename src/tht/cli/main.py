@@ -33,9 +33,11 @@ memory_app = typer.Typer(help="Cards of one workspace: browse, edit, and the pro
                          no_args_is_help=True)
 workspace_app = typer.Typer(help="Workspaces: create, list and inspect.", no_args_is_help=True)
 db_app = typer.Typer(help="The embedded PostgreSQL in THT_HOME (status, stop).", no_args_is_help=True)
+user_app = typer.Typer(help="Local accounts of the web administration.", no_args_is_help=True)
 app.add_typer(memory_app, name="memory")
 app.add_typer(workspace_app, name="workspace")
 app.add_typer(db_app, name="db")
+app.add_typer(user_app, name="user")
 
 ConfigOption = Annotated[Path, typer.Option("-c", "--config", help="Runtime file (YAML): workspace, database, schema, ...")]
 
@@ -269,6 +271,75 @@ def workspace_show(workspace_id: Annotated[str, typer.Argument(help="Workspace i
     """Show a workspace with its card counts per family and pending index work."""
     with _services() as services:
         emit(services.workspaces.show(workspace_id).as_json())
+
+
+# --- accounts -----------------------------------------------------------------------
+
+
+@user_app.command("create")
+def user_create(
+    name: Annotated[str, typer.Argument(help="User name (letters, digits, . _ @ -)")],
+    role: Annotated[str, typer.Option(help="admin (memory.manage) or user")],
+    workspace: Annotated[list[str], typer.Option(help="A workspace the user belongs to (repeat the option)")],
+    password_file: Annotated[Optional[Path], typer.Option(help="File holding a password for the login form")] = None,
+) -> None:
+    """Create a user; prints its API bearer token (shown once)."""
+    password = None
+    if password_file is not None:
+        try:
+            password = password_file.read_text().rstrip("\r\n")
+        except OSError as exc:
+            raise InvalidInput(f"cannot read {password_file}: {exc.strerror}") from exc
+    with _services() as services:
+        emit(services.accounts.create_user(name, role, workspace, password))
+
+
+@user_app.command("list")
+def user_list() -> None:
+    """List users with their role and workspaces (never their secrets)."""
+    with _services() as services:
+        emit({"items": services.accounts.list_users()})
+
+
+@memory_app.command("admin")
+def memory_admin(
+    workspace: Annotated[str, typer.Option(help="The workspace the protected request must be for")],
+    config: Annotated[Path, typer.Option("-c", "--config", help="The protected request (signed JSON); '-' for stdin")],
+) -> None:
+    """Execute an administrative operation from a signed protected request (backend use)."""
+    from tht.bootstrap import ProjectionSettings
+    from tht.protected import load_key, verify
+
+    key = load_key()
+    principal, request, nonce, expires = verify(_read_document(str(config)), key, workspace=workspace)
+    with _services_for(ProjectionSettings()) as services:
+        services.accounts.use_nonce(nonce, expires)
+        emit(services.admin.execute(principal, request))
+
+
+@contextmanager
+def _services_for(projection: Any) -> Iterator[Any]:
+    from tht.bootstrap import build_services
+
+    services = build_services(projection=projection)
+    try:
+        yield services
+    finally:
+        services.close()
+
+
+@app.command("serve")
+def serve(
+    host: Annotated[str, typer.Option(help="Address to bind (loopback by default)")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port")] = 8765,
+    demo: Annotated[bool, typer.Option("--demo", help="Load the demo workspace (BIRD Mini-Dev evidence) first")] = False,
+    config: Annotated[Optional[Path], typer.Option("-c", "--config", help="YAML with index and embedding sections")] = None,
+    secure: Annotated[bool, typer.Option("--secure", help="Served behind HTTPS: Secure, __Host- session cookie")] = False,
+) -> None:
+    """Run the administration web app on the embedded engines (or the configured ones)."""
+    from tht.web.server import run_server
+
+    run_server(host=host, port=port, demo=demo, config=config, secure=secure)
 
 
 # --- embedded database --------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,11 +76,17 @@ class IndexProjector:
         # The index before the archive lock, as recall does (search, then verification
         # under the lock): one lock order, so an embedded index held by a reader can
         # never wait on a writer that waits on it.
-        unavailable: IndexUnavailable | None = None
-        try:
-            self.ensure_collection()
-        except IndexUnavailable as exc:
-            unavailable = exc
+        with ExitStack() as held:
+            unavailable: IndexUnavailable | None = None
+            try:
+                self.ensure_collection()
+                held.enter_context(self.index.session())
+            except IndexUnavailable as exc:
+                unavailable = exc
+            return self._sync_locked(workspace, card_uuids, unavailable)
+
+    def _sync_locked(self, workspace: str, card_uuids: list[uuid.UUID],
+                     unavailable: IndexUnavailable | None) -> SyncReport:
         with self.archive.transaction(workspace, lock=True) as tx:
             language = _workspace_language(tx)
             current = self.fingerprint(language)

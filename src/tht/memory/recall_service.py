@@ -143,10 +143,16 @@ class RecallService:
         sparse = self.projector.encoder(language).encode_query(question)
         if not self.index.collection_exists():
             raise IndexUnavailable("the search index has no collection yet: run `tht memory index`")
-        hits = self.index.hybrid_search(dense, sparse, filters, limit=seed_count(query.top))
         current = self.projector.fingerprint(language)
         # Content, links and eligibility are read under the workspace lock (shared
-        # with other readers), so no mutation interleaves with verification.
+        # with other readers), so no mutation interleaves with verification; the index
+        # is held first (one lock order with writers).
+        with self.index.session():
+            hits = self.index.hybrid_search(dense, sparse, filters, limit=seed_count(query.top))
+            return self._verified(workspace, filters, hits, current, query, exclude)
+
+    def _verified(self, workspace: str, filters: RecallFilters, hits: list[IndexHit], current: str,
+                  query: RecallQuery, exclude: frozenset[uuid.UUID]) -> list[RecallResult]:
         with self.archive.transaction(workspace, lock="shared") as tx:
             verifier = _Verifier(tx, filters, current, exclude)
             seeds = verifier.seeds(hits)

@@ -185,12 +185,13 @@ class PostgresArchive:
 
     @contextmanager
     def transaction(self, workspace: str | None, *, lock: bool | Literal["shared"] = False,
-                    directory: bool = False) -> Iterator[ArchiveTransaction]:
+                    directory: bool = False, accounts: bool = False) -> Iterator[ArchiveTransaction]:
         """One transaction as the runtime role, scoped to ``workspace``.
 
         ``lock=True`` serializes with every other mutation of the workspace until
         commit; ``lock="shared"`` only waits for mutations (readers share it).
-        ``directory`` allows reading the list of workspaces (never their cards).
+        ``directory`` allows reading the list of workspaces (never their cards);
+        ``accounts`` reaches the users, sessions and nonces (never cards).
         """
         if not self._opened:
             self.open()
@@ -200,6 +201,7 @@ class PostgresArchive:
             with self._pool.connection() as conn, conn.transaction():
                 conn.execute(_q("set_context"), {
                     "role": RUNTIME_ROLE, "workspace": workspace or "", "directory": "on" if directory else "off",
+                    "accounts": "on" if accounts else "off",
                     "lock": "shared" if lock == "shared" else "exclusive" if lock else "none",
                 })
                 yield ArchiveTransaction(conn, workspace)
@@ -243,41 +245,44 @@ class ArchiveTransaction:
     def _params(self, **params: Any) -> dict[str, Any]:
         return {"workspace": self.workspace_id, **params}
 
-    def _one(self, query: str, /, **params: Any) -> dict | None:
+    def row(self, query: str, /, **params: Any) -> dict | None:
         with self.conn.cursor(row_factory=dict_row) as cur:
             return cur.execute(_q(query), self._params(**params)).fetchone()
 
-    def _all(self, query: str, /, **params: Any) -> list[dict]:
+    def rows(self, query: str, /, **params: Any) -> list[dict]:
         with self.conn.cursor(row_factory=dict_row) as cur:
             return cur.execute(_q(query), self._params(**params)).fetchall()
+
+    def execute(self, query: str, /, **params: Any) -> None:
+        self.conn.execute(_q(query), self._params(**params))
 
     # --- workspaces -----------------------------------------------------------
 
     def workspace(self) -> Workspace | None:
-        row = self._one("workspace_get")
+        row = self.row("workspace_get")
         return Workspace(**row) if row else None
 
     def insert_workspace(self, name: str, language: str) -> Workspace | None:
-        row = self._one("workspace_insert", name=name, language=language)
+        row = self.row("workspace_insert", name=name, language=language)
         return Workspace(**row) if row else None
 
     def list_workspaces(self) -> list[Workspace]:
-        return [Workspace(**row) for row in self._all("workspace_list")]
+        return [Workspace(**row) for row in self.rows("workspace_list")]
 
     def workspace_counts(self) -> tuple[dict[str, int], int]:
-        counts = {row["family"]: row["cards"] for row in self._all("workspace_card_counts")}
-        pending = self._one("workspace_pending_count")["count"]
+        counts = {row["family"]: row["cards"] for row in self.rows("workspace_card_counts")}
+        pending = self.row("workspace_pending_count")["count"]
         return counts, pending
 
     # --- cards ----------------------------------------------------------------
 
     def card(self, card_uuid: uuid.UUID) -> Card | None:
-        row = self._one("card_get", id=card_uuid)
+        row = self.row("card_get", id=card_uuid)
         if row is None:
             return None
         incoming = [
             IncomingLink(source=uuid_to_card_id(r["source_id"]), meaning=r["meaning"], source_title=r["title"])
-            for r in self._all("card_links_in", id=card_uuid)
+            for r in self.rows("card_links_in", id=card_uuid)
         ]
         return self._cards_from_rows([row], incoming={card_uuid: incoming})[card_uuid]
 
@@ -298,9 +303,9 @@ class ArchiveTransaction:
                          ) -> dict[uuid.UUID, Card]:
         ids = [row["id"] for row in rows]
         if dep_rows is None:
-            dep_rows = self._all("dependencies_of", ids=ids)
+            dep_rows = self.rows("dependencies_of", ids=ids)
         if link_rows is None:
-            link_rows = self._all("links_of", ids=ids)
+            link_rows = self.rows("links_of", ids=ids)
         deps: dict[uuid.UUID, list[Dependency]] = {i: [] for i in ids}
         for d in dep_rows:
             deps[d["card_id"]].append(Dependency(database=d["database_name"], schema=d["schema_name"],
@@ -325,13 +330,13 @@ class ArchiveTransaction:
         return cards
 
     def lock_card(self, card_uuid: uuid.UUID) -> int | None:
-        row = self._one("card_lock", id=card_uuid)
+        row = self.row("card_lock", id=card_uuid)
         return row["revision"] if row else None
 
     def existing_cards(self, card_uuids: list[uuid.UUID]) -> set[uuid.UUID]:
         if not card_uuids:
             return set()
-        return {row["id"] for row in self._all("cards_existing", ids=card_uuids)}
+        return {row["id"] for row in self.rows("cards_existing", ids=card_uuids)}
 
     def _fields(self, data: CardInput) -> dict[str, Any]:
         return {
@@ -342,7 +347,7 @@ class ArchiveTransaction:
 
     def insert_card(self, card_uuid: uuid.UUID, data: CardInput, *, language: str, origin: str,
                     source: Source | None) -> int:
-        row = self._one(
+        row = self.row(
             "card_insert", id=card_uuid, language=language, origin=origin,
             source_session=source.session if source else None,
             source_decisions=source.decisions if source else None,
@@ -351,13 +356,13 @@ class ArchiveTransaction:
         return row["revision"]
 
     def update_card(self, card_uuid: uuid.UUID, data: CardInput) -> int:
-        return self._one("card_update", id=card_uuid, **self._fields(data))["revision"]
+        return self.row("card_update", id=card_uuid, **self._fields(data))["revision"]
 
     def delete_card(self, card_uuid: uuid.UUID) -> tuple[int, int] | None:
         """Delete the card (dependencies and incident links cascade); returns
         (last revision, number of incident links removed)."""
-        links = self._one("card_incident_link_count", id=card_uuid)["count"]
-        row = self._one("card_delete", id=card_uuid)
+        links = self.row("card_incident_link_count", id=card_uuid)["count"]
+        row = self.row("card_delete", id=card_uuid)
         return (row["revision"], links) if row else None
 
     def replace_dependencies(self, card_uuid: uuid.UUID, deps: list[Dependency]) -> None:
@@ -391,7 +396,7 @@ class ArchiveTransaction:
                 attempts=r["attempts"], last_error=r["last_error"], title=r["title"],
                 created_at=r["created_at"], updated_at=r["updated_at"],
             )
-            for r in self._all("operations_list")
+            for r in self.rows("operations_list")
         ]
 
     # --- projections -----------------------------------------------------------
@@ -399,18 +404,18 @@ class ArchiveTransaction:
     def projection_states(self, card_uuids: list[uuid.UUID]) -> dict[uuid.UUID, ProjectionState]:
         return {
             r["id"]: ProjectionState(r["revision"], r["projected_revision"], r["fingerprint"], r["operation"])
-            for r in self._all("projection_states", ids=list(card_uuids))
+            for r in self.rows("projection_states", ids=list(card_uuids))
         }
 
     def recall_facts(self, card_uuids: list[uuid.UUID]) -> dict[uuid.UUID, RecallFacts]:
-        return {r["id"]: self._facts(r) for r in self._all("recall_facts", ids=list(card_uuids))}
+        return {r["id"]: self._facts(r) for r in self.rows("recall_facts", ids=list(card_uuids))}
 
     def links_with_facts(self, card_uuids: list[uuid.UUID]) -> tuple[
             dict[uuid.UUID, list[tuple[uuid.UUID, str]]], dict[uuid.UUID, RecallFacts]]:
         """Outgoing links of these cards, and the recall facts of every target."""
         links: dict[uuid.UUID, list[tuple[uuid.UUID, str]]] = {}
         facts = {}
-        for r in self._all("links_with_facts", ids=list(card_uuids)):
+        for r in self.rows("links_with_facts", ids=list(card_uuids)):
             links.setdefault(r["source_id"], []).append((r["target_id"], r["meaning"]))
             facts[r["target_id"]] = self._facts(r)
         return links, facts
@@ -423,10 +428,10 @@ class ArchiveTransaction:
 
     def operations_for(self, card_uuids: list[uuid.UUID]) -> dict[uuid.UUID, tuple[str, int]]:
         return {r["card_id"]: (r["operation"], r["revision"])
-                for r in self._all("operations_for", ids=list(card_uuids))}
+                for r in self.rows("operations_for", ids=list(card_uuids))}
 
     def operation_ids(self, limit: int) -> list[uuid.UUID]:
-        return [r["card_id"] for r in self._all("operation_ids", limit=limit)]
+        return [r["card_id"] for r in self.rows("operation_ids", limit=limit)]
 
     def clear_operation(self, card_uuid: uuid.UUID, revision: int) -> None:
         self.conn.execute(_q("operation_clear"), self._params(id=card_uuid, revision=revision))
@@ -442,16 +447,16 @@ class ArchiveTransaction:
         self.conn.execute(_q("projection_forget"), self._params(ids=list(card_uuids)))
 
     def projections(self) -> dict[uuid.UUID, tuple[int, str]]:
-        return {r["card_id"]: (r["revision"], r["fingerprint"]) for r in self._all("projection_ids")}
+        return {r["card_id"]: (r["revision"], r["fingerprint"]) for r in self.rows("projection_ids")}
 
     def card_revisions(self) -> dict[uuid.UUID, int]:
-        return {r["id"]: r["revision"] for r in self._all("card_revisions")}
+        return {r["id"]: r["revision"] for r in self.rows("card_revisions")}
 
     def card_ids_after(self, after: uuid.UUID, limit: int) -> list[uuid.UUID]:
-        return [r["id"] for r in self._all("card_ids_after", after=after, limit=limit)]
+        return [r["id"] for r in self.rows("card_ids_after", after=after, limit=limit)]
 
     def stale_projections(self, fingerprint: str) -> list[dict]:
-        return self._all("stale_projection_ids", fingerprint=fingerprint)
+        return self.rows("stale_projection_ids", fingerprint=fingerprint)
 
     # --- the admin list -------------------------------------------------------
 

@@ -45,13 +45,52 @@ _SCROLL_PAGE = 1000
 
 
 class EdgeIndex:
-    def __init__(self, path: Path | str, collection: str = "memory", *, open_timeout: float = 10.0) -> None:
+    """``release_after``: a long-running process (the web server) gives the shard up
+    after that many idle seconds, so CLI commands on the same data directory get
+    their turn; a CLI command keeps it until it closes."""
+
+    def __init__(self, path: Path | str, collection: str = "memory", *, open_timeout: float = 10.0,
+                 release_after: float | None = None) -> None:
         self.root = Path(path)
         self.shard_path = self.root / collection
         self._pid_file = self.root / f"{collection}.pid"
         self.open_timeout = open_timeout
+        self.release_after = release_after
         self._shard: qe.EdgeShard | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._in_use = 0
+        self._last_used = 0.0
+        self._release_timer: threading.Timer | None = None
+
+    @contextmanager
+    def session(self) -> Iterator[qe.EdgeShard]:
+        """Hold the shard for a unit of work (opening it, with the bounded wait, if
+        needed). Callers take it before the archive's workspace lock."""
+        with self._lock:
+            shard = self._open_existing()
+            self._in_use += 1
+        try:
+            yield shard
+        finally:
+            with self._lock:
+                self._in_use -= 1
+                self._last_used = time.monotonic()
+                self._schedule_release()
+
+    def _schedule_release(self) -> None:
+        if self.release_after is None or self._release_timer is not None or self._shard is None:
+            return
+        self._release_timer = threading.Timer(self.release_after, self._release_if_idle)
+        self._release_timer.daemon = True
+        self._release_timer.start()
+
+    def _release_if_idle(self) -> None:
+        with self._lock:
+            self._release_timer = None
+            if self._in_use == 0 and time.monotonic() - self._last_used >= self.release_after:
+                self._release()
+            else:
+                self._schedule_release()
 
     # -- collection ---------------------------------------------------------------
 
@@ -62,7 +101,10 @@ class EdgeIndex:
         with self._lock:
             if self._shard is None:
                 self._shard = self._open(create_dimension=dimension)
-            shard = self._shard
+        with self.session() as shard:
+            self._check_collection(shard, dimension)
+
+    def _check_collection(self, shard: qe.EdgeShard, dimension: int) -> None:
         # The engine offers no call that reads a shard's vector configuration; it
         # persists it in edge_config.json, which is read here.
         with _engine_errors():
@@ -96,6 +138,9 @@ class EdgeIndex:
 
     def close(self) -> None:
         with self._lock:
+            if self._release_timer is not None:
+                self._release_timer.cancel()
+                self._release_timer = None
             self._release()
 
     # -- points -------------------------------------------------------------------
@@ -111,15 +156,13 @@ class EdgeIndex:
             )
             for p in points
         ]
-        shard = self._open_shard()
-        with _engine_errors():
+        with self.session() as shard, _engine_errors():
             shard.update(qe.UpdateOperation.upsert_points(edge_points))
 
     def delete(self, ids: Sequence[uuid.UUID]) -> None:
         if not ids:
             return
-        shard = self._open_shard()
-        with _engine_errors():
+        with self.session() as shard, _engine_errors():
             shard.update(qe.UpdateOperation.delete_points(list(ids)))
 
     def hybrid_search(
@@ -137,42 +180,39 @@ class EdgeIndex:
         dense_only = qe.QueryRequest(limit=limit, query=dense_query, filter=where, with_payload=PROJECTION_FIELDS)
         sparse_only = qe.QueryRequest(limit=limit, query=sparse_query, filter=where, params=idf,
                                       with_payload=PROJECTION_FIELDS)
-        shard = self._open_shard()
-        with _engine_errors():
+        with self.session() as shard, _engine_errors():
             dense_points, sparse_points = shard.query_batch(qe.QueryBatchRequest([dense_only, sparse_only]))
         return fuse(_branch(dense_points), _branch(sparse_points), limit)
 
     def scroll_ids(self, workspace: str) -> list[PointRecord]:
-        shard = self._open_shard()
         where = _filter(f.workspace_condition(workspace))
         records: list[PointRecord] = []
         offset = None
-        while True:
-            request = qe.ScrollRequest(
-                offset=offset, limit=_SCROLL_PAGE, filter=where, with_payload=PROJECTION_FIELDS
-            )
-            with _engine_errors():
-                page, offset = shard.scroll(request)
-            records.extend(PointRecord(r.id, *projection(r.payload)) for r in page)
-            if offset is None:
-                return records
+        with self.session() as shard:
+            while True:
+                request = qe.ScrollRequest(
+                    offset=offset, limit=_SCROLL_PAGE, filter=where, with_payload=PROJECTION_FIELDS
+                )
+                with _engine_errors():
+                    page, offset = shard.scroll(request)
+                records.extend(PointRecord(r.id, *projection(r.payload)) for r in page)
+                if offset is None:
+                    return records
 
     def count(self, workspace: str) -> int:
-        shard = self._open_shard()
         request = qe.CountRequest(exact=True, filter=_filter(f.workspace_condition(workspace)))
-        with _engine_errors():
+        with self.session() as shard, _engine_errors():
             return shard.count(request)
 
     def optimize(self) -> None:
         # Edge has no background optimizer: without this, segments stay unindexed
         # (plain scans) and deleted points are never vacuumed.
-        shard = self._open_shard()
-        with _engine_errors():
+        with self.session() as shard, _engine_errors():
             shard.optimize()
 
     # -- opening ------------------------------------------------------------------
 
-    def _open_shard(self) -> qe.EdgeShard:
+    def _open_existing(self) -> qe.EdgeShard:
         with self._lock:
             if self._shard is None:
                 if not self.collection_exists():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -92,6 +93,11 @@ class IndexHit:
 
 
 class SearchIndex(Protocol):
+    def session(self) -> AbstractContextManager[Any]:
+        """Hold the engine for a unit of work. The embedded engine is single-process:
+        callers enter a session BEFORE taking the archive's workspace lock, so a
+        process holding the index never waits on one that waits for it."""
+
     def collection_exists(self) -> bool: ...
 
     def ensure_collection(self, dimension: int) -> None:

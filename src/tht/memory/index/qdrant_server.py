@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from qdrant_client import QdrantClient
@@ -176,6 +176,10 @@ class QdrantServerIndex:
 
     def optimize(self) -> None:
         """The server's optimizer runs on its own."""
+
+    def session(self) -> AbstractContextManager[None]:
+        """A server serves many processes: nothing to hold."""
+        return nullcontext()
 
     def scroll_ids(self, workspace: str) -> list[PointRecord]:
         where = _filter(f.workspace_condition(workspace))

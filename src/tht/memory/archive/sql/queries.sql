@@ -11,6 +11,7 @@
 SELECT set_config('role', %(role)s, true),
        set_config('thoth.workspace', %(workspace)s, true),
        set_config('thoth.directory', %(directory)s, true),
+       set_config('thoth.accounts', %(accounts)s, true),
        (SELECT 1 FROM (SELECT CASE %(lock)s
             WHEN 'exclusive' THEN (SELECT 1 FROM pg_advisory_xact_lock(
                 hashtextextended('thoth_memory.workspace:' || %(workspace)s, 0)))
@@ -284,3 +285,57 @@ SELECT c.id, c.title, c.revision, p.fingerprint
 
 -- name: card_revisions
 SELECT id, revision FROM thoth_memory.cards WHERE workspace_id = %(workspace)s;
+
+-- Accounts (only in the accounts mode; see migration 004) ---------------------------
+
+-- name: user_insert
+INSERT INTO thoth_memory.users (id, name, role, password_hash, token_hash)
+VALUES (%(id)s, %(name)s, %(role)s, %(password_hash)s, %(token_hash)s)
+ON CONFLICT (name) DO NOTHING
+RETURNING id;
+
+-- name: user_workspace_insert
+INSERT INTO thoth_memory.user_workspaces (user_id, workspace_id) VALUES (%(user_id)s, %(workspace)s);
+
+-- name: user_workspace_grant
+INSERT INTO thoth_memory.user_workspaces (user_id, workspace_id) VALUES (%(user_id)s, %(workspace)s)
+ON CONFLICT DO NOTHING;
+
+-- name: user_by_name
+SELECT id, name, role, password_hash FROM thoth_memory.users WHERE name = %(name)s;
+
+-- name: user_by_token
+SELECT id, name, role FROM thoth_memory.users WHERE token_hash = %(token_hash)s;
+
+-- name: user_by_session
+SELECT u.id, u.name, u.role, s.one_time
+  FROM thoth_memory.web_sessions s JOIN thoth_memory.users u ON u.id = s.user_id
+ WHERE s.id_hash = %(id_hash)s AND s.expires_at > now();
+
+-- name: user_workspaces
+SELECT workspace_id FROM thoth_memory.user_workspaces WHERE user_id = %(user_id)s ORDER BY workspace_id;
+
+-- name: users_list
+SELECT u.id, u.name, u.role, u.created_at,
+       coalesce(array_agg(w.workspace_id ORDER BY w.workspace_id) FILTER (WHERE w.workspace_id IS NOT NULL), '{}')
+           AS workspaces
+  FROM thoth_memory.users u LEFT JOIN thoth_memory.user_workspaces w ON w.user_id = u.id
+ GROUP BY u.id ORDER BY u.name;
+
+-- name: session_insert
+INSERT INTO thoth_memory.web_sessions (id_hash, user_id, one_time, expires_at)
+VALUES (%(id_hash)s, %(user_id)s, %(one_time)s, now() + make_interval(secs => %(seconds)s));
+
+-- name: session_delete
+DELETE FROM thoth_memory.web_sessions WHERE id_hash = %(id_hash)s RETURNING user_id;
+
+-- name: sessions_expire
+DELETE FROM thoth_memory.web_sessions WHERE expires_at <= now();
+
+-- name: nonce_use
+-- A nonce counts once; expired nonces are forgotten as new ones arrive.
+WITH forgotten AS (DELETE FROM thoth_memory.protected_request_nonces WHERE expires_at < now() - interval '1 day')
+INSERT INTO thoth_memory.protected_request_nonces (nonce, expires_at)
+VALUES (%(nonce)s, %(expires_at)s)
+ON CONFLICT (nonce) DO NOTHING
+RETURNING nonce;

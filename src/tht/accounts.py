@@ -1,0 +1,179 @@
+"""Local accounts: users with a role and workspace membership, API tokens, web
+sessions, and the single-use nonces of protected requests.
+
+Secrets are stored hashed: passwords with scrypt (salted, memory-hard), tokens and
+session ids with SHA-256 (they are 256-bit random values, so a fast hash is enough).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from tht.errors import Conflict, InvalidInput, NotFound, PermissionDenied, Unauthenticated
+from tht.memory.archive.postgres import PostgresArchive
+
+Role = Literal["admin", "user"]
+MANAGE = "memory.manage"
+ROLE_PERMISSIONS: dict[str, frozenset[str]] = {"admin": frozenset({MANAGE}), "user": frozenset()}
+SESSION_SECONDS = 8 * 3600
+ONE_TIME_SECONDS = 15 * 60
+_NAME = re.compile(r"^[A-Za-z0-9._@-]{1,64}$")
+_SCRYPT = {"n": 2**14, "r": 8, "p": 1, "dklen": 32}
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is acting: checked by the route and again by the service."""
+
+    user: str
+    role: Role
+    workspaces: frozenset[str]
+
+    @property
+    def permissions(self) -> frozenset[str]:
+        return ROLE_PERMISSIONS.get(self.role, frozenset())
+
+    def can_manage(self, workspace: str) -> bool:
+        return MANAGE in self.permissions and workspace in self.workspaces
+
+    def require_manage(self, workspace: str) -> None:
+        if MANAGE not in self.permissions:
+            raise PermissionDenied(f"user {self.user} does not have {MANAGE}")
+        if workspace not in self.workspaces:
+            raise PermissionDenied(f"user {self.user} may not administer workspace '{workspace}'")
+
+    def as_json(self) -> dict:
+        return {"user": self.user, "role": self.role, "workspaces": sorted(self.workspaces),
+                "permissions": sorted(self.permissions)}
+
+
+def hash_password(password: str) -> str:
+    salt = secrets.token_bytes(16)
+    digest = hashlib.scrypt(password.encode(), salt=salt, **_SCRYPT)
+    return f"scrypt${salt.hex()}${digest.hex()}"
+
+
+def verify_password(password: str, stored: str | None) -> bool:
+    if not stored or not stored.startswith("scrypt$"):
+        return False
+    _, salt, digest = stored.split("$")
+    candidate = hashlib.scrypt(password.encode(), salt=bytes.fromhex(salt), **_SCRYPT)
+    return hmac.compare_digest(candidate.hex(), digest)
+
+
+def digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+class Accounts:
+    def __init__(self, archive: PostgresArchive) -> None:
+        self.archive = archive
+
+    def create_user(self, name: str, role: str, workspaces: list[str], password: str | None = None) -> dict:
+        """Create a user; returns its API token, shown this once."""
+        if not _NAME.match(name or ""):
+            raise InvalidInput("a user name has 1 to 64 letters, digits, '.', '_', '@' or '-'")
+        if role not in ROLE_PERMISSIONS:
+            raise InvalidInput(f"role must be admin or user, not '{role}'")
+        if password is not None and len(password) < 12:
+            raise InvalidInput("a password has at least 12 characters")
+        if not workspaces:
+            raise InvalidInput("a user needs at least one workspace (--workspace)")
+        known = {w.id for w in self._workspaces()}
+        missing = sorted(set(workspaces) - known)
+        if missing:
+            raise NotFound(f"workspace '{missing[0]}' does not exist", details={"missing": missing})
+        token = "tht_" + secrets.token_urlsafe(32)
+        user_id = uuid.uuid4()
+        with self.archive.transaction(None, accounts=True) as tx:
+            created = tx.row("user_insert", id=user_id, name=name, role=role,
+                              password_hash=hash_password(password) if password else None, token_hash=digest(token))
+            if created is None:
+                raise Conflict(f"user '{name}' already exists")
+            for workspace in sorted(set(workspaces)):
+                tx.execute("user_workspace_insert", user_id=user_id, workspace=workspace)
+        return {"user": name, "role": role, "workspaces": sorted(set(workspaces)), "token": token}
+
+    def add_memberships(self, name: str, workspaces: list[str]) -> None:
+        with self.archive.transaction(None, accounts=True) as tx:
+            row = tx.row("user_by_name", name=name)
+            if row is None:
+                raise NotFound(f"user '{name}' does not exist")
+            for workspace in workspaces:
+                tx.execute("user_workspace_grant", user_id=row["id"], workspace=workspace)
+
+    def _workspaces(self):
+        with self.archive.transaction(None, directory=True) as tx:
+            return tx.list_workspaces()
+
+    def list_users(self) -> list[dict]:
+        with self.archive.transaction(None, accounts=True) as tx:
+            return [{"user": r["name"], "role": r["role"], "workspaces": r["workspaces"],
+                     "created_at": r["created_at"].isoformat()} for r in tx.rows("users_list")]
+
+    def _principal(self, tx, row: dict) -> Principal:
+        workspaces = frozenset(r["workspace_id"] for r in tx.rows("user_workspaces", user_id=row["id"]))
+        return Principal(user=row["name"], role=row["role"], workspaces=workspaces)
+
+    def by_token(self, token: str) -> Principal:
+        with self.archive.transaction(None, accounts=True) as tx:
+            row = tx.row("user_by_token", token_hash=digest(token))
+            if row is None:
+                raise Unauthenticated("invalid API token")
+            return self._principal(tx, row)
+
+    def by_password(self, name: str, password: str) -> Principal:
+        with self.archive.transaction(None, accounts=True) as tx:
+            row = tx.row("user_by_name", name=name)
+            # the same work whether or not the user exists: no user enumeration by timing
+            ok = verify_password(password, row["password_hash"] if row else hash_password("x" * 12))
+            if row is None or not ok:
+                raise Unauthenticated("wrong user name or password")
+            return self._principal(tx, row)
+
+    def open_session(self, principal_name: str, *, one_time: bool = False) -> str:
+        """A new web session id (or a one-time login token) for this user."""
+        session = secrets.token_urlsafe(32)
+        with self.archive.transaction(None, accounts=True) as tx:
+            tx.execute("sessions_expire")
+            row = tx.row("user_by_name", name=principal_name)
+            if row is None:
+                raise NotFound(f"user '{principal_name}' does not exist")
+            tx.execute("session_insert", id_hash=digest(session), user_id=row["id"], one_time=one_time,
+                       seconds=ONE_TIME_SECONDS if one_time else SESSION_SECONDS)
+        return session
+
+    def by_session(self, session: str) -> Principal:
+        with self.archive.transaction(None, accounts=True) as tx:
+            row = tx.row("user_by_session", id_hash=digest(session))
+            if row is None or row["one_time"]:
+                raise Unauthenticated("the session expired: log in again")
+            return self._principal(tx, row)
+
+    def redeem_one_time(self, token: str) -> str:
+        """Exchange a one-time login token for a new session (the token is spent)."""
+        with self.archive.transaction(None, accounts=True) as tx:
+            row = tx.row("user_by_session", id_hash=digest(token))
+            spent = tx.row("session_delete", id_hash=digest(token))
+            if row is None or spent is None or not row["one_time"]:
+                raise Unauthenticated("this login link was already used or has expired")
+            name = row["name"]
+        return self.open_session(name)
+
+    def close_session(self, session: str) -> None:
+        with self.archive.transaction(None, accounts=True) as tx:
+            tx.row("session_delete", id_hash=digest(session))
+
+    def use_nonce(self, nonce: str, expires_at: datetime) -> None:
+        """Record a protected request's nonce; a second use is refused."""
+        with self.archive.transaction(None, accounts=True) as tx:
+            if tx.row("nonce_use", nonce=nonce, expires_at=expires_at) is None:
+                raise PermissionDenied("this protected request was already used (replay refused)")
+

@@ -1,0 +1,62 @@
+"""Administrative operations behind every entry point that acts for a person.
+
+The HTTP routes check the principal and the workspace, then hand this module the
+principal and a snapshot of the request; it checks the principal again on its own, so
+a bug in a route cannot open the archive. `tht memory admin` reaches the same code
+from a signed protected request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from tht.accounts import Principal
+from tht.errors import InvalidInput
+from tht.memory.model import card_id_to_uuid, parse_card_input, parse_list_query, uuid_to_card_id
+from tht.memory.projector import IndexProjector
+from tht.memory.service import MemoryService
+
+Operation = Literal["list", "show", "create", "update", "delete", "pending", "retry"]
+OPERATIONS: tuple[str, ...] = ("list", "show", "create", "update", "delete", "pending", "retry")
+
+
+@dataclass(frozen=True)
+class AdminRequest:
+    """What the caller asked for: the protected request snapshot."""
+
+    workspace: str
+    operation: Operation
+    card_id: str | None = None
+    body: Any = None
+    filters: dict[str, Any] = field(default_factory=dict)
+    revision: int | None = None
+
+
+class MemoryAdmin:
+    def __init__(self, memory: MemoryService, projector: IndexProjector | None) -> None:
+        self.memory = memory
+        self.projector = projector
+
+    def execute(self, principal: Principal, request: AdminRequest) -> dict[str, Any]:
+        principal.require_manage(request.workspace)
+        workspace, operation = request.workspace, request.operation
+        if operation == "list":
+            return self.memory.list_cards(workspace, parse_list_query(request.filters)).as_json()
+        if operation == "pending":
+            return {"items": [p.model_dump(mode="json") for p in self.memory.pending(workspace)]}
+        if operation == "create":
+            return self.memory.create_card(workspace, parse_card_input(request.body)).as_json()
+        if operation not in OPERATIONS:
+            raise InvalidInput(f"unknown operation '{operation}'")
+        card_id = uuid_to_card_id(card_id_to_uuid(request.card_id or ""))
+        if operation == "show":
+            return self.memory.get_card(workspace, card_id).as_json()
+        if operation == "update":
+            data = parse_card_input(request.body, card_id=card_id, workspace=workspace)
+            return self.memory.update_card(workspace, card_id, data).as_json()
+        if operation == "delete":
+            return self.memory.delete_card(workspace, card_id, request.revision).as_json()
+        if self.projector is None:
+            raise InvalidInput("no search index is configured: nothing to retry")
+        return {"id": card_id, "index": self.projector.retry(workspace, card_id).as_json()}

@@ -1,0 +1,320 @@
+"""The administration web app: the JSON API below /api and the pages that use it.
+
+Authentication: a bearer API token (`tht user create` prints one) or a web session
+cookie from the login form. Cookie-authenticated unsafe requests also need a CSRF
+token bound to the session (header X-CSRF-Token) and a same-origin Origin /
+Sec-Fetch-Site; bodies must be JSON. Every memory route checks `memory.manage` and
+workspace membership, then the service checks the principal again (MemoryAdmin).
+"""
+
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from fastapi import Body, Depends, FastAPI, Path as PathParam, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from tht.accounts import Principal
+from tht.bootstrap import Services
+from tht.errors import (
+    InvalidInput,
+    NotFound,
+    PayloadTooLarge,
+    PermissionDenied,
+    ThothError,
+    Unauthenticated,
+    UnsupportedMediaType,
+)
+from tht.memory.admin import AdminRequest
+from tht.memory.model import FAMILIES, MAX_DOCUMENT_BYTES
+from tht.web import schemas
+
+HERE = Path(__file__).parent
+SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
+WORKSPACE_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+CARD_ID_PATTERN = r"^mem-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+
+
+@dataclass
+class WebSettings:
+    secure: bool = False  # served over HTTPS: __Host- cookie with Secure
+    csrf_key: bytes = b""
+
+    def __post_init__(self) -> None:
+        if not self.csrf_key:
+            self.csrf_key = secrets.token_bytes(32)
+
+    @property
+    def cookie_name(self) -> str:
+        return "__Host-tht_session" if self.secure else "tht_session"
+
+
+def error_response(error: ThothError) -> JSONResponse:
+    return JSONResponse(error.to_dict(), status_code=error.http_status)
+
+
+def create_app(services: Services, settings: WebSettings | None = None) -> FastAPI:
+    settings = settings or WebSettings()
+    app = FastAPI(
+        title="Thoth Memory administration API",
+        version="1",
+        openapi_url="/api/docs",
+        docs_url=None,
+        redoc_url=None,
+        description="Administration → Memory management. Errors are {\"error\": {\"code\", \"message\", \"details\"}}.",
+    )
+    templates = Jinja2Templates(directory=str(HERE / "templates"))
+    app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
+
+    def csrf_token(session: str) -> str:
+        return hmac.new(settings.csrf_key, hashlib.sha256(session.encode()).digest(), hashlib.sha256).hexdigest()
+
+    # --- errors -------------------------------------------------------------------------
+
+    @app.exception_handler(ThothError)
+    async def thoth_error(request: Request, exc: ThothError) -> Response:
+        if not request.url.path.startswith("/api") and isinstance(exc, Unauthenticated):
+            return RedirectResponse("/login", status_code=303)
+        if not request.url.path.startswith("/api"):
+            return templates.TemplateResponse(request, "error.html", {"error": exc}, status_code=exc.http_status)
+        return error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> Response:
+        details = [{"field": ".".join(str(p) for p in e["loc"][1:]), "message": e["msg"]} for e in exc.errors()]
+        message = "; ".join(f"{d['field']}: {d['message']}" for d in details) or "invalid request"
+        return error_response(InvalidInput(message, details=details))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        body = {"error": {"code": code, "message": str(exc.detail), "details": None}}
+        return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+    # --- request hygiene ----------------------------------------------------------------
+
+    @app.middleware("http")
+    async def hygiene(request: Request, call_next):
+        length = request.headers.get("content-length")
+        if length and (not length.isdigit() or int(length) > MAX_DOCUMENT_BYTES):
+            return error_response(PayloadTooLarge(f"the body is larger than {MAX_DOCUMENT_BYTES} bytes"))
+        if request.method not in SAFE_METHODS and request.url.path.startswith("/api"):
+            body = await request.body()
+            if len(body) > MAX_DOCUMENT_BYTES:
+                return error_response(PayloadTooLarge(f"the body is larger than {MAX_DOCUMENT_BYTES} bytes"))
+            media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+            if body and media != "application/json":
+                return error_response(UnsupportedMediaType(f"the body must be application/json, not '{media or 'none'}'"))
+        response = await call_next(request)
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        response.headers.setdefault("X-Frame-Options", "DENY")
+        response.headers.setdefault("Referrer-Policy", "same-origin")
+        response.headers.setdefault("Content-Security-Policy",
+                                    "default-src 'self'; style-src 'self'; script-src 'self'; frame-ancestors 'none'")
+        response.headers.setdefault("Cache-Control", "no-store")
+        return response
+
+    # --- authentication -----------------------------------------------------------------
+
+    def check_csrf(request: Request, session: str) -> None:
+        fetch_site = request.headers.get("sec-fetch-site")
+        origin = request.headers.get("origin")
+        expected = f"{request.url.scheme}://{request.headers.get('host', '')}"
+        if fetch_site is not None and fetch_site not in ("same-origin", "none"):
+            raise PermissionDenied("cross-site request refused", details={"reason": "sec-fetch-site"})
+        if origin is not None and origin != expected:
+            raise PermissionDenied("cross-origin request refused", details={"reason": "origin"})
+        if fetch_site is None and origin is None:
+            raise PermissionDenied("request origin unknown: refused", details={"reason": "origin"})
+        token = request.headers.get("x-csrf-token", "")
+        if not hmac.compare_digest(token, csrf_token(session)):
+            raise PermissionDenied("missing or invalid CSRF token", details={"reason": "csrf"})
+
+    def principal(request: Request) -> Principal:
+        authorization = request.headers.get("authorization")
+        if authorization:
+            scheme, _, token = authorization.partition(" ")
+            if scheme.lower() != "bearer" or not token.strip():
+                raise Unauthenticated("use 'Authorization: Bearer <token>'")
+            return services.accounts.by_token(token.strip())
+        session = request.cookies.get(settings.cookie_name)
+        if not session:
+            raise Unauthenticated()
+        found = services.accounts.by_session(session)
+        if request.method not in SAFE_METHODS:
+            check_csrf(request, session)
+        return found
+
+    Actor = Annotated[Principal, Depends(principal)]
+    WorkspaceId = Annotated[str, PathParam(alias="workspaceId", pattern=WORKSPACE_PATTERN)]
+    CardId = Annotated[str, PathParam(alias="cardId", pattern=CARD_ID_PATTERN)]
+
+    def admin(actor: Principal, request: AdminRequest) -> dict[str, Any]:
+        actor.require_manage(request.workspace)  # the route's check; MemoryAdmin checks again
+        return services.admin.execute(actor, request)
+
+    errors = schemas.error_responses
+
+    # --- session ------------------------------------------------------------------------
+
+    @app.post("/api/session", response_model=schemas.SessionOut, responses=errors(401, 415, 422, 503),
+              tags=["session"], summary="Log in (password or API token); sets the session cookie")
+    def login(credentials: schemas.Login, response: Response) -> dict[str, Any]:
+        if credentials.token:
+            found = services.accounts.by_token(credentials.token)
+        elif credentials.name and credentials.password:
+            found = services.accounts.by_password(credentials.name, credentials.password)
+        else:
+            raise InvalidInput("give name and password, or token")
+        session = services.accounts.open_session(found.user)
+        set_session_cookie(response, session)
+        return {"principal": found.as_json(), "csrf_token": csrf_token(session)}
+
+    def set_session_cookie(response: Response, session: str) -> None:
+        response.set_cookie(settings.cookie_name, session, httponly=True, samesite="strict",
+                            secure=settings.secure, path="/", max_age=8 * 3600)
+
+    @app.get("/api/session", response_model=schemas.SessionOut, responses=errors(401, 503), tags=["session"],
+             summary="The logged-in principal and its CSRF token")
+    def session_info(actor: Actor, request: Request) -> dict[str, Any]:
+        session = request.cookies.get(settings.cookie_name)
+        return {"principal": actor.as_json(), "csrf_token": csrf_token(session) if session else None}
+
+    @app.delete("/api/session", status_code=204, responses=errors(401, 403, 503), tags=["session"],
+                summary="Log out")
+    def logout(actor: Actor, request: Request) -> Response:
+        services.accounts.close_session(request.cookies.get(settings.cookie_name, ""))
+        response = Response(status_code=204)
+        response.delete_cookie(settings.cookie_name, path="/", secure=settings.secure, samesite="strict")
+        return response
+
+    # --- workspaces ---------------------------------------------------------------------
+
+    @app.get("/api/workspaces", response_model=schemas.WorkspaceList, responses=errors(401, 503),
+             tags=["workspaces"], summary="Workspaces the caller belongs to")
+    def workspaces(actor: Actor) -> dict[str, Any]:
+        visible = [w for w in services.workspaces.list() if w.id in actor.workspaces]
+        return {"items": [{**w.model_dump(mode="json"), "manage": actor.can_manage(w.id)} for w in visible]}
+
+    # --- memory -------------------------------------------------------------------------
+
+    base = "/api/workspaces/{workspaceId}/memory"
+
+    @app.get(base, response_model=schemas.CardPage, responses=errors(401, 403, 404, 422, 503), tags=["memory"],
+             summary="Search, filter and paginate the archive")
+    def list_cards(
+        actor: Actor, workspace: WorkspaceId,
+        q: Annotated[str | None, Query(max_length=500)] = None,
+        family: Annotated[list[Literal[FAMILIES]] | None, Query()] = None,  # type: ignore[valid-type]
+        concepts: Annotated[list[Annotated[str, Field(min_length=1, max_length=100)]] | None, Query(max_length=50)] = None,
+        database: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
+        schema: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
+        table: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
+        column: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
+        origin: Literal["manual", "workflow"] | None = None,
+        updated_from: Annotated[str | None, Query(max_length=40)] = None,
+        updated_to: Annotated[str | None, Query(max_length=40)] = None,
+        sort: Literal["updated_at", "created_at", "title", "family", "relevance"] | None = None,
+        order: Literal["asc", "desc"] | None = None,
+        page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
+        page_size: Annotated[int, Query(ge=1, le=100)] = 20,
+    ) -> dict[str, Any]:
+        filters = {k: v for k, v in {
+            "q": q, "family": family, "concepts": concepts, "database": database, "schema": schema,
+            "table": table, "column": column, "origin": origin, "updated_from": updated_from,
+            "updated_to": updated_to, "sort": sort, "order": order, "page": page, "page_size": page_size,
+        }.items() if v is not None}
+        return admin(actor, AdminRequest(workspace, "list", filters=filters))
+
+    @app.post(base, status_code=201, response_model=schemas.SaveResult,
+              responses=errors(401, 403, 404, 409, 413, 415, 422, 503), tags=["memory"], summary="Create a card")
+    def create_card(actor: Actor, workspace: WorkspaceId,
+                    card: Annotated[schemas.CardIn, Body()]) -> dict[str, Any]:
+        return admin(actor, AdminRequest(workspace, "create", body=card.model_dump(by_alias=True, exclude_unset=True)))
+
+    @app.get(base + "/pending", response_model=schemas.PendingList, responses=errors(401, 403, 404, 503),
+             tags=["memory"], summary="Incomplete projection operations")
+    def pending(actor: Actor, workspace: WorkspaceId) -> dict[str, Any]:
+        return admin(actor, AdminRequest(workspace, "pending"))
+
+    @app.get(base + "/{cardId}", response_model=schemas.CardOut, responses=errors(401, 403, 404, 422, 503),
+             tags=["memory"], summary="Read a complete card")
+    def show_card(actor: Actor, workspace: WorkspaceId, card_id: CardId) -> dict[str, Any]:
+        return admin(actor, AdminRequest(workspace, "show", card_id=card_id))
+
+    @app.put(base + "/{cardId}", response_model=schemas.SaveResult,
+             responses=errors(401, 403, 404, 409, 413, 415, 422, 503), tags=["memory"],
+             summary="Save content, links and dependencies together")
+    def update_card(actor: Actor, workspace: WorkspaceId, card_id: CardId,
+                    card: Annotated[schemas.CardIn, Body()]) -> dict[str, Any]:
+        return admin(actor, AdminRequest(workspace, "update", card_id=card_id,
+                                         body=card.model_dump(by_alias=True, exclude_unset=True)))
+
+    @app.delete(base + "/{cardId}", response_model=schemas.SaveResult,
+                responses=errors(401, 403, 404, 409, 422, 503), tags=["memory"],
+                summary="Delete a card, its dependencies and incident links")
+    def delete_card(actor: Actor, workspace: WorkspaceId, card_id: CardId,
+                    revision: Annotated[int | None, Query(ge=1)] = None) -> dict[str, Any]:
+        return admin(actor, AdminRequest(workspace, "delete", card_id=card_id, revision=revision))
+
+    @app.post(base + "/{cardId}/retry", response_model=schemas.RetryResult,
+              responses=errors(401, 403, 404, 422, 503), tags=["memory"],
+              summary="Retry current projection work, including deletion")
+    def retry(actor: Actor, workspace: WorkspaceId, card_id: CardId) -> dict[str, Any]:
+        return admin(actor, AdminRequest(workspace, "retry", card_id=card_id))
+
+    # --- pages --------------------------------------------------------------------------
+
+    def page_principal(request: Request) -> tuple[Principal, str]:
+        session = request.cookies.get(settings.cookie_name)
+        if not session:
+            raise Unauthenticated()
+        return services.accounts.by_session(session), session
+
+    def render(request: Request, template: str, active: str) -> Response:
+        actor, session = page_principal(request)
+        visible = [w for w in services.workspaces.list() if w.id in actor.workspaces]
+        return templates.TemplateResponse(request, template, {
+            "principal": actor, "csrf_token": csrf_token(session), "workspaces": visible, "active": active,
+            "families": FAMILIES,
+        })
+
+    @app.get("/", include_in_schema=False)
+    def home(request: Request) -> Response:
+        return RedirectResponse("/admin/memory" if request.cookies.get(settings.cookie_name) else "/login",
+                                status_code=303)
+
+    @app.get("/login", include_in_schema=False, response_class=HTMLResponse)
+    def login_page(request: Request) -> Response:
+        return templates.TemplateResponse(request, "login.html", {})
+
+    @app.get("/login/once/{token}", include_in_schema=False)
+    def login_once(token: str) -> Response:
+        session = services.accounts.redeem_one_time(token)
+        response = RedirectResponse("/admin/memory", status_code=303)
+        set_session_cookie(response, session)
+        return response
+
+    @app.get("/admin/memory", include_in_schema=False, response_class=HTMLResponse)
+    def memory_page(request: Request) -> Response:
+        return render(request, "memory.html", "memory")
+
+    @app.get("/admin/databases", include_in_schema=False, response_class=HTMLResponse)
+    def databases_page(request: Request) -> Response:
+        return render(request, "databases.html", "databases")
+
+    @app.get("/healthz", include_in_schema=False)
+    def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    _ = NotFound  # documented in error_responses
+    return app
