@@ -1,12 +1,13 @@
 # Two entry points for a fresh machine (Python 3.11+, make, git):
-#   make run   - the product on the embedded default (PostgreSQL started on demand)
-#   make test  - the whole test suite against real engines
+#   make run   - the administration web app on the embedded engines, with a demo workspace
+#   make test  - the whole test suite against real engines (installs Debian's chromium
+#                for the browser tests when it is missing and we are root)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: run test install lock bench clean
+.PHONY: run test install lock bench clean chromium
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,10 +19,16 @@ $(STAMP): requirements.lock pyproject.toml
 install: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/tht demo
+	$(BIN)/tht serve --demo
+
+# The browser tests drive Debian's chromium (Playwright cannot download browsers here).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "chromium is missing: install Debian's chromium package (sudo apt-get install chromium)" >&2; exit 1; fi; }
 
 # pytest exits 5 when it collected no test: that is reported, not hidden as success.
-test: $(STAMP)
+test: $(STAMP) chromium
 	@$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 

@@ -56,7 +56,7 @@ class Principal:
 
 def hash_password(password: str) -> str:
     salt = secrets.token_bytes(16)
-    digest = hashlib.scrypt(password.encode(), salt=salt, **_SCRYPT)
+    digest = hashlib.scrypt(password.encode("utf-8", "surrogatepass"), salt=salt, **_SCRYPT)
     return f"scrypt${salt.hex()}${digest.hex()}"
 
 
@@ -64,12 +64,12 @@ def verify_password(password: str, stored: str | None) -> bool:
     if not stored or not stored.startswith("scrypt$"):
         return False
     _, salt, digest = stored.split("$")
-    candidate = hashlib.scrypt(password.encode(), salt=bytes.fromhex(salt), **_SCRYPT)
+    candidate = hashlib.scrypt(password.encode("utf-8", "surrogatepass"), salt=bytes.fromhex(salt), **_SCRYPT)
     return hmac.compare_digest(candidate.hex(), digest)
 
 
 def digest(secret: str) -> str:
-    return hashlib.sha256(secret.encode()).hexdigest()
+    return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class Accounts:

@@ -126,14 +126,14 @@ def test_every_command_fails_with_a_json_error(cli, setup):
     ({"family": "recipe", "title": "x"}, "family"),
     (card_document(colour="red"), "unknown field 'colour'"),
     (card_document(scope=None), "requires scope"),
-    (card_document("sql_rule", rationale=""), "requires rationale"),
+    (card_document("sql_rule", rationale=None), "requires rationale"),
+    (card_document("sql_rule", rationale="  "), "only white space"),
     (card_document(question="why?"), "does not use question"),
     (card_document(dependencies=[{"database": "dwh", "schema": "s", "column": "id"}]), "column dependency needs its table"),
     (card_document(dependencies=[{"database": "dwh", "table": "t"}]), "table dependency needs its schema"),
-    (card_document(links=[{"target": ID, "meaning": "x"}]), "does not exist in workspace"),
     (card_document(links=[{"target": "mem-42", "meaning": "x"}]), "not a card id"),
     (card_document(links=[{"target": ID}]), "missing field 'links[0].meaning'"),
-    (card_document(content="x" * 20_001), "at most 20000 characters"),
+    (card_document(content="x" * 20_001), "at most 20000 are allowed"),
     (card_document(title=""), "title"),
     (card_document(concepts=["a"] * 0 + [f"c{i}" for i in range(51)]), "concepts"),
     (card_document(id=ID), "cannot be set on a new card"),
@@ -153,10 +153,16 @@ def test_links_to_another_workspace_or_itself_are_refused(cli, setup, runtime_fi
     foreign = cli("memory", "create", "-c", other, "--data", write(card_document(), "f.json")).document["card"]
     run = cli("memory", "create", "-c", config, "--data",
               write(card_document(links=[{"target": foreign["id"], "meaning": "x"}])))
-    assert run.code == 2 and "does not exist in workspace 'acme'" in run.document["error"]["message"]
+    assert run.code == 3 and "does not exist in workspace 'acme'" in run.document["error"]["message"]
     run = cli("memory", "update", first["id"], "-c", config, "--data",
               write(card_document(links=[{"target": first["id"], "meaning": "x"}])))
-    assert run.code == 2 and "itself" in run.document["error"]["message"]
+    assert run.code == 4 and "itself" in run.document["error"]["message"]
+    run = cli("memory", "create", "-c", config, "--data",
+              write(card_document(links=[{"target": ID, "meaning": "x"}])))
+    assert run.code == 3 and "does not exist in workspace" in run.document["error"]["message"]
+    run = cli("memory", "create", "-c", config, "--data", write(card_document(
+        links=[{"target": first["id"], "meaning": "a"}, {"target": first["id"], "meaning": "b"}])))
+    assert run.code == 4 and "more than one link" in run.document["error"]["message"]
     assert cli("memory", "show", first["id"], "-c", config).document["revision"] == 1
 
 

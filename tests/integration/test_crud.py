@@ -6,7 +6,7 @@ import psycopg
 import pytest
 
 from tests.factories import BASE, card
-from tht.errors import InvalidInput, NotFound, StaleRevision
+from tht.errors import Conflict, InvalidInput, NotFound, StaleRevision
 from tht.memory.model import Source, card_id_to_uuid
 
 
@@ -88,7 +88,7 @@ def test_update_replaces_dependencies_and_outgoing_links_together(memory, acme):
 def test_a_failed_update_changes_nothing(memory, acme, database):
     a = memory.create_card(acme, card(title="A", dependencies=[{"database": "dwh"}])).card
     ghost = "mem-00000000-0000-4000-8000-000000000000"
-    with pytest.raises(InvalidInput, match="does not exist"):
+    with pytest.raises(NotFound, match="does not exist"):
         memory.update_card(acme, a.id, card(title="changed", dependencies=[],
                                             links=[{"target": ghost, "meaning": "x"}]))
     after = memory.get_card(acme, a.id)
@@ -98,10 +98,10 @@ def test_a_failed_update_changes_nothing(memory, acme, database):
 
 def test_links_are_confined_to_the_workspace(memory, acme):
     foreign = memory.create_card("other", card()).card
-    with pytest.raises(InvalidInput, match="does not exist in workspace 'acme'"):
+    with pytest.raises(NotFound, match="does not exist in workspace 'acme'"):
         memory.create_card(acme, card(links=[{"target": foreign.id, "meaning": "x"}]))
     a = memory.create_card(acme, card()).card
-    with pytest.raises(InvalidInput, match="itself"):
+    with pytest.raises(Conflict, match="itself"):
         memory.update_card(acme, a.id, card(links=[{"target": a.id, "meaning": "x"}]))
     with pytest.raises(NotFound):
         memory.get_card(acme, foreign.id)

@@ -13,17 +13,17 @@ from datetime import date, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
-    StringConstraints,
     ValidationError,
     field_validator,
     model_validator,
 )
 
-from tht.errors import InvalidInput
+from tht.errors import Conflict, InvalidInput
 from tht.validation import describe_validation_error, validation_details
 
 Family = Literal["domain_clarification", "sql_rule", "solved_question", "explained_error"]
@@ -67,28 +67,38 @@ def uuid_to_card_id(value: uuid.UUID) -> str:
     return f"mem-{value}"
 
 
-def _clean_text(value: Any) -> Any:
-    """Trim text; an empty optional text is absent. NUL and control characters are refused."""
-    if isinstance(value, str):
-        value = value.strip()
-        if _CONTROL.search(value.replace("\t", "")):
-            raise ValueError("contains control characters")
-        return value or None
-    return value
+# What text may hold, exactly as the API's JSON Schema says (tht.web.schemas): no
+# control character but tab, newline and carriage return, and at least one visible
+# character. Lengths count the text as sent; it is stored trimmed.
+TEXT_PATTERN = ("^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f]*"
+                "[^\x00-\x20\x7f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
+                "[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f]*$")
+_VISIBLE = re.compile("[^\x00-\x20\x7f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
 
 
-CleanText = BeforeValidator(_clean_text)
+def _bounded(max_length: int) -> Any:
+    def check(value: Any) -> Any:
+        if isinstance(value, str):
+            if len(value) > max_length:
+                raise ValueError(f"has {len(value)} characters, at most {max_length} are allowed")
+            if _CONTROL.search(value):
+                raise ValueError("contains control characters")
+            if not _VISIBLE.search(value):
+                raise ValueError("is empty or only white space: omit the field instead")
+        return value
+
+    return Annotated[str, BeforeValidator(check), AfterValidator(str.strip)]
 
 
 def _text(max_length: int) -> Any:
-    """Optional trimmed text of at most ``max_length`` characters (empty means absent)."""
-    return Annotated[Annotated[str, StringConstraints(max_length=max_length)] | None, CleanText]
+    """Optional text of at most ``max_length`` characters."""
+    return _bounded(max_length) | None
 
 
-Title = Annotated[str, CleanText, StringConstraints(min_length=1, max_length=MAX_TITLE)]
+Title = _bounded(MAX_TITLE)
 Text = _text(MAX_TEXT)
 Identifier = _text(MAX_IDENTIFIER)
-Concept = Annotated[str, CleanText, StringConstraints(min_length=1, max_length=MAX_CONCEPT)]
+Concept = _bounded(MAX_CONCEPT)
 
 
 def _card_id(value: Any) -> Any:
@@ -110,7 +120,7 @@ class _Strict(BaseModel):
 class Dependency(_Strict):
     """A physical object the card depends on: database, then schema, table, column."""
 
-    database: Annotated[str, CleanText, StringConstraints(min_length=1, max_length=MAX_IDENTIFIER)]
+    database: _bounded(MAX_IDENTIFIER)
     schema_name: Identifier = Field(default=None, alias="schema")
     table: Identifier = None
     column: Identifier = None
@@ -132,7 +142,7 @@ class Dependency(_Strict):
 
 class LinkInput(_Strict):
     target: CardId
-    meaning: Annotated[str, CleanText, StringConstraints(min_length=1, max_length=MAX_MEANING)]
+    meaning: _bounded(MAX_MEANING)
 
 
 class CardInput(_Strict):
@@ -165,14 +175,6 @@ class CardInput(_Strict):
         unique = {d.key(): d for d in deps}
         return list(unique.values())
 
-    @field_validator("links")
-    @classmethod
-    def _one_link_per_target(cls, links: list[LinkInput]) -> list[LinkInput]:
-        targets = [link.target for link in links]
-        duplicated = sorted({t for t in targets if targets.count(t) > 1})
-        if duplicated:
-            raise ValueError(f"more than one link to {', '.join(duplicated)}")
-        return links
 
     @model_validator(mode="after")
     def _family_fields(self) -> CardInput:
@@ -217,9 +219,15 @@ def parse_card_input(document: Any, *, card_id: str | None = None, workspace: st
                 for link in document["links"]
             ]
     try:
-        return CardInput.model_validate(document)
+        data = CardInput.model_validate(document)
     except ValidationError as exc:
         raise InvalidInput(describe_validation_error(exc), details=validation_details(exc)) from exc
+    targets = [link.target for link in data.links]
+    duplicated = sorted({t for t in targets if targets.count(t) > 1})
+    if duplicated:
+        # well-formed, but two instructions for one link contradict each other
+        raise Conflict(f"more than one link to {', '.join(duplicated)}", details={"targets": duplicated})
+    return data
 
 
 def _normalized_id(value: Any) -> Any:
@@ -317,11 +325,6 @@ class ListQuery(_Strict):
     def _one_or_many(cls, value: Any) -> Any:
         return [value] if isinstance(value, str) else value
 
-    @model_validator(mode="after")
-    def _consistent(self) -> ListQuery:
-        if self.sort == "relevance" and not self.q:
-            raise ValueError("sort 'relevance' needs a text query q")
-        return self
 
 
 def parse_list_query(document: Any) -> ListQuery:

@@ -205,11 +205,11 @@ class MemoryService:
                        data: CardInput) -> list[tuple[uuid.UUID, str]]:
         links = [(card_id_to_uuid(link.target), link.meaning) for link in data.links]
         if any(target == card_uuid for target, _ in links):
-            raise InvalidInput("a card cannot link to itself")
+            raise Conflict("a card cannot link to itself")
         missing = {target for target, _ in links} - tx.existing_cards([t for t, _ in links])
         if missing:
             names = sorted(uuid_to_card_id(m) for m in missing)
-            raise InvalidInput(
+            raise NotFound(
                 f"link target {', '.join(names)} does not exist in workspace '{tx.workspace_id}'",
                 details={"missing_targets": names},
             )

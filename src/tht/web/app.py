@@ -12,6 +12,7 @@ import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -20,14 +21,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tht.accounts import Principal
 from tht.bootstrap import Services
 from tht.errors import (
     InvalidInput,
-    NotFound,
     PayloadTooLarge,
     PermissionDenied,
     ThothError,
@@ -88,9 +88,19 @@ def create_app(services: Services, settings: WebSettings | None = None) -> FastA
             return templates.TemplateResponse(request, "error.html", {"error": exc}, status_code=exc.http_status)
         return error_response(exc)
 
+    def readable(error: dict) -> str:
+        if error["type"] == "string_pattern_mismatch":
+            pattern = str((error.get("ctx") or {}).get("pattern", ""))
+            if "mem-" in pattern:
+                return "is not a card id (mem-<uuid>)"
+            if pattern == schemas.TEXT_PATTERN:
+                return "must be text with a visible character and no control characters"
+            return "has an invalid format"
+        return error["msg"]
+
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> Response:
-        details = [{"field": ".".join(str(p) for p in e["loc"][1:]), "message": e["msg"]} for e in exc.errors()]
+        details = [{"field": ".".join(str(p) for p in e["loc"][1:]), "message": readable(e)} for e in exc.errors()]
         message = "; ".join(f"{d['field']}: {d['message']}" for d in details) or "invalid request"
         return error_response(InvalidInput(message, details=details))
 
@@ -168,13 +178,11 @@ def create_app(services: Services, settings: WebSettings | None = None) -> FastA
 
     @app.post("/api/session", response_model=schemas.SessionOut, responses=errors(401, 415, 422, 503),
               tags=["session"], summary="Log in (password or API token); sets the session cookie")
-    def login(credentials: schemas.Login, response: Response) -> dict[str, Any]:
-        if credentials.token:
+    def login(credentials: Annotated[schemas.Login, Body()], response: Response) -> dict[str, Any]:
+        if isinstance(credentials, schemas.TokenLogin):
             found = services.accounts.by_token(credentials.token)
-        elif credentials.name and credentials.password:
-            found = services.accounts.by_password(credentials.name, credentials.password)
         else:
-            raise InvalidInput("give name and password, or token")
+            found = services.accounts.by_password(credentials.name, credentials.password)
         session = services.accounts.open_session(found.user)
         set_session_cookie(response, session)
         return {"principal": found.as_json(), "csrf_token": csrf_token(session)}
@@ -213,16 +221,17 @@ def create_app(services: Services, settings: WebSettings | None = None) -> FastA
              summary="Search, filter and paginate the archive")
     def list_cards(
         actor: Actor, workspace: WorkspaceId,
-        q: Annotated[str | None, Query(max_length=500)] = None,
+        q: Annotated[str | None, Query(max_length=500, pattern=schemas.PRINTABLE_WORD)] = None,
         family: Annotated[list[Literal[FAMILIES]] | None, Query()] = None,  # type: ignore[valid-type]
-        concepts: Annotated[list[Annotated[str, Field(min_length=1, max_length=100)]] | None, Query(max_length=50)] = None,
-        database: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
-        schema: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
-        table: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
-        column: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
+        concepts: Annotated[list[Annotated[str, Field(max_length=100, pattern=schemas.PRINTABLE_WORD)]] | None,
+                            Query(max_length=50)] = None,
+        database: Annotated[str | None, Query(max_length=128, pattern=schemas.PRINTABLE_WORD)] = None,
+        schema: Annotated[str | None, Query(max_length=128, pattern=schemas.PRINTABLE_WORD)] = None,
+        table: Annotated[str | None, Query(max_length=128, pattern=schemas.PRINTABLE_WORD)] = None,
+        column: Annotated[str | None, Query(max_length=128, pattern=schemas.PRINTABLE_WORD)] = None,
         origin: Literal["manual", "workflow"] | None = None,
-        updated_from: Annotated[str | None, Query(max_length=40)] = None,
-        updated_to: Annotated[str | None, Query(max_length=40)] = None,
+        updated_from: Annotated[date | None, Query(description="First day (UTC), inclusive")] = None,
+        updated_to: Annotated[date | None, Query(description="Last day (UTC), inclusive")] = None,
         sort: Literal["updated_at", "created_at", "title", "family", "relevance"] | None = None,
         order: Literal["asc", "desc"] | None = None,
         page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
@@ -230,8 +239,10 @@ def create_app(services: Services, settings: WebSettings | None = None) -> FastA
     ) -> dict[str, Any]:
         filters = {k: v for k, v in {
             "q": q, "family": family, "concepts": concepts, "database": database, "schema": schema,
-            "table": table, "column": column, "origin": origin, "updated_from": updated_from,
-            "updated_to": updated_to, "sort": sort, "order": order, "page": page, "page_size": page_size,
+            "table": table, "column": column, "origin": origin,
+            "updated_from": updated_from.isoformat() if updated_from else None,
+            "updated_to": updated_to.isoformat() if updated_to else None,
+            "sort": sort, "order": order, "page": page, "page_size": page_size,
         }.items() if v is not None}
         return admin(actor, AdminRequest(workspace, "list", filters=filters))
 
@@ -255,7 +266,7 @@ def create_app(services: Services, settings: WebSettings | None = None) -> FastA
              responses=errors(401, 403, 404, 409, 413, 415, 422, 503), tags=["memory"],
              summary="Save content, links and dependencies together")
     def update_card(actor: Actor, workspace: WorkspaceId, card_id: CardId,
-                    card: Annotated[schemas.CardIn, Body()]) -> dict[str, Any]:
+                    card: Annotated[schemas.CardUpdate, Body()]) -> dict[str, Any]:
         return admin(actor, AdminRequest(workspace, "update", card_id=card_id,
                                          body=card.model_dump(by_alias=True, exclude_unset=True)))
 
@@ -316,5 +327,4 @@ def create_app(services: Services, settings: WebSettings | None = None) -> FastA
     def health() -> dict[str, str]:
         return {"status": "ok"}
 
-    _ = NotFound  # documented in error_responses
     return app

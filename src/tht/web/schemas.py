@@ -19,18 +19,19 @@ from tht.memory.model import (
     MAX_SQL,
     MAX_TEXT,
     MAX_TITLE,
+    TEXT_PATTERN,
 )
 
+# Text as tht.memory.model accepts it: printable, with at least one visible character.
+PRINTABLE_WORD = TEXT_PATTERN
 CARD_ID = r"^mem-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
-# Printable text with at least one non-space character (text is trimmed on input).
-TEXT_PATTERN = r"^\s*[^\s\x00-\x1f\x7f]([^\x00-\x08\x0b\x0c\x0e-\x1f\x7f]*)$"
 
 
-def _text(max_length: int, *, required: bool = True) -> Any:
-    return Annotated[str, Field(min_length=1, max_length=max_length, pattern=TEXT_PATTERN)]
+def _text(max_length: int) -> Any:
+    return Annotated[str, Field(max_length=max_length, pattern=TEXT_PATTERN)]
 
 
-Name = Annotated[str, Field(min_length=1, max_length=MAX_IDENTIFIER, pattern=r"^[^\s\x00-\x1f\x7f]([^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f])?$")]
+Name = _text(MAX_IDENTIFIER)
 
 
 class ErrorBody(BaseModel):
@@ -58,13 +59,36 @@ class _Input(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
-class DependencyIn(_Input):
-    """database → schema → table → column; each level requires the one above."""
-
+class DatabaseDependency(_Input):
     database: Name
-    schema_name: Name | None = Field(default=None, alias="schema")
-    table: Name | None = None
-    column: Name | None = None
+    schema_name: None = Field(default=None, alias="schema")
+    table: None = None
+    column: None = None
+
+
+class SchemaDependency(_Input):
+    database: Name
+    schema_name: Name = Field(alias="schema")
+    table: None = None
+    column: None = None
+
+
+class TableDependency(_Input):
+    database: Name
+    schema_name: Name = Field(alias="schema")
+    table: Name
+    column: None = None
+
+
+class ColumnDependency(_Input):
+    database: Name
+    schema_name: Name = Field(alias="schema")
+    table: Name
+    column: Name
+
+
+# database → schema → table → column: each level requires the one above
+DependencyIn = Union[DatabaseDependency, SchemaDependency, TableDependency, ColumnDependency]
 
 
 class LinkIn(_Input):
@@ -76,11 +100,11 @@ class _CardBase(_Input):
     title: _text(MAX_TITLE)
     concepts: list[_text(MAX_CONCEPT)] = Field(default_factory=list, max_length=MAX_CONCEPTS)
     dependencies: list[DependencyIn] = Field(default_factory=list, max_length=MAX_DEPENDENCIES)
-    links: list[LinkIn] = Field(default_factory=list, max_length=MAX_LINKS)
-    revision: Annotated[int, Field(ge=1)] | None = Field(default=None, description="The revision edited; a newer one is a conflict")
+    links: list[LinkIn] = Field(default_factory=list, max_length=MAX_LINKS,
+                                description="One link per target card of the same workspace (else 404/409)")
 
 
-class DomainClarificationIn(_CardBase):
+class _DomainClarification(_CardBase):
     family: Literal["domain_clarification"]
     content: _text(MAX_TEXT)
     scope: _text(MAX_SCOPE)
@@ -88,7 +112,7 @@ class DomainClarificationIn(_CardBase):
     context: _text(MAX_TEXT) | None = None
 
 
-class SqlRuleIn(_CardBase):
+class _SqlRule(_CardBase):
     family: Literal["sql_rule"]
     content: _text(MAX_TEXT)
     scope: _text(MAX_SCOPE)
@@ -97,7 +121,7 @@ class SqlRuleIn(_CardBase):
     context: _text(MAX_TEXT) | None = None
 
 
-class SolvedQuestionIn(_CardBase):
+class _SolvedQuestion(_CardBase):
     family: Literal["solved_question"]
     question: _text(MAX_TEXT)
     sql: _text(MAX_SQL)
@@ -106,7 +130,7 @@ class SolvedQuestionIn(_CardBase):
     content: _text(MAX_TEXT) | None = None
 
 
-class ExplainedErrorIn(_CardBase):
+class _ExplainedError(_CardBase):
     family: Literal["explained_error"]
     context: _text(MAX_TEXT) = Field(description="The error observed")
     content: _text(MAX_TEXT) = Field(description="The correction")
@@ -115,10 +139,28 @@ class ExplainedErrorIn(_CardBase):
     sql: _text(MAX_SQL) | None = None
 
 
+class _Revision(BaseModel):
+    revision: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="The revision edited: a newer stored revision is a conflict (409)")
+
+
+class DomainClarificationUpdate(_DomainClarification, _Revision): ...
+class SqlRuleUpdate(_SqlRule, _Revision): ...
+class SolvedQuestionUpdate(_SolvedQuestion, _Revision): ...
+class ExplainedErrorUpdate(_ExplainedError, _Revision): ...
+
+
+class DomainClarificationIn(_DomainClarification): ...
+class SqlRuleIn(_SqlRule): ...
+class SolvedQuestionIn(_SolvedQuestion): ...
+class ExplainedErrorIn(_ExplainedError): ...
+
+
 CardIn = Annotated[
-    Union[DomainClarificationIn, SqlRuleIn, SolvedQuestionIn, ExplainedErrorIn],
-    Field(discriminator="family"),
-]
+    Union[DomainClarificationIn, SqlRuleIn, SolvedQuestionIn, ExplainedErrorIn], Field(discriminator="family")]
+CardUpdate = Annotated[
+    Union[DomainClarificationUpdate, SqlRuleUpdate, SolvedQuestionUpdate, ExplainedErrorUpdate],
+    Field(discriminator="family")]
 
 
 class DependencyOut(BaseModel):
@@ -234,10 +276,16 @@ class WorkspaceList(BaseModel):
     items: list[WorkspaceOut]
 
 
-class Login(_Input):
-    name: Annotated[str, Field(min_length=1, max_length=64)] | None = None
-    password: Annotated[str, Field(min_length=1, max_length=1024)] | None = None
-    token: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+class PasswordLogin(_Input):
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9._@-]{1,64}$")]
+    password: Annotated[str, Field(min_length=1, max_length=1024)]
+
+
+class TokenLogin(_Input):
+    token: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,200}$")]
+
+
+Login = Union[PasswordLogin, TokenLogin]
 
 
 class PrincipalOut(BaseModel):

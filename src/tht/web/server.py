@@ -85,10 +85,19 @@ def run_server(*, host: str, port: int, demo: bool, config: Path | None, secure:
         login = services.accounts.open_session(ADMIN_USER, one_time=True)
         scheme = "https" if secure else "http"
         base = f"{scheme}://{host}:{port}"
-        sys.stdout.write(json.dumps({"url": f"{base}/", "login_url": f"{base}/login/once/{login}",
-                                     "admin_user": ADMIN_USER, "admin_token": token}) + "\n")
-        sys.stdout.flush()
-        uvicorn.run(create_app(services, WebSettings(secure=secure)), host=host, port=port, log_level="warning")
+        announcement = json.dumps({"url": f"{base}/", "login_url": f"{base}/login/once/{login}",
+                                   "admin_user": ADMIN_USER, "admin_token": token})
+
+        class AnnouncingServer(uvicorn.Server):
+            async def startup(self, sockets=None) -> None:
+                await super().startup(sockets)
+                if self.started:  # listening: a client may connect as soon as it reads the line
+                    sys.stdout.write(announcement + "\n")
+                    sys.stdout.flush()
+
+        config = uvicorn.Config(create_app(services, WebSettings(secure=secure)), host=host, port=port,
+                                log_level="warning")
+        AnnouncingServer(config).run()
     finally:
         services.close()
 

@@ -101,6 +101,8 @@ def _translate(exc: psycopg.Error) -> ThothError:
         return InvalidInput("a referenced card does not exist in this workspace")
     if isinstance(exc, psycopg.errors.UniqueViolation):
         return Conflict("the record already exists")
+    if isinstance(exc, psycopg.DataError):
+        return InvalidInput(f"rejected by the archive: {_first_line(exc)}")
     if isinstance(exc, psycopg.errors.CheckViolation):
         return InvalidInput(f"rejected by the archive: {exc.diag.constraint_name}")
     if isinstance(exc, psycopg.OperationalError):

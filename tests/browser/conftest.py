@@ -1,0 +1,260 @@
+"""Browser fixtures: the real `tht serve` on a test database, Debian's Chromium, and a
+helper process that holds the embedded index to simulate an index outage.
+
+Chromium comes from the distribution (`apt-get install chromium`): Playwright cannot
+download browsers here. Set THT_CHROMIUM to use another executable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = os.environ.get("THT_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update"]
+REPO = Path(__file__).resolve().parents[2]
+SCREENSHOTS = REPO / "test-output" / "screenshots"
+SERVER_CONFIG = "index: {engine: edge, open_timeout: 1}\nembedding: {provider: hashing, dimension: 64}\n"
+PROJECTION = {"index": {"engine": "edge"}, "embedding": {"provider": "hashing", "dimension": 64}}
+
+WORKSPACE = "acme"
+OTHER_WORKSPACE = "beta"
+FOREIGN_WORKSPACE = "gamma"  # the test user does not belong to it
+USER = "ui-admin"
+PASSWORD = "correct horse battery staple"
+WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliett",
+         "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango",
+         "uniform", "victor", "whiskey", "xray", "yankee", "zulu", "amber", "basalt", "cobalt", "dune"]
+FAMILY_ORDER = ["domain_clarification", "sql_rule", "solved_question", "explained_error"]
+
+
+def seed_document(i: int) -> dict:
+    """Card i of the seeded workspace: family i % 4, table orders when i % 3 == 0,
+    concept revenue for even i and churn for odd i; the title's word is unique."""
+    family = FAMILY_ORDER[i % 4]
+    document: dict = {
+        "family": family,
+        "title": f"Card {i:02d} {WORDS[i]}",
+        "concepts": ["revenue" if i % 2 == 0 else "churn"],
+        "dependencies": [{"database": "dwh", "schema": "sales", "table": "orders" if i % 3 == 0 else "customers",
+                          "column": "id"}],
+    }
+    texts = {
+        "domain_clarification": {"content": "A definition used by the sales team.", "scope": "Sales"},
+        "sql_rule": {"content": "Filter cancelled rows first.", "scope": "Sales", "rationale": "They are not revenue."},
+        "solved_question": {"question": "How many customers bought something?",
+                            "sql": "SELECT count(DISTINCT customer_id) FROM sales.orders", "context": "Approved."},
+        "explained_error": {"context": "column amount does not exist", "content": "Use total_amount.",
+                            "rationale": "The column was renamed."},
+    }
+    document.update(texts[family])
+    return document
+
+
+SEED_COUNT = 30
+
+
+@dataclass
+class Server:
+    url: str
+    home: Path
+    admin_token: str | None
+    process: subprocess.Popen
+    log: Path
+    cards: dict[int, str] = field(default_factory=dict)  # seed index -> card id
+
+    def api(self, method: str, path: str, body: dict | None = None) -> dict:
+        """Call the API with the admin's bearer token (outside the browser)."""
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.url.rstrip("/") + path, data=data, method=method, headers={
+            "Authorization": f"Bearer {self.admin_token}", "Accept": "application/json",
+            **({"Content-Type": "application/json"} if data else {})})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read() or b"null")
+
+    def stderr_tail(self) -> str:
+        try:
+            return self.log.read_text()[-4000:]
+        except OSError:
+            return ""
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _server_env(database, home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("THT_CATALOG_")}
+    env.update(database.env())
+    env["THT_HOME"] = str(home)
+    env.pop("THT_QDRANT_API_KEY", None)
+    return env
+
+
+def _seed(env: dict[str, str]) -> dict[int, str]:
+    """Three workspaces, the test user, and SEED_COUNT indexed cards in WORKSPACE."""
+    from tht.bootstrap import ProjectionSettings, build_services
+    from tht.memory.model import parse_card_input
+
+    services = build_services(env=env, projection=ProjectionSettings(**PROJECTION))
+    try:
+        services.workspaces.create(WORKSPACE, "en", "Acme sales")
+        services.workspaces.create(OTHER_WORKSPACE, "it", "Beta vendite")
+        services.workspaces.create(FOREIGN_WORKSPACE, "en", "Gamma (not mine)")
+        services.accounts.create_user(USER, "admin", [WORKSPACE, OTHER_WORKSPACE], password=PASSWORD)
+        ids = {}
+        for i in range(SEED_COUNT):
+            result = services.memory.create_card(WORKSPACE, parse_card_input(seed_document(i)))
+            assert result.status == "saved", result.as_json()
+            ids[i] = result.card.id
+        return ids
+    finally:
+        services.close()
+
+
+@pytest.fixture
+def server(database, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    env = _server_env(database, home)
+    cards = _seed(env)
+    config = tmp_path / "serve.yaml"
+    config.write_text(SERVER_CONFIG)
+    port = _free_port()
+    log = tmp_path / "serve.stderr"
+    with open(log, "wb") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "tht", "serve", "--port", str(port), "-c", str(config)],
+            env=env, stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL, cwd=tmp_path)
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: lines.put(process.stdout.readline()), daemon=True).start()
+    try:
+        try:
+            first = lines.get(timeout=120)
+        except queue.Empty:
+            first = b""
+        if not first.strip():
+            pytest.fail(f"tht serve printed nothing (exit {process.poll()}):\n{log.read_text()[-4000:]}")
+        ready = json.loads(first)
+        assert ready["admin_user"] == "admin" and ready["admin_token"], ready
+        url = ready["url"]
+        deadline = time.monotonic() + 60
+        while True:  # the line comes just before the server listens
+            try:
+                with urllib.request.urlopen(url + "healthz", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"tht serve did not start (exit {process.poll()}):\n{log.read_text()[-4000:]}")
+            time.sleep(0.1)
+        yield Server(url=url, home=home, admin_token=ready["admin_token"], process=process, log=log, cards=cards)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=15)
+        if process.stdout:
+            process.stdout.close()
+
+
+BLOCKER = """
+import sys
+from tht.memory.index.edge import EdgeIndex
+index = EdgeIndex(sys.argv[1], "thoth_memory", open_timeout=30)
+index.ensure_collection(64)
+print("holding", flush=True)
+sys.stdin.readline()
+index.close()
+print("released", flush=True)
+"""
+
+
+class IndexBlocker:
+    """Another process holding the embedded index (it is single-process): the server's
+    saves then end "saved, index update incomplete" after its 1 s open timeout."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.process: subprocess.Popen | None = None
+
+    def __enter__(self) -> IndexBlocker:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("THT_CATALOG_")}
+        env["THT_HOME"] = str(self.server.home)
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", BLOCKER, str(self.server.home / "index")], env=env,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # Opening waits (up to 30 s) for the server to release the index when idle.
+        line = self.process.stdout.readline().strip()
+        if line != "holding":
+            raise AssertionError(f"the index blocker did not take the index: {line!r} {self.process.stderr.read()}")
+        return self
+
+    def release(self) -> None:
+        if self.process is None:
+            return
+        try:
+            self.process.stdin.write("\n")
+            self.process.stdin.flush()
+            assert self.process.stdout.readline().strip() == "released"
+            self.process.wait(timeout=30)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait(timeout=10)
+            for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
+                stream.close()
+            self.process = None
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+@pytest.fixture
+def index_blocker(server):
+    blockers: list[IndexBlocker] = []
+
+    def start() -> IndexBlocker:
+        blocker = IndexBlocker(server).__enter__()
+        blockers.append(blocker)
+        return blocker
+
+    yield start
+    for blocker in blockers:
+        blocker.release()
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: install Debian's Chromium (apt-get install -y chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def screenshots():
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    return SCREENSHOTS

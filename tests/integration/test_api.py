@@ -1,0 +1,257 @@
+"""The administration API against the real PostgreSQL: authorization (BOLA matrix),
+CSRF, content types, sizes, protected requests."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from tests.factories import card_document
+from tests.integration.web_support import ORIGIN, build_world
+from tht.accounts import Principal
+from tht.cli.main import main
+from tht.memory.admin import AdminRequest
+from tht.protected import new_request, sign
+
+
+@pytest.fixture
+def world(database, tmp_path):
+    world = build_world(database, tmp_path)
+    yield world
+    world.client.close()
+    world.services.close()
+
+
+def routes(world, workspace: str, card_id: str) -> list[tuple[str, str, dict | None]]:
+    base = f"/api/workspaces/{workspace}/memory"
+    return [
+        ("GET", base, None),
+        ("POST", base, card_document(title="intruder")),
+        ("GET", f"{base}/pending", None),
+        ("GET", f"{base}/{card_id}", None),
+        ("PUT", f"{base}/{card_id}", card_document(title="changed")),
+        ("DELETE", f"{base}/{card_id}", None),
+        ("POST", f"{base}/{card_id}/retry", None),
+    ]
+
+
+def test_bola_matrix_allows_only_the_admin_of_the_workspace(world):
+    actors = [None, "user_a", "admin_a", "admin_b"]
+    objects = [("ws-a", world.cards["ws-a"][0]), ("ws-a", world.cards["ws-b"][0]), ("ws-b", world.cards["ws-b"][1])]
+    unauthorized_successes, authorized = [], 0
+    for actor in actors:
+        for workspace, card_id in objects:
+            owner = "ws-a" if card_id in world.cards["ws-a"] else "ws-b"
+            for method, path, body in routes(world, workspace, card_id):
+                allowed = (actor == "admin_a" and workspace == "ws-a") or (actor == "admin_b" and workspace == "ws-b")
+                if allowed and card_id in path and owner != workspace:
+                    allowed = False  # another workspace's card through an allowed workspace
+                if method == "DELETE" and allowed:
+                    continue  # deletion is exercised last, below
+                before = world.snapshot()
+                headers = {**world.bearer(actor), **({"Content-Type": "application/json"} if body else {})}
+                response = world.client.request(method, path, headers=headers,
+                                                 content=json.dumps(body) if body is not None else None)
+                if allowed:
+                    authorized += 1
+                    assert response.status_code < 300, (actor, method, path, response.json())
+                else:
+                    if response.status_code < 300:
+                        unauthorized_successes.append((actor, method, path))
+                    assert response.status_code in (401, 403, 404), (actor, method, path, response.status_code)
+                    assert set(response.json()["error"]) == {"code", "message", "details"}
+                    assert world.snapshot() == before, (actor, method, path)
+    assert unauthorized_successes == []
+    assert authorized > 0
+    deleted = world.client.delete(f"/api/workspaces/ws-a/memory/{world.cards['ws-a'][2]}", headers=world.bearer("admin_a"))
+    assert deleted.status_code == 200 and deleted.json()["deleted"] == world.cards["ws-a"][2]
+
+
+def test_workspace_listing_shows_only_memberships(world):
+    listed = world.client.get("/api/workspaces", headers=world.bearer("admin_b")).json()["items"]
+    assert [(w["id"], w["manage"]) for w in listed] == [("ws-b", True)]
+    listed = world.client.get("/api/workspaces", headers=world.bearer("user_a")).json()["items"]
+    assert [(w["id"], w["manage"]) for w in listed] == [("ws-a", False)]
+
+
+def test_bad_credentials_and_malformed_requests(world):
+    base = "/api/workspaces/ws-a/memory"
+    admin = world.bearer("admin_a")
+    cases = [
+        ("GET", base, {"Authorization": "Bearer nope"}, None, 401),
+        ("GET", base, {"Authorization": "Basic abc"}, None, 401),
+        ("GET", "/api/workspaces/Not_Valid!/memory", admin, None, 422),
+        ("GET", f"{base}/mem-123", admin, None, 422),
+        ("GET", f"{base}?page_size=1000", admin, None, 422),
+        ("GET", f"{base}?family=recipe", admin, None, 422),
+        ("POST", base, {**admin, "Content-Type": "application/json"}, "{not json", 422),
+        ("POST", base, {**admin, "Content-Type": "application/json"}, json.dumps({"family": "sql_rule"}), 422),
+        ("POST", base, {**admin, "Content-Type": "application/json"},
+         json.dumps(card_document(colour="red")), 422),
+        ("POST", base, {**admin, "Content-Type": "text/plain"}, json.dumps(card_document()), 415),
+        ("POST", base, {**admin, "Content-Type": "application/x-www-form-urlencoded"}, "title=x", 415),
+        ("POST", base, {**admin, "Content-Type": "application/json"},
+         json.dumps(card_document(content="x" * 1_100_000)), 413),
+        ("POST", base, {**admin, "Content-Type": "application/json"},
+         json.dumps(card_document(links=[{"target": world.cards["ws-b"][0], "meaning": "x"}])), 404),
+        ("GET", "/api/workspaces/ghost/memory", admin, None, 403),
+    ]
+    before = world.snapshot()
+    for method, path, headers, body, status in cases:
+        response = world.client.request(method, path, headers=headers, content=body)
+        assert response.status_code == status, (path, body and body[:60], response.text[:300])
+        assert set(response.json()["error"]) == {"code", "message", "details"}
+    assert world.snapshot() == before
+
+
+def test_save_reports_index_state(world):
+    created = world.client.post("/api/workspaces/ws-a/memory", json=card_document(title="Fresh"),
+                                headers=world.bearer("admin_a"))
+    assert created.status_code == 201 and created.json()["status"] == "saved"
+    card = created.json()["card"]
+    stale = world.client.put(f"/api/workspaces/ws-a/memory/{card['id']}",
+                             json=card_document(title="Late", revision=7), headers=world.bearer("admin_a"))
+    assert stale.status_code == 409 and stale.json()["error"]["code"] == "stale_revision"
+
+
+def login(world, name="admin_a"):
+    response = world.client.post("/api/session", json={"name": name, "password": "correct horse battery"},
+                                 headers={"Origin": ORIGIN})
+    assert response.status_code == 200, response.text
+    return response.json()["csrf_token"]
+
+
+def test_csrf_battery(world, database, tmp_path):
+    token = login(world)
+    path = "/api/workspaces/ws-a/memory"
+    body = json.dumps(card_document(title="via cookie"))
+    json_type = {"Content-Type": "application/json"}
+    other = build_world_session_token(world)
+    attempts = {
+        "missing token": {**json_type, "Origin": ORIGIN},
+        "another session's token": {**json_type, "Origin": ORIGIN, "X-CSRF-Token": other},
+        "cross-site fetch": {**json_type, "Origin": ORIGIN, "Sec-Fetch-Site": "cross-site", "X-CSRF-Token": token},
+        "foreign origin without fetch metadata": {**json_type, "Origin": "https://evil.example", "X-CSRF-Token": token},
+        "no origin at all": {**json_type, "X-CSRF-Token": token},
+        "text/plain body": {"Content-Type": "text/plain", "Origin": ORIGIN, "X-CSRF-Token": token},
+    }
+    before = world.snapshot()
+    for name, headers in attempts.items():
+        response = world.client.post(path, content=body, headers=headers)
+        assert response.status_code in (403, 415), (name, response.status_code)
+    # a cookie injected by an attacker (cookie tossing) with a matching header
+    world.client.cookies.set("csrf_token", "forged")
+    response = world.client.post(path, content=body, headers={**json_type, "Origin": ORIGIN, "X-CSRF-Token": "forged"})
+    assert response.status_code == 403
+    assert world.snapshot() == before
+    accepted = world.client.post(path, content=body, headers={**json_type, "Origin": ORIGIN, "Sec-Fetch-Site": "same-origin",
+                                                              "X-CSRF-Token": token})
+    assert accepted.status_code == 201  # the positive control: the same request, correctly made
+
+
+def build_world_session_token(world) -> str:
+    """The CSRF token of another user's session (user_a), from a separate client."""
+    from fastapi.testclient import TestClient
+
+    with TestClient(world.client.app, base_url=ORIGIN) as other:
+        response = other.post("/api/session", json={"name": "user_a", "password": "correct horse battery"},
+                              headers={"Origin": ORIGIN})
+        return response.json()["csrf_token"]
+
+
+def test_session_cookie_attributes_and_logout(world):
+    response = world.client.post("/api/session", json={"token": world.tokens["admin_a"]}, headers={"Origin": ORIGIN})
+    cookie = response.headers["set-cookie"].lower()
+    assert "httponly" in cookie and "samesite=strict" in cookie
+    assert world.client.get("/api/session").json()["principal"]["user"] == "admin_a"
+    token = response.json()["csrf_token"]
+    assert world.client.delete("/api/session", headers={"Origin": ORIGIN, "X-CSRF-Token": token}).status_code == 204
+    assert world.client.get("/api/session").status_code == 401
+    assert world.client.post("/api/session", json={"name": "admin_a", "password": "wrong password!!"},
+                             headers={"Origin": ORIGIN}).status_code == 401
+
+
+def test_secure_cookie_over_https(database, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from tht.web.app import WebSettings, create_app
+
+    world = build_world(database, tmp_path)
+    with TestClient(create_app(world.services, WebSettings(secure=True)), base_url="https://testserver") as client:
+        response = client.post("/api/session", json={"token": world.tokens["admin_a"]},
+                               headers={"Origin": "https://testserver"})
+        cookie = response.headers["set-cookie"]
+        assert cookie.startswith("__Host-tht_session=") and "Secure" in cookie and "Path=/" in cookie
+    world.services.close()
+
+
+def test_one_time_login_link(world):
+    link = world.services.accounts.open_session("admin_a", one_time=True)
+    assert world.client.get("/api/session", cookies={"tht_session": link}).status_code == 401  # not a session yet
+    response = world.client.get(f"/login/once/{link}", follow_redirects=False)
+    assert response.status_code == 303 and response.headers["location"] == "/admin/memory"
+    assert world.client.get("/api/session").json()["principal"]["user"] == "admin_a"
+    world.client.cookies.clear()
+    assert world.client.get(f"/login/once/{link}", follow_redirects=False).status_code in (303, 401)
+    assert world.client.get("/api/session").status_code == 401  # spent
+
+
+# --- protected requests -------------------------------------------------------------
+
+
+@pytest.fixture
+def protected(world, tmp_path, monkeypatch, capsys):
+    key_file = tmp_path / "protected.key"
+    key_file.write_bytes(b"k" * 48)
+    monkeypatch.setenv("THT_PROTECTED_REQUEST_KEY_FILE", str(key_file))
+    monkeypatch.setenv("THT_HOME", str(tmp_path / "home"))
+    for key, value in world_env(world).items():
+        monkeypatch.setenv(key, value)
+    admin = Principal("admin_a", "admin", frozenset({"ws-a"}))
+
+    def run(document, workspace="ws-a"):
+        path = tmp_path / "request.json"
+        path.write_text(json.dumps(document))
+        capsys.readouterr()
+        code = main(["memory", "admin", "--workspace", workspace, "-c", str(path)])
+        return code, json.loads(capsys.readouterr().out)
+
+    return run, admin, b"k" * 48
+
+
+def world_env(world):
+    info = world.services.archive._conninfo
+    return {"THT_CATALOG_RUNTIME_DATABASE_URL": info}
+
+
+def test_protected_requests_refused_unless_signed_fresh_single_use_and_authorized(world, protected):
+    run, admin, key = protected
+    request = new_request(admin, AdminRequest("ws-a", "create", body=card_document(title="Via backend")))
+    signed = sign(request, key)
+    refused = {
+        "unsigned": {"request": request, "signature": ""},
+        "tampered": {"request": {**request, "body": card_document(title="Tampered")}, "signature": signed["signature"]},
+        "wrong key": sign(request, b"x" * 48),
+        "expired": sign(new_request(admin, AdminRequest("ws-a", "list"),
+                                    now=datetime.now(timezone.utc) - timedelta(minutes=10)), key),
+        "too long-lived": sign(new_request(admin, AdminRequest("ws-a", "list"), lifetime=timedelta(hours=1)), key),
+        "user without memory.manage": sign(new_request(Principal("user_a", "user", frozenset({"ws-a"})),
+                                                       AdminRequest("ws-a", "list")), key),
+        "admin of another workspace": sign(new_request(Principal("admin_b", "admin", frozenset({"ws-b"})),
+                                                       AdminRequest("ws-a", "list")), key),
+    }
+    before = world.snapshot()
+    for name, document in refused.items():
+        code, answer = run(document)
+        assert code == 5 and answer["error"]["code"] in ("permission_denied",), (name, answer)
+    code, answer = run(signed, workspace="ws-b")
+    assert code == 5  # for another workspace than the command names
+    assert world.snapshot() == before
+    code, answer = run(signed)
+    assert code == 0 and answer["card"]["title"] == "Via backend"
+    code, answer = run(signed)  # replayed
+    assert code == 5 and "replay" in answer["error"]["message"]
+    with world.services.archive.transaction("ws-a") as tx:
+        assert sum(1 for c in tx.cards(list(tx.card_revisions())).values() if c.title == "Via backend") == 1

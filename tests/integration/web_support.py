@@ -1,0 +1,53 @@
+"""A running administration app on the test database: two workspaces, their admins
+and a plain user, a few cards each."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fastapi.testclient import TestClient
+
+from tests.factories import card
+from tht.bootstrap import ProjectionSettings, Services, build_services
+from tht.web.app import WebSettings, create_app
+
+ORIGIN = "http://testserver"
+
+
+@dataclass
+class WebWorld:
+    services: Services
+    client: TestClient
+    tokens: dict[str, str]
+    cards: dict[str, list[str]] = field(default_factory=dict)
+
+    def bearer(self, actor: str | None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.tokens[actor]}"} if actor else {}
+
+    def snapshot(self) -> dict[str, list[tuple[str, int]]]:
+        """Everything an unauthorized request must leave untouched."""
+        state = {}
+        for workspace in ("ws-a", "ws-b"):
+            with self.services.archive.transaction(workspace) as tx:
+                state[workspace] = sorted((str(k), v) for k, v in tx.card_revisions().items())
+                state[workspace + ":links"] = sorted(
+                    (str(s), str(t)) for s, targets in tx.links_with_facts(list(tx.card_revisions()))[0].items()
+                    for t, _ in targets)
+        return state
+
+
+def build_world(database, tmp_path) -> WebWorld:
+    services = build_services(env=database.env(), projection=ProjectionSettings(
+        index={"engine": "edge", "path": str(tmp_path / "index")},
+        embedding={"provider": "hashing", "dimension": 64}))
+    services.workspaces.create("ws-a", "en")
+    services.workspaces.create("ws-b", "en")
+    tokens = {
+        "admin_a": services.accounts.create_user("admin_a", "admin", ["ws-a"], password="correct horse battery")["token"],
+        "admin_b": services.accounts.create_user("admin_b", "admin", ["ws-b"])["token"],
+        "user_a": services.accounts.create_user("user_a", "user", ["ws-a"], password="correct horse battery")["token"],
+    }
+    cards = {ws: [services.memory.create_card(ws, card(title=f"{ws} card {i}")).card.id for i in range(3)]
+             for ws in ("ws-a", "ws-b")}
+    client = TestClient(create_app(services, WebSettings()), base_url=ORIGIN)
+    return WebWorld(services, client, tokens, cards)
