@@ -180,7 +180,7 @@ def test_memory_management_page(server: Server, chromium, index_blocker, screens
         page.get_by_role("textbox", name="Rationale", exact=True).fill("Finance reports net figures.")
         page.get_by_test_id("save-card").click()
         expect(errors).to_contain_text("the server refused the card")
-        expect(errors).to_contain_text("Rule: must be printable text")
+        expect(errors).to_contain_text("Rule: must be text with a visible character")
         expect(page.get_by_role("textbox", name="Rule", exact=True)).to_have_attribute("aria-invalid", "true")
         expect(count).to_have_text(f"{SEED_COUNT} cards")  # nothing was created
         page.get_by_role("textbox", name="Rule", exact=True).fill("Subtract refunds from gross revenue.")

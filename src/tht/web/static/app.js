@@ -1026,9 +1026,7 @@
           var input = TEXT_FIELDS.indexOf(top) >= 0 || top === "title" || top === "family" ? $("edit-" + top) : null;
           if (top === "concepts") input = $("concept-input");
           var label = field ? fieldLabel($("edit-family").value, top) + field.slice(top.length) + ": " : "";
-          var message = /^String should match pattern/.test(d.message)
-            ? "must be printable text (no control characters) and not blank" : d.message;
-          problems.push({ text: label + message, input: input });
+          problems.push({ text: label + d.message, input: input });
         });
       }
       return problems;
