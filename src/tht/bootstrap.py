@@ -18,6 +18,8 @@ from tht.errors import ArchiveUnavailable, ConfigurationError
 from tht.memory.archive.postgres import PostgresArchive
 from tht.memory.embedding import build_embedder
 from tht.memory.index import EdgeIndex, QdrantServerIndex, SearchIndex
+from tht.memory.index.pgvector import PgVectorIndex
+from tht.memory.index.pgvector_migrations import PACK as PGVECTOR_PACK
 from tht.memory.admin import MemoryAdmin
 from tht.memory.migrations import migrate
 from tht.memory.projector import IndexProjector
@@ -27,34 +29,41 @@ from tht.settings import DatabaseSettings, RuntimeConfig, database_settings, def
 from tht.validation import describe_validation_error
 
 
-def resolve_database(env: Mapping[str, str] | None = None) -> DatabaseSettings:
-    """External settings as given, or the embedded server started and prepared."""
+def resolve_database(env: Mapping[str, str] | None = None, *, pgvector: bool = False) -> DatabaseSettings:
+    """External settings as given, or the embedded server started and prepared (with
+    the pgvector engine's tables when asked)."""
     settings = database_settings(env)
     if settings.embedded:
         from tht.db.embedded import EmbeddedPostgres
 
-        settings, _ = EmbeddedPostgres(settings.embedded_home).prepare()
+        settings, _ = EmbeddedPostgres(settings.embedded_home).prepare(pgvector=pgvector)
     return settings
 
 
-def open_archive(env: Mapping[str, str] | None = None) -> PostgresArchive:
-    settings = resolve_database(env)
+def _runtime_conninfo(settings: DatabaseSettings) -> str:
     if not settings.runtime_conninfo:
         raise ConfigurationError(
             "no runtime database login: set THT_CATALOG_DATABASE_URL (or THT_CATALOG_RUNTIME_DATABASE_URL,"
             " or THT_CATALOG_DB_HOST, THT_CATALOG_DB_NAME and THT_CATALOG_RUNTIME_USER)"
         )
-    return PostgresArchive(settings.runtime_conninfo).open()
+    return settings.runtime_conninfo
 
 
-def run_migrations(env: Mapping[str, str] | None = None) -> dict:
-    """Apply the migration pack with the migrator login (never the runtime one)."""
+def open_archive(env: Mapping[str, str] | None = None) -> PostgresArchive:
+    return PostgresArchive(_runtime_conninfo(resolve_database(env))).open()
+
+
+def run_migrations(env: Mapping[str, str] | None = None, *, engine: str | None = None) -> dict:
+    """Apply the migration pack with the migrator login (never the runtime one); with
+    ``engine="pgvector"``, then the pgvector index engine's pack (the Qdrant engines
+    keep nothing in PostgreSQL)."""
     env = os.environ if env is None else env
+    pgvector = engine == "pgvector"
     settings = database_settings(env)
     if settings.embedded:
         from tht.db.embedded import EmbeddedPostgres
 
-        _, report = EmbeddedPostgres(settings.embedded_home).prepare(force=True)
+        _, report = EmbeddedPostgres(settings.embedded_home).prepare(force=True, pgvector=pgvector)
         return {"database": "embedded", **(report or {})}
     if not settings.migrator_conninfo:
         raise ConfigurationError(
@@ -64,6 +73,10 @@ def run_migrations(env: Mapping[str, str] | None = None) -> dict:
     try:
         with psycopg.connect(settings.migrator_conninfo, autocommit=True, connect_timeout=10) as conn:
             report = migrate(conn, runtime_login=settings.runtime_login)
+            if pgvector:
+                # needs the extension, which only a superuser can create: the pack's
+                # first migration refuses with that instruction when it is missing
+                report["pgvector"] = migrate(conn, runtime_login=settings.runtime_login, pack=PGVECTOR_PACK)
     except psycopg.OperationalError as exc:
         raise ArchiveUnavailable(f"cannot reach the database to migrate: {str(exc).strip().splitlines()[0]}") from exc
     return {"database": "external", **report}
@@ -74,11 +87,12 @@ class IndexSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    engine: Literal["edge", "qdrant"] = "edge"
+    # pgvector: tables in the installation's PostgreSQL (the runtime login's database)
+    engine: Literal["edge", "qdrant", "pgvector"] = "edge"
     path: Path | None = None  # edge: the data directory (default $THT_HOME/index)
     url: str | None = None  # qdrant: the server or cluster URL; the key comes from THT_QDRANT_API_KEY
     collection: str = Field(default="thoth_memory", pattern=r"^[A-Za-z0-9_-]{1,64}$")
-    timeout: float = Field(default=10.0, gt=0, le=300)  # qdrant: request timeout (s)
+    timeout: float = Field(default=10.0, gt=0, le=300)  # qdrant, pgvector: request / connection timeout (s)
     open_timeout: float = Field(default=10.0, ge=0, le=300)  # edge: wait for another process (s)
 
     @model_validator(mode="after")
@@ -87,6 +101,8 @@ class IndexSettings(BaseModel):
             raise ValueError("engine qdrant needs a url")
         if self.engine == "edge" and self.url:
             raise ValueError("engine edge takes a path, not a url")
+        if self.engine == "pgvector" and (self.url or self.path):
+            raise ValueError("engine pgvector uses the catalog database (THT_CATALOG_*), not a url or path")
         return self
 
 
@@ -97,6 +113,10 @@ def build_index(settings: dict | None, env: Mapping[str, str] | None = None) -> 
         raise ConfigurationError(f"index settings: {describe_validation_error(exc)}") from exc
     if config.engine == "qdrant":
         return QdrantServerIndex.connect(config.url, config.collection, timeout=config.timeout)
+    if config.engine == "pgvector":
+        # the runtime login, in the archive's database; nothing connects until first use
+        conninfo = _runtime_conninfo(resolve_database(env, pgvector=True))
+        return PgVectorIndex(conninfo, config.collection, timeout=config.timeout)
     path = config.path or default_home(env) / "index"
     return EdgeIndex(path, config.collection, open_timeout=config.open_timeout)
 

@@ -1,8 +1,9 @@
 """One contract for every SearchIndex adapter, run against the real engines.
 
 Qdrant Edge runs in-process in tmp_path; the qdrant-client adapter runs on the
-client's local mode in tmp_path. Vectors come from the hashing embedder and the real
-BM25 encoder. Filter semantics are checked against ``recall_filters.card_matches``.
+client's local mode in tmp_path; pgvector runs in the test's own PostgreSQL database.
+Vectors come from the hashing embedder and the real BM25 encoder. Filter semantics are
+checked against ``recall_filters.card_matches``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psycopg
 import pytest
 import qdrant_edge as qe
 from qdrant_client import QdrantClient
@@ -36,6 +38,7 @@ from tht.memory.index import (
     QdrantServerIndex,
     SearchIndex,
 )
+from tht.memory.index.pgvector import PgVectorIndex
 from tht.memory.model import FAMILIES, Dependency
 from tht.memory.recall_filters import CardFacts, RecallFilters, card_matches
 
@@ -95,8 +98,28 @@ def _qdrant_local(tmp_path: Path) -> Engine:
                   write_old_format=write_old_format)
 
 
-@pytest.fixture(params=["edge", "qdrant_local"])
+def _pgvector(database) -> Engine:
+    def create_dense_only(dimension: int) -> None:
+        # a collection created earlier, by the engine's own SQL, with this dimension
+        with psycopg.connect(database.migrator) as conn:
+            conn.execute("SELECT thoth_memory_pgvector.create_collection('memory', %s)", (dimension,))
+
+    def write_old_format(point_id: uuid.UUID, text: str) -> None:
+        legacy = PgVectorIndex(database.runtime, "memory")
+        legacy.upsert([point(facts(), text, point_id=point_id)])
+        legacy.close()
+        with psycopg.connect(database.migrator) as conn:
+            conn.execute("UPDATE thoth_memory_pgvector.points SET revision = NULL, fingerprint = NULL"
+                         " WHERE id = %s", (point_id,))
+
+    return Engine(open=lambda: PgVectorIndex(database.runtime, "memory", timeout=5),
+                  create_dense_only=create_dense_only, write_old_format=write_old_format)
+
+
+@pytest.fixture(params=["edge", "qdrant_local", "pgvector"])
 def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Engine:
+    if request.param == "pgvector":
+        return _pgvector(request.getfixturevalue("database"))
     return {"edge": _edge, "qdrant_local": _qdrant_local}[request.param](tmp_path)
 
 

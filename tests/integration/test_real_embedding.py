@@ -18,10 +18,11 @@ from tht.memory.service import MemoryService, WorkspaceService
 DATA = Path(__file__).parent.parent / "data"
 
 # (workspace language, paraphrase, title of the intended card): none of these
-# questions repeats the card's wording.
+# questions repeats the card's wording. Each wins both branches or wins the fusion
+# outright: an exact fusion tie would be decided by the random card ids.
 PARAPHRASES = [
     ("it", "come si collegano i movimenti alle commesse se il codice si ripete ogni anno?", "Commessa ed esercizio"),
-    ("it", "quando posso considerare consegnato del tutto un ordine?", "Ordine evaso"),
+    ("it", "come capisco se tutte le righe di un ordine sono già state inviate?", "Ordine evaso"),
     ("it", "quanti giorni passano in media prima che i clienti ci paghino?", "DSO"),
     ("en", "how do I join job movements when the job code repeats every year?", "Job and fiscal year"),
     ("en", "when can an order be considered completely delivered?", "Shipped order"),

@@ -1,5 +1,5 @@
 """Verified hybrid recall end to end: archive (real PostgreSQL) + projection (Qdrant
-Edge and qdrant-client local mode) + hashing embedder + real BM25.
+Edge, qdrant-client local mode and pgvector) + hashing embedder + real BM25.
 
 Targeted cases in the spirit of the plan's Q6: the needed cards are found, and cards
 out of scope (other workspace, scope, table/column, unrelated dependency pairs,
@@ -25,6 +25,7 @@ from tht.memory.archive.postgres import PostgresArchive
 from tht.memory.embedding import HashingEmbedder
 from tht.memory.embedding.openai_http import OpenAIHttpEmbedder
 from tht.memory.index import EdgeIndex, IndexPoint, IndexUnavailable, QdrantServerIndex
+from tht.memory.index.pgvector import PgVectorIndex
 from tht.memory.model import card_id_to_uuid
 from tht.memory.projection import card_facts, indexed_text
 from tht.memory.projector import IndexProjector
@@ -58,17 +59,19 @@ class Stack:
         return self.recall_service.recall(workspace, question, kind, query=RecallQuery(**query), **DWH)
 
 
-def open_index(engine: str, path: Path):
+def open_index(engine: str, path: Path, database=None):
     if engine == "edge":
         return EdgeIndex(path / "edge", open_timeout=0.5)
+    if engine == "pgvector":  # in the test's own database, beside the archive
+        return PgVectorIndex(database.runtime)
     return QdrantServerIndex(QdrantClient(path=str(path / "local")))
 
 
-@pytest.fixture(params=["edge", "qdrant_local"])
+@pytest.fixture(params=["edge", "qdrant_local", "pgvector"])
 def stack(request, archive, tmp_path):
     WorkspaceService(archive).create("acme", "en")
     WorkspaceService(archive).create("other", "en")
-    index = open_index(request.param, tmp_path)
+    index = open_index(request.param, tmp_path, request.getfixturevalue("database"))
     yield Stack(archive, index)
     index.close()
 

@@ -238,11 +238,17 @@ def memory_rules(question: Annotated[str, typer.Argument(help="The user's questi
 
 
 @memory_app.command("migrate")
-def memory_migrate() -> None:
+def memory_migrate(
+    engine: Annotated[Optional[str], typer.Option(
+        help="Also prepare this index engine's tables: pgvector (its extension must exist, created by a"
+             " superuser; the embedded server creates it). edge and qdrant need nothing in PostgreSQL.")] = None,
+) -> None:
     """Apply the memory migration pack with the migrator login (same as python -m tht.memory.migrate)."""
     from tht.bootstrap import run_migrations
 
-    emit(run_migrations())
+    if engine not in (None, "edge", "qdrant", "pgvector"):
+        raise InvalidInput(f"unknown index engine '{engine}' (expected edge, qdrant or pgvector)")
+    emit(run_migrations(engine=engine))
 
 
 # --- workspaces ---------------------------------------------------------------------

@@ -2,9 +2,10 @@
 
 On first use it is initialised and prepared exactly as an installation would be: a
 migrator login that owns the schema, a runtime login that is not a superuser and only
-a member of ``thoth_memory_runtime``, and the migrations applied. The server keeps
-running after the command that started it (``tht db stop`` stops it), so later
-commands connect in milliseconds.
+a member of ``thoth_memory_runtime``, and the migrations applied. When the pgvector
+index engine is asked for, the superuser creates the extension (as a DBA would) and
+the migrator applies that engine's pack. The server keeps running after the command
+that started it (``tht db stop`` stops it), so later commands connect in milliseconds.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from tht.errors import ArchiveUnavailable
-from tht.memory.migrations import available_migrations, migrate
+from tht.memory.index.pgvector_migrations import PACK as PGVECTOR_PACK
+from tht.memory.migrations import ARCHIVE, MigrationPack, available_migrations, migrate
 from tht.settings import DatabaseSettings
 
 log = logging.getLogger(__name__)
@@ -78,18 +80,23 @@ class EmbeddedPostgres:
     def superuser_conninfo(self, database: str = "postgres") -> str:
         return self.conninfo("postgres", database)
 
-    def _marker(self) -> Path:
-        return self.home / ".prepared"
+    def _marker(self, pack: MigrationPack = ARCHIVE) -> Path:
+        return self.home / (".prepared" if pack is ARCHIVE else f".prepared-{pack.schema}")
 
     @staticmethod
-    def _expected_marker() -> str:
+    def _expected_marker(pack: MigrationPack = ARCHIVE) -> str:
         digest = hashlib.sha256()
-        for migration in available_migrations():
+        for migration in available_migrations(pack):
             digest.update(f"{migration.version}:{migration.checksum}\n".encode())
         return digest.hexdigest()
 
-    def prepare(self, *, force: bool = False) -> tuple[DatabaseSettings, dict | None]:
-        """Start the server and bring roles, database and migrations up to date.
+    def _prepared(self, pack: MigrationPack) -> bool:
+        marker = self._marker(pack)
+        return marker.exists() and marker.read_text() == self._expected_marker(pack)
+
+    def prepare(self, *, force: bool = False, pgvector: bool = False) -> tuple[DatabaseSettings, dict | None]:
+        """Start the server and bring roles, database and migrations up to date; with
+        ``pgvector``, also the pgvector index engine's extension and pack.
 
         Returns the connection settings and, when migrations ran, their report.
         """
@@ -98,13 +105,23 @@ class EmbeddedPostgres:
             settings = DatabaseSettings(
                 runtime_conninfo=self.conninfo(RUNTIME), migrator_conninfo=self.conninfo(MIGRATOR)
             )
-            marker = self._marker()
-            if not force and marker.exists() and marker.read_text() == self._expected_marker():
+            archive_ready = not force and self._prepared(ARCHIVE)
+            pgvector_ready = not pgvector or (not force and self._prepared(PGVECTOR_PACK))
+            if archive_ready and pgvector_ready:
                 return settings, None
-            self.ensure_roles_and_database()
-            with psycopg.connect(settings.migrator_conninfo, autocommit=True) as conn:
-                report = migrate(conn, runtime_login=RUNTIME)
-            marker.write_text(self._expected_marker())
+            report: dict = {}
+            if not archive_ready:
+                self.ensure_roles_and_database()
+                with psycopg.connect(settings.migrator_conninfo, autocommit=True) as conn:
+                    report = migrate(conn, runtime_login=RUNTIME)
+                self._marker(ARCHIVE).write_text(self._expected_marker(ARCHIVE))
+            if not pgvector_ready:
+                # pgvector is not a trusted extension: the superuser creates it
+                with psycopg.connect(self.superuser_conninfo(DATABASE), autocommit=True) as conn:
+                    conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+                with psycopg.connect(settings.migrator_conninfo, autocommit=True) as conn:
+                    report["pgvector"] = migrate(conn, runtime_login=RUNTIME, pack=PGVECTOR_PACK)
+                self._marker(PGVECTOR_PACK).write_text(self._expected_marker(PGVECTOR_PACK))
             return settings, report
 
     def ensure_roles_and_database(self, database: str | None = DATABASE) -> None:

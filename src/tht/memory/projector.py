@@ -20,6 +20,7 @@ from tht.errors import NotFound
 from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive
 from tht.memory.embedding import Embedder, EmbedderUnavailable, SparseEncoder
 from tht.memory.index import IndexPoint, IndexUnavailable, SearchIndex
+from tht.memory.index.port import stores_symptoms
 from tht.memory.model import card_id_to_uuid, uuid_to_card_id
 from tht.memory.projection import card_facts, fingerprint, indexed_text
 from tht.memory.service import IndexOutcome
@@ -99,12 +100,19 @@ class IndexProjector:
                     raise unavailable
                 if present:
                     texts = [indexed_text(card) for card in present]
-                    vectors = self.embedder.embed_passages(texts)
+                    # An explained error also gets a symptom projection, its error text
+                    # (the context), where the engine keeps one. Both kinds go in ONE
+                    # embedding call, so batches of 32 run across cards and kinds.
+                    symptoms = [card.context if card.family == "explained_error" and card.context
+                                and stores_symptoms(self.index) else None for card in present]
+                    vectors = self.embedder.embed_passages(texts + [text for text in symptoms if text])
+                    main, extra = vectors[:len(texts)], iter(vectors[len(texts):])
+                    symptom_vectors = [next(extra) if text else None for text in symptoms]
                     encoder = self.encoder(language)
                     self.index.upsert([
                         IndexPoint(card_id_to_uuid(card.id), vector, encoder.encode_document(text),
-                                   card_facts(card), card.revision, current)
-                        for card, text, vector in zip(present, texts, vectors)
+                                   card_facts(card), card.revision, current, symptom)
+                        for card, text, vector, symptom in zip(present, texts, main, symptom_vectors)
                     ])
                 if gone:
                     self.index.delete(gone)

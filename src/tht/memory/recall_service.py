@@ -100,6 +100,9 @@ class RecallResult:
             "seed_rank": self.ranked.seed_rank,
             "dense_rank": self.hit.dense_rank if self.hit else None,
             "bm25_rank": self.hit.bm25_rank if self.hit else None,
+            # which dense projection matched: the card's text, or an explained error's
+            # symptom (the difference between "about your topic" and "explains your error")
+            "matched_kind": self.hit.matched_kind if self.hit else None,
             "hops": self.ranked.hops,
             "meanings": list(self.ranked.meanings),
         }

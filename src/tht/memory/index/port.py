@@ -43,6 +43,10 @@ class IndexPoint:
     card: CardFacts
     revision: int
     fingerprint: str
+    # An explained error's second dense projection: its error text (the card's
+    # context), so a query that quotes an error finds the card that explains it.
+    # Engines without vector kinds ignore it.
+    symptom: Sequence[float] | None = None
 
     def payload(self) -> dict[str, Any]:
         card = self.card
@@ -90,6 +94,12 @@ class IndexHit:
     bm25_rank: int | None
     revision: int | None  # None on an old-format point, like PointRecord
     fingerprint: str | None
+    # Which dense projection matched: "text" (the card) or "symptom" (an explained
+    # error's error text); "text" for engines without vector kinds.
+    matched_kind: str = "text"
+    # The raw cosine distance of that dense match, where the engine reports it
+    # (pgvector), never converted to a similarity; None otherwise.
+    distance: float | None = None
 
 
 class SearchIndex(Protocol):
@@ -125,6 +135,13 @@ class SearchIndex(Protocol):
         does this on its own."""
 
     def close(self) -> None: ...
+
+
+def stores_symptoms(index: Any) -> bool:
+    """Whether the engine keeps the symptom projection (``IndexPoint.symptom``): an
+    engine declares its dense vector kinds in ``vector_kinds``; the Qdrant engines keep
+    only the card's text, and embedding symptoms for them would be wasted work."""
+    return "symptom" in getattr(index, "vector_kinds", ("text",))
 
 
 def projection(payload: dict[str, Any] | None) -> tuple[int | None, str | None]:

@@ -3,6 +3,10 @@
 Each applied migration is recorded with the SHA-256 of its file. A recorded migration
 whose file changed, or one this package does not know, is refused: the database was
 prepared by other code and guessing would risk the archive.
+
+The same runner applies other packs (``MigrationPack``): the pgvector projection
+engine keeps its tables, and its own ledger, in a schema of its own, so that an
+installation without the pgvector extension never needs it.
 """
 
 from __future__ import annotations
@@ -24,6 +28,22 @@ RUNTIME_ROLE = "thoth_memory_runtime"
 
 
 @dataclass(frozen=True)
+class MigrationPack:
+    """A folder of numbered migrations with its ledger ``<schema>.schema_migrations``
+    (created by the folder's ``bootstrap.sql``)."""
+
+    package: str  # the Python package holding the .sql files
+    schema: str
+    command: str  # what an operator runs to apply the pack, for error messages
+
+    def ledger(self) -> sql.Composed:
+        return sql.SQL("{}.schema_migrations").format(sql.Identifier(self.schema))
+
+
+ARCHIVE = MigrationPack(__package__, "thoth_memory", "`python -m tht.memory.migrate` (or `tht memory migrate`)")
+
+
+@dataclass(frozen=True)
 class Migration:
     version: int
     name: str
@@ -34,8 +54,8 @@ class Migration:
         return hashlib.sha256(self.text.encode()).hexdigest()
 
 
-def available_migrations() -> list[Migration]:
-    folder = resources.files(__package__)
+def available_migrations(pack: MigrationPack = ARCHIVE) -> list[Migration]:
+    folder = resources.files(pack.package)
     found = []
     for entry in folder.iterdir():
         match = _FILE_NAME.match(entry.name)
@@ -48,13 +68,13 @@ def available_migrations() -> list[Migration]:
     return found
 
 
-def _bootstrap_sql() -> str:
-    return resources.files(__package__).joinpath("bootstrap.sql").read_text()
+def _bootstrap_sql(pack: MigrationPack) -> str:
+    return resources.files(pack.package).joinpath("bootstrap.sql").read_text()
 
 
-def _applied(conn: psycopg.Connection) -> dict[int, tuple[str, str]]:
+def _applied(conn: psycopg.Connection, pack: MigrationPack) -> dict[int, tuple[str, str]]:
     rows = conn.execute(
-        "SELECT version, name, checksum FROM thoth_memory.schema_migrations ORDER BY version"
+        sql.SQL("SELECT version, name, checksum FROM {} ORDER BY version").format(pack.ledger())
     ).fetchall()
     return {version: (name, checksum) for version, name, checksum in rows}
 
@@ -76,7 +96,7 @@ def _refuse_drift(applied: dict[int, tuple[str, str]], known: list[Migration]) -
 
 
 def migrate(conn: psycopg.Connection, runtime_login: str | None = None, *,
-            target_version: int | None = None) -> dict:
+            target_version: int | None = None, pack: MigrationPack = ARCHIVE) -> dict:
     """Apply pending migrations on a migrator connection (autocommit mode).
 
     Returns which versions were applied now and which were already there. When
@@ -86,12 +106,13 @@ def migrate(conn: psycopg.Connection, runtime_login: str | None = None, *,
     """
     if not conn.autocommit:
         raise ValueError("migrate() manages its own transactions: pass an autocommit connection")
-    known = available_migrations()
+    known = available_migrations(pack)
+    # One lock for every pack: one migration at a time per database.
     conn.execute("SELECT pg_advisory_lock(%s)", (_MIGRATION_LOCK_KEY,))
     try:
         with conn.transaction():
-            conn.execute(_bootstrap_sql())
-        applied = _applied(conn)
+            conn.execute(_bootstrap_sql(pack))
+        applied = _applied(conn, pack)
         _refuse_drift(applied, known)
         newly = []
         for migration in known:
@@ -101,8 +122,8 @@ def migrate(conn: psycopg.Connection, runtime_login: str | None = None, *,
                 with conn.transaction():
                     conn.execute(migration.text)
                     conn.execute(
-                        "INSERT INTO thoth_memory.schema_migrations (version, name, checksum)"
-                        " VALUES (%s, %s, %s)",
+                        sql.SQL("INSERT INTO {} (version, name, checksum) VALUES (%s, %s, %s)")
+                        .format(pack.ledger()),
                         (migration.version, migration.name, migration.checksum),
                     )
             except psycopg.Error as exc:
@@ -128,32 +149,30 @@ def migrate(conn: psycopg.Connection, runtime_login: str | None = None, *,
     }
 
 
-def check_schema(conn: psycopg.Connection) -> None:
+def check_schema(conn: psycopg.Connection, pack: MigrationPack = ARCHIVE) -> None:
     """Raise SchemaNotReady unless every known migration is applied unchanged.
 
     Used by ordinary (runtime) commands, which never migrate.
     """
-    known = available_migrations()
+    known = available_migrations(pack)
     try:
         with conn.transaction():
             conn.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(RUNTIME_ROLE)))
-            applied = _applied(conn)
+            applied = _applied(conn, pack)
     except psycopg.errors.InvalidSchemaName as exc:
         raise SchemaNotReady(
-            "the thoth_memory schema is missing: run `python -m tht.memory.migrate`"
-            " (or `tht memory migrate`) with the migrator credentials",
+            f"the {pack.schema} schema is missing: run {pack.command} with the migrator credentials",
             details={"expected_version": known[-1].version},
         ) from exc
     except psycopg.errors.UndefinedTable as exc:
         raise SchemaNotReady(
-            "the thoth_memory schema is missing: run `python -m tht.memory.migrate`"
-            " (or `tht memory migrate`) with the migrator credentials",
+            f"the {pack.schema} schema is missing: run {pack.command} with the migrator credentials",
             details={"expected_version": known[-1].version},
         ) from exc
     except (psycopg.errors.InsufficientPrivilege, psycopg.errors.InvalidParameterValue,
             psycopg.errors.UndefinedObject) as exc:
         raise SchemaNotReady(
-            "the runtime login cannot read thoth_memory.schema_migrations: it is not a member of"
+            f"the runtime login cannot read {pack.schema}.schema_migrations: it is not a member of"
             f" {RUNTIME_ROLE}; run the migration with the runtime login configured",
         ) from exc
     try:
@@ -163,8 +182,8 @@ def check_schema(conn: psycopg.Connection) -> None:
     missing = [f"{m.version:03d}_{m.name}" for m in known if m.version not in applied]
     if missing:
         raise SchemaNotReady(
-            f"the memory schema is at version {max(applied, default=0):03d} but this version of"
+            f"the {pack.schema} schema is at version {max(applied, default=0):03d} but this version of"
             f" thoth-memory needs {known[-1].version:03d}; missing: {', '.join(missing)}."
-            " Run `python -m tht.memory.migrate` with the migrator credentials.",
+            f" Run {pack.command} with the migrator credentials.",
             details={"missing": missing},
         )

@@ -1,0 +1,31 @@
+-- The dense branch over the 'text' vectors (each card's indexed text): nearest first
+-- by cosine distance, <=>, the operator of the vector_cosine_ops indexes (any other
+-- operator silently falls back to a scan).
+--
+-- kind = 'text' is a LITERAL on purpose, never a parameter, and the dimension is
+-- inlined as a literal too (composed with sql.Literal): the HNSW indexes
+-- are partial (WHERE kind = 'text' AND dimension = N), and the planner uses a partial
+-- index only when the query's own predicate proves it. With a parameter a generic
+-- plan cannot, and scans every vector of both kinds.
+--
+-- The filters (conditions on the point p) run inside the index scan; with
+-- hnsw.iterative_scan the index keeps producing candidates until the limit is met,
+-- so a filtered search returns a full list. relaxed_order may return them slightly
+-- out of order, hence the outer sort.
+WITH nearest AS MATERIALIZED (
+    SELECT v.point_id, p.revision, p.fingerprint,
+           v.embedding::vector({dimension}) <=> %(query)s::vector({dimension}) AS distance
+      FROM thoth_memory_pgvector.vectors v
+      JOIN thoth_memory_pgvector.points p
+        ON p.collection = v.collection AND p.workspace_id = v.workspace_id AND p.id = v.point_id
+     WHERE v.kind = 'text'
+       AND v.dimension = {dimension}
+       AND v.collection = %(collection)s
+       AND v.workspace_id = %(workspace)s
+       AND {filter}
+     ORDER BY v.embedding::vector({dimension}) <=> %(query)s::vector({dimension})
+     LIMIT %(limit)s
+)
+SELECT point_id, distance, revision, fingerprint
+  FROM nearest
+ ORDER BY distance, point_id;
