@@ -17,10 +17,10 @@ from tht.accounts import Accounts
 from tht.errors import ArchiveUnavailable, ConfigurationError
 from tht.memory.archive.postgres import PostgresArchive
 from tht.memory.embedding import build_embedder
+from tht.memory.admin import MemoryAdmin
 from tht.memory.index import EdgeIndex, QdrantServerIndex, SearchIndex
 from tht.memory.index.pgvector import PgVectorIndex
 from tht.memory.index.pgvector_migrations import PACK as PGVECTOR_PACK
-from tht.memory.admin import MemoryAdmin
 from tht.memory.migrations import migrate
 from tht.memory.projector import IndexProjector
 from tht.memory.recall_service import RecallService

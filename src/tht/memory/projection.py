@@ -9,7 +9,7 @@ excluded from recall until it is re-indexed; recall never falls back to dense-on
 
 from __future__ import annotations
 
-from tht.memory.model import Card, Dependency, card_id_to_uuid
+from tht.memory.model import Card, Dependency
 from tht.memory.recall_filters import CardFacts
 
 # Bump when indexed_text changes: every projection becomes stale.
@@ -49,7 +49,3 @@ def card_facts(card: Card) -> CardFacts:
         concepts=tuple(card.concepts),
         dependencies=tuple(card.dependencies),
     )
-
-
-def point_id(card: Card):
-    return card_id_to_uuid(card.id)

@@ -18,7 +18,7 @@ Semantics:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tht.memory.model import Dependency
@@ -75,7 +75,3 @@ def card_matches(card: CardFacts, filters: RecallFilters) -> bool:
     if not set(filters.concepts) <= set(card.concepts):
         return False
     return physical_match(card.dependencies, filters)
-
-
-def eligible(cards: Iterable[CardFacts], filters: RecallFilters) -> list[CardFacts]:
-    return [c for c in cards if card_matches(c, filters)]
