@@ -149,6 +149,10 @@ class EmbeddedPostgres:
     def stop(self) -> dict:
         if not (self.pgdata / "postmaster.pid").exists():
             return {"home": str(self.home), "stopped": False, "message": "not running"}
+        # the library caches one handle per data directory, with the postmaster it saw
+        # then; a server restarted since (by another process) needs a fresh handle
+        _pgserver().PostgresServer._instances.pop(self.pgdata, None)
+        self._server = None
         server = self.start()
         server.stop()
         return {"home": str(self.home), "stopped": True}
