@@ -20,6 +20,9 @@ from tht.memory.model import (
     MAX_TEXT,
     MAX_TITLE,
     TEXT_PATTERN,
+    Card,
+    CardSummary,
+    PendingOperation,
 )
 
 # Text as tht.memory.model accepts it: printable, with at least one visible character.
@@ -163,50 +166,8 @@ CardUpdate = Annotated[
     Field(discriminator="family")]
 
 
-class DependencyOut(BaseModel):
-    database: str
-    schema_name: str | None = Field(default=None, alias="schema")
-    table: str | None = None
-    column: str | None = None
-
-
-class LinkOut(BaseModel):
-    target: str
-    meaning: str
-    target_title: str
-
-
-class IncomingLinkOut(BaseModel):
-    source: str
-    meaning: str
-    source_title: str
-
-
-class SourceOut(BaseModel):
-    session: str | None = None
-    decisions: list[str] = []
-
-
-class CardOut(BaseModel):
-    id: str
-    workspace: str
-    family: str
-    title: str
-    content: str | None = None
-    scope: str | None = None
-    rationale: str | None = None
-    question: str | None = None
-    sql: str | None = None
-    context: str | None = None
-    concepts: list[str]
-    dependencies: list[DependencyOut]
-    links: list[LinkOut]
-    incoming_links: list[IncomingLinkOut]
-    origin: Literal["manual", "workflow"]
-    source: SourceOut | None = None
-    revision: int
-    created_at: datetime
-    updated_at: datetime
+# Responses reuse the domain's models: one definition of a card and its parts.
+CardOut = Card
 
 
 class IndexOut(BaseModel):
@@ -228,40 +189,15 @@ class RetryResult(BaseModel):
     index: IndexOut
 
 
-class CardSummaryOut(BaseModel):
-    id: str
-    family: str
-    title: str
-    scope: str | None = None
-    concepts: list[str]
-    origin: str
-    revision: int
-    created_at: datetime
-    updated_at: datetime
-    pending: str | None = None
-
-
 class CardPage(BaseModel):
-    items: list[CardSummaryOut]
+    items: list[CardSummary]
     total: int
     page: int
     page_size: int
 
 
-class PendingOut(BaseModel):
-    card_id: str
-    operation: Literal["upsert", "delete"]
-    revision: int
-    attempts: int
-    last_error: str | None = None
-    title: str | None = None
-    reason: str
-    created_at: datetime | None = None
-    updated_at: datetime | None = None
-
-
 class PendingList(BaseModel):
-    items: list[PendingOut]
+    items: list[PendingOperation]
 
 
 class WorkspaceOut(BaseModel):
