@@ -178,6 +178,8 @@ class _Verifier:
         self.fingerprint = fingerprint
         self.exclude = exclude
         self._facts: dict[uuid.UUID, RecallFacts] = {}
+        # outgoing links already read, by source (the seeds' come with their facts)
+        self._links: dict[uuid.UUID, list[tuple[uuid.UUID, str]]] = {}
 
     def _eligible_ids(self, ids: list[uuid.UUID]) -> set[uuid.UUID]:
         missing = [i for i in ids if i not in self._facts]
@@ -187,7 +189,12 @@ class _Verifier:
                 and self._facts[i][0].current(self.fingerprint) and card_matches(self._facts[i][1], self.filters)}
 
     def seeds(self, hits: list[IndexHit]) -> list[IndexHit]:
-        eligible = self._eligible_ids([h.id for h in hits])
+        ids = [h.id for h in hits]
+        facts, links, target_facts = self.tx.facts_and_links(ids)
+        self._facts.update(target_facts)
+        self._facts.update(facts)
+        self._links.update({i: links.get(i, []) for i in ids})
+        eligible = self._eligible_ids(ids)
         # the point itself must be the recorded projection of the current revision
         return [h for h in hits if h.id in eligible
                 and h.revision == self._facts[h.id][0].revision and h.fingerprint == self.fingerprint]
@@ -196,8 +203,12 @@ class _Verifier:
         return {uuid_to_card_id(i) for i in self._eligible_ids([card_id_to_uuid(c) for c in card_ids])}
 
     def links_of(self, card_ids: list[str]) -> dict[str, list[tuple[str, str]]]:
-        # the targets' facts come with the links: eligible() then asks nothing more
-        links, facts = self.tx.links_with_facts([card_id_to_uuid(c) for c in card_ids])
-        self._facts.update(facts)
-        return {uuid_to_card_id(source): [(uuid_to_card_id(t), meaning) for t, meaning in targets]
-                for source, targets in links.items()}
+        sources = [card_id_to_uuid(c) for c in card_ids]
+        unread = [i for i in sources if i not in self._links]
+        if unread:
+            # the targets' facts come with the links: eligible() then asks nothing more
+            links, facts = self.tx.links_with_facts(unread)
+            self._facts.update(facts)
+            self._links.update({i: links.get(i, []) for i in unread})
+        return {uuid_to_card_id(source): [(uuid_to_card_id(t), meaning) for t, meaning in self._links[source]]
+                for source in sources if self._links[source]}

@@ -415,9 +415,25 @@ class ArchiveTransaction:
     def links_with_facts(self, card_uuids: list[uuid.UUID]) -> tuple[
             dict[uuid.UUID, list[tuple[uuid.UUID, str]]], dict[uuid.UUID, RecallFacts]]:
         """Outgoing links of these cards, and the recall facts of every target."""
+        return self._links_and_target_facts(self.rows("links_with_facts", ids=list(card_uuids)))
+
+    def facts_and_links(self, card_uuids: list[uuid.UUID]) -> tuple[
+            dict[uuid.UUID, RecallFacts], dict[uuid.UUID, list[tuple[uuid.UUID, str]]], dict[uuid.UUID, RecallFacts]]:
+        """``recall_facts`` and ``links_with_facts`` of the same cards in one round trip:
+        recall's seeds, whose first hop is then already known."""
+        params = self._params(ids=list(card_uuids))
+        with self.conn.pipeline():
+            cursors = [self.conn.cursor(row_factory=dict_row) for _ in range(2)]
+            for cur, name in zip(cursors, ("recall_facts", "links_with_facts")):
+                cur.execute(_q(name), params)
+        fact_rows, link_rows = (cur.fetchall() for cur in cursors)
+        return ({r["id"]: self._facts(r) for r in fact_rows}, *self._links_and_target_facts(link_rows))
+
+    def _links_and_target_facts(self, rows: list[dict]) -> tuple[
+            dict[uuid.UUID, list[tuple[uuid.UUID, str]]], dict[uuid.UUID, RecallFacts]]:
         links: dict[uuid.UUID, list[tuple[uuid.UUID, str]]] = {}
         facts = {}
-        for r in self.rows("links_with_facts", ids=list(card_uuids)):
+        for r in rows:
             links.setdefault(r["source_id"], []).append((r["target_id"], r["meaning"]))
             facts[r["target_id"]] = self._facts(r)
         return links, facts
