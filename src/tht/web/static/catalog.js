@@ -167,7 +167,9 @@
     var self = this;
     document.getElementById("run-drawer-close").addEventListener("click", function () { self.close(); });
     document.getElementById("run-retry").addEventListener("click", function () { self.retry(); });
-    node.addEventListener("keydown", function (event) { if (event.key === "Escape") self.close(); });
+    document.addEventListener("keydown", function (event) {
+      if (event.key === "Escape" && !self.node.hidden) self.close();
+    });
   }
 
   Drawer.prototype.open = function (workspace, runId) {
