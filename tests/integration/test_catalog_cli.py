@@ -68,3 +68,17 @@ def test_every_catalog_command_fails_with_a_json_error(cli, bound, tmp_path, mon
         assert error and set(error) == {"code", "message", "details"}, (name, run.document)
         assert run.code == expected.get(name, 2), (name, run.code, error)
         assert run.code in EXIT_CODES
+
+
+def test_missing_catalog_schema_is_reported_and_memory_migrate_applies_it(cli, bound, database):
+    import psycopg
+
+    with psycopg.connect(database.superuser, autocommit=True) as conn:
+        conn.execute("DROP SCHEMA thoth_catalog CASCADE")
+    missing = cli("catalog", "runs", "-c", bound)
+    assert missing.code == 6 and missing.document["error"]["code"] == "schema_not_ready"
+    assert "tht memory migrate" in missing.document["error"]["message"]
+    assert cli("memory", "list", "-c", bound).code == 0  # Memory does not depend on the Catalog
+    migrated = cli("memory", "migrate")
+    assert migrated.code == 0 and migrated.document["catalog"]["applied"] == ["001_catalog"], migrated.document
+    assert cli("catalog", "runs", "-c", bound).document == {"items": []}

@@ -65,15 +65,18 @@ class CatalogStore:
     commands never depend on the Catalog's schema)."""
 
     def __init__(self, conninfo: str, *, timeout: float = 10.0) -> None:
+        self._conninfo = conninfo
         self._timeout = timeout
-        self._pool = psycopg_pool.ConnectionPool(
-            conninfo, min_size=0, max_size=2, open=False, timeout=timeout,
-            kwargs={"connect_timeout": int(timeout), "autocommit": False}, name="thoth-catalog")
+        self._pool: psycopg_pool.ConnectionPool | None = None
         self._opened = False
 
     def open(self) -> CatalogStore:
         if self._opened:
             return self
+        # a closed pool cannot be reopened: a new one after a failed first use
+        self._pool = psycopg_pool.ConnectionPool(
+            self._conninfo, min_size=0, max_size=2, open=False, timeout=self._timeout,
+            kwargs={"connect_timeout": int(self._timeout), "autocommit": False}, name="thoth-catalog")
         self._pool.open(wait=False)
         self._opened = True
         try:
@@ -91,8 +94,9 @@ class CatalogStore:
         return self
 
     def close(self) -> None:
-        if self._opened:
+        if self._pool is not None:
             self._pool.close()
+            self._pool = None
         self._opened = False
 
     @contextmanager
