@@ -237,6 +237,7 @@
     return api("POST", base(this.workspace.id) + "/runs/" + encodeURIComponent(this.runId) + "/retry").then(function (run) {
       self.render(run);
       feedback(note, "saved", "Cleanup completed: " + run.deleted_cards.length + " Memory cards deleted.");
+      document.getElementById("catalog-feedback").hidden = true;  // the page's failure note is resolved
     }, function (err) {
       feedback(note, "error", "Retry failed: " + err.message);
       return api("GET", base(self.workspace.id) + "/runs/" + encodeURIComponent(self.runId))
