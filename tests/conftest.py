@@ -24,6 +24,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from tht.catalog.migrations import PACK as CATALOG_PACK
 from tht.db.embedded import MIGRATOR, RUNTIME, EmbeddedPostgres
 from tht.memory.archive.postgres import PostgresArchive
 from tht.memory.index.pgvector_migrations import PACK as PGVECTOR_PACK
@@ -106,6 +107,7 @@ def cluster(tmp_path_factory):
     with psycopg.connect(cluster.conninfo(MIGRATOR, TEMPLATE), autocommit=True) as conn:
         migrate(conn, runtime_login=RUNTIME)
         migrate(conn, runtime_login=RUNTIME, pack=PGVECTOR_PACK)
+        migrate(conn, runtime_login=RUNTIME, pack=CATALOG_PACK)
     yield cluster
     with cluster.admin() as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(TEMPLATE)))

@@ -14,10 +14,14 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tht.accounts import Accounts
+from tht.catalog.migrations import PACK as CATALOG_PACK
+from tht.catalog.service import Catalog
+from tht.catalog.store import CatalogStore
 from tht.errors import ArchiveUnavailable, ConfigurationError
 from tht.memory.archive.postgres import PostgresArchive
 from tht.memory.embedding import build_embedder
 from tht.memory.admin import MemoryAdmin
+from tht.memory.cleanup import PhysicalCleanup
 from tht.memory.index import EdgeIndex, QdrantServerIndex, SearchIndex
 from tht.memory.index.pgvector import PgVectorIndex
 from tht.memory.index.pgvector_migrations import PACK as PGVECTOR_PACK
@@ -73,6 +77,7 @@ def run_migrations(env: Mapping[str, str] | None = None, *, engine: str | None =
     try:
         with psycopg.connect(settings.migrator_conninfo, autocommit=True, connect_timeout=10) as conn:
             report = migrate(conn, runtime_login=settings.runtime_login)
+            report["catalog"] = migrate(conn, runtime_login=settings.runtime_login, pack=CATALOG_PACK)
             if pgvector:
                 # needs the extension, which only a superuser can create: the pack's
                 # first migration refuses with that instruction when it is missing
@@ -138,8 +143,12 @@ class Services:
     admin: MemoryAdmin
     projector: IndexProjector | None = None
     recall: RecallService | None = None
+    cleanup: PhysicalCleanup | None = None
+    catalog: Catalog | None = None
 
     def close(self) -> None:
+        if self.catalog is not None:
+            self.catalog.store.close()
         if self.projector is not None:
             self.projector.index.close()
         self.archive.close()
@@ -155,7 +164,8 @@ def build_services(runtime: RuntimeConfig | None = None, env: Mapping[str, str] 
     """
     if runtime is not None:
         projection = ProjectionSettings(runtime.index, runtime.embedding)
-    archive = open_archive(env)
+    conninfo = _runtime_conninfo(resolve_database(env))
+    archive = PostgresArchive(conninfo).open()
     projector = recall = None
     try:
         if projection is not None:
@@ -167,5 +177,8 @@ def build_services(runtime: RuntimeConfig | None = None, env: Mapping[str, str] 
         archive.close()
         raise
     memory = MemoryService(archive, projector)
+    cleanup = PhysicalCleanup(archive, projector)
+    # the Catalog connects on first use: memory commands never depend on its schema
+    catalog = Catalog(CatalogStore(conninfo), cleanup, env)
     return Services(archive, memory, WorkspaceService(archive), Accounts(archive), MemoryAdmin(memory, projector),
-                    projector, recall)
+                    projector, recall, cleanup, catalog)

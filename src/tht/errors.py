@@ -98,6 +98,22 @@ class MigrationRefused(ThothError):
     default_message = "migration refused"
 
 
+class DwhUnavailable(ThothError):
+    """A DWH scan failed (connection, permission, missing schema): it proves no removal."""
+
+    code = "dwh_unavailable"
+    http_status = 502
+    exit_code = 9
+    default_message = "the DWH could not be scanned"
+
+
+class CleanupPending(Conflict):
+    """A physical change's Memory cleanup is not complete: a new sync would lose it."""
+
+    code = "cleanup_pending"
+    default_message = "a Memory cleanup of an earlier sync is still pending"
+
+
 class ConfigurationError(InvalidInput):
     code = "invalid_configuration"
     default_message = "invalid configuration"
@@ -114,4 +130,5 @@ EXIT_CODES = {
     6: "archive unavailable or schema not ready",
     7: "migration refused (changed or unknown applied migration)",
     8: "search index or embedder unavailable (recall); a save still succeeds with its index update pending",
+    9: "DWH unavailable: a Catalog scan failed (connection, permission, missing schema); nothing was deleted",
 }

@@ -44,6 +44,8 @@ class RuntimeConfig(_Section):
     # Sections owned by the search projection; validated by the recall layer.
     index: dict[str, Any] | None = None
     embedding: dict[str, Any] | None = None
+    # The Catalog's DWH connection: {url_env: NAME}, validated by tht.catalog.
+    dwh: dict[str, Any] | None = None
 
 
 def find_credentials(node: Any, path: str = "") -> list[str]:

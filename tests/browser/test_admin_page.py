@@ -86,7 +86,7 @@ def test_memory_management_page(server: Server, chromium, index_blocker, screens
         # --- database management --------------------------------------------------------
         page.get_by_role("link", name="Database management").click()
         expect(page.get_by_role("heading", name="Database management", level=1)).to_be_visible()
-        expect(page.get_by_test_id("catalog-note")).to_contain_text("DWH bindings and sync runs come with the Catalog")
+        expect(page.get_by_test_id("catalog-note")).to_contain_text("their DWH bindings and sync runs")
         ws_rows = page.locator('[data-testid="workspace-table"] tbody tr')
         expect(ws_rows).to_have_count(2)
         expect(ws_rows.nth(0)).to_contain_text(WORKSPACE)

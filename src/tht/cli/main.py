@@ -19,6 +19,7 @@ from typing import Annotated, Any, Optional
 import typer
 from typer._click import exceptions as click_exceptions  # Typer vendors click
 
+from tht.cli.catalog import catalog_app
 from tht.errors import InvalidInput, ThothError
 from tht.memory.model import MAX_DOCUMENT_BYTES, parse_card_input, parse_list_query
 from tht.settings import load_runtime_config
@@ -38,6 +39,7 @@ app.add_typer(memory_app, name="memory")
 app.add_typer(workspace_app, name="workspace")
 app.add_typer(db_app, name="db")
 app.add_typer(user_app, name="user")
+app.add_typer(catalog_app, name="catalog")
 
 ConfigOption = Annotated[Path, typer.Option("-c", "--config", help="Runtime file (YAML): workspace, database, schema, ...")]
 

@@ -22,6 +22,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from tht.catalog.migrations import PACK as CATALOG_PACK
 from tht.errors import ArchiveUnavailable
 from tht.memory.index.pgvector_migrations import PACK as PGVECTOR_PACK
 from tht.memory.migrations import ARCHIVE, MigrationPack, available_migrations, migrate
@@ -106,8 +107,9 @@ class EmbeddedPostgres:
                 runtime_conninfo=self.conninfo(RUNTIME), migrator_conninfo=self.conninfo(MIGRATOR)
             )
             archive_ready = not force and self._prepared(ARCHIVE)
+            catalog_ready = not force and self._prepared(CATALOG_PACK)
             pgvector_ready = not pgvector or (not force and self._prepared(PGVECTOR_PACK))
-            if archive_ready and pgvector_ready:
+            if archive_ready and catalog_ready and pgvector_ready:
                 return settings, None
             report: dict = {}
             if not archive_ready:
@@ -115,6 +117,10 @@ class EmbeddedPostgres:
                 with psycopg.connect(settings.migrator_conninfo, autocommit=True) as conn:
                     report = migrate(conn, runtime_login=RUNTIME)
                 self._marker(ARCHIVE).write_text(self._expected_marker(ARCHIVE))
+            if not catalog_ready:  # the Catalog's own pack, after the archive's (its runtime role)
+                with psycopg.connect(settings.migrator_conninfo, autocommit=True) as conn:
+                    report["catalog"] = migrate(conn, runtime_login=RUNTIME, pack=CATALOG_PACK)
+                self._marker(CATALOG_PACK).write_text(self._expected_marker(CATALOG_PACK))
             if not pgvector_ready:
                 # pgvector is not a trusted extension: the superuser creates it
                 with psycopg.connect(self.superuser_conninfo(DATABASE), autocommit=True) as conn:

@@ -37,6 +37,7 @@ from tht.errors import (
 from tht.memory.admin import AdminRequest
 from tht.memory.model import FAMILIES, MAX_DOCUMENT_BYTES
 from tht.web import schemas
+from tht.web.catalog import catalog_router
 
 HERE = Path(__file__).parent
 SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
@@ -282,6 +283,8 @@ def create_app(services: Services, settings: WebSettings | None = None) -> FastA
               summary="Retry current projection work, including deletion")
     def retry(actor: Actor, workspace: WorkspaceId, card_id: CardId) -> dict[str, Any]:
         return admin(actor, AdminRequest(workspace, "retry", card_id=card_id))
+
+    app.include_router(catalog_router(services, principal))  # Database management: DWH sync runs
 
     # --- pages --------------------------------------------------------------------------
 

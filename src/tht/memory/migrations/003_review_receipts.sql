@@ -12,4 +12,60 @@ SELECT 1;  -- placeholder until the review receipts land
 
 -- == Physical cleanup receipts and vector tombstones (tht catalog sync / retry) ========
 
-SELECT 1;  -- placeholder until the cleanup receipts land
+-- One receipt per Catalog run: the removals it was given (and their digest, so the same
+-- run id with other removals is refused) and the cards it deleted, with their titles
+-- for the run's report. Written in the transaction that deletes the cards, so a
+-- repeated delivery finds it and deletes nothing more. No foreign key to the Catalog.
+CREATE TABLE thoth_memory.cleanup_receipts (
+    workspace_id   text        NOT NULL REFERENCES thoth_memory.workspaces (id),
+    run_id         uuid        NOT NULL,
+    database_name  text        NOT NULL,
+    schema_name    text        NOT NULL,
+    removals       jsonb       NOT NULL CHECK (jsonb_typeof(removals) = 'object'),
+    removals_digest text       NOT NULL CHECK (removals_digest ~ '^[0-9a-f]{64}$'),
+    deleted_cards  jsonb       NOT NULL CHECK (jsonb_typeof(deleted_cards) = 'array'),
+    links_removed  integer     NOT NULL CHECK (links_removed >= 0),
+    -- 'index_pending' until every tombstone of the run is out of the search index
+    status         text        NOT NULL CHECK (status IN ('index_pending', 'completed')),
+    last_error     text,
+    created_at     timestamptz NOT NULL DEFAULT now(),
+    completed_at   timestamptz,
+    PRIMARY KEY (workspace_id, run_id),
+    CHECK ((status = 'completed') = (completed_at IS NOT NULL))
+);
+
+-- One tombstone per card deleted by a cleanup: its point must leave the search index.
+-- It outlives the projection outbox row: removed_at records when the index confirmed
+-- the delete, so a restart (or a drained outbox) still knows what to remove.
+CREATE TABLE thoth_memory.vector_tombstones (
+    workspace_id text        NOT NULL,
+    card_id      uuid        NOT NULL PRIMARY KEY,
+    run_id       uuid        NOT NULL,
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    removed_at   timestamptz,
+    FOREIGN KEY (workspace_id, run_id) REFERENCES thoth_memory.cleanup_receipts (workspace_id, run_id)
+);
+
+CREATE INDEX vector_tombstones_run ON thoth_memory.vector_tombstones (workspace_id, run_id)
+    WHERE removed_at IS NULL;
+
+DO $$
+DECLARE
+    t text;
+BEGIN
+    FOREACH t IN ARRAY ARRAY['cleanup_receipts', 'vector_tombstones']
+    LOOP
+        EXECUTE format('ALTER TABLE thoth_memory.%I ENABLE ROW LEVEL SECURITY', t);
+        EXECUTE format('ALTER TABLE thoth_memory.%I FORCE ROW LEVEL SECURITY', t);
+        EXECUTE format(
+            'CREATE POLICY workspace_isolation ON thoth_memory.%I TO thoth_memory_runtime '
+            'USING (workspace_id = current_setting(''thoth.workspace'', true)) '
+            'WITH CHECK (workspace_id = current_setting(''thoth.workspace'', true))', t);
+        EXECUTE format('CREATE POLICY owner_maintenance ON thoth_memory.%I TO CURRENT_USER '
+                       'USING (true) WITH CHECK (true)', t);
+    END LOOP;
+END
+$$;
+
+GRANT SELECT, INSERT, UPDATE ON thoth_memory.cleanup_receipts, thoth_memory.vector_tombstones
+    TO thoth_memory_runtime;

@@ -1,0 +1,87 @@
+"""Catalog values: the DWH binding, a physical snapshot and the diff of two (pure)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tht.errors import ConfigurationError, InvalidInput
+from tht.settings import RuntimeConfig
+from tht.validation import describe_validation_error
+
+# table -> its columns (tables and views of one schema)
+Tables = dict[str, list[str]]
+RUN_PREFIX = "run-"
+
+
+class DwhSettings(BaseModel):
+    """The runtime file's `dwh` section: where the URL is, never the URL itself."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url_env: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+    timeout: float = Field(default=10.0, gt=0, le=300)  # seconds to connect
+
+
+@dataclass(frozen=True)
+class Binding:
+    workspace: str
+    database: str
+    schema: str
+    url_env: str
+    timeout: float = 10.0
+    updated_at: datetime | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"workspace": self.workspace, "database": self.database, "schema": self.schema,
+                "url_env": self.url_env, "updated_at": self.updated_at.isoformat() if self.updated_at else None}
+
+
+def binding_from_runtime(runtime: RuntimeConfig) -> Binding:
+    if not runtime.database or not runtime.schema_name:
+        raise ConfigurationError("the runtime file needs `database` and `schema`: the DWH scope to synchronize")
+    if not runtime.dwh:
+        raise ConfigurationError(
+            "the runtime file needs a `dwh` section naming the environment variable that holds the DWH's"
+            " SQLAlchemy URL, e.g. `dwh: {url_env: SALES_DWH_URL}` (the URL itself never goes in YAML)")
+    try:
+        dwh = DwhSettings.model_validate(runtime.dwh)
+    except ValidationError as exc:
+        raise ConfigurationError(f"dwh settings: {describe_validation_error(exc)}") from exc
+    return Binding(runtime.workspace, runtime.database, runtime.schema_name, dwh.url_env, dwh.timeout)
+
+
+@dataclass(frozen=True)
+class Removals:
+    tables: list[str] = field(default_factory=list)
+    columns: list[tuple[str, str]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.tables or self.columns)
+
+
+def diff(previous: Tables | None, current: Tables) -> Removals:
+    """What the current scan no longer has. A removed table's columns are covered by the
+    table; additions are not removals. Without a previous snapshot nothing is removed."""
+    if previous is None:
+        return Removals()
+    tables = sorted(t for t in previous if t not in current)
+    columns = sorted((t, c) for t, cols in previous.items() if t in current
+                     for c in set(cols) - set(current[t]))
+    return Removals(tables, columns)
+
+
+def run_id_to_uuid(run_id: str) -> uuid.UUID:
+    text = run_id[len(RUN_PREFIX):] if run_id.startswith(RUN_PREFIX) else run_id
+    try:
+        return uuid.UUID(text)
+    except ValueError as exc:
+        raise InvalidInput(f"'{run_id}' is not a run id (run-<uuid>)") from exc
+
+
+def uuid_to_run_id(value: uuid.UUID) -> str:
+    return f"{RUN_PREFIX}{value}"

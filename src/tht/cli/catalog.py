@@ -1,0 +1,114 @@
+"""`tht catalog ...`: the physical Catalog of a workspace's DWH (bind, sync, runs,
+retry, forget). Same contract as every command: one JSON document on stdout, also on
+failure; progress on stderr."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from tht.errors import InvalidInput
+from tht.settings import load_runtime_config
+
+catalog_app = typer.Typer(
+    help="The physical Catalog: DWH binding, sync (scan, diff, Memory cleanup of removed tables and columns),"
+         " runs, retry, manual forget.",
+    no_args_is_help=True)
+
+ConfigOption = Annotated[Path, typer.Option(
+    "-c", "--config", help="Runtime file (YAML): workspace, database, schema, dwh: {url_env: VARIABLE}")]
+
+
+def _progress(message: str) -> None:
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+
+
+@catalog_app.command("bind")
+def catalog_bind(config: ConfigOption) -> None:
+    """Record the workspace's DWH binding (database, schema, URL variable name) without syncing."""
+    from tht.catalog.model import binding_from_runtime
+    from tht.cli.main import _services, emit
+
+    runtime = load_runtime_config(config)
+    binding = binding_from_runtime(runtime)
+    with _services() as services:
+        emit(services.catalog.bind(binding))
+
+
+@catalog_app.command("sync")
+def catalog_sync(config: ConfigOption) -> None:
+    """Scan the bound DWH schema; if the scan succeeded, diff it with the last snapshot and
+    delete the Memory cards that depend on removed tables or columns."""
+    from tht.catalog.model import binding_from_runtime
+    from tht.cli.main import _services, emit
+
+    runtime = load_runtime_config(config)
+    binding = binding_from_runtime(runtime)
+    with _services(runtime) as services:
+        emit(services.catalog.sync(runtime.workspace, binding, progress=_progress))
+
+
+@catalog_app.command("retry")
+def catalog_retry(run_id: Annotated[str, typer.Argument(help="Run id (run-<uuid>)")], config: ConfigOption) -> None:
+    """Complete a pending run's Memory cleanup with its recorded removals (no new scan or diff).
+    A completed run is left unchanged."""
+    from tht.cli.main import _services, emit
+
+    runtime = load_runtime_config(config)
+    with _services(runtime) as services:
+        emit(services.catalog.retry(runtime.workspace, run_id))
+
+
+@catalog_app.command("runs")
+def catalog_runs(
+    config: ConfigOption,
+    limit: Annotated[int, typer.Option(help="At most this many runs, newest first (1-500)")] = 50,
+) -> None:
+    """List runs with their phase, removals, deleted Memory cards and errors."""
+    from tht.cli.main import _services, emit
+
+    runtime = load_runtime_config(config)
+    with _services() as services:
+        emit({"items": services.catalog.runs(runtime.workspace, limit)})
+
+
+@catalog_app.command("show")
+def catalog_show(run_id: Annotated[str, typer.Argument(help="Run id (run-<uuid>)")], config: ConfigOption) -> None:
+    """Show one run: removals, deleted Memory cards, errors."""
+    from tht.cli.main import _services, emit
+
+    runtime = load_runtime_config(config)
+    with _services() as services:
+        emit(services.catalog.run(runtime.workspace, run_id))
+
+
+@catalog_app.command("status")
+def catalog_status(config: ConfigOption) -> None:
+    """The workspace's binding, its last snapshot and the pending run, if any."""
+    from tht.cli.main import _services, emit
+
+    runtime = load_runtime_config(config)
+    with _services() as services:
+        emit(services.catalog.status(runtime.workspace))
+
+
+@catalog_app.command("forget")
+def catalog_forget(
+    config: ConfigOption,
+    table: Annotated[Optional[str], typer.Option(help="Forget this table (with --column: only that column)")] = None,
+    column: Annotated[Optional[str], typer.Option(help="Forget only this column of --table")] = None,
+    all_objects: Annotated[bool, typer.Option("--all", help="Forget the whole snapshot of the bound scope")] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="Confirm (required)")] = False,
+) -> None:
+    """Manual Catalog cleanup: drop objects from the Catalog's snapshot only. Never deletes Memory."""
+    from tht.cli.main import _services, emit
+
+    runtime = load_runtime_config(config)
+    if not yes:
+        raise InvalidInput("refusing to forget Catalog objects without --yes")
+    with _services() as services:
+        emit(services.catalog.forget(runtime.workspace, table, column, all_objects))
