@@ -26,6 +26,7 @@ from tht.memory.projector import IndexProjector
 from tht.memory.recall_service import RecallService
 from tht.memory.service import MemoryService, WorkspaceService
 from tht.settings import DatabaseSettings, RuntimeConfig, database_settings, default_home
+from tht.workflow.service import WorkflowService
 from tht.validation import describe_validation_error
 
 
@@ -138,6 +139,7 @@ class Services:
     admin: MemoryAdmin
     projector: IndexProjector | None = None
     recall: RecallService | None = None
+    workflow: WorkflowService | None = None
 
     def close(self) -> None:
         if self.projector is not None:
@@ -146,7 +148,7 @@ class Services:
 
 
 def build_services(runtime: RuntimeConfig | None = None, env: Mapping[str, str] | None = None, *,
-                   projection: ProjectionSettings | None = None) -> Services:
+                   projection: ProjectionSettings | None = None, sessions_root: Path | None = None) -> Services:
     """The archive alone, or (with a runtime file or projection settings) the archive
     and its search projection.
 
@@ -155,6 +157,7 @@ def build_services(runtime: RuntimeConfig | None = None, env: Mapping[str, str] 
     """
     if runtime is not None:
         projection = ProjectionSettings(runtime.index, runtime.embedding)
+        sessions_root = runtime.sessions_root
     archive = open_archive(env)
     projector = recall = None
     try:
@@ -168,4 +171,4 @@ def build_services(runtime: RuntimeConfig | None = None, env: Mapping[str, str] 
         raise
     memory = MemoryService(archive, projector)
     return Services(archive, memory, WorkspaceService(archive), Accounts(archive), MemoryAdmin(memory, projector),
-                    projector, recall)
+                    projector, recall, WorkflowService(archive, projector, recall, sessions_root))
