@@ -221,5 +221,5 @@ def json_schemas() -> dict[str, dict[str, Any]]:
     for name, (title, model) in SCHEMAS.items():
         schema = TypeAdapter(model).json_schema()
         found[name] = {"$schema": "https://json-schema.org/draft/2020-12/schema",
-                       "$id": f"https://thoth-memory.invalid/schemas/{name}", "title": title, **schema}
+                       "$id": f"https://thoth-memory.invalid/schemas/{name}", **schema, "title": title}
     return found
