@@ -301,9 +301,31 @@ class WorkflowService:
             raise Conflict(f"the proposals of session {session} changed after they were recorded: propose again")
         return recorded
 
-    def summary(self, workspace: str, session: str) -> dict[str, Any]:
+    def list_sessions(self, principal: Principal, workspace: str) -> list[dict[str, Any]]:
+        """Sessions of this workspace with recorded proposals, newest first, and whether
+        they were reviewed."""
+        principal.require_manage(workspace)
+        found = []
+        for session in self.sessions.sessions():
+            try:
+                recorded = self.sessions.proposals(session)
+            except ThothError:
+                continue
+            if recorded is not None and recorded.workspace == workspace and recorded.digest:
+                found.append({"session": session, "proposals": len(recorded.proposals),
+                              "recorded_at": recorded.recorded_at})
+        with self.archive.transaction(workspace) as tx:
+            _require_workspace(tx)
+            for item in found:
+                receipt = _row(tx, "receipt_get", session=item["session"])
+                item["reviewed"] = receipt["outcome"] if receipt else None
+        return sorted(found, key=lambda i: (i["recorded_at"] or "", i["session"]), reverse=True)
+
+    def summary(self, workspace: str, session: str, *, principal: Principal | None = None) -> dict[str, Any]:
         """One editable summary: additions, updates with their change, the approved
         solved question (its SQL read-only), links, reused cards."""
+        if principal is not None:
+            principal.require_manage(workspace)
         check_session_id(session)
         self.sessions.directory(session)
         recorded = self._recorded(workspace, session)
