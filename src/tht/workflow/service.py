@@ -406,6 +406,7 @@ class WorkflowService:
         if receipt["ledger_appended_at"] is None:
             with self.archive.transaction(workspace) as tx:
                 _rows_update(tx, "receipt_ledger_appended", session=session)
+                receipt = _row(tx, "receipt_get", session=session)
         cards = receipt["result"]["cards"]
         written = [card_id_to_uuid(c["card"]) for c in cards if c["action"] in ("add", "update")]
         index = self._index(workspace, written)
