@@ -14,7 +14,6 @@ import pytest
 from tests.factories import card_document
 from tests.integration.workflow_support import (
     APPROVED_SQL,
-    REVIEWER,
     Session,
     add,
     decision,
@@ -637,3 +636,26 @@ def test_rules_for_a_database_error_answer_first_from_the_exact_signature(flow, 
     assert flow.cli("memory", "rules", "--error", "   ", "-c", flow.config).code == 2
     nothing = flow.cli("memory", "rules", "--error", "ERROR: division by zero", "-c", flow.config)
     assert nothing.code == 0 and all(r["retrieval"]["via"] != "error_signature" for r in nothing.document["results"])
+
+
+def test_concurrent_deliveries_of_one_review_apply_it_once(flow):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tht.bootstrap import build_services
+    from tht.settings import load_runtime_config
+    from tht.workflow.contract import Review
+
+    session = flow.session("s-race", decision("d1", "sql_corrected", explanation="code repeats"))
+    assert flow.propose(session, [add("p1", ["d1"], join_rule())]).code == 0
+    review = Review.model_validate(flow.review(session, [selected("p1")]))
+    services = build_services(load_runtime_config(flow.config))  # the environment the cli fixture set
+    reviewer = Principal("reviewer", "admin", frozenset({"acme"}))
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            results = list(pool.map(lambda _: services.workflow.review_apply(reviewer, "acme", session.id, review),
+                                    range(4)))
+    finally:
+        services.close()
+    assert sorted(r["replayed"] for r in results) == [False, True, True, True]
+    assert len({r["cards"][0]["card"] for r in results}) == 1
+    assert len(flow.cards()) == 1 and len(session.reviewed_events()) == 1

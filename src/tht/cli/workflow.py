@@ -7,7 +7,6 @@ request (see tht.workflow.gate) and refuses anything else.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -66,6 +65,3 @@ def memory_solved_index(
     runtime = load_runtime_config(config)
     with _services(runtime) as services:
         emit(services.workflow.solved_index(runtime.workspace, session))
-
-
-__all__ = ["memory_propose", "memory_summary", "memory_review_apply", "memory_solved_index", "Path"]

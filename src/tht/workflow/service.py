@@ -30,6 +30,7 @@ from typing import Any
 
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
+from pydantic import ValidationError
 
 from tht.accounts import Principal
 from tht.errors import (
@@ -145,11 +146,9 @@ class WorkflowService:
                                      for p in document["proposals"]]
         try:
             parsed = ProposalsFile.model_validate(document)
-        except Exception as exc:  # pydantic's ValidationError
-            if hasattr(exc, "errors"):
-                raise InvalidInput(f"invalid proposals: {describe_validation_error(exc)}",
-                                   details=validation_details(exc)) from exc
-            raise
+        except ValidationError as exc:
+            raise InvalidInput(f"invalid proposals: {describe_validation_error(exc)}",
+                               details=validation_details(exc)) from exc
         if parsed.session not in (None, session):
             raise InvalidInput(f"the proposals are for session {parsed.session}, not {session}")
         if parsed.workspace not in (None, workspace):
