@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from tht.errors import ConfigurationError, InvalidInput, NotFound
+from tht.errors import ConfigurationError, InvalidInput, NotFound, ThothError
 from tht.memory.model import MAX_DOCUMENT_BYTES
 from tht.validation import describe_validation_error, validation_details
 from tht.workflow.contract import (
@@ -103,7 +103,10 @@ class SessionStore:
         _EVENT.validate_python(event)
         path = self.directory(session) / LEDGER
         line = json.dumps(event, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode() + b"\n"
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise ThothError(f"cannot open the ledger of session {session} for appending: {exc.strerror}") from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             size = os.fstat(fd).st_size
@@ -115,6 +118,8 @@ class SessionStore:
             os.write(fd, line)
             os.fsync(fd)
             return True
+        except OSError as exc:
+            raise ThothError(f"cannot append to the ledger of session {session}: {exc.strerror}") from exc
         finally:
             os.close(fd)  # releases the lock
 
@@ -141,15 +146,20 @@ class SessionStore:
         directory = self.directory(session)
         target = directory / PROPOSALS
         text = proposals.model_dump_json(indent=2, exclude_none=True) + "\n"
-        fd, temporary = tempfile.mkstemp(prefix=".memory_proposals.", dir=directory)
+        try:
+            fd, temporary = tempfile.mkstemp(prefix=".memory_proposals.", dir=directory)
+        except OSError as exc:
+            raise ThothError(f"cannot write the proposals of session {session}: {exc.strerror}") from exc
         try:
             with os.fdopen(fd, "w") as handle:
                 handle.write(text)
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(temporary, target)
-        except BaseException:
+        except BaseException as exc:
             Path(temporary).unlink(missing_ok=True)
+            if isinstance(exc, OSError):
+                raise ThothError(f"cannot write the proposals of session {session}: {exc.strerror}") from exc
             raise
         return target
 
