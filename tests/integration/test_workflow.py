@@ -659,3 +659,26 @@ def test_concurrent_deliveries_of_one_review_apply_it_once(flow):
     assert sorted(r["replayed"] for r in results) == [False, True, True, True]
     assert len({r["cards"][0]["card"] for r in results}) == 1
     assert len(flow.cards()) == 1 and len(session.reviewed_events()) == 1
+
+
+def test_review_receipts_are_isolated_by_workspace_and_never_deleted_by_the_runtime(flow):
+    from tht.memory.archive.postgres import PostgresArchive
+
+    assert flow.cli("workspace", "create", "beta", "--language", "en").code == 0
+    session = flow.session("s-rls", decision("d1", "sql_corrected", explanation="code repeats"))
+    assert flow.propose(session, [add("p1", ["d1"], join_rule())]).code == 0
+    assert flow.apply(session, flow.review(session, [selected("p1")])).code == 0
+    archive = PostgresArchive(flow.database.runtime).open()
+    try:
+        with archive.transaction("beta") as tx:
+            assert tx.conn.execute("SELECT count(*) FROM thoth_memory.review_receipts").fetchone()[0] == 0
+        with archive.transaction("acme") as tx:
+            assert tx.conn.execute("SELECT count(*) FROM thoth_memory.review_receipts").fetchone()[0] == 1
+        with pytest.raises(Exception) as denied:
+            with archive.transaction("acme") as tx:
+                tx.conn.execute("DELETE FROM thoth_memory.review_receipts")
+        assert "permission denied for table review_receipts" in str(denied.value)
+        with archive.transaction("acme") as tx:
+            assert tx.conn.execute("SELECT count(*) FROM thoth_memory.review_receipts").fetchone()[0] == 1
+    finally:
+        archive.close()
