@@ -682,3 +682,29 @@ def test_review_receipts_are_isolated_by_workspace_and_never_deleted_by_the_runt
             assert tx.conn.execute("SELECT count(*) FROM thoth_memory.review_receipts").fetchone()[0] == 1
     finally:
         archive.close()
+
+
+@pytest.mark.parametrize("command", [["memory", "propose"], ["memory", "summary"], ["memory", "review-apply"],
+                                     ["memory", "solved-index"]], ids=" ".join)
+def test_every_workflow_command_has_help(command, capsys):
+    from tht.cli.main import main
+
+    assert main([*command, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "Usage" in out and len(out.splitlines()) > 3
+
+
+def test_every_workflow_command_fails_with_a_json_error(flow):
+    session = flow.session("s-err")
+    failures = {
+        "propose": flow.cli("memory", "propose", "--session", session.id, "--data", flow.file([1]), "-c", flow.config),
+        "summary": flow.cli("memory", "summary", "--session", "nope", "-c", flow.config),
+        "review-apply": flow.cli("memory", "review-apply", "--request", flow.file({"x": 1}), "-c", flow.config),
+        "solved-index": flow.cli("memory", "solved-index", session.id, "-c", flow.config),
+        "rules --error": flow.cli("memory", "rules", "--error", "", "-c", flow.config),
+    }
+    expected = {"propose": 2, "summary": 3, "review-apply": 5, "solved-index": 3, "rules --error": 2}
+    for name, run in failures.items():
+        error = run.document.get("error")
+        assert error and set(error) == {"code", "message", "details"}, (name, run.document)
+        assert run.code == expected[name], (name, run.code, error)
