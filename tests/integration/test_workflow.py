@@ -708,3 +708,25 @@ def test_every_workflow_command_fails_with_a_json_error(flow):
         error = run.document.get("error")
         assert error and set(error) == {"code", "message", "details"}, (name, run.document)
         assert run.code == expected[name], (name, run.code, error)
+
+
+def test_the_summary_offers_the_approved_solved_question_even_when_pi_proposed_none(flow):
+    session = flow.session(
+        "s-derived",
+        decision("d1", "sql_corrected", explanation="code repeats"),
+        decision("d2", "sql_approved", question="Total of the 2024 orders per customer", sql="SELECT 1",
+                 context="First attempt"),
+        decision("d3", "sql_approved", status="superseded", question="old", sql="SELECT 0"),
+        decision("d2", "sql_approved", status="approved", question="Total of the 2024 orders per customer",
+                 sql=APPROVED_SQL, context="Only 2024."))
+    proposed = flow.propose(session, [add("p1", ["d1"], join_rule())])
+    assert proposed.code == 0, proposed.document
+    assert [p["id"] for p in proposed.document["proposals"]] == ["p1", "approved-sql"]
+    solved_question = flow.summary(session)["solved_question"]
+    assert solved_question["proposal"] == "approved-sql" and solved_question["sql"] == APPROVED_SQL
+    assert solved_question["question"] == "Total of the 2024 orders per customer"
+    assert solved_question["context"] == "Only 2024." and solved_question["sources"] == ["d2"]
+    # nothing is saved unless the reviewer selects it
+    applied = flow.apply(session, flow.review(session, [selected("p1")]))
+    assert applied.code == 0 and applied.document["declined"] == ["approved-sql"]
+    assert flow.cards(family="solved_question") == []

@@ -48,6 +48,7 @@ from tht.faults import crash_point
 from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive
 from tht.memory.error_signature import normalize_error
 from tht.memory.model import (
+    MAX_TITLE,
     Card,
     CardInput,
     Source,
@@ -70,6 +71,7 @@ from tht.workflow.contract import (
 )
 from tht.workflow.session import Ledger, SessionStore
 
+DERIVED_SOLVED = "approved-sql"  # the proposal id of a solved question derived from the ledger
 CARD_FIELDS = ("title", "content", "scope", "rationale", "question", "sql", "context", "error_signature",
                "concepts")
 
@@ -160,6 +162,9 @@ class WorkflowService:
         def refuse(proposal: str, reason: str, message: str) -> None:
             problems.append({"proposal": proposal, "reason": reason, "message": message})
 
+        derived = self._approved_solved_question(session, decisions, parsed.proposals)
+        if derived is not None:
+            parsed = parsed.model_copy(update={"proposals": [*parsed.proposals, derived]})
         ids = [p.id for p in parsed.proposals]
         for duplicated in sorted({i for i in ids if ids.count(i) > 1}):
             refuse(duplicated, "duplicate_id", f"proposal id {duplicated} is used twice")
@@ -224,6 +229,26 @@ class WorkflowService:
             "proposals": [{"id": p.id, "action": "reuse" if p.reuse else p.action,
                            "family": cards[p.id].family, "card_id": p.reuse or p.card_id} for p in recorded],
         }
+
+    @staticmethod
+    def _approved_solved_question(session: str, decisions: dict, proposals: list[Proposal]) -> Proposal | None:
+        """The summary always offers the session's approved SQL as a solved question:
+        when Pi proposed none, one is derived from the last effective `sql_approved`
+        decision that names its question. It is only a proposal: the reviewer decides."""
+        if any(isinstance(p.card, dict) and p.card.get("family") == "solved_question" for p in proposals):
+            return None
+        if any(p.id == DERIVED_SOLVED for p in proposals):
+            return None
+        approved = [d for d in decisions.values() if d.type == "sql_approved" and d.status == "approved"
+                    and str(d.payload.get("sql") or "").strip() and str(d.payload.get("question") or "").strip()]
+        if not approved:
+            return None
+        decision = approved[-1]
+        question = str(decision.payload["question"]).strip()
+        context = str(decision.payload.get("context") or "").strip() or f"Approved in session {session}."
+        return Proposal(id=DERIVED_SOLVED, action="add", sources=[decision.id], card={
+            "family": "solved_question", "title": question[:MAX_TITLE], "question": question,
+            "sql": str(decision.payload["sql"]).strip(), "context": context})
 
     @staticmethod
     def _check_sources(proposal: Proposal, card: CardInput, decisions: dict, refuse: Any) -> None:
