@@ -30,6 +30,7 @@ from tht.memory.projector import IndexProjector
 from tht.memory.recall_service import RecallService
 from tht.memory.service import MemoryService, WorkspaceService
 from tht.settings import DatabaseSettings, RuntimeConfig, database_settings, default_home
+from tht.workflow.service import WorkflowService
 from tht.validation import describe_validation_error
 
 
@@ -145,6 +146,7 @@ class Services:
     recall: RecallService | None = None
     cleanup: PhysicalCleanup | None = None
     catalog: Catalog | None = None
+    workflow: WorkflowService | None = None
 
     def close(self) -> None:
         if self.catalog is not None:
@@ -155,7 +157,7 @@ class Services:
 
 
 def build_services(runtime: RuntimeConfig | None = None, env: Mapping[str, str] | None = None, *,
-                   projection: ProjectionSettings | None = None) -> Services:
+                   projection: ProjectionSettings | None = None, sessions_root: Path | None = None) -> Services:
     """The archive alone, or (with a runtime file or projection settings) the archive
     and its search projection.
 
@@ -164,6 +166,7 @@ def build_services(runtime: RuntimeConfig | None = None, env: Mapping[str, str] 
     """
     if runtime is not None:
         projection = ProjectionSettings(runtime.index, runtime.embedding)
+        sessions_root = runtime.sessions_root
     conninfo = _runtime_conninfo(resolve_database(env))
     archive = PostgresArchive(conninfo).open()
     projector = recall = None
@@ -181,4 +184,5 @@ def build_services(runtime: RuntimeConfig | None = None, env: Mapping[str, str] 
     # the Catalog connects on first use: memory commands never depend on its schema
     catalog = Catalog(CatalogStore(conninfo), cleanup, env)
     return Services(archive, memory, WorkspaceService(archive), Accounts(archive), MemoryAdmin(memory, projector),
-                    projector, recall, cleanup, catalog)
+                    projector, recall, cleanup, catalog,
+                    WorkflowService(archive, projector, recall, sessions_root))

@@ -52,6 +52,27 @@ class StaleRevision(Conflict):
     default_message = "the card changed since it was read"
 
 
+class ReceiptConflict(Conflict):
+    """A review (or cleanup) delivered again under the same key with different content."""
+
+    code = "receipt_conflict"
+    default_message = "this key already has a receipt for different content"
+
+
+class ProposalRefused(InvalidInput):
+    """Proposals that cannot become knowledge (unapproved or inadmissible sources, ...)."""
+
+    code = "proposal_refused"
+    default_message = "the proposals are refused"
+
+
+class ApprovedSqlReadOnly(InvalidInput):
+    """The Memory review cannot change the approved SQL: that is SQL review's decision."""
+
+    code = "approved_sql_read_only"
+    default_message = "the approved SQL cannot be changed in the Memory review: return to SQL review"
+
+
 class PermissionDenied(ThothError):
     code = "permission_denied"
     http_status = 403

@@ -26,7 +26,7 @@ from tht.memory.embedding import HashingEmbedder
 from tht.memory.embedding.openai_http import OpenAIHttpEmbedder
 from tht.memory.index import EdgeIndex, IndexPoint, IndexUnavailable, QdrantServerIndex
 from tht.memory.index.pgvector import PgVectorIndex
-from tht.memory.model import card_id_to_uuid
+from tht.memory.model import card_id_to_uuid, uuid_to_card_id
 from tht.memory.projection import card_facts, indexed_text
 from tht.memory.projector import IndexProjector
 from tht.memory.recall_service import RecallQuery, RecallService, parse_recall_query
@@ -378,24 +378,26 @@ def test_migration_002_marks_dense_only_projections_incompatible(cluster):
     try:
         with psycopg.connect(db.migrator, autocommit=True) as conn:
             migrate(conn, runtime_login=RUNTIME, target_version=1)
-        archive = PostgresArchive(db.runtime, check=False).open()
-        WorkspaceService(archive).create("acme", "en")
-        memory = MemoryService(archive)
-        kept = memory.create_card("acme", card(title="Kept")).card
-        gone = memory.create_card("acme", card(title="Gone")).card
-        memory.delete_card("acme", gone.id)
+        # the archive as version 1 left it (written in SQL: today's code writes later columns)
+        kept, gone = uuid.uuid4(), uuid.uuid4()
         with psycopg.connect(db.migrator) as conn:
-            conn.execute("DELETE FROM thoth_memory.projection_ops")
+            conn.execute("INSERT INTO thoth_memory.workspaces (id, name, language) VALUES ('acme', 'acme', 'en')")
+            conn.execute("INSERT INTO thoth_memory.cards (workspace_id, id, family, language, title, content, scope,"
+                         " origin) VALUES ('acme', %s, 'domain_clarification', 'en', 'Kept', 'Kept.', 'Sales',"
+                         " 'manual')", (kept,))
             for c in (kept, gone):
                 conn.execute("INSERT INTO thoth_memory.projections (workspace_id, card_id, revision, fingerprint)"
-                             " VALUES ('acme', %s, 1, 'dense:e5-small:384')", (card_id_to_uuid(c.id),))
+                             " VALUES ('acme', %s, 1, 'dense:e5-small:384')", (c,))
         with psycopg.connect(db.migrator, autocommit=True) as conn:
             report = migrate(conn, runtime_login=RUNTIME)
         assert report["applied"][0] == "002_hybrid_projection"
+        archive = PostgresArchive(db.runtime).open()
+        memory = MemoryService(archive)
+        kept_id, gone_id = uuid_to_card_id(kept), uuid_to_card_id(gone)
         pending = {p.card_id: p for p in memory.pending("acme")}
-        assert (pending[kept.id].operation, pending[gone.id].operation) == ("upsert", "delete")
-        assert "002" in pending[kept.id].last_error
-        assert memory.get_card("acme", kept.id).revision == 1  # cards untouched
+        assert (pending[kept_id].operation, pending[gone_id].operation) == ("upsert", "delete")
+        assert "002" in pending[kept_id].last_error
+        assert memory.get_card("acme", kept_id).revision == 1  # cards untouched
         archive.close()
     finally:
         drop_database(db)

@@ -205,24 +205,36 @@ FiltersOption = Annotated[Optional[str], typer.Option(
 JsonFlag = Annotated[bool, typer.Option("--json", help="Accepted for compatibility: output is always JSON")]
 
 
-def _recall(kind: str, question: str, config: Path, filters: str | None) -> None:
+SessionFilter = Annotated[Optional[str], typer.Option(
+    "--session", help="Workflow session: leave out Memory already decided in it (its ledger)")]
+
+
+def _recall(kind: str, question: str | None, config: Path, filters: str | None, session: str | None = None,
+            error: str | None = None) -> None:
     from tht.memory.recall_service import parse_recall_query
 
     runtime = load_runtime_config(config)
     query = parse_recall_query(_json_argument(filters, "--filters"))
     with _services(runtime) as services:
+        exclude = services.workflow.decided_cards(session) if session is not None else frozenset()
+        if error is not None:
+            emit(services.workflow.rules_for_error(runtime.workspace, error, question, database=runtime.database,
+                                                   schema=runtime.schema_name, query=query, exclude=exclude))
+            return
+        if question is None:
+            raise InvalidInput("a question is required")
         results = services.recall.recall(runtime.workspace, question, kind, database=runtime.database,
-                                         schema=runtime.schema_name, query=query)
+                                         schema=runtime.schema_name, query=query, exclude=exclude)
         emit({"results": [r.as_json() for r in results]})
 
 
 @memory_app.command("search")
 def memory_search(question: Annotated[str, typer.Argument(help="The user's question")], config: ConfigOption,
-                  filters: FiltersOption = None, json_output: JsonFlag = False) -> None:
+                  filters: FiltersOption = None, json_output: JsonFlag = False, session: SessionFilter = None) -> None:
     """Recall domain memory (clarifications, SQL rules, explained errors) for a question.
 
     Results are verified against the archive; `score` is a ranking score, not a similarity."""
-    _recall("search", question, config, filters)
+    _recall("search", question, config, filters, session)
 
 
 @memory_app.command("solved-search")
@@ -233,10 +245,14 @@ def memory_solved_search(question: Annotated[str, typer.Argument(help="The user'
 
 
 @memory_app.command("rules")
-def memory_rules(question: Annotated[str, typer.Argument(help="The user's question")], config: ConfigOption,
-                 filters: FiltersOption = None, json_output: JsonFlag = False) -> None:
-    """Recall SQL rules and explained errors that apply to a question."""
-    _recall("rules", question, config, filters)
+def memory_rules(question: Annotated[Optional[str], typer.Argument(help="The user's question (optional with --error)")] = None,
+                 config: ConfigOption = ..., filters: FiltersOption = None, json_output: JsonFlag = False,
+                 session: SessionFilter = None,
+                 error: Annotated[Optional[str], typer.Option(
+                     "--error", help="A database error text: exact error-signature matches first, then recall")] = None,
+                 ) -> None:
+    """Recall SQL rules and explained errors that apply to a question (or to a database error)."""
+    _recall("rules", question, config, filters, session, error)
 
 
 @memory_app.command("migrate")
@@ -420,6 +436,8 @@ def main(argv: list[str] | None = None) -> int:
     emit(error.to_dict())
     return error.exit_code
 
+
+import tht.cli.workflow  # noqa: E402,F401  (registers propose, summary, review-apply, solved-index)
 
 if __name__ == "__main__":
     raise SystemExit(main())

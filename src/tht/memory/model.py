@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from tht.errors import Conflict, InvalidInput
+from tht.memory.error_signature import normalize_error
 from tht.validation import describe_validation_error, validation_details
 
 Family = Literal["domain_clarification", "sql_rule", "solved_question", "explained_error"]
@@ -156,6 +157,8 @@ class CardInput(_Strict):
     question: Text = None
     sql: _text(MAX_SQL) = None
     context: Text = None
+    # explained errors only: normalized on input (tht.memory.error_signature)
+    error_signature: _text(MAX_TEXT) = None
     concepts: list[Concept] = Field(
         default_factory=list, max_length=MAX_CONCEPTS
     )
@@ -168,6 +171,16 @@ class CardInput(_Strict):
     @classmethod
     def _unique_concepts(cls, concepts: list[str]) -> list[str]:
         return list(dict.fromkeys(concepts))
+
+    @field_validator("error_signature")
+    @classmethod
+    def _normalized_signature(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        signature = normalize_error(value)
+        if signature is None:
+            raise ValueError("has nothing that identifies an error")
+        return signature
 
     @field_validator("dependencies")
     @classmethod
@@ -186,6 +199,8 @@ class CardInput(_Strict):
             problems.append(f"family {self.family} requires {', '.join(missing)}")
         if unused:
             problems.append(f"family {self.family} does not use {', '.join(unused)}")
+        if self.error_signature is not None and self.family != "explained_error":
+            problems.append("only an explained_error has an error_signature")
         if problems:
             raise ValueError("; ".join(problems))
         return self
@@ -269,6 +284,7 @@ class Card(BaseModel):
     question: str | None = None
     sql: str | None = None
     context: str | None = None
+    error_signature: str | None = None
     concepts: list[str] = Field(default_factory=list)
     dependencies: list[Dependency] = Field(default_factory=list)
     links: list[Link] = Field(default_factory=list)

@@ -38,6 +38,7 @@ from tht.memory.admin import AdminRequest
 from tht.memory.model import FAMILIES, MAX_DOCUMENT_BYTES
 from tht.web import schemas
 from tht.web.catalog import catalog_router
+from tht.web.review import review_router
 
 HERE = Path(__file__).parent
 SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
@@ -325,6 +326,8 @@ def create_app(services: Services, settings: WebSettings | None = None) -> FastA
     @app.get("/admin/databases", include_in_schema=False, response_class=HTMLResponse)
     def databases_page(request: Request) -> Response:
         return render(request, "databases.html", "databases")
+
+    app.include_router(review_router(services, principal, render))  # the reviewer's page and API
 
     @app.get("/healthz", include_in_schema=False)
     def health() -> dict[str, str]:

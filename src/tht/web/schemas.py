@@ -140,6 +140,8 @@ class _ExplainedError(_CardBase):
     rationale: _text(MAX_TEXT)
     scope: _text(MAX_SCOPE) | None = None
     sql: _text(MAX_SQL) | None = None
+    error_signature: _text(MAX_TEXT) | None = Field(
+        default=None, description="The database error text; stored normalized. Omitted on an edit: kept")
 
 
 class _Revision(BaseModel):

@@ -33,11 +33,17 @@ class ServerConfig(BaseModel):
 
     index: dict[str, Any] | None = None
     embedding: dict[str, Any] | None = None
+    sessions_root: Path | None = None  # the workflow's session directories (the reviewer's page)
 
 
 def load_server_config(path: Path | None) -> ProjectionSettings:
+    config = read_server_config(path)
+    return ProjectionSettings(config.index, config.embedding)
+
+
+def read_server_config(path: Path | None) -> ServerConfig:
     if path is None:
-        return ProjectionSettings()
+        return ServerConfig()
     try:
         document = yaml.safe_load(Path(path).read_text()) or {}
     except (OSError, yaml.YAMLError) as exc:
@@ -49,10 +55,9 @@ def load_server_config(path: Path | None) -> ProjectionSettings:
         raise ConfigurationError(f"server configuration {path} contains what looks like a credential "
                                  f"({', '.join(credentials)}); use the environment")
     try:
-        config = ServerConfig.model_validate(document)
+        return ServerConfig.model_validate(document)
     except ValidationError as exc:
         raise ConfigurationError(f"server configuration {path}: {describe_validation_error(exc)}") from exc
-    return ProjectionSettings(config.index, config.embedding)
 
 
 def ensure_admin(services: Any) -> str | None:
@@ -74,7 +79,9 @@ def run_server(*, host: str, port: int, demo: bool, config: Path | None, secure:
     from tht.demo import load_demo
     from tht.web.app import WebSettings, create_app
 
-    services = build_services(projection=load_server_config(config))
+    server_config = read_server_config(config)
+    services = build_services(projection=ProjectionSettings(server_config.index, server_config.embedding),
+                              sessions_root=server_config.sessions_root)
     if isinstance(services.projector.index, EdgeIndex):
         services.projector.index.release_after = EDGE_IDLE_RELEASE_SECONDS
     try:

@@ -324,7 +324,8 @@ class ArchiveTransaction:
             cards[row["id"]] = Card(
                 id=uuid_to_card_id(row["id"]), workspace=row["workspace_id"], family=row["family"],
                 title=row["title"], content=row["content"], scope=row["scope"], rationale=row["rationale"],
-                question=row["question"], sql=row["sql"], context=row["context"], concepts=row["concepts"],
+                question=row["question"], sql=row["sql"], context=row["context"],
+                error_signature=row["error_signature"], concepts=row["concepts"],
                 dependencies=deps[row["id"]], links=links[row["id"]],
                 incoming_links=(incoming or {}).get(row["id"], []), origin=row["origin"], source=source,
                 revision=row["revision"], created_at=row["created_at"], updated_at=row["updated_at"],
@@ -344,7 +345,7 @@ class ArchiveTransaction:
         return {
             "family": data.family, "title": data.title, "content": data.content, "scope": data.scope,
             "rationale": data.rationale, "question": data.question, "sql": data.sql,
-            "context": data.context, "concepts": data.concepts,
+            "context": data.context, "error_signature": data.error_signature, "concepts": data.concepts,
         }
 
     def insert_card(self, card_uuid: uuid.UUID, data: CardInput, *, language: str, origin: str,
@@ -358,7 +359,8 @@ class ArchiveTransaction:
         return row["revision"]
 
     def update_card(self, card_uuid: uuid.UUID, data: CardInput) -> int:
-        return self.row("card_update", id=card_uuid, **self._fields(data))["revision"]
+        keep_signature = "error_signature" not in data.model_fields_set
+        return self.row("card_update", id=card_uuid, keep_signature=keep_signature, **self._fields(data))["revision"]
 
     def delete_card(self, card_uuid: uuid.UUID) -> tuple[int, int] | None:
         """Delete the card (dependencies and incident links cascade); returns

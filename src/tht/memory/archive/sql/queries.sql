@@ -46,7 +46,7 @@ SELECT count(*) FROM thoth_memory.projection_ops WHERE workspace_id = %(workspac
 
 -- name: card_get
 SELECT id, workspace_id, family, title, content, scope, rationale, question, sql, context,
-       concepts, origin, source_session, source_decisions, revision, created_at, updated_at
+       error_signature, concepts, origin, source_session, source_decisions, revision, created_at, updated_at
   FROM thoth_memory.cards
  WHERE workspace_id = %(workspace)s AND id = %(id)s;
 
@@ -82,17 +82,21 @@ SELECT id FROM thoth_memory.cards WHERE workspace_id = %(workspace)s AND id = AN
 -- name: card_insert
 INSERT INTO thoth_memory.cards
        (workspace_id, id, family, language, title, content, scope, rationale, question, sql,
-        context, concepts, origin, source_session, source_decisions)
+        context, error_signature, concepts, origin, source_session, source_decisions)
 VALUES (%(workspace)s, %(id)s, %(family)s, %(language)s, %(title)s, %(content)s, %(scope)s,
-        %(rationale)s, %(question)s, %(sql)s, %(context)s, %(concepts)s, %(origin)s,
+        %(rationale)s, %(question)s, %(sql)s, %(context)s, %(error_signature)s, %(concepts)s, %(origin)s,
         %(source_session)s, %(source_decisions)s)
 RETURNING revision;
 
 -- name: card_update
--- Origin and source references are never touched by an edit.
+-- Origin and source references are never touched by an edit. An edit that does not
+-- mention the error signature keeps it (while the card stays an explained error).
 UPDATE thoth_memory.cards
    SET family = %(family)s, title = %(title)s, content = %(content)s, scope = %(scope)s,
        rationale = %(rationale)s, question = %(question)s, sql = %(sql)s, context = %(context)s,
+       error_signature = CASE WHEN %(family)s <> 'explained_error' THEN NULL
+                              WHEN %(keep_signature)s THEN error_signature
+                              ELSE %(error_signature)s END,
        concepts = %(concepts)s, revision = revision + 1, updated_at = now()
  WHERE workspace_id = %(workspace)s AND id = %(id)s
 RETURNING revision;
@@ -177,7 +181,7 @@ SELECT c.id, c.family, c.title, c.scope, c.concepts, c.origin, c.revision,
 
 -- name: cards_rows
 SELECT id, workspace_id, family, title, content, scope, rationale, question, sql, context,
-       concepts, origin, source_session, source_decisions, revision, created_at, updated_at
+       error_signature, concepts, origin, source_session, source_decisions, revision, created_at, updated_at
   FROM thoth_memory.cards
  WHERE workspace_id = %(workspace)s AND id = ANY(%(ids)s);
 

@@ -1,0 +1,67 @@
+"""Workflow commands on `tht memory`: propose, summary, review-apply, solved-index.
+
+The session directory is `<sessions_root>/<session-id>` (sessions_root comes from the
+runtime file). `review-apply` belongs to the reviewer gate: it takes a signed gate
+request (see tht.workflow.gate) and refuses anything else.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from tht.cli.main import ConfigOption, JsonFlag, _read_document, _services, emit, memory_app
+from tht.settings import load_runtime_config
+
+SessionOption = Annotated[str, typer.Option("--session", help="The workflow session id (a directory of sessions_root)")]
+
+
+@memory_app.command("propose")
+def memory_propose(
+    config: ConfigOption,
+    session: SessionOption,
+    data: Annotated[str, typer.Option(help="memory_proposals.json to validate ('-' for standard input)")],
+) -> None:
+    """Validate the session's Memory proposals against its ledger and the archive, and record them."""
+    runtime = load_runtime_config(config)
+    document = _read_document(data)
+    with _services(runtime) as services:
+        emit(services.workflow.propose(runtime.workspace, session, document))
+
+
+@memory_app.command("summary")
+def memory_summary(config: ConfigOption, session: SessionOption, json_output: JsonFlag = False) -> None:
+    """The reviewer's editable summary: additions, updates with their change, the solved question, links."""
+    runtime = load_runtime_config(config)
+    with _services(runtime) as services:
+        emit(services.workflow.summary(runtime.workspace, session))
+
+
+@memory_app.command("review-apply")
+def memory_review_apply(
+    config: ConfigOption,
+    request: Annotated[str, typer.Option(help="The signed gate request of reviewer_memory_promote ('-' for stdin)")],
+) -> None:
+    """Apply the reviewer's choice (reviewer gate only: needs a request signed with the protected-request key)."""
+    from tht.protected import load_key
+    from tht.workflow.gate import verify_gate_request
+
+    runtime = load_runtime_config(config)
+    key = load_key()
+    gate = verify_gate_request(_read_document(request), key, workspace=runtime.workspace)
+    with _services(runtime) as services:
+        emit(services.workflow.review_apply(gate.principal, runtime.workspace, gate.session, gate.review,
+                                            nonce=gate.nonce, nonce_expires=gate.expires_at))
+
+
+@memory_app.command("solved-index")
+def memory_solved_index(
+    session: Annotated[str, typer.Argument(help="The session whose reviewed solved question to re-index")],
+    config: ConfigOption,
+    json_output: JsonFlag = False,
+) -> None:
+    """Retry the projection of a session's reviewed solved question (never creates content)."""
+    runtime = load_runtime_config(config)
+    with _services(runtime) as services:
+        emit(services.workflow.solved_index(runtime.workspace, session))
