@@ -19,6 +19,7 @@ from typing import Annotated, Any, Optional
 import typer
 from typer._click import exceptions as click_exceptions  # Typer vendors click
 
+from tht.cli.eval import memory_eval
 from tht.errors import InvalidInput, ThothError
 from tht.memory.model import MAX_DOCUMENT_BYTES, parse_card_input, parse_list_query
 from tht.settings import load_runtime_config
@@ -235,6 +236,9 @@ def memory_rules(question: Annotated[str, typer.Argument(help="The user's questi
                  filters: FiltersOption = None, json_output: JsonFlag = False) -> None:
     """Recall SQL rules and explained errors that apply to a question."""
     _recall("rules", question, config, filters)
+
+
+memory_app.command("eval")(memory_eval)
 
 
 @memory_app.command("migrate")
