@@ -20,8 +20,10 @@ from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive, Rec
 from tht.memory.embedding import Embedder
 from tht.memory.index import IndexHit, IndexUnavailable, SearchIndex
 from tht.memory.model import MAX_CONCEPT, Card, card_id_to_uuid, uuid_to_card_id
+from tht.memory.embedding import SparseEncoder, SparseVector
+from tht.memory.projection import indexed_text, searchable
 from tht.memory.projector import IndexProjector
-from tht.memory.recall import RankedCard, rank_recall, seed_count
+from tht.memory.recall import RankedCard, SeedSignals, order_seeds, rank_recall, seed_count
 from tht.memory.recall_filters import (
     EXEMPLAR_FAMILIES,
     REUSABLE_FAMILIES,
@@ -143,7 +145,8 @@ class RecallService:
             table=query.table, column=query.column,
         )
         dense = self.embedder.embed_query(question)
-        sparse = self.projector.encoder(language).encode_query(question)
+        # BM25 sees the question as the cards' indexed text sees identifiers
+        sparse = self.projector.encoder(language).encode_query(searchable(question))
         if not self.index.collection_exists():
             raise IndexUnavailable("the search index has no collection yet: run `tht memory index`")
         current = self.projector.fingerprint(language)
@@ -152,18 +155,27 @@ class RecallService:
         # is held first (one lock order with writers).
         with self.index.session():
             hits = self.index.hybrid_search(dense, sparse, filters, limit=seed_count(query.top))
-            return self._verified(workspace, filters, hits, current, query, exclude)
+            return self._verified(workspace, filters, hits, current, query, exclude,
+                                  sparse, self.projector.encoder(language))
 
     def _verified(self, workspace: str, filters: RecallFilters, hits: list[IndexHit], current: str,
-                  query: RecallQuery, exclude: frozenset[uuid.UUID]) -> list[RecallResult]:
+                  query: RecallQuery, exclude: frozenset[uuid.UUID], sparse: SparseVector,
+                  encoder: SparseEncoder) -> list[RecallResult]:
         with self.archive.transaction(workspace, lock="shared") as tx:
             verifier = _Verifier(tx, filters, current, exclude)
             seeds = verifier.seeds(hits)
-            ranking = rank_recall(
-                [uuid_to_card_id(h.id) for h in seeds], top=query.top,
-                links_of=verifier.links_of, eligible=verifier.eligible,
-            )
-            cards = tx.cards([card_id_to_uuid(r.card_id) for r in ranking.cards])
+            # The seeds' current cards give their indexed terms (the text the point was
+            # built from, at the verified revision) for the coverage signal; they are
+            # also most of the answer, so only link-reached cards are read afterwards.
+            cards = tx.cards([h.id for h in seeds])
+            order = order_seeds(sparse.indices, [
+                SeedSignals(uuid_to_card_id(h.id), h.dense_rank, h.bm25_rank,
+                            frozenset(encoder.encode_document(indexed_text(cards[h.id])).indices))
+                for h in seeds
+            ])
+            ranking = rank_recall(order, top=query.top, links_of=verifier.links_of, eligible=verifier.eligible)
+            linked = [card_id_to_uuid(r.card_id) for r in ranking.cards if card_id_to_uuid(r.card_id) not in cards]
+            cards.update(tx.cards(linked))
         hit_of = {uuid_to_card_id(h.id): h for h in seeds}
         return [RecallResult(cards[card_id_to_uuid(r.card_id)], r, hit_of.get(r.card_id)) for r in ranking.cards]
 
