@@ -19,7 +19,7 @@ from tht.errors import InvalidInput, NotFound
 from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive, RecallFacts
 from tht.memory.embedding import Embedder
 from tht.memory.index import IndexHit, IndexUnavailable, SearchIndex
-from tht.memory.model import MAX_CONCEPT, Card, card_id_to_uuid, uuid_to_card_id
+from tht.memory.model import MAX_CONCEPT, Card, Dependency, card_id_to_uuid, uuid_to_card_id
 from tht.memory.embedding import SparseEncoder, SparseVector
 from tht.memory.projection import indexed_text, searchable
 from tht.memory.projector import IndexProjector
@@ -34,6 +34,7 @@ from tht.memory.recall_filters import (
 from tht.validation import describe_validation_error, validation_details
 
 MAX_QUESTION = 2_000
+MAX_CACHED_TERMS = 100_000
 DEFAULT_TOP = 10
 RecallKind = Literal["search", "rules", "solved"]
 FAMILIES_OF: dict[str, tuple[str, ...]] = {
@@ -119,6 +120,8 @@ class RecallService:
         self.embedder = embedder
         self.projector = projector
         self._languages: dict[str, str] = {}  # a workspace's language never changes
+        # BM25 terms of indexed texts by (card, revision, fingerprint): immutable
+        self._terms: dict[tuple[uuid.UUID, int | None, str], frozenset[int]] = {}
 
     def _language(self, workspace: str) -> str:
         if workspace not in self._languages:
@@ -161,23 +164,41 @@ class RecallService:
     def _verified(self, workspace: str, filters: RecallFilters, hits: list[IndexHit], current: str,
                   query: RecallQuery, exclude: frozenset[uuid.UUID], sparse: SparseVector,
                   encoder: SparseEncoder) -> list[RecallResult]:
+        # The coverage signal needs the terms of each seed's indexed text: computed
+        # from the archive's fields at the point's revision (verified below to be the
+        # card's current one), and kept, since a revision's text never changes.
+        known = {h.id: self._terms.get((h.id, h.revision, current)) for h in hits}
         with self.archive.transaction(workspace, lock="shared") as tx:
             verifier = _Verifier(tx, filters, current, exclude)
-            seeds = verifier.seeds(hits)
-            # The seeds' current cards give their indexed terms (the text the point was
-            # built from, at the verified revision) for the coverage signal; they are
-            # also most of the answer, so only link-reached cards are read afterwards.
-            cards = tx.cards([h.id for h in seeds])
-            order = order_seeds(sparse.indices, [
-                SeedSignals(uuid_to_card_id(h.id), h.dense_rank, h.bm25_rank,
-                            frozenset(encoder.encode_document(indexed_text(cards[h.id])).indices))
-                for h in seeds
-            ])
-            ranking = rank_recall(order, top=query.top, links_of=verifier.links_of, eligible=verifier.eligible)
-            linked = [card_id_to_uuid(r.card_id) for r in ranking.cards if card_id_to_uuid(r.card_id) not in cards]
-            cards.update(tx.cards(linked))
+            seeds, fields = verifier.seeds(hits, fields_of=[i for i, terms in known.items() if terms is None])
+            signals = []
+            for hit in seeds:
+                terms = known[hit.id]
+                if terms is None:
+                    text = indexed_text(_indexed_card(fields[hit.id], verifier.dependencies(hit.id)))
+                    terms = frozenset(encoder.encode_document(text).indices)
+                    self._remember_terms((hit.id, hit.revision, current), terms)
+                signals.append(SeedSignals(uuid_to_card_id(hit.id), hit.dense_rank, hit.bm25_rank, terms))
+            ranking = rank_recall(order_seeds(sparse.indices, signals), top=query.top,
+                                  links_of=verifier.links_of, eligible=verifier.eligible)
+            cards = tx.cards([card_id_to_uuid(r.card_id) for r in ranking.cards])
         hit_of = {uuid_to_card_id(h.id): h for h in seeds}
         return [RecallResult(cards[card_id_to_uuid(r.card_id)], r, hit_of.get(r.card_id)) for r in ranking.cards]
+
+    def _remember_terms(self, key: tuple[uuid.UUID, int | None, str], terms: frozenset[int]) -> None:
+        if len(self._terms) >= MAX_CACHED_TERMS:
+            self._terms.clear()  # simple bound: a full cache starts over
+        self._terms[key] = terms
+
+
+def _indexed_card(fields: dict[str, Any], dependencies: tuple[Dependency, ...]) -> Card:
+    """Just what ``indexed_text`` reads, from the archive's row (no validation: the
+    row is the stored card)."""
+    return Card.model_construct(
+        title=fields["title"], content=fields["content"], scope=fields["scope"], rationale=fields["rationale"],
+        question=fields["question"], sql=fields["sql"], context=fields["context"],
+        concepts=list(fields["concepts"] or []), dependencies=list(dependencies),
+    )
 
 
 class _Verifier:
@@ -198,11 +219,18 @@ class _Verifier:
         return {i for i in ids if i in self._facts and i not in self.exclude
                 and self._facts[i][0].current(self.fingerprint) and card_matches(self._facts[i][1], self.filters)}
 
-    def seeds(self, hits: list[IndexHit]) -> list[IndexHit]:
+    def seeds(self, hits: list[IndexHit], fields_of: list[uuid.UUID]) -> tuple[list[IndexHit], dict[uuid.UUID, dict]]:
+        """The eligible hits, and the indexed fields of the cards in ``fields_of``
+        (read in the same round trip as the hits' facts)."""
+        facts, fields = self.tx.recall_facts_and_fields([h.id for h in hits], fields_of)
+        self._facts.update(facts)
         eligible = self._eligible_ids([h.id for h in hits])
         # the point itself must be the recorded projection of the current revision
         return [h for h in hits if h.id in eligible
-                and h.revision == self._facts[h.id][0].revision and h.fingerprint == self.fingerprint]
+                and h.revision == self._facts[h.id][0].revision and h.fingerprint == self.fingerprint], fields
+
+    def dependencies(self, card_uuid: uuid.UUID) -> tuple[Dependency, ...]:
+        return self._facts[card_uuid][1].dependencies
 
     def eligible(self, card_ids: list[str]) -> set[str]:
         return {uuid_to_card_id(i) for i in self._eligible_ids([card_id_to_uuid(c) for c in card_ids])}

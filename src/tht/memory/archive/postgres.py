@@ -412,6 +412,19 @@ class ArchiveTransaction:
     def recall_facts(self, card_uuids: list[uuid.UUID]) -> dict[uuid.UUID, RecallFacts]:
         return {r["id"]: self._facts(r) for r in self.rows("recall_facts", ids=list(card_uuids))}
 
+    def recall_facts_and_fields(self, card_uuids: list[uuid.UUID], fields_of: list[uuid.UUID]) -> tuple[
+            dict[uuid.UUID, RecallFacts], dict[uuid.UUID, dict]]:
+        """``recall_facts`` of some cards and the indexed fields (``indexed_fields``) of
+        some of them, in one round trip."""
+        if not fields_of:
+            return self.recall_facts(card_uuids), {}
+        with self.conn.pipeline():
+            cursors = [self.conn.cursor(row_factory=dict_row) for _ in range(2)]
+            cursors[0].execute(_q("recall_facts"), self._params(ids=list(card_uuids)))
+            cursors[1].execute(_q("indexed_fields"), self._params(ids=list(fields_of)))
+        facts, fields = (cur.fetchall() for cur in cursors)
+        return {r["id"]: self._facts(r) for r in facts}, {r["id"]: r for r in fields}
+
     def links_with_facts(self, card_uuids: list[uuid.UUID]) -> tuple[
             dict[uuid.UUID, list[tuple[uuid.UUID, str]]], dict[uuid.UUID, RecallFacts]]:
         """Outgoing links of these cards, and the recall facts of every target."""
