@@ -10,6 +10,8 @@ excluded from recall until it is re-indexed; recall never falls back to dense-on
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from typing import Protocol
 
 from tht.memory.model import Card, Dependency
 from tht.memory.recall_filters import CardFacts
@@ -51,7 +53,21 @@ def searchable(text: str) -> str:
     return text + ("\n" + ", ".join(words) if words else "")
 
 
-def indexed_text(card: Card) -> str:
+class IndexedCard(Protocol):
+    """What ``indexed_text`` reads: a ``Card``, or the same fields from an archive row."""
+
+    title: str
+    content: str | None
+    scope: str | None
+    rationale: str | None
+    question: str | None
+    sql: str | None
+    context: str | None
+    concepts: Sequence[str]
+    dependencies: Sequence[Dependency]
+
+
+def indexed_text(card: IndexedCard) -> str:
     """Title, content, scope, rationale, question, exemplar SQL, context, concepts and
     qualified physical dependencies, then the words of the camelCase identifiers among
     them: what both the dense and the BM25 branch see."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -191,13 +192,13 @@ class RecallService:
         self._terms[key] = terms
 
 
-def _indexed_card(fields: dict[str, Any], dependencies: tuple[Dependency, ...]) -> Card:
-    """Just what ``indexed_text`` reads, from the archive's row (no validation: the
-    row is the stored card)."""
-    return Card.model_construct(
+def _indexed_card(fields: dict[str, Any], dependencies: tuple[Dependency, ...]) -> SimpleNamespace:
+    """Just what ``indexed_text`` reads, from the archive's row (a pydantic model
+    would cost more than the text itself)."""
+    return SimpleNamespace(
         title=fields["title"], content=fields["content"], scope=fields["scope"], rationale=fields["rationale"],
         question=fields["question"], sql=fields["sql"], context=fields["context"],
-        concepts=list(fields["concepts"] or []), dependencies=list(dependencies),
+        concepts=fields["concepts"] or [], dependencies=dependencies,
     )
 
 
