@@ -8,7 +8,8 @@ Edge index, so every result is also checked for scope):
   distinct evidence sentence is a card (an SQL rule when it states a formula or what a
   phrase refers to, a domain clarification otherwise) with dependencies on the tables
   and columns it names; each documented column is a clarification (its description
-  and value description); the questions are split in two by question id, and the
+  and value description); ten cards are copied with dependencies on another database
+  (out of scope for recall bound to this one); the questions are split in two by question id, and the
   first half become solved questions (question + gold SQL) linked to the evidence
   cards they used. The other half are the queries: the expected cards of a query are
   its own evidence sentences (``memory search``).
@@ -67,6 +68,7 @@ SCHEMA = "public"
 TOP = 10
 METHODS = ("ours", "dense", "bm25", "rrf")
 MAX_DEPENDENCIES = 8
+DECOYS = 10  # per split workspace
 
 
 # --- BIRD data -> cards ---------------------------------------------------------------
@@ -169,6 +171,8 @@ class Workspace:
     linked: list[tuple[dict[str, Any], list[str]]] = field(default_factory=list)
     keys: dict[str, int] = field(default_factory=dict)  # card key -> index in documents
     cases: list[tuple[str, list[str]]] = field(default_factory=list)  # (question, expected keys)
+    # cards bound to another database: recall bound to this one must never return them
+    decoys: list[dict[str, Any]] = field(default_factory=list)
 
 
 def reference_protocol(questions: list[dict], catalogs: dict[str, Catalog], databases: list[str],
@@ -200,6 +204,8 @@ def split_protocol(questions: list[dict], catalogs: dict[str, Catalog], database
                     space.keys[key] = len(space.documents)
                     space.documents.append(evidence_card(sentence, catalog))
         space.documents.extend(column_cards(catalog))
+        space.decoys = [{**d, "dependencies": [{**dep, "database": f"{database}_copy"} for dep in d["dependencies"]]}
+                        for d in space.documents if d["dependencies"]][:DECOYS]
         for position, q in enumerate(chosen):
             used = [s.lower() for s in evidence_sentences(q["evidence"])]
             if position % 2 == 0:  # the solved half
@@ -258,7 +264,8 @@ def branch_rankings(index: EdgeIndex, dense: list[float], sparse: Any, filters: 
     """Dense-only, BM25-only and plain RRF on the same shard, with the recall filter in
     both branches and the workspace's own BM25 IDF, as the product's search does."""
     where = edge_engine._filter(index_filters.recall_condition(filters))
-    idf = qe.SearchParams(idf=qe.IdfParams(corpus=edge_engine._filter(index_filters.workspace_condition(filters.workspace))))
+    workspace = edge_engine._filter(index_filters.workspace_condition(filters.workspace))
+    idf = qe.SearchParams(idf=qe.IdfParams(corpus=workspace))
     requests = [
         qe.QueryRequest(limit=limit, query=qe.Query.Nearest(list(dense), using=DENSE), filter=where,
                         with_payload=PROJECTION_FIELDS),
@@ -294,9 +301,11 @@ def run_protocol(name: str, spaces: list[Workspace], archive: PostgresArchive, i
             targets = list(dict.fromkeys(ids[space.keys[k]] for k in used if k in space.keys))
             document = {**document, "links": [{"target": t, "meaning": "uses"} for t in targets]}
             ids.append(memory.create_card(space.id, parse_card_input(document)).card.id)
+        ids += [memory.create_card(space.id, parse_card_input(d)).card.id for d in space.decoys]
         cards += len(ids)
         projector.rebuild(space.id)
-        in_scope[space.id] = {uuid_to_card_id(r.id) for r in index.scroll_ids(space.id)} & set(ids[:len(space.documents)])
+        indexed = {uuid_to_card_id(r.id) for r in index.scroll_ids(space.id)}
+        in_scope[space.id] = indexed & set(ids[:len(space.documents)])  # not the solved questions, not the decoys
         cases += [Case(space.id, space.database, question, [ids[space.keys[k]] for k in keys if k in space.keys])
                   for question, keys in space.cases]
     indexed_seconds = time.perf_counter() - started

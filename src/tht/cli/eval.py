@@ -35,7 +35,8 @@ def memory_eval(
     cases: Annotated[Path, typer.Option("--cases", help=(
         "JSON Lines file, one case a line: {\"question\": ..., \"expected\": [card ids], "
         "\"filters\": {...} (optional), \"command\": search|rules|solved (optional, default search)}"))],
-    config: Annotated[Path, typer.Option("-c", "--config", help="Runtime file (YAML): workspace, database, schema, ...")],
+    config: Annotated[Path, typer.Option("-c", "--config",
+                                         help="Runtime file (YAML): workspace, database, schema, ...")],
 ) -> None:
     """Measure recall on a cases file: recall@1/5/10, MRR and the misses, as one JSON document."""
     from tht.cli.main import _services, emit

@@ -18,10 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from tht.errors import InvalidInput, NotFound
 from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive, RecallFacts
-from tht.memory.embedding import Embedder
+from tht.memory.embedding import Embedder, SparseEncoder, SparseVector
 from tht.memory.index import IndexHit, IndexUnavailable, SearchIndex
 from tht.memory.model import MAX_CONCEPT, Card, Dependency, card_id_to_uuid, uuid_to_card_id
-from tht.memory.embedding import SparseEncoder, SparseVector
 from tht.memory.projection import indexed_text, searchable
 from tht.memory.projector import IndexProjector
 from tht.memory.recall import RankedCard, SeedSignals, order_seeds, rank_recall, seed_count
