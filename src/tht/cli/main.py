@@ -20,6 +20,7 @@ import typer
 from typer._click import exceptions as click_exceptions  # Typer vendors click
 
 from tht.cli.catalog import catalog_app
+from tht.cli.eval import memory_eval
 from tht.errors import InvalidInput, ThothError
 from tht.memory.model import MAX_DOCUMENT_BYTES, parse_card_input, parse_list_query
 from tht.settings import load_runtime_config
@@ -253,6 +254,9 @@ def memory_rules(question: Annotated[Optional[str], typer.Argument(help="The use
                  ) -> None:
     """Recall SQL rules and explained errors that apply to a question (or to a database error)."""
     _recall("rules", question, config, filters, session, error)
+
+
+memory_app.command("eval")(memory_eval)
 
 
 @memory_app.command("migrate")

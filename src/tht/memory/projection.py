@@ -9,11 +9,15 @@ excluded from recall until it is re-indexed; recall never falls back to dense-on
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
+from typing import Protocol
+
 from tht.memory.model import Card, Dependency
 from tht.memory.recall_filters import CardFacts
 
 # Bump when indexed_text changes: every projection becomes stale.
-TEXT_VERSION = "text-v1"
+TEXT_VERSION = "text-v2"
 FORMAT = "hybrid-v1"
 
 
@@ -25,9 +29,48 @@ def qualified(dep: Dependency) -> str:
     return ".".join(part for part in (dep.database, dep.schema_name, dep.table, dep.column) if part)
 
 
-def indexed_text(card: Card) -> str:
+# An identifier with a lower-case letter or digit followed by a capital: camelCase.
+# (snake_case needs nothing: the BM25 tokenizer splits on underscores.)
+_CAMEL_CASE = re.compile(r"\b[A-Za-z0-9]*[a-z0-9][A-Z][A-Za-z0-9]*\b")
+_CAMEL_PART = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
+
+
+def identifier_words(text: str) -> list[str]:
+    """The words inside the text's camelCase identifiers, once each, in order of first
+    appearance: ``buildUpPlaySpeed`` gives "build up play speed". Column names are
+    written that way while questions use the words, which neither BM25's tokenizer nor
+    the embedder's sub-words connect."""
+    found: dict[str, None] = {}
+    for identifier in _CAMEL_CASE.findall(text or ""):
+        found.setdefault(" ".join(part.lower() for part in _CAMEL_PART.findall(identifier)), None)
+    return list(found)
+
+
+def searchable(text: str) -> str:
+    """The text with the words of its camelCase identifiers appended: what BM25 sees
+    of a question, the same expansion as the cards' indexed text."""
+    words = identifier_words(text)
+    return text + ("\n" + ", ".join(words) if words else "")
+
+
+class IndexedCard(Protocol):
+    """What ``indexed_text`` reads: a ``Card``, or the same fields from an archive row."""
+
+    title: str
+    content: str | None
+    scope: str | None
+    rationale: str | None
+    question: str | None
+    sql: str | None
+    context: str | None
+    concepts: Sequence[str]
+    dependencies: Sequence[Dependency]
+
+
+def indexed_text(card: IndexedCard) -> str:
     """Title, content, scope, rationale, question, exemplar SQL, context, concepts and
-    qualified physical dependencies: what both the dense and the BM25 branch see."""
+    qualified physical dependencies, then the words of the camelCase identifiers among
+    them: what both the dense and the BM25 branch see."""
     parts = [card.title, card.question, card.content, card.context, card.rationale, card.sql]
     if card.scope:
         parts.append(f"Scope: {card.scope}")
@@ -38,7 +81,7 @@ def indexed_text(card: Card) -> str:
         names = [qualified(d) for d in card.dependencies]
         leaves = [d.column or d.table or d.schema_name or d.database for d in card.dependencies]
         parts.append("Depends on: " + ", ".join(names) + " (" + ", ".join(dict.fromkeys(leaves)) + ")")
-    return "\n".join(part for part in parts if part)
+    return searchable("\n".join(part for part in parts if part))
 
 
 def card_facts(card: Card) -> CardFacts:

@@ -24,6 +24,14 @@ Rules (spec "Hybrid recall and links"):
 - Per card, the first 20 outgoing links in target-id order. In total, 200 distinct
   cards (seeds included) and 400 inspected links.
 
+Seed order (a deliberate extension, measured by ``bench/quality_bench.py``): the seed
+rank is the card's place in a reciprocal rank fusion (k = 60) of three signals instead
+of two, see ``order_seeds``: its dense rank, its BM25 rank and its *coverage* rank.
+Coverage is the share of the card's indexed vocabulary that the question contains,
+each term weighted by its IDF among the candidates: BM25 asks how much of the question
+a card holds, coverage asks how much of the card the question is about, which ranks a
+card that merely shares a clause with the question below one that fits it whole.
+
 Choices where the rules leave room:
 
 - Paths are simple: a path never visits a card twice, so no path leads back to its
@@ -48,6 +56,7 @@ Choices where the rules leave room:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -112,6 +121,51 @@ def seed_count(top: int) -> int:
 
 def direct_score(seed_rank: int) -> float:
     return 1 / (RRF_K + seed_rank)
+
+
+@dataclass(frozen=True)
+class SeedSignals:
+    """A verified direct hit before ordering: its rank in each search branch (None
+    when that branch did not return it) and the BM25 terms of its indexed text."""
+
+    card_id: str
+    dense_rank: int | None
+    bm25_rank: int | None
+    terms: frozenset[int]
+
+
+def coverage(question_terms: Collection[int], candidates: Sequence[SeedSignals]) -> dict[str, float]:
+    """The IDF-weighted share of each candidate's terms that the question holds, with
+    IDF computed over the candidates themselves (BM25's formula): a term most
+    candidates share, like the workspace's own jargon, weighs little."""
+    df: dict[int, int] = {}
+    for candidate in candidates:
+        for term in candidate.terms:
+            df[term] = df.get(term, 0) + 1
+    n = len(candidates)
+    idf = {term: math.log(1 + (n - count + 0.5) / (count + 0.5)) for term, count in df.items()}
+    asked = set(question_terms)
+    shares = {}
+    for candidate in candidates:
+        total = sum(idf[t] for t in candidate.terms)
+        shares[candidate.card_id] = sum(idf[t] for t in candidate.terms if t in asked) / total if total else 0.0
+    return shares
+
+
+def order_seeds(question_terms: Collection[int], candidates: Sequence[SeedSignals]) -> list[str]:
+    """The seeds, best first: RRF (k = 60) of dense rank, BM25 rank and coverage rank
+    (among the candidates; equal coverage ordered by card id); equal scores by card id."""
+    if len({c.card_id for c in candidates}) != len(candidates):
+        raise ValueError("candidates must be distinct card ids")
+    shares = coverage(question_terms, candidates)
+    by_coverage = sorted(candidates, key=lambda c: (-shares[c.card_id], c.card_id))
+    coverage_rank = {c.card_id: rank for rank, c in enumerate(by_coverage, start=1)}
+
+    def fused(c: SeedSignals) -> float:
+        ranks = (c.dense_rank, c.bm25_rank, coverage_rank[c.card_id])
+        return sum(1 / (RRF_K + r) for r in ranks if r is not None)
+
+    return [c.card_id for c in sorted(candidates, key=lambda c: (-fused(c), c.card_id))]
 
 
 @dataclass(frozen=True)

@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tht.errors import InvalidInput, NotFound
 from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive, RecallFacts
-from tht.memory.embedding import Embedder
+from tht.memory.embedding import Embedder, SparseEncoder, SparseVector
 from tht.memory.index import IndexHit, IndexUnavailable, SearchIndex
-from tht.memory.model import MAX_CONCEPT, Card, card_id_to_uuid, uuid_to_card_id
+from tht.memory.model import MAX_CONCEPT, Card, Dependency, card_id_to_uuid, uuid_to_card_id
+from tht.memory.projection import indexed_text, searchable
 from tht.memory.projector import IndexProjector
-from tht.memory.recall import RankedCard, rank_recall, seed_count
+from tht.memory.recall import RankedCard, SeedSignals, order_seeds, rank_recall, seed_count
 from tht.memory.recall_filters import (
     EXEMPLAR_FAMILIES,
     REUSABLE_FAMILIES,
@@ -32,6 +34,7 @@ from tht.memory.recall_filters import (
 from tht.validation import describe_validation_error, validation_details
 
 MAX_QUESTION = 2_000
+MAX_CACHED_TERMS = 100_000
 DEFAULT_TOP = 10
 RecallKind = Literal["search", "rules", "solved"]
 FAMILIES_OF: dict[str, tuple[str, ...]] = {
@@ -117,6 +120,8 @@ class RecallService:
         self.embedder = embedder
         self.projector = projector
         self._languages: dict[str, str] = {}  # a workspace's language never changes
+        # BM25 terms of indexed texts by (card, revision, fingerprint): immutable
+        self._terms: dict[tuple[uuid.UUID, int | None, str], frozenset[int]] = {}
 
     def _language(self, workspace: str) -> str:
         if workspace not in self._languages:
@@ -143,7 +148,8 @@ class RecallService:
             table=query.table, column=query.column,
         )
         dense = self.embedder.embed_query(question)
-        sparse = self.projector.encoder(language).encode_query(question)
+        # BM25 sees the question as the cards' indexed text sees identifiers
+        sparse = self.projector.encoder(language).encode_query(searchable(question))
         if not self.index.collection_exists():
             raise IndexUnavailable("the search index has no collection yet: run `tht memory index`")
         current = self.projector.fingerprint(language)
@@ -152,20 +158,47 @@ class RecallService:
         # is held first (one lock order with writers).
         with self.index.session():
             hits = self.index.hybrid_search(dense, sparse, filters, limit=seed_count(query.top))
-            return self._verified(workspace, filters, hits, current, query, exclude)
+            return self._verified(workspace, filters, hits, current, query, exclude,
+                                  sparse, self.projector.encoder(language))
 
     def _verified(self, workspace: str, filters: RecallFilters, hits: list[IndexHit], current: str,
-                  query: RecallQuery, exclude: frozenset[uuid.UUID]) -> list[RecallResult]:
+                  query: RecallQuery, exclude: frozenset[uuid.UUID], sparse: SparseVector,
+                  encoder: SparseEncoder) -> list[RecallResult]:
+        # The coverage signal needs the terms of each seed's indexed text: computed
+        # from the archive's fields at the point's revision (verified below to be the
+        # card's current one), and kept, since a revision's text never changes.
+        known = {h.id: self._terms.get((h.id, h.revision, current)) for h in hits}
         with self.archive.transaction(workspace, lock="shared") as tx:
             verifier = _Verifier(tx, filters, current, exclude)
-            seeds = verifier.seeds(hits)
-            ranking = rank_recall(
-                [uuid_to_card_id(h.id) for h in seeds], top=query.top,
-                links_of=verifier.links_of, eligible=verifier.eligible,
-            )
+            seeds, fields = verifier.seeds(hits, fields_of=[i for i, terms in known.items() if terms is None])
+            signals = []
+            for hit in seeds:
+                terms = known[hit.id]
+                if terms is None:
+                    text = indexed_text(_indexed_card(fields[hit.id], verifier.dependencies(hit.id)))
+                    terms = frozenset(encoder.encode_document(text).indices)
+                    self._remember_terms((hit.id, hit.revision, current), terms)
+                signals.append(SeedSignals(uuid_to_card_id(hit.id), hit.dense_rank, hit.bm25_rank, terms))
+            ranking = rank_recall(order_seeds(sparse.indices, signals), top=query.top,
+                                  links_of=verifier.links_of, eligible=verifier.eligible)
             cards = tx.cards([card_id_to_uuid(r.card_id) for r in ranking.cards])
         hit_of = {uuid_to_card_id(h.id): h for h in seeds}
         return [RecallResult(cards[card_id_to_uuid(r.card_id)], r, hit_of.get(r.card_id)) for r in ranking.cards]
+
+    def _remember_terms(self, key: tuple[uuid.UUID, int | None, str], terms: frozenset[int]) -> None:
+        if len(self._terms) >= MAX_CACHED_TERMS:
+            self._terms.clear()  # simple bound: a full cache starts over
+        self._terms[key] = terms
+
+
+def _indexed_card(fields: dict[str, Any], dependencies: tuple[Dependency, ...]) -> SimpleNamespace:
+    """Just what ``indexed_text`` reads, from the archive's row (a pydantic model
+    would cost more than the text itself)."""
+    return SimpleNamespace(
+        title=fields["title"], content=fields["content"], scope=fields["scope"], rationale=fields["rationale"],
+        question=fields["question"], sql=fields["sql"], context=fields["context"],
+        concepts=fields["concepts"] or [], dependencies=dependencies,
+    )
 
 
 class _Verifier:
@@ -188,16 +221,22 @@ class _Verifier:
         return {i for i in ids if i in self._facts and i not in self.exclude
                 and self._facts[i][0].current(self.fingerprint) and card_matches(self._facts[i][1], self.filters)}
 
-    def seeds(self, hits: list[IndexHit]) -> list[IndexHit]:
+    def seeds(self, hits: list[IndexHit], fields_of: list[uuid.UUID]) -> tuple[list[IndexHit], dict[uuid.UUID, dict]]:
+        """The eligible hits, and the indexed fields of the cards in ``fields_of``
+        (read in the same round trip as the hits' facts and links)."""
         ids = [h.id for h in hits]
-        facts, links, target_facts = self.tx.facts_and_links(ids)
-        self._facts.update(target_facts)
-        self._facts.update(facts)
-        self._links.update({i: links.get(i, []) for i in ids})
+        read = self.tx.seed_facts(ids, fields_of)
+        self._facts.update(read.target_facts)
+        self._facts.update(read.facts)
+        self._links.update({i: read.links.get(i, []) for i in ids})
         eligible = self._eligible_ids(ids)
+        fields = read.fields
         # the point itself must be the recorded projection of the current revision
         return [h for h in hits if h.id in eligible
-                and h.revision == self._facts[h.id][0].revision and h.fingerprint == self.fingerprint]
+                and h.revision == self._facts[h.id][0].revision and h.fingerprint == self.fingerprint], fields
+
+    def dependencies(self, card_uuid: uuid.UUID) -> tuple[Dependency, ...]:
+        return self._facts[card_uuid][1].dependencies
 
     def eligible(self, card_ids: list[str]) -> set[str]:
         return {uuid_to_card_id(i) for i in self._eligible_ids([card_id_to_uuid(c) for c in card_ids])}

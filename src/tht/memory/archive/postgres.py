@@ -230,6 +230,14 @@ class ProjectionState:
 RecallFacts = tuple[ProjectionState, CardFacts]
 
 
+@dataclass(frozen=True)
+class SeedFacts:
+    facts: dict[uuid.UUID, RecallFacts]
+    links: dict[uuid.UUID, list[tuple[uuid.UUID, str]]]  # outgoing links by source
+    target_facts: dict[uuid.UUID, RecallFacts]
+    fields: dict[uuid.UUID, dict]  # indexed fields, of the cards asked for
+
+
 def _day_start(value: datetime | date, *, next_day: bool = False) -> datetime:
     if isinstance(value, datetime):
         return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
@@ -419,17 +427,21 @@ class ArchiveTransaction:
         """Outgoing links of these cards, and the recall facts of every target."""
         return self._links_and_target_facts(self.rows("links_with_facts", ids=list(card_uuids)))
 
-    def facts_and_links(self, card_uuids: list[uuid.UUID]) -> tuple[
-            dict[uuid.UUID, RecallFacts], dict[uuid.UUID, list[tuple[uuid.UUID, str]]], dict[uuid.UUID, RecallFacts]]:
-        """``recall_facts`` and ``links_with_facts`` of the same cards in one round trip:
-        recall's seeds, whose first hop is then already known."""
+    def seed_facts(self, card_uuids: list[uuid.UUID], fields_of: list[uuid.UUID]) -> SeedFacts:
+        """What recall reads about its seeds, in one round trip: their ``recall_facts``,
+        their outgoing links with the targets' facts (the first hop is then already
+        known), and the indexed fields of the cards in ``fields_of``."""
         params = self._params(ids=list(card_uuids))
         with self.conn.pipeline():
-            cursors = [self.conn.cursor(row_factory=dict_row) for _ in range(2)]
-            for cur, name in zip(cursors, ("recall_facts", "links_with_facts")):
-                cur.execute(_q(name), params)
-        fact_rows, link_rows = (cur.fetchall() for cur in cursors)
-        return ({r["id"]: self._facts(r) for r in fact_rows}, *self._links_and_target_facts(link_rows))
+            cursors = [self.conn.cursor(row_factory=dict_row) for _ in range(3 if fields_of else 2)]
+            cursors[0].execute(_q("recall_facts"), params)
+            cursors[1].execute(_q("links_with_facts"), params)
+            if fields_of:
+                cursors[2].execute(_q("indexed_fields"), self._params(ids=list(fields_of)))
+        fact_rows, link_rows, *field_rows = (cur.fetchall() for cur in cursors)
+        links, target_facts = self._links_and_target_facts(link_rows)
+        return SeedFacts(facts={r["id"]: self._facts(r) for r in fact_rows}, links=links, target_facts=target_facts,
+                         fields={r["id"]: r for r in (field_rows[0] if field_rows else [])})
 
     def _links_and_target_facts(self, rows: list[dict]) -> tuple[
             dict[uuid.UUID, list[tuple[uuid.UUID, str]]], dict[uuid.UUID, RecallFacts]]:

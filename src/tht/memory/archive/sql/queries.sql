@@ -343,3 +343,10 @@ INSERT INTO thoth_memory.protected_request_nonces (nonce, expires_at)
 VALUES (%(nonce)s, %(expires_at)s)
 ON CONFLICT (nonce) DO NOTHING
 RETURNING nonce;
+
+-- name: indexed_fields
+-- The fields a card's indexed text is built from, besides its dependencies (which
+-- recall_facts carries): recall computes the coverage signal from them.
+SELECT id, revision, family, title, content, scope, rationale, question, sql, context, concepts
+  FROM thoth_memory.cards
+ WHERE workspace_id = %(workspace)s AND id = ANY(%(ids)s);

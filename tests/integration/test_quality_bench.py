@@ -1,0 +1,35 @@
+"""The quality benchmark runs end to end on a tiny BIRD excerpt (hashing embedder): it
+builds both protocols on the real engines and prints its figures. The figures
+themselves are measured by running the script (README), not asserted here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ROOT / "tests" / "data" / "bird_tiny"
+
+
+def test_quality_bench_runs_on_a_tiny_subset(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "quality_bench.py"), "--evalcases", str(TINY),
+         "--embedder", "hashing", "--misses"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    document, _, table = proc.stdout.partition("\n| protocol")
+    results = {r["protocol"]: r for r in json.loads(document)["results"]}
+    questions = sorted(json.loads((TINY / "raw" / "bird_mini_dev" / "mini_dev_sqlite.json").read_text()),
+                       key=lambda q: q["question_id"])
+    assert results["reference"]["queries"] == sum(1 for q in questions if q["evidence"].strip())
+    assert results["split"]["queries"] == sum(1 for q in questions[1::2] if q["evidence"].strip())
+    for result in results.values():
+        assert set(result["methods"]) == {"ours", "dense", "bm25", "rrf"}
+        for figures in result["methods"].values():
+            assert figures["out_of_scope"] == 0
+            assert all(0 <= figures[k] <= 1 for k in ("recall@1", "recall@5", "recall@10", "mrr"))
+            assert figures["recall@1"] <= figures["recall@5"] <= figures["recall@10"]
+    assert table.count("\n") == 2 + 8  # header, rule, four methods per protocol

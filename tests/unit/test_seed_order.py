@@ -1,0 +1,77 @@
+"""Seed order: RRF (k = 60) of dense rank, BM25 rank and coverage rank (tht.memory.recall).
+
+Values are computed by hand from the formulas: coverage = sum of the IDF of the card's
+terms the question holds / sum of the IDF of all its terms, IDF over the candidates
+(ln(1 + (n - df + 0.5) / (df + 0.5))).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tht.memory.recall import SeedSignals, coverage, order_seeds
+
+
+def seed(card_id, dense, bm25, *terms):
+    return SeedSignals(card_id, dense, bm25, frozenset(terms))
+
+
+def idf(n, df):
+    return math.log(1 + (n - df + 0.5) / (df + 0.5))
+
+
+def test_coverage_weights_terms_by_their_idf_among_the_candidates():
+    candidates = [seed("a", 1, 1, 1, 2), seed("b", 2, 2, 1, 3, 4), seed("c", 3, None)]
+    shares = coverage([1, 3], candidates)
+    assert shares["a"] == pytest.approx(idf(3, 2) / (idf(3, 2) + idf(3, 1)))
+    assert shares["b"] == pytest.approx((idf(3, 2) + idf(3, 1)) / (idf(3, 2) + 2 * idf(3, 1)))
+    assert shares["c"] == 0  # a card without terms covers nothing
+
+
+def test_a_card_the_question_covers_whole_overtakes_one_sharing_a_clause():
+    # "x" leads plain RRF of the branches (1/61 + 1/63 > 2/62), but most of its text
+    # is about something else; "y" is entirely about the question.
+    x = seed("x", 1, 3, 10, 11, 12, 13, 14)
+    y = seed("y", 2, 2, 10, 11)
+    z = seed("z", 3, 1, 20)
+    assert 1 / 61 + 1 / 63 > 2 / 62
+    # x: 1/61 + 1/63 + 1/62 (coverage 2nd) < y: 2/62 + 1/61 (coverage 1st); z covers nothing
+    assert order_seeds([10, 11, 30], [x, y, z]) == ["y", "x", "z"]
+
+
+def test_without_coverage_differences_the_order_is_plain_rrf_of_the_branches():
+    # equal coverage everywhere: the coverage ranks follow card ids, and ranks far
+    # apart in the branches still decide
+    candidates = [seed("b", 1, 5, 7), seed("a", 9, 8, 7), seed("c", 2, 2, 7)]
+    assert order_seeds([7], candidates) == ["c", "b", "a"]
+
+
+def test_a_branch_that_missed_a_card_gives_it_nothing():
+    only_dense = seed("d", 1, None, 5)
+    both = seed("e", 3, 3, 5)
+    # d: 1/61 + 1/61 (coverage tie broken by id); e: 1/63 + 1/63 + 1/62
+    assert order_seeds([5], [only_dense, both]) == ["e", "d"]
+
+
+def test_equal_scores_are_ordered_by_card_id():
+    assert order_seeds([], [seed("b", None, None), seed("a", None, None)]) == ["a", "b"]
+
+
+def test_distinct_candidates_are_required():
+    with pytest.raises(ValueError):
+        order_seeds([1], [seed("a", 1, 1, 1), seed("a", 2, 2, 1)])
+
+
+@given(st.lists(st.tuples(st.integers(1, 30), st.integers(1, 30), st.frozensets(st.integers(0, 8), max_size=5)),
+                min_size=1, max_size=12),
+       st.frozensets(st.integers(0, 8)))
+def test_the_order_is_a_permutation_and_does_not_depend_on_input_order(rows, question):
+    candidates = [SeedSignals(f"c{i:02d}", d, b, terms) for i, (d, b, terms) in enumerate(rows)]
+    ordered = order_seeds(question, candidates)
+    assert sorted(ordered) == sorted(c.card_id for c in candidates)
+    assert order_seeds(question, list(reversed(candidates))) == ordered
+    assert all(0 <= share <= 1 for share in coverage(question, candidates).values())
