@@ -71,7 +71,8 @@ def run_machine(target: Target, examples: int, steps: int) -> dict:
             failure = str(exc)[:2000]
         finally:
             stack.release()
-    return {"examples": examples, "max_steps": steps, "violations": 0 if failure is None else 1,
+    return {"examples": examples, "max_steps": steps, "rules_run": dict(machine.steps),
+            "violations": 0 if failure is None else 1,
             "failure": failure, "seconds": round(time.perf_counter() - started, 2)}
 
 
@@ -132,7 +133,7 @@ def main() -> int:
             failed |= p["leaks"] != 0
         if "kill" in only:
             figures["kill"] = k = kill_battery(fresh_target("kill"), args.kill_rounds)
-            failed |= k["resurrected"] != 0 or not k["kept_cards_found"]
+            failed |= k["resurrected"] != 0 or k["drift_after_repair"] != 0 or not k["kept_cards_found"]
         if "machine" in only:
             figures["machine"] = m = run_machine(fresh_target("machine"), args.machine_examples, args.machine_steps)
             failed |= m["violations"] != 0
@@ -172,7 +173,8 @@ def print_tables(figures: dict) -> None:
                   f"{k['resurrected']} back in recall, {k['orphan_points_after_kill']} orphan points after reopening\n")
     if "machine" in figures:
         m = figures["machine"]
-        out.write(f"state machine: {m['examples']} examples x up to {m['max_steps']} steps, "
+        out.write(f"state machine: {m['examples']} examples x up to {m['max_steps']} steps "
+                  f"({sum(m['rules_run'].values())} rules run: {m['rules_run']}), "
                   f"{m['violations']} violations, {m['seconds']} s\n")
 
 

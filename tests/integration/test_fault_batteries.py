@@ -54,6 +54,7 @@ def test_index_engine_killed_mid_write_never_brings_a_deleted_card_back(target):
     figures = kill_battery(target, rounds=3)
     assert figures["deleted_before_kill"] > 0
     assert figures["resurrected"] == 0, figures["resurrected_examples"]
+    assert figures["drift_after_repair"] == 0, figures["drift_examples"]
     assert figures["kept_cards_found"]
 
 
