@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -91,6 +92,8 @@ def main() -> int:
     parser.add_argument("--machine-steps", type=int, default=50)
     args = parser.parse_args()
     only = set(args.only.split(","))
+    # a stopped run still stops its embedded PostgreSQL and fork server
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     home = Path(tempfile.mkdtemp(prefix="tht-fault-bench-"))
     embedded, cluster = start_cluster(home / "pg")

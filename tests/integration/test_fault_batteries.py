@@ -6,9 +6,13 @@ lost, doubled, stale and leaked.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.fault_battery import (
+    OPERATIONS,
+    ROOT,
     ROWS,
     Target,
     crash_battery,
@@ -70,3 +74,14 @@ def test_recall_state_machine_in_two_workspaces(target):
                 suppress_health_check=list(HealthCheck)))
         finally:
             stack.release()
+
+
+def test_every_crash_point_in_the_product_has_a_row():
+    """A crash point added to the product without a row in the battery fails here:
+    add a Row (and, for a new operation, its setup in OPERATIONS) to tests/fault_battery.py."""
+    calls = [m.group(1) for path in (ROOT / "src" / "tht").rglob("*.py")
+             for m in re.finditer(r"crash_point\(([^)]*)\)", path.read_text()) if path.name != "faults.py"]
+    points = {name for call in calls for name in re.findall(r"\"([a-z_]+\.[a-z_.]+)\"", call)}
+    assert len(points) >= 12
+    assert points - {row.point for row in ROWS} == set()
+    assert {row.operation for row in ROWS} <= set(OPERATIONS)
