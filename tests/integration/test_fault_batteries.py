@@ -39,6 +39,14 @@ def test_crash_at_every_step_is_recovered_without_lost_doubled_stale_or_leaked_c
     assert len(table) == len(ROWS) and all(line["crashed"] == line["trials"] for line in table)
 
 
+def test_the_fork_server_stands_for_python_m_tht(target):
+    """The battery forks each command from a pre-imported parent for speed; the same
+    kind of row through `python -m tht` (a fresh interpreter per command) holds too."""
+    row = next(r for r in ROWS if (r.operation, r.point) == ("delete", "delete.after_archive_commit"))
+    (result,) = crash_battery(target, [row], repetitions=1, launcher_name="exec")
+    assert result.crashed and result.recovered and result.audit.clean(), result.audit.notes
+
+
 def test_eight_writers_lose_no_update_and_leave_the_index_equal_to_the_archive(target):
     figures = writers_battery(target, writers=8, mutations=40)
     assert figures["errors"] == [] and figures["lost_updates"] == []
