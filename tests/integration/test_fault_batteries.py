@@ -51,6 +51,7 @@ def test_eight_writers_lose_no_update_and_leave_the_index_equal_to_the_archive(t
     figures = writers_battery(target, writers=8, mutations=40)
     assert figures["errors"] == [] and figures["lost_updates"] == []
     assert figures["conflicts"] > 0  # the writers really did race
+    assert figures["pending_before_drain"] > 0 and figures["drained"] >= figures["pending_before_drain"]
     assert figures["index_differences"] == [] and figures["projection_differences"] == []
     assert figures["recalled_deleted"] == []
 
