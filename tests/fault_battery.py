@@ -31,9 +31,16 @@ if before: a mutation is all or nothing). The counts, per trial:
   that no longer exists (``check``'s orphans), any pending operation left after
   recovery, or a recall result that is not a current card of this workspace.
 
-Each card is counted once per kind. Every row adds one line to ``ROWS``: operations
-added later (review apply, catalog cleanup) are one row each, with their setup in
-``OPERATIONS``.
+Each card is counted once per kind. A step added later (review apply, catalog
+cleanup: crash points ``review_apply.*``, ``catalog.*``, ``cleanup.*``) is one ``Row``
+in ``ROWS``; a new operation also gets its setup function in ``OPERATIONS`` (it
+writes the trial's pending state, sets ``trial.args`` and updates ``trial.expected``).
+A crash point in the product without a row fails
+``test_every_crash_point_in_the_product_has_a_row``.
+
+Commands run through a launcher: ``ForkLauncher`` (the default: a new process per
+command, forked from a pre-imported parent that calls the entry point of ``tht``) or
+``ExecLauncher`` (``python -m tht``, ~1.5 s of imports per command).
 """
 
 from __future__ import annotations
