@@ -13,15 +13,15 @@ PROCESSES = 8
 UPDATES = 100
 
 
-def _append(memory: MemoryService, card_id: str, mark: str, conditional: bool) -> int:
+def _append(memory: MemoryService, card_id: str, mark: str, conditional: bool, workspace: str = "acme") -> int:
     """Read-modify-write; with `conditional` the save names the revision it read."""
     conflicts = 0
     while True:
-        current = memory.get_card("acme", card_id)
+        current = memory.get_card(workspace, card_id)
         data = card(title=current.title, content=f"{current.content}\n{mark}",
                     revision=current.revision if conditional else None)
         try:
-            memory.update_card("acme", card_id, data)
+            memory.update_card(workspace, card_id, data)
             return conflicts
         except StaleRevision:
             conflicts += 1

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tht.errors import NotFound
+from tht.faults import crash_point
 from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive
 from tht.memory.embedding import Embedder, EmbedderUnavailable, SparseEncoder
 from tht.memory.index import IndexPoint, IndexUnavailable, SearchIndex
@@ -106,6 +107,7 @@ class IndexProjector:
                     symptoms = [card.context if card.family == "explained_error" and card.context
                                 and stores_symptoms(self.index) else None for card in present]
                     vectors = self.embedder.embed_passages(texts + [text for text in symptoms if text])
+                    crash_point("projector.after_embedding")
                     main, extra = vectors[:len(texts)], iter(vectors[len(texts):])
                     symptom_vectors = [next(extra) if text else None for text in symptoms]
                     encoder = self.encoder(language)
@@ -116,6 +118,7 @@ class IndexProjector:
                     ])
                 if gone:
                     self.index.delete(gone)
+                crash_point("projector.after_index_write")
             except (IndexUnavailable, EmbedderUnavailable) as exc:
                 # Saved, index update incomplete: every card keeps (or gets) its pending
                 # operation, with the error, and stays out of recall until retried.
@@ -135,6 +138,8 @@ class IndexProjector:
                 tx.forget_projections(gone)
                 for card_uuid in gone:
                     tx.clear_operation(card_uuid, operations.get(card_uuid, ("delete", NO_REVISION))[1])
+            crash_point("projector.after_clear_operation")
+        crash_point("projector.after_archive_commit")
         return SyncReport(indexed=len(present), deleted=len(gone))
 
     # --- entry points ----------------------------------------------------------------
@@ -197,6 +202,7 @@ class IndexProjector:
             if not batch:
                 break
             report.add(self.sync(workspace, batch))
+            crash_point("index.after_batch")
             after = batch[-1]
             done += len(batch)
             if progress:
@@ -209,6 +215,7 @@ class IndexProjector:
             orphans += [i for i in tx.operation_ids(limit=1_000_000) if i not in existing]
         for start in range(0, len(orphans), BATCH):
             report.add(self.sync(workspace, orphans[start:start + BATCH]))
+        crash_point("index.before_optimize")
         self.index.optimize()
         seconds = time.perf_counter() - started
         summary = {

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from tht.errors import Conflict, InvalidInput, NotFound, StaleRevision, ThothError
+from tht.faults import crash_point
 from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive
 from tht.memory.model import (
     Card,
@@ -159,6 +160,8 @@ class MemoryService:
             tx.replace_dependencies(card_uuid, data.dependencies)
             tx.replace_outgoing_links(card_uuid, links)
             tx.enqueue(card_uuid, "upsert", revision)
+            crash_point("save.before_archive_commit")
+        crash_point("save.after_archive_commit")
         return self._after_commit(workspace, card_uuid, "upsert")
 
     def update_card(self, workspace: str, card_id: str, data: CardInput) -> MutationResult:
@@ -174,6 +177,8 @@ class MemoryService:
             tx.replace_dependencies(card_uuid, data.dependencies)
             tx.replace_outgoing_links(card_uuid, links)
             tx.enqueue(card_uuid, "upsert", revision)
+            crash_point("save.before_archive_commit")
+        crash_point("save.after_archive_commit")
         return self._after_commit(workspace, card_uuid, "upsert")
 
     def delete_card(self, workspace: str, card_id: str, expected_revision: int | None = None) -> MutationResult:
@@ -187,6 +192,8 @@ class MemoryService:
             revision, links_removed = tx.delete_card(card_uuid)
             # the deletion is one revision past the card's last one
             tx.enqueue(card_uuid, "delete", revision + 1)
+            crash_point("delete.before_archive_commit")
+        crash_point("delete.after_archive_commit")
         result = self._after_commit(workspace, card_uuid, "delete")
         result.deleted = card_id
         result.links_removed = links_removed
@@ -223,6 +230,7 @@ class MemoryService:
                 outcome = self.projector.propagate(workspace, card_uuid)
             except ThothError as exc:  # the save is committed: this is "index update incomplete"
                 outcome = IndexOutcome("pending", operation, exc.message)
+        crash_point("save.after_index_update" if operation == "upsert" else "delete.after_index_update")
         card = None
         if operation == "upsert":
             with self.archive.transaction(workspace) as tx:
