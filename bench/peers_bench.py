@@ -652,6 +652,7 @@ def main() -> None:
     home = Path(tempfile.mkdtemp(prefix="tht-peers-bench-"))
     embedded = EmbeddedPostgres(home / "pg")
     results = []
+    stem = f"peers_{args.embedder}_{'_'.join(args.sizes.split(','))}"
     try:
         for size in args.sizes.split(","):
             started = time.perf_counter()
@@ -661,19 +662,24 @@ def main() -> None:
             results.append(result)
             shutil.rmtree(home / f"peers-{size}", ignore_errors=True)
             shutil.rmtree(home / f"edge-{size}", ignore_errors=True)
+            write(stem, results)  # after each size: a long run keeps what it measured
     finally:
         embedded.stop()
         shutil.rmtree(home, ignore_errors=True)
-    versions = peer_versions()
-    document = {"versions": versions, "results": results}
-    table = markdown(results)
-    OUT.mkdir(parents=True, exist_ok=True)
-    stem = f"peers_{args.embedder}_{'_'.join(args.sizes.split(','))}"
-    (OUT / f"{stem}.json").write_text(json.dumps(document, indent=2))
-    (OUT / f"{stem}.md").write_text(table)
+    document, table = write(stem, results)
     print(json.dumps(document, indent=2))
     print(table)
     log(f"written {OUT / stem}.json and .md")
+
+
+def write(stem: str, results: list[dict]) -> tuple[dict, str]:
+    document = {"versions": peer_versions(), "python": sys.version.split()[0], "cpus": os.cpu_count(),
+                "results": results}
+    table = markdown(results)
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / f"{stem}.json").write_text(json.dumps(document, indent=2))
+    (OUT / f"{stem}.md").write_text(table)
+    return document, table
 
 
 def peer_versions() -> dict[str, str]:
