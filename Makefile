@@ -7,7 +7,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: run test install lock bench clean chromium
+.PHONY: run test install lock bench bench-peers clean chromium
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,12 @@ bench: $(STAMP)
 .PHONY: quality
 quality: $(STAMP)
 	$(BIN)/python bench/quality_bench.py
+
+# Our recall beside Chroma, LanceDB and qdrant-client local mode. The peers are pinned
+# in bench/requirements-peers.txt, outside the product's lock. PEERS_ARGS: e.g. --sizes 10000
+bench-peers: $(STAMP)
+	$(BIN)/python -m pip install --quiet --require-hashes -r requirements.lock -r bench/requirements-peers.txt
+	$(BIN)/python bench/peers_bench.py $(PEERS_ARGS)
 
 lock:
 	$(BIN)/python -m pip install --quiet uv

@@ -21,17 +21,15 @@ import uuid
 from pathlib import Path
 
 import psycopg
+from bench_common import CONCEPTS, FAMILIES, TABLES, percentile, time_list
 
 from tht.db.embedded import MIGRATOR, RUNTIME, EmbeddedPostgres
 from tht.memory.archive.postgres import PostgresArchive
 from tht.memory.migrations import migrate
-from tht.memory.model import ListQuery, parse_card_input
+from tht.memory.model import parse_card_input
 from tht.memory.service import MemoryService, WorkspaceService
 
-FAMILIES = ["domain_clarification", "sql_rule", "solved_question", "explained_error"]
-TABLES = [f"table_{i}" for i in range(50)]
 COLUMNS = [f"col_{i}" for i in range(30)]
-CONCEPTS = [f"concept{i}" for i in range(50)]
 
 
 def vocabulary(rng: random.Random, size: int = 500) -> list[str]:
@@ -83,11 +81,6 @@ def load(conninfo: str, workspace: str, count: int, rng: random.Random, words: l
                   file=sys.stderr)
 
 
-def percentile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cards", type=int, default=100_000)
@@ -115,26 +108,7 @@ def main() -> None:
             conn.execute("ANALYZE thoth_memory.card_dependencies")
         memory = MemoryService(archive)
 
-        list_ms, totals = [], []
-        for _ in range(args.queries):
-            query = ListQuery(q=rng.choice(words), family=[rng.choice(FAMILIES)],
-                              concepts=[rng.choice(CONCEPTS)], table=rng.choice(TABLES))
-            t0 = time.perf_counter()
-            page = memory.list_cards("bench", query)
-            list_ms.append((time.perf_counter() - t0) * 1000)
-            totals.append(page.total)
-        text_ms, text_totals = [], []
-        for _ in range(args.queries // 3):
-            t0 = time.perf_counter()
-            page = memory.list_cards("bench", ListQuery(q=rng.choice(words)))
-            text_ms.append((time.perf_counter() - t0) * 1000)
-            text_totals.append(page.total)
-        broad_ms = []
-        for _ in range(args.queries // 3):
-            query = ListQuery(family=[rng.choice(FAMILIES)], page=rng.randint(1, 50))
-            t0 = time.perf_counter()
-            memory.list_cards("bench", query)
-            broad_ms.append((time.perf_counter() - t0) * 1000)
+        listing = time_list(memory, "bench", rng, words, args.queries)
         create_ms = []
         for i in range(args.creates):
             data = parse_card_input({"family": "sql_rule", "title": f"bench {i}", "content": " ".join(rng.choices(words, k=30)),
@@ -146,14 +120,7 @@ def main() -> None:
         archive.close()
         print(json.dumps({
             "cards": args.cards,
-            "list_text_plus_3_filters_ms": {"p50": round(statistics.median(list_ms), 2),
-                                            "p99": round(percentile(list_ms, 0.99), 2),
-                                            "mean_total_matches": round(statistics.mean(totals), 1)},
-            "list_text_only_ms": {"p50": round(statistics.median(text_ms), 2),
-                                  "p99": round(percentile(text_ms, 0.99), 2),
-                                  "mean_total_matches": round(statistics.mean(text_totals), 1)},
-            "list_family_filter_paged_ms": {"p50": round(statistics.median(broad_ms), 2),
-                                            "p99": round(percentile(broad_ms, 0.99), 2)},
+            **listing,
             "create_ms": {"p50": round(statistics.median(create_ms), 2), "p99": round(percentile(create_ms, 0.99), 2)},
         }, indent=2))
     finally:

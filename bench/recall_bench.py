@@ -22,102 +22,38 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
-import psycopg
+from bench_common import (
+    CONCEPTS,
+    TABLES,
+    analyze,
+    load_cards,
+    ms,
+    prepare_database,
+    raw_embedder_throughput,
+    vocabulary,
+)
 
-from tht.db.embedded import MIGRATOR, RUNTIME, EmbeddedPostgres
+from tht.db.embedded import EmbeddedPostgres
 from tht.memory.archive.postgres import PostgresArchive
 from tht.memory.embedding import build_embedder
 from tht.memory.index import EdgeIndex
 from tht.memory.index.pgvector import PgVectorIndex
-from tht.memory.index.pgvector_migrations import PACK as PGVECTOR_PACK
-from tht.memory.migrations import migrate
 from tht.memory.projector import IndexProjector
 from tht.memory.recall_service import RecallQuery, RecallService
 from tht.memory.service import WorkspaceService
-
-TABLES = [f"table_{i}" for i in range(50)]
-CONCEPTS = [f"concept{i}" for i in range(50)]
-FAMILIES = ["domain_clarification", "sql_rule", "solved_question", "explained_error"]
-
-
-def vocabulary(rng: random.Random, size: int = 3000) -> list[str]:
-    letters = "abcdefghijklmnopqrstuvwxyz"
-    words: set[str] = set()
-    while len(words) < size:
-        words.add("".join(rng.choice(letters) for _ in range(rng.randint(4, 9))))
-    return sorted(words)
-
-
-def load_cards(conninfo: str, workspace: str, count: int, rng: random.Random, words: list[str]) -> None:
-    columns = ["workspace_id", "id", "family", "language", "title", "content", "scope", "rationale",
-               "question", "sql", "context", "concepts", "origin"]
-    ids = []
-    with psycopg.connect(conninfo) as conn:
-        for start in range(0, count, 5000):
-            rows, deps = [], []
-            for _ in range(min(5000, count - start)):
-                family = rng.choice(FAMILIES)
-                text = " ".join(rng.choices(words, k=25))
-                fields = dict.fromkeys(["content", "scope", "rationale", "question", "sql", "context"])
-                if family == "solved_question":
-                    fields.update(question=text, sql="SELECT 1", context="bench")
-                elif family == "explained_error":
-                    fields.update(context=text, content="fix", rationale="why")
-                else:
-                    fields.update(content=text, scope="Sales", rationale="because")
-                card_id = uuid.UUID(int=rng.getrandbits(128), version=4)
-                ids.append(card_id)
-                rows.append([workspace, card_id, family, "en", " ".join(rng.choices(words, k=4)), fields["content"],
-                             fields["scope"], fields["rationale"], fields["question"], fields["sql"],
-                             fields["context"], rng.sample(CONCEPTS, 2), "manual"])
-                deps.append([workspace, card_id, rng.choice(TABLES)])
-            with conn.transaction():
-                conn.execute("SET LOCAL ROLE thoth_memory_runtime")
-                conn.execute("SELECT set_config('thoth.workspace', %s, true)", (workspace,))
-                with conn.cursor() as cur:
-                    cur.executemany(f"INSERT INTO thoth_memory.cards ({', '.join(columns)})"
-                                    f" VALUES ({', '.join(['%s'] * len(columns))})", rows)
-                    cur.executemany("INSERT INTO thoth_memory.card_dependencies (workspace_id, card_id, position,"
-                                    " database_name, schema_name, table_name) VALUES (%s, %s, 0, 'dwh', 'public', %s)",
-                                    deps)
-                    # a sparse link graph: one card in ten links to two others
-                    links = [(workspace, a, b, "related") for a in ids[-len(rows):][::10]
-                             for b in rng.sample(ids, 2) if a != b]
-                    cur.executemany("INSERT INTO thoth_memory.card_links (workspace_id, source_id, target_id, meaning)"
-                                    " VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING", links)
-    print(f"loaded {count} cards", file=sys.stderr)
-
-
-def percentile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def ms(samples: list[float]) -> dict[str, float]:
-    return {"p50": round(statistics.median(samples) * 1000, 2), "p99": round(percentile(samples, 0.99) * 1000, 2)}
 
 
 def run_size(embedded: EmbeddedPostgres, size: int, embedder_config: dict, queries: int, rng,
              engine: str = "edge") -> dict:
     database = f"recall_bench_{size}_{engine}"
-    embedded.ensure_roles_and_database(database)
-    if engine == "pgvector":
-        with psycopg.connect(embedded.superuser_conninfo(database), autocommit=True) as conn:
-            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-    with psycopg.connect(embedded.conninfo(MIGRATOR, database), autocommit=True) as conn:
-        migrate(conn, runtime_login=RUNTIME)
-        if engine == "pgvector":
-            migrate(conn, runtime_login=RUNTIME, pack=PGVECTOR_PACK)
-    runtime = embedded.conninfo(RUNTIME, database)
+    runtime = prepare_database(embedded, database, pgvector=engine == "pgvector")
     archive = PostgresArchive(runtime).open()
     WorkspaceService(archive).create("bench", "en")
     words = vocabulary(rng)
     load_cards(runtime, "bench", size, rng, words)
-    with psycopg.connect(embedded.conninfo(MIGRATOR, database), autocommit=True) as conn:
-        conn.execute("ANALYZE")
+    analyze(embedded, database)
 
     embedder = build_embedder(embedder_config)
     if engine == "pgvector":
@@ -126,12 +62,7 @@ def run_size(embedded: EmbeddedPostgres, size: int, embedder_config: dict, queri
         index = EdgeIndex(Path(embedded.home) / f"index-{size}")
     projector = IndexProjector(archive, index, embedder)
 
-    # raw embedder throughput on the same kind of text, batched as the rebuild does
-    sample = [" ".join(rng.choices(words, k=30)) for _ in range(min(size, 2000 if embedder.model_id.startswith("hashing") else 320))]
-    embedder.embed_passages(sample[:32])  # load the model
-    started = time.perf_counter()
-    embedder.embed_passages(sample)
-    raw_throughput = len(sample) / (time.perf_counter() - started)
+    raw_throughput = raw_embedder_throughput(embedder, rng, words, size)
 
     last = [0.0]
 
