@@ -38,6 +38,7 @@ from tests.fault_battery import (  # noqa: E402
     summarize,
     writers_battery,
 )
+from tht.catalog.migrations import PACK as CATALOG_PACK  # noqa: E402
 from tht.db.embedded import MIGRATOR, RUNTIME, EmbeddedPostgres  # noqa: E402
 from tht.memory.migrations import migrate  # noqa: E402
 
@@ -53,6 +54,7 @@ def start_cluster(home: Path) -> tuple[EmbeddedPostgres, Cluster]:
         conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(TEMPLATE), sql.Identifier(MIGRATOR)))
     with psycopg.connect(cluster.conninfo(MIGRATOR, TEMPLATE), autocommit=True) as conn:
         migrate(conn, runtime_login=RUNTIME)
+        migrate(conn, runtime_login=RUNTIME, pack=CATALOG_PACK)  # the catalog-sync rows
     return embedded, cluster
 
 

@@ -12,7 +12,11 @@ fails). The operator's recovery follows as separate processes:
 
 - ``retry``:  ``tht memory pending``, then ``tht memory retry <id>`` for each item;
 - ``index``:  ``tht memory index`` again;
-- ``repair``: ``tht memory check --repair``.
+- ``repair``: ``tht memory check --repair``;
+- ``redeliver``: ``tht memory review-apply`` with the same signed gate request (the
+  review's receipt answers it);
+- ``catalog-retry``: ``tht catalog status`` names the pending run, ``tht catalog retry
+  <run-id>`` completes it.
 
 Then the workspace is audited against the model of what must be there (the setup's
 cards, plus the crashed mutation if the point lies after its archive commit, and not
@@ -31,11 +35,27 @@ if before: a mutation is all or nothing). The counts, per trial:
   that no longer exists (``check``'s orphans), any pending operation left after
   recovery, or a recall result that is not a current card of this workspace.
 
-Each card is counted once per kind. A step added later (review apply, catalog
-cleanup: crash points ``review_apply.*``, ``catalog.*``, ``cleanup.*``) is one ``Row``
-in ``ROWS``; a new operation also gets its setup function in ``OPERATIONS`` (it
-writes the trial's pending state, sets ``trial.args`` and updates ``trial.expected``).
-A crash point in the product without a row fails
+Each card is counted once per kind. A card the command deletes (``trial.deleted``)
+must not come back: recall by its own text must not return it (leaked).
+
+Operations with more durable state than cards have their own audit in ``AUDITS``:
+
+- ``review-apply`` (a session whose proposals add a rule linking to A and update B):
+  the receipt exists and names the added card and B; the session's ledger holds
+  exactly one ``memory_summary_reviewed`` event (two: doubled; none: lost), equal to
+  the receipt; the receipt records the ledger append (else stale). The added card
+  must exist once, B be at revision 2, both indexed.
+- ``catalog-sync`` (a SQLite DWH, synchronized once, then a table dropped; two cards
+  depend on it, a third links to one of them): the completed run names exactly the
+  model's deleted cards; Memory's cleanup receipt is completed, with no open
+  tombstone (leaked); a card written afterwards on the dropped table survives a
+  second ``tht catalog retry``, which answers the same run (a no-op).
+
+A step added later is one ``Row`` in ``ROWS``; a new operation also gets its setup
+function in ``OPERATIONS`` (it writes the trial's pending state, sets ``trial.args``
+and updates ``trial.expected``; ``trial.env`` and ``trial.config`` add environment
+and runtime file keys), and a new recovery its function in ``RECOVERIES``. A crash
+point in the product without a row fails
 ``test_every_crash_point_in_the_product_has_a_row``.
 
 Commands run through a launcher: ``ForkLauncher`` (the default: a new process per
@@ -183,11 +203,14 @@ class Stack:
         self.index.close()
 
 
-def runtime_file(directory: Path, workspace: str, index_path: Path) -> str:
+def runtime_file(directory: Path, workspace: str, index_path: Path, **extra: str) -> str:
+    """The trial's runtime file; ``extra`` sets (or overrides) top-level keys (schema,
+    sessions_root, dwh)."""
     path = directory / f"runtime-{workspace}.yaml"
-    path.write_text(f"workspace: {workspace}\ndatabase: dwh\nschema: sales\n"
-                    f"embedding: {{provider: hashing, dimension: {DIMENSION}}}\n"
-                    f"index: {{engine: edge, path: '{index_path}', open_timeout: 30}}\n")
+    keys = {"workspace": workspace, "database": "dwh", "schema": "sales",
+            "embedding": f"{{provider: hashing, dimension: {DIMENSION}}}",
+            "index": f"{{engine: edge, path: '{index_path}', open_timeout: 30}}", **extra}
+    path.write_text("".join(f"{k}: {v}\n" for k, v in keys.items()))
     return str(path)
 
 
@@ -198,7 +221,7 @@ def runtime_file(directory: Path, workspace: str, index_path: Path) -> str:
 class Row:
     operation: str
     point: str
-    recovery: str  # retry | index | repair
+    recovery: str  # a key of RECOVERIES: retry | index | repair | redeliver | catalog-retry
     applied: bool = True  # the crashed command's archive commit happened (False: crash before it)
 
 
@@ -216,6 +239,13 @@ ROWS: list[Row] = [
     *(Row("retry-delete", point, "retry") for point in SAVE_POINTS[1:]),
     *(Row("index", point, "index") for point in [*SAVE_POINTS, "index.after_batch", "index.before_optimize"]),
     *(Row("repair", point, "repair") for point in SAVE_POINTS),
+    # tht memory review-apply: both points lie after the memory commit (the receipt's)
+    *(Row("review-apply", point, "redeliver") for point in [
+        "review_apply.after_memory_commit", "review_apply.after_ledger_append"]),
+    # tht catalog sync with a removed table: after the Catalog's commit (Memory not
+    # reached) and after Memory's archive delete (index deletes not done)
+    *(Row("catalog-sync", point, "catalog-retry") for point in [
+        "catalog.after_catalog_commit", "cleanup.after_archive_delete"]),
 ]
 
 
@@ -227,8 +257,15 @@ class Trial:
     ids: dict[str, str]  # A, B, C
     expected: dict[str, tuple[int, str]]  # card id -> (revision, content) that must exist
     args: list[str]  # the command that is made to crash
-    created_marker: str | None = None  # content of the card a create makes
+    operation: str = ""  # the row's (set by run_trial)
+    created_marker: str | None = None  # content of the card a create (or a review's add) makes
     create_applied: bool = False
+    deleted: dict[str, str] = field(default_factory=dict)  # id -> content of cards the command deletes
+    env: dict[str, str] = field(default_factory=dict)  # more environment for every command of the trial
+    config: dict[str, str] = field(default_factory=dict)  # more keys of the runtime file
+    runtime: str = ""  # the runtime login (set by run_trial)
+    session: Any = None  # review-apply: the workflow session (tests/integration/workflow_support.Session)
+    recovered: Any = None  # what the recovery answered (catalog retry: the completed run)
 
 
 def _content(tag: str, workspace: str) -> str:
@@ -260,7 +297,7 @@ def _offline_update(stack: Stack, trial: Trial) -> None:
 
 def _offline_delete(stack: Stack, trial: Trial) -> None:
     stack.offline.delete_card(trial.workspace, trial.ids["C"])
-    del trial.expected[trial.ids["C"]]
+    trial.deleted[trial.ids["C"]] = trial.expected.pop(trial.ids["C"])[1]
 
 
 def setup_create(stack: Stack, trial: Trial, row: Row, data_dir: Path) -> None:
@@ -284,7 +321,7 @@ def setup_delete(stack: Stack, trial: Trial, row: Row, data_dir: Path) -> None:
     a = trial.ids["A"]  # B links to it: the link goes with it
     trial.args = ["memory", "delete", a, "--yes"]
     if row.applied:
-        del trial.expected[a]
+        trial.deleted[a] = trial.expected.pop(a)[1]
 
 
 def setup_retry_upsert(stack: Stack, trial: Trial, row: Row, data_dir: Path) -> None:
@@ -310,11 +347,88 @@ def setup_repair(stack: Stack, trial: Trial, row: Row, data_dir: Path) -> None:
     trial.args = ["memory", "check", "--repair"]
 
 
+def setup_review_apply(stack: Stack, trial: Trial, row: Row, data_dir: Path) -> None:
+    """A workflow session whose recorded proposals add a rule (linking to A) and update
+    B (revision 1 -> 2), and the reviewer's signed gate request applying both."""
+    from tests.integration.workflow_support import (
+        Session, add, decision, gate_document, join_rule, new_key, update)
+    from tht.accounts import Principal
+    from tht.workflow.service import WorkflowService
+
+    workspace, ids = trial.workspace, trial.ids
+    root = data_dir / "sessions"
+    session = Session(root, f"s-{workspace}").log(
+        decision("d1", "sql_corrected", explanation="A job code repeats across fiscal years."),
+        decision("d2", "concept_clarified", text="B, as the reviewer explained it"))
+    trial.created_marker = _content("reviewed rule", workspace)
+    edited = _content("beta reviewed", workspace)
+    proposals = [add("p1", ["d1"], join_rule(content=trial.created_marker),
+                     links=[{"target": ids["A"], "meaning": "refines"}]),
+                 update("p2", ["d2"], ids["B"], 1, card_document(title="B", content=edited))]
+    workflow = WorkflowService(stack.archive, stack.projector, None, root)
+    workflow.propose(workspace, session.id, {"version": 1, "proposals": proposals})
+    review = {"decision": "apply", "proposals_digest": workflow.summary(workspace, session.id)["proposals_digest"],
+              "selected": [{"proposal": "p1"}, {"proposal": "p2"}]}
+    keys = data_dir / f"gate-{workspace}"
+    keys.mkdir()
+    key_path, key = new_key(keys)
+    request = data_dir / f"gate-request-{workspace}.json"
+    request.write_text(json.dumps(gate_document(key, session.id, review, workspace=workspace,
+                                                principal=Principal("reviewer", "admin", frozenset({workspace})))))
+    trial.args = ["memory", "review-apply", "--request", str(request)]
+    trial.env["THT_PROTECTED_REQUEST_KEY_FILE"] = str(key_path)
+    trial.config["sessions_root"] = str(root)
+    trial.session = session
+    trial.create_applied = row.applied
+    if row.applied:
+        trial.expected[ids["B"]] = (2, edited)
+
+
+def setup_catalog_sync(stack: Stack, trial: Trial, row: Row, data_dir: Path) -> None:
+    """A SQLite DWH bound to the workspace and synchronized once (the baseline); two
+    cards depend on its table customers (one on the table, one on a column), a third
+    on orders links to the first; then customers is dropped: `tht catalog sync` must
+    delete exactly the two."""
+    from tests.integration.catalog_support import DWH_ENV, create_sqlite_dwh, dep, sqlite_execute
+    from tht.catalog.model import Binding
+    from tht.catalog.service import Catalog
+    from tht.catalog.store import CatalogStore
+    from tht.memory.cleanup import PhysicalCleanup
+
+    workspace = trial.workspace
+    path = data_dir / f"dwh-{workspace}.sqlite"
+    url = create_sqlite_dwh(path)
+
+    def made(family: str, tag: str, table: str, column: str | None = None, links: list | None = None):
+        return stack.memory.create_card(workspace, card(family, title=tag, content=_content(tag, workspace),
+                                                        dependencies=[dep(table, column, schema="main")],
+                                                        links=links or [])).card
+
+    doomed = [made("sql_rule", "customers deduplicated", "customers"),
+              made("domain_clarification", "customer region", "customers", "region")]
+    survivor = made("sql_rule", "orders status", "orders", "status",
+                    links=[{"target": doomed[0].id, "meaning": "refines"}])
+    trial.expected[survivor.id] = (survivor.revision, survivor.content)
+    trial.deleted.update({c.id: c.content for c in doomed})
+    store = CatalogStore(trial.runtime)
+    try:
+        baseline = Catalog(store, PhysicalCleanup(stack.archive, stack.projector), {DWH_ENV: url}).sync(
+            workspace, Binding(workspace, "dwh", "main", DWH_ENV))
+    finally:
+        store.close()
+    assert baseline["status"] == "completed", baseline
+    sqlite_execute(path, "DROP TABLE customers;")
+    trial.args = ["catalog", "sync"]
+    trial.env[DWH_ENV] = url
+    trial.config.update(schema="main", dwh=f"{{url_env: {DWH_ENV}}}")
+
+
 Setup = Callable[[Stack, Trial, Row, Path], None]
 OPERATIONS: dict[str, Setup] = {
     "create": setup_create, "update": setup_update, "delete": setup_delete,
     "retry-upsert": setup_retry_upsert, "retry-delete": setup_retry_delete,
     "index": setup_index, "repair": setup_repair,
+    "review-apply": setup_review_apply, "catalog-sync": setup_catalog_sync,
 }
 
 
@@ -338,6 +452,10 @@ def audit(stack: Stack, target: Target, launch, config: str, trial: Trial) -> Au
     """Count lost, doubled, stale and leaked cards of the trial's workspace (module doc)."""
     found = Audit()
     workspace = trial.workspace
+    env = target.env(**trial.env)
+    extra = AUDITS.get(trial.operation)
+    if extra is not None:  # first: it may still run commands (a second retry) the model must survive
+        extra(target, launch, config, env, trial, found)
     with psycopg.connect(target.superuser) as conn:  # the whole truth, past row-level security
         cards = {f"mem-{r[0]}": (r[1], r[2]) for r in conn.execute(
             "SELECT id, revision, content FROM thoth_memory.cards WHERE workspace_id = %s", (workspace,))}
@@ -346,13 +464,14 @@ def audit(stack: Stack, target: Target, launch, config: str, trial: Trial) -> Au
         projections = {f"mem-{r[0]}": (r[1], r[2]) for r in conn.execute(
             "SELECT card_id, revision, fingerprint FROM thoth_memory.projections WHERE workspace_id = %s",
             (workspace,))}
-    check = launch.run(["memory", "check", "-c", config], target.env())
+    check = launch.run(["memory", "check", "-c", config], env)
     if check.code != 0:
         raise AssertionError(f"tht memory check failed: {check.document} {check.stderr}")
     fingerprint = stack.projector.fingerprint("en")
     try:
         points = stack.index.scroll_ids(workspace)
         recalls = {card_id: stack.recall(workspace, content) for card_id, (_, content) in cards.items()}
+        gone = {card_id: stack.recall(workspace, content) for card_id, content in trial.deleted.items()}
     finally:
         stack.release()
 
@@ -419,7 +538,96 @@ def audit(stack: Stack, target: Target, launch, config: str, trial: Trial) -> Au
                 found.notes.append(f"recall returned {result_id}, not a card of {workspace}")
             elif revision != cards[result_id][0]:
                 found.stale.add(result_id)
+    # a deleted card is not found by its own text (nor anything that is not a current card)
+    for card_id, results in gone.items():
+        for result_id, revision in results:
+            if result_id not in cards:
+                found.leaked.add(result_id)
+                found.notes.append(f"recall by the text of deleted {card_id} returned {result_id}")
+            elif revision != cards[result_id][0]:
+                found.stale.add(result_id)
     return found
+
+
+def audit_review(target: Target, launch, config: str, env: dict[str, str], trial: Trial, found: Audit) -> None:
+    """review-apply: the receipt exists, the session's ledger holds exactly one
+    memory_summary_reviewed event (of this receipt, naming the cards it applied), and
+    the receipt records that the ledger has it."""
+    with psycopg.connect(target.superuser) as conn:
+        receipt = conn.execute(
+            "SELECT request_digest, ledger_appended_at, result FROM thoth_memory.review_receipts"
+            " WHERE workspace_id = %s AND session_id = %s", (trial.workspace, trial.session.id)).fetchone()
+    events = trial.session.reviewed_events()
+    if receipt is None:
+        found.lost.add("review receipt")
+        found.notes.append("no review receipt")
+        return
+    digest, appended_at, result = receipt
+    if len(events) > 1:
+        found.doubled.add("memory_summary_reviewed")
+        found.notes.append(f"{len(events)} memory_summary_reviewed events in the ledger")
+    elif not events:
+        found.lost.add("memory_summary_reviewed")
+        found.notes.append("no memory_summary_reviewed event in the ledger")
+    for event in events:
+        if event["request_digest"] != digest or [(c["card"], c["action"]) for c in event["cards"]] != [
+                (c["card"], c["action"]) for c in result["cards"]]:
+            found.stale.add("memory_summary_reviewed")
+            found.notes.append(f"the ledger event differs from the receipt: {event}")
+    if appended_at is None:
+        found.stale.add("review receipt")
+        found.notes.append("the receipt does not record the ledger append")
+    applied = {c["card"] for c in result["cards"] if c["action"] in ("add", "update")}
+    if trial.ids["B"] not in applied or len(applied) != 2:
+        found.lost.add("review receipt")
+        found.notes.append(f"the receipt applied {sorted(applied)}, not the added card and B")
+
+
+def audit_cleanup(target: Target, launch, config: str, env: dict[str, str], trial: Trial, found: Audit) -> None:
+    """catalog sync: the run is completed and names exactly the model's deleted cards;
+    Memory's cleanup receipt is completed with no open tombstone; a second `tht catalog
+    retry` is a no-op (same run, and a card written since on the removed table is
+    kept)."""
+    from tests.integration.catalog_support import dep
+
+    run = trial.recovered
+    if run is None:
+        found.leaked.add("catalog run")
+        found.notes.append("no completed run after the recovery")
+        return
+    listed = {c["id"] for c in run["deleted_cards"]}
+    found.lost.update(listed - set(trial.deleted))  # deleted, though the model keeps it
+    found.leaked.update(set(trial.deleted) - listed)  # deleted, though the run does not say so
+    if listed != set(trial.deleted):
+        found.notes.append(f"the run deleted {sorted(listed)}, the model {sorted(trial.deleted)}")
+    late_content = _content("written after the cleanup", trial.workspace)
+    path = Path(config).parent / f"late-{trial.workspace}.json"
+    path.write_text(json.dumps(card_document("sql_rule", title="late", content=late_content,
+                                             dependencies=[dep("customers", schema="main")])))
+    late = launch.run(["memory", "create", "--data", str(path), "-c", config], env)
+    if late.code != 0:
+        raise AssertionError(f"tht memory create failed: {late.document} {late.stderr}")
+    trial.expected[late.document["card"]["id"]] = (late.document["card"]["revision"], late_content)
+    again = launch.run(["catalog", "retry", run["run_id"], "-c", config], env)
+    if again.code != 0 or again.document != run:
+        found.doubled.add("catalog retry")
+        found.notes.append(f"a second retry is not a no-op: {again.code} {again.document}")
+    with psycopg.connect(target.superuser) as conn:
+        tombstones = [f"mem-{r[0]}" for r in conn.execute(
+            "SELECT card_id FROM thoth_memory.vector_tombstones WHERE workspace_id = %s AND removed_at IS NULL",
+            (trial.workspace,))]
+        receipts = conn.execute("SELECT status, jsonb_array_length(deleted_cards) FROM thoth_memory.cleanup_receipts"
+                                " WHERE workspace_id = %s", (trial.workspace,)).fetchall()
+    if tombstones:
+        found.leaked.update(tombstones)
+        found.notes.append(f"open tombstones: {tombstones}")
+    if receipts != [("completed", len(trial.deleted))]:
+        found.leaked.add("cleanup receipt")
+        found.notes.append(f"cleanup receipts {receipts}, expected one completed with {len(trial.deleted)} cards")
+
+
+Check = Callable[[Target, Any, str, dict[str, str], Trial, Audit], None]
+AUDITS: dict[str, Check] = {"review-apply": audit_review, "catalog-sync": audit_cleanup}
 
 
 @dataclass
@@ -432,23 +640,60 @@ class TrialResult:
     seconds: float
 
 
-def recover(launch, row: Row, config: str, env: dict[str, str]) -> list[str]:
-    """The operator's recovery; returns the failures."""
+def recover_retry(launch, trial: Trial, config: str, env: dict[str, str]) -> list[str]:
+    pending = launch.run(["memory", "pending", "-c", config], env)
+    if pending.code != 0:
+        return [f"pending: {pending.document}"]
     failures = []
-    if row.recovery == "retry":
-        pending = launch.run(["memory", "pending", "-c", config], env)
-        if pending.code != 0:
-            return [f"pending: {pending.document}"]
-        for item in pending.document["items"]:
-            retried = launch.run(["memory", "retry", item["card_id"], "-c", config], env)
-            if retried.code != 0 or retried.document["index"]["status"] != "current":
-                failures.append(f"retry {item['card_id']}: {retried.document}")
-    else:
-        args = ["memory", "index"] if row.recovery == "index" else ["memory", "check", "--repair"]
-        done = launch.run([*args, "-c", config], env)
-        if done.code != 0:
-            failures.append(f"{row.recovery}: {done.document}")
+    for item in pending.document["items"]:
+        retried = launch.run(["memory", "retry", item["card_id"], "-c", config], env)
+        if retried.code != 0 or retried.document["index"]["status"] != "current":
+            failures.append(f"retry {item['card_id']}: {retried.document}")
     return failures
+
+
+def _once(*args: str) -> Callable[[Any, Trial, str, dict[str, str]], list[str]]:
+    def run(launch, trial: Trial, config: str, env: dict[str, str]) -> list[str]:
+        done = launch.run([*args, "-c", config], env)
+        return [] if done.code == 0 else [f"{' '.join(args)}: {done.document}"]
+    return run
+
+
+def recover_redeliver(launch, trial: Trial, config: str, env: dict[str, str]) -> list[str]:
+    """The gate delivers the same signed request again: the receipt answers it."""
+    done = launch.run([*trial.args, "-c", config], env)
+    trial.recovered = done.document
+    if done.code != 0 or done.document["index"]["status"] != "current":
+        return [f"review-apply again: {done.code} {done.document}"]
+    return []
+
+
+def recover_catalog_retry(launch, trial: Trial, config: str, env: dict[str, str]) -> list[str]:
+    """`tht catalog status` names the pending run; `tht catalog retry <run-id>` completes it."""
+    status = launch.run(["catalog", "status", "-c", config], env)
+    if status.code != 0 or status.document["pending_run"] is None:
+        return [f"no pending run to retry: {status.code} {status.document}"]
+    run_id = status.document["pending_run"]["run_id"]
+    retried = launch.run(["catalog", "retry", run_id, "-c", config], env)
+    if retried.code != 0 or retried.document["status"] != "completed":
+        return [f"catalog retry {run_id}: {retried.code} {retried.document}"]
+    trial.recovered = retried.document
+    return []
+
+
+Recovery = Callable[[Any, Trial, str, dict[str, str]], list[str]]
+RECOVERIES: dict[str, Recovery] = {
+    "retry": recover_retry,  # tht memory pending, then tht memory retry <id> per item
+    "index": _once("memory", "index"),
+    "repair": _once("memory", "check", "--repair"),
+    "redeliver": recover_redeliver,  # tht memory review-apply with the same request
+    "catalog-retry": recover_catalog_retry,
+}
+
+
+def recover(launch, row: Row, trial: Trial, config: str, env: dict[str, str]) -> list[str]:
+    """The operator's recovery; returns the failures."""
+    return RECOVERIES[row.recovery](launch, trial, config, env)
 
 
 def run_trial(row: Row, repetition: int, archive: PostgresArchive, target: Target, launch,
@@ -459,12 +704,13 @@ def run_trial(row: Row, repetition: int, archive: PostgresArchive, target: Targe
     stack = Stack(archive, index_path)
     try:
         trial = _base(stack, workspace, data_dir)
+        trial.operation, trial.runtime = row.operation, target.runtime
         OPERATIONS[row.operation](stack, trial, row, data_dir)
     finally:
         stack.release()
-    config = runtime_file(data_dir, workspace, index_path)
-    crashed = launch.run([*trial.args, "-c", config], target.env(THT_CRASH_AT=row.point))
-    failures = recover(launch, row, config, target.env())
+    config = runtime_file(data_dir, workspace, index_path, **trial.config)
+    crashed = launch.run([*trial.args, "-c", config], target.env(**trial.env, THT_CRASH_AT=row.point))
+    failures = recover(launch, row, trial, config, target.env(**trial.env))
     result = audit(stack, target, launch, config, trial)
     if crashed.code != CRASH_EXIT_CODE:
         result.notes.append(f"the command did not crash at {row.point}: exit {crashed.code} {crashed.document}")
