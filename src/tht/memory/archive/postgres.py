@@ -200,7 +200,9 @@ class PostgresArchive:
         try:
             if lock and not workspace:
                 raise ValueError("a locked transaction needs a workspace")
-            with self._pool.connection() as conn, conn.transaction():
+            # Pipeline mode: BEGIN and the context travel with the transaction's first
+            # query instead of costing two round trips of their own (recall pays each).
+            with self._pool.connection() as conn, conn.pipeline(), conn.transaction():
                 conn.execute(_q("set_context"), {
                     "role": RUNTIME_ROLE, "workspace": workspace or "", "directory": "on" if directory else "off",
                     "accounts": "on" if accounts else "off",
