@@ -7,11 +7,8 @@ in ``sql/queries.sql``.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import cache
-from importlib import resources
 from typing import Any
 
 import psycopg
@@ -21,16 +18,11 @@ from psycopg.rows import dict_row
 from tht.catalog.migrations import PACK
 from tht.errors import ArchiveUnavailable, SchemaNotReady, ThothError
 from tht.memory.migrations import RUNTIME_ROLE, check_schema
+from tht.sqlfiles import named_queries
 
 
-@cache
 def queries() -> dict[str, str]:
-    text = resources.files("tht.catalog").joinpath("sql/queries.sql").read_text()
-    found: dict[str, str] = {}
-    for block in re.split(r"^-- name: ", text, flags=re.MULTILINE)[1:]:
-        name, _, body = block.partition("\n")
-        found[name.strip()] = body.strip()
-    return found
+    return named_queries("tht.catalog", "sql/queries.sql")
 
 
 def _first_line(exc: BaseException) -> str:

@@ -17,11 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import uuid
 from dataclasses import dataclass, field
-from functools import cache
-from importlib import resources
 from typing import Any
 
 from psycopg.rows import dict_row
@@ -30,16 +27,11 @@ from tht.errors import Conflict, NotFound, ThothError
 from tht.faults import crash_point
 from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive
 from tht.memory.model import uuid_to_card_id
+from tht.sqlfiles import named_queries
 
 
-@cache
 def _queries() -> dict[str, str]:
-    text = resources.files("tht.memory.archive").joinpath("sql/cleanup.sql").read_text()
-    found: dict[str, str] = {}
-    for block in re.split(r"^-- name: ", text, flags=re.MULTILINE)[1:]:
-        name, _, body = block.partition("\n")
-        found[name.strip()] = body.strip()
-    return found
+    return named_queries("tht.memory.archive", "sql/cleanup.sql")
 
 
 @dataclass(frozen=True)

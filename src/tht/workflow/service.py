@@ -23,8 +23,6 @@ import json
 import re
 import uuid
 from datetime import datetime, timezone
-from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +55,7 @@ from tht.memory.model import (
     uuid_to_card_id,
 )
 from tht.memory.recall_filters import RecallFilters, card_matches
+from tht.sqlfiles import named_queries
 from tht.validation import describe_validation_error, validation_details
 from tht.workflow.contract import (
     ADMISSIBLE_TYPES,
@@ -76,14 +75,8 @@ CARD_FIELDS = ("title", "content", "scope", "rationale", "question", "sql", "con
                "concepts")
 
 
-@cache
 def _queries() -> dict[str, str]:
-    text = resources.files(__package__).joinpath("sql/queries.sql").read_text()
-    found = {}
-    for block in re.split(r"^-- name: ", text, flags=re.MULTILINE)[1:]:
-        name, _, body = block.partition("\n")
-        found[name.strip()] = body.strip()
-    return found
+    return named_queries(__package__, "sql/queries.sql")
 
 
 def _rows(tx: ArchiveTransaction, name: str, **params: Any) -> list[dict]:

@@ -15,8 +15,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
-from functools import cache
-from importlib import resources
 from typing import Any, Literal
 
 import psycopg
@@ -24,9 +22,14 @@ import psycopg_pool
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from tht.errors import ArchiveUnavailable, Conflict, InvalidInput, SchemaNotReady, ThothError
+from tht.errors import (
+    ArchiveUnavailable,
+    Conflict,
+    InvalidInput,
+    SchemaNotReady,
+    ThothError,
+)
 from tht.memory.migrations import RUNTIME_ROLE, check_schema
-from tht.memory.recall_filters import CardFacts
 from tht.memory.model import (
     Card,
     CardInput,
@@ -40,6 +43,8 @@ from tht.memory.model import (
     Workspace,
     uuid_to_card_id,
 )
+from tht.memory.recall_filters import CardFacts
+from tht.sqlfiles import named_queries
 
 log = logging.getLogger(__name__)
 
@@ -61,14 +66,8 @@ _ORDER_BY = {
 }
 
 
-@cache
 def queries() -> dict[str, str]:
-    text = resources.files(__package__).joinpath("sql/queries.sql").read_text()
-    found: dict[str, str] = {}
-    for block in re.split(r"^-- name: ", text, flags=re.MULTILINE)[1:]:
-        name, _, body = block.partition("\n")
-        found[name.strip()] = body.strip()
-    return found
+    return named_queries(__package__, "sql/queries.sql")
 
 
 def _q(name: str) -> str:

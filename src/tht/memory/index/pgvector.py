@@ -21,7 +21,6 @@ workspace, and every statement also names the workspace itself.
 
 from __future__ import annotations
 
-import re
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
@@ -45,6 +44,7 @@ from tht.memory.index.pgvector_migrations import PACK
 from tht.memory.index.port import BranchHit, IndexHit, IndexPoint, PointRecord, fuse
 from tht.memory.migrations import check_schema
 from tht.memory.recall_filters import RecallFilters
+from tht.sqlfiles import named_queries
 
 KINDS = ("text", "symptom")
 MAX_DIMENSION = 2000  # pgvector's HNSW indexes vectors of at most 2000 dimensions
@@ -73,13 +73,8 @@ def _file(name: str) -> str:
     return resources.files(__package__).joinpath("pgvector_sql", name).read_text()
 
 
-@cache
 def queries() -> dict[str, str]:
-    found: dict[str, str] = {}
-    for block in re.split(r"^-- name: ", _file("queries.sql"), flags=re.MULTILINE)[1:]:
-        name, _, body = block.partition("\n")
-        found[name.strip()] = body.strip()
-    return found
+    return named_queries(__package__, "pgvector_sql/queries.sql")
 
 
 def _q(name: str) -> str:
