@@ -17,7 +17,7 @@ import secrets
 from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -76,54 +76,72 @@ class _Principal(BaseModel):
     workspaces: list[str]
 
 
-class _Request(BaseModel):
+class SignedRequest(BaseModel):
+    """What every signed request carries; each kind adds its own fields."""
+
     model_config = ConfigDict(extra="forbid")
     version: int
     workspace: str
     principal: _Principal
+    issued_at: datetime
+    expires_at: datetime
+    nonce: str = Field(min_length=16, max_length=128)
+
+    def trusted_principal(self) -> Principal:
+        return Principal(self.principal.user, self.principal.role, frozenset(self.principal.workspaces))
+
+
+class _Request(SignedRequest):
     operation: str
     card_id: str | None = None
     body: Any = None
     filters: dict[str, Any] = Field(default_factory=dict)
     revision: int | None = None
-    issued_at: datetime
-    expires_at: datetime
-    nonce: str = Field(min_length=16, max_length=128)
+
+
+Signed = TypeVar("Signed", bound=SignedRequest)
+
+
+def verify_signed(document: Any, key: bytes, model: type[Signed], *, kind: str, workspace: str,
+                  now: datetime | None = None) -> Signed:
+    """Check a signed request's signature, shape, version, lifetime, workspace and role
+    (``kind`` names it in errors: "protected request", "gate request")."""
+    now = now or datetime.now(timezone.utc)
+    if not isinstance(document, dict) or set(document) != {"request", "signature"}:
+        raise PermissionDenied(f"not a {kind}: expected {{\"request\": ..., \"signature\": ...}}")
+    request, signature = document["request"], document["signature"]
+    if not isinstance(request, dict) or not isinstance(signature, str):
+        raise PermissionDenied(f"not a {kind}")
+    expected = hmac.new(key, _canonical(request), hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(expected, signature):
+        raise PermissionDenied(f"the {kind}'s signature does not match (unsigned or tampered)")
+    try:
+        parsed = model.model_validate(request)
+    except ValidationError as exc:
+        raise InvalidInput(f"malformed {kind}: {describe_validation_error(exc)}") from exc
+    if parsed.version != VERSION:
+        raise InvalidInput(f"{kind} version {parsed.version} is not supported")
+    issued, expires = parsed.issued_at, parsed.expires_at
+    if issued.tzinfo is None or expires.tzinfo is None:
+        raise InvalidInput(f"{kind} times need a time zone")
+    if expires <= now:
+        raise PermissionDenied(f"the {kind} has expired")
+    if issued > now + CLOCK_SKEW or expires - issued > MAX_LIFETIME:
+        raise PermissionDenied(f"the {kind}'s lifetime is not acceptable")
+    if parsed.workspace != workspace:
+        raise PermissionDenied(f"the {kind} is for workspace '{parsed.workspace}', not '{workspace}'")
+    if parsed.principal.role not in ("admin", "user"):
+        raise PermissionDenied(f"unknown role '{parsed.principal.role}'")
+    return parsed
 
 
 def verify(document: Any, key: bytes, *, workspace: str,
            now: datetime | None = None) -> tuple[Principal, AdminRequest, str, datetime]:
     """Check signature, version, lifetime and workspace; returns the principal, the
     request, and the nonce with its expiry (to be spent by the caller)."""
-    now = now or datetime.now(timezone.utc)
-    if not isinstance(document, dict) or set(document) != {"request", "signature"}:
-        raise PermissionDenied("not a protected request: expected {\"request\": ..., \"signature\": ...}")
-    request, signature = document["request"], document["signature"]
-    if not isinstance(request, dict) or not isinstance(signature, str):
-        raise PermissionDenied("not a protected request")
-    expected = hmac.new(key, _canonical(request), hashlib.sha256).hexdigest()
-    if not hmac.compare_digest(expected, signature):
-        raise PermissionDenied("the protected request's signature does not match (unsigned or tampered)")
-    try:
-        parsed = _Request.model_validate(request)
-    except ValidationError as exc:
-        raise InvalidInput(f"malformed protected request: {describe_validation_error(exc)}") from exc
-    if parsed.version != VERSION:
-        raise InvalidInput(f"protected request version {parsed.version} is not supported")
-    issued, expires = parsed.issued_at, parsed.expires_at
-    if issued.tzinfo is None or expires.tzinfo is None:
-        raise InvalidInput("protected request times need a time zone")
-    if expires <= now:
-        raise PermissionDenied("the protected request has expired")
-    if issued > now + CLOCK_SKEW or expires - issued > MAX_LIFETIME:
-        raise PermissionDenied("the protected request's lifetime is not acceptable")
-    if parsed.workspace != workspace:
-        raise PermissionDenied(f"the protected request is for workspace '{parsed.workspace}', not '{workspace}'")
+    parsed = verify_signed(document, key, _Request, kind="protected request", workspace=workspace, now=now)
     if parsed.operation not in OPERATIONS:
         raise InvalidInput(f"unknown operation '{parsed.operation}'")
-    if parsed.principal.role not in ("admin", "user"):
-        raise PermissionDenied(f"unknown role '{parsed.principal.role}'")
-    principal = Principal(parsed.principal.user, parsed.principal.role, frozenset(parsed.principal.workspaces))
     admin = AdminRequest(parsed.workspace, parsed.operation, parsed.card_id, parsed.body, parsed.filters,
                          parsed.revision)
-    return principal, admin, parsed.nonce, expires
+    return parsed.trusted_principal(), admin, parsed.nonce, parsed.expires_at

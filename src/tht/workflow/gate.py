@@ -11,17 +11,15 @@ the transaction that saves the review; a redelivery of an already-applied review
 
 from __future__ import annotations
 
-import hmac
 import secrets
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from tht.accounts import Principal
-from tht.errors import InvalidInput, PermissionDenied
-from tht.protected import CLOCK_SKEW, MAX_LIFETIME, sign
-from tht.validation import describe_validation_error
+from tht.errors import PermissionDenied
+from tht.protected import SignedRequest, verify_signed
 from tht.workflow.contract import GATE, SESSION_ID_PATTERN, Review
 
 VERSION = 1
@@ -40,24 +38,10 @@ def new_gate_request(principal: Principal, workspace: str, session: str, review:
     }
 
 
-class _Principal(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    user: str = Field(min_length=1, max_length=64)
-    role: str
-    workspaces: list[str]
-
-
-class _GateRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    version: int
+class _GateRequest(SignedRequest):
     gate: str
-    workspace: str
     session: str = Field(pattern=SESSION_ID_PATTERN)
-    principal: _Principal
     review: Review
-    issued_at: datetime
-    expires_at: datetime
-    nonce: str = Field(min_length=16, max_length=128)
 
 
 class GateRequest(BaseModel):
@@ -72,33 +56,8 @@ class GateRequest(BaseModel):
 
 
 def verify_gate_request(document: Any, key: bytes, *, workspace: str, now: datetime | None = None) -> GateRequest:
-    now = now or datetime.now(timezone.utc)
-    if not isinstance(document, dict) or set(document) != {"request", "signature"}:
-        raise PermissionDenied("not a signed gate request: expected {\"request\": ..., \"signature\": ...}")
-    request, signature = document["request"], document["signature"]
-    if not isinstance(request, dict) or not isinstance(signature, str):
-        raise PermissionDenied("not a signed gate request")
-    if not hmac.compare_digest(sign(request, key)["signature"], signature):
-        raise PermissionDenied("the gate request's signature does not match (unsigned or tampered)")
-    try:
-        parsed = _GateRequest.model_validate(request)
-    except ValidationError as exc:
-        raise InvalidInput(f"malformed gate request: {describe_validation_error(exc)}") from exc
-    if parsed.version != VERSION:
-        raise InvalidInput(f"gate request version {parsed.version} is not supported")
+    parsed = verify_signed(document, key, _GateRequest, kind="gate request", workspace=workspace, now=now)
     if parsed.gate != GATE:
         raise PermissionDenied(f"review-apply is owned by the {GATE} gate, not '{parsed.gate}'")
-    issued, expires = parsed.issued_at, parsed.expires_at
-    if issued.tzinfo is None or expires.tzinfo is None:
-        raise InvalidInput("gate request times need a time zone")
-    if expires <= now:
-        raise PermissionDenied("the gate request has expired")
-    if issued > now + CLOCK_SKEW or expires - issued > MAX_LIFETIME:
-        raise PermissionDenied("the gate request's lifetime is not acceptable")
-    if parsed.workspace != workspace:
-        raise PermissionDenied(f"the gate request is for workspace '{parsed.workspace}', not '{workspace}'")
-    if parsed.principal.role not in ("admin", "user"):
-        raise PermissionDenied(f"unknown role '{parsed.principal.role}'")
-    principal = Principal(parsed.principal.user, parsed.principal.role, frozenset(parsed.principal.workspaces))
-    return GateRequest(principal=principal, workspace=parsed.workspace, session=parsed.session,
-                       review=parsed.review, nonce=parsed.nonce, expires_at=expires)
+    return GateRequest(principal=parsed.trusted_principal(), workspace=parsed.workspace, session=parsed.session,
+                       review=parsed.review, nonce=parsed.nonce, expires_at=parsed.expires_at)
