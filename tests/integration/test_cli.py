@@ -215,3 +215,14 @@ def test_subprocess_keeps_stdout_pure_json(database, setup, tmp_path):
         document = json.loads(proc.stdout)
         assert ("error" in document) == (code != 0)
         assert "Traceback" not in proc.stderr + proc.stdout
+
+
+@pytest.mark.parametrize("group", [[], ["memory"], ["workspace"], ["db"], ["user"], ["catalog"]])
+def test_a_group_without_its_command_prints_the_json_error_and_the_help_on_stderr(group, capsys):
+    from tht.cli.main import main
+
+    code = main(group)
+    captured = capsys.readouterr()
+    assert code == 2
+    assert json.loads(captured.out)["error"]["message"] == "a command is required: see the help on stderr"
+    assert "Usage: tht" in captured.err and "Usage" not in captured.out

@@ -12,7 +12,7 @@ import logging
 import os
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext, redirect_stdout
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -417,16 +417,28 @@ def _configure_logging() -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
+def _names_a_group(command: Any, args: list[str]) -> bool:
+    for arg in args:
+        commands = getattr(command, "commands", None)
+        if arg.startswith("-") or commands is None or arg not in commands:
+            return False
+        command = commands[arg]
+    return hasattr(command, "commands")
+
+
 def main(argv: list[str] | None = None) -> int:
     _configure_logging()
     command = typer.main.get_command(app)
+    args = sys.argv[1:] if argv is None else argv
     try:
-        result = command.main(args=argv, prog_name="tht", standalone_mode=False)
+        # A group without its command: Typer prints the group's help to stdout while
+        # raising, and stdout carries only the JSON error, so the help goes to stderr.
+        with redirect_stdout(sys.stderr) if _names_a_group(command, args) else nullcontext():
+            result = command.main(args=args, prog_name="tht", standalone_mode=False)
         return result if isinstance(result, int) else 0
     except typer.Exit as exc:
         return exc.exit_code
-    except click_exceptions.NoArgsIsHelpError as exc:
-        sys.stderr.write(exc.ctx.get_help() + "\n" if exc.ctx else "")
+    except click_exceptions.NoArgsIsHelpError:
         error = InvalidInput("a command is required: see the help on stderr")
     except click_exceptions.ClickException as exc:
         error = InvalidInput(exc.format_message())
