@@ -410,12 +410,8 @@ def setup_catalog_sync(stack: Stack, trial: Trial, row: Row, data_dir: Path) -> 
                     links=[{"target": doomed[0].id, "meaning": "refines"}])
     trial.expected[survivor.id] = (survivor.revision, survivor.content)
     trial.deleted.update({c.id: c.content for c in doomed})
-    store = CatalogStore(trial.runtime)
-    try:
-        baseline = Catalog(store, PhysicalCleanup(stack.archive, stack.projector), {DWH_ENV: url}).sync(
-            workspace, Binding(workspace, "dwh", "main", DWH_ENV))
-    finally:
-        store.close()
+    baseline = Catalog(CatalogStore(stack.archive), PhysicalCleanup(stack.archive, stack.projector),
+                       {DWH_ENV: url}).sync(workspace, Binding(workspace, "dwh", "main", DWH_ENV))
     assert baseline["status"] == "completed", baseline
     sqlite_execute(path, "DROP TABLE customers;")
     trial.args = ["catalog", "sync"]

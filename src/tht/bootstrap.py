@@ -149,8 +149,6 @@ class Services:
     workflow: WorkflowService | None = None
 
     def close(self) -> None:
-        if self.catalog is not None:
-            self.catalog.store.close()
         if self.projector is not None:
             self.projector.index.close()
         self.archive.close()
@@ -182,7 +180,7 @@ def build_services(runtime: RuntimeConfig | None = None, env: Mapping[str, str] 
     memory = MemoryService(archive, projector)
     cleanup = PhysicalCleanup(archive, projector)
     # the Catalog connects on first use: memory commands never depend on its schema
-    catalog = Catalog(CatalogStore(conninfo), cleanup, env)
+    catalog = Catalog(CatalogStore(archive), cleanup, env)
     return Services(archive, memory, WorkspaceService(archive), Accounts(archive), MemoryAdmin(memory, projector),
                     projector, recall, cleanup, catalog,
                     WorkflowService(archive, projector, recall, sessions_root))

@@ -153,3 +153,8 @@ EXIT_CODES = {
     8: "search index or embedder unavailable (recall); a save still succeeds with its index update pending",
     9: "DWH unavailable: a Catalog scan failed (connection, permission, missing schema); nothing was deleted",
 }
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of a driver's error message (its detail lines stay in logs)."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

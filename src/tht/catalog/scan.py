@@ -15,7 +15,8 @@ from tht.errors import ConfigurationError, DwhUnavailable
 log = logging.getLogger(__name__)
 
 
-def _first_line(exc: BaseException) -> str:
+def _dwh_error_line(exc: BaseException) -> str:
+    # SQLAlchemy wraps the driver's error: its own message is the useful one
     text = str(getattr(exc, "orig", None) or exc).strip()
     return (text.splitlines() or [type(exc).__name__])[0][:500]
 
@@ -56,7 +57,7 @@ def scan(binding: Binding, env: Mapping[str, str]) -> Tables:
     try:
         engine = create_engine(url, **kwargs)
     except (sa_exc.ArgumentError, sa_exc.NoSuchModuleError, ImportError) as exc:
-        raise ConfigurationError(f"{binding.url_env}: unsupported DWH URL ({_first_line(exc)})") from exc
+        raise ConfigurationError(f"{binding.url_env}: unsupported DWH URL ({_dwh_error_line(exc)})") from exc
     try:
         with engine.connect() as conn:
             inspector = inspect(conn)
@@ -80,9 +81,9 @@ def scan(binding: Binding, env: Mapping[str, str]) -> Tables:
     except DwhUnavailable:
         raise
     except sa_exc.SQLAlchemyError as exc:
-        raise DwhUnavailable(f"the DWH could not be scanned: {_first_line(exc)}", details=where) from exc
+        raise DwhUnavailable(f"the DWH could not be scanned: {_dwh_error_line(exc)}", details=where) from exc
     except sqlite3.Error as exc:
-        raise DwhUnavailable(f"the DWH could not be scanned: {_first_line(exc)}", details=where) from exc
+        raise DwhUnavailable(f"the DWH could not be scanned: {_dwh_error_line(exc)}", details=where) from exc
     finally:
         engine.dispose()
     return {name: sorted(cols) for name, cols in sorted(tables.items())}

@@ -28,6 +28,7 @@ from tht.errors import (
     InvalidInput,
     SchemaNotReady,
     ThothError,
+    first_line,
 )
 from tht.memory.migrations import RUNTIME_ROLE, check_schema
 from tht.memory.model import (
@@ -101,16 +102,13 @@ def _translate(exc: psycopg.Error) -> ThothError:
     if isinstance(exc, psycopg.errors.UniqueViolation):
         return Conflict("the record already exists")
     if isinstance(exc, psycopg.DataError):
-        return InvalidInput(f"rejected by the archive: {_first_line(exc)}")
+        return InvalidInput(f"rejected by the archive: {first_line(exc)}")
     if isinstance(exc, psycopg.errors.CheckViolation):
         return InvalidInput(f"rejected by the archive: {exc.diag.constraint_name}")
     if isinstance(exc, psycopg.OperationalError):
-        return ArchiveUnavailable(f"the memory archive (PostgreSQL) is unavailable: {_first_line(exc)}")
-    return ThothError(f"archive error: {_first_line(exc)}")
+        return ArchiveUnavailable(f"the memory archive (PostgreSQL) is unavailable: {first_line(exc)}")
+    return ThothError(f"archive error: {first_line(exc)}")
 
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 class PostgresArchive:
@@ -159,7 +157,7 @@ class PostgresArchive:
         try:
             psycopg.connect(self._conninfo, connect_timeout=3).close()
         except psycopg.Error as exc:
-            return _first_line(exc)
+            return first_line(exc)
         return "timed out waiting for a connection"
 
     @staticmethod
@@ -183,6 +181,18 @@ class PostgresArchive:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection]:
+        """A pooled runtime-login connection, for a schema with its own transaction
+        context (the Catalog's): the same database and login need no second pool."""
+        if not self._opened:
+            self.open()
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except psycopg_pool.PoolTimeout as exc:
+            raise ArchiveUnavailable("the memory archive (PostgreSQL) did not provide a connection in time") from exc
 
     @contextmanager
     def transaction(self, workspace: str | None, *, lock: bool | Literal["shared"] = False,

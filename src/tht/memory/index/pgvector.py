@@ -36,7 +36,7 @@ import psycopg_pool
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from tht.errors import InvalidInput, SchemaNotReady, ThothError
+from tht.errors import InvalidInput, SchemaNotReady, ThothError, first_line
 from tht.memory.embedding.sparse import SparseVector
 from tht.memory.index import filters as f
 from tht.memory.index.errors import IndexIncompatible, IndexUnavailable
@@ -387,7 +387,7 @@ class PgVectorIndex:
         try:
             psycopg.connect(self._conninfo, connect_timeout=max(1, round(self.timeout))).close()
         except psycopg.Error as exc:
-            return _first_line(exc)
+            return first_line(exc)
         return "timed out waiting for a connection"
 
     @contextmanager
@@ -488,9 +488,6 @@ def _translate(exc: BaseException) -> ThothError:
         return IndexSchemaNotReady(
             f"the runtime login cannot use the pgvector index tables: {exc.diag.message_primary}")
     if isinstance(exc, psycopg.OperationalError | psycopg_pool.PoolTimeout):
-        return IndexUnavailable(f"the pgvector index (PostgreSQL) is unavailable: {_first_line(exc)}")
-    return IndexUnavailable(f"the pgvector index failed: {_first_line(exc)}")
+        return IndexUnavailable(f"the pgvector index (PostgreSQL) is unavailable: {first_line(exc)}")
+    return IndexUnavailable(f"the pgvector index failed: {first_line(exc)}")
 
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
