@@ -23,10 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import psycopg  # noqa: E402
-from psycopg import sql  # noqa: E402
 
-from tests.conftest import TEMPLATE, Cluster, drop_database, new_database  # noqa: E402
+from tests.conftest import Cluster, build_template, drop_database, new_database  # noqa: E402
 from tests.fault_battery import (  # noqa: E402
     ROWS,
     Target,
@@ -38,9 +36,7 @@ from tests.fault_battery import (  # noqa: E402
     summarize,
     writers_battery,
 )
-from tht.catalog.migrations import PACK as CATALOG_PACK  # noqa: E402
-from tht.db.embedded import MIGRATOR, RUNTIME, EmbeddedPostgres  # noqa: E402
-from tht.memory.migrations import migrate  # noqa: E402
+from tht.db.embedded import EmbeddedPostgres  # noqa: E402
 
 BATTERIES = ("crash", "writers", "pool", "kill", "machine")
 
@@ -49,12 +45,7 @@ def start_cluster(home: Path) -> tuple[EmbeddedPostgres, Cluster]:
     embedded = EmbeddedPostgres(home)
     embedded.ensure_roles_and_database(database=None)
     cluster = Cluster(embedded.superuser_conninfo(), {})
-    with cluster.admin() as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(TEMPLATE)))
-        conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(TEMPLATE), sql.Identifier(MIGRATOR)))
-    with psycopg.connect(cluster.conninfo(MIGRATOR, TEMPLATE), autocommit=True) as conn:
-        migrate(conn, runtime_login=RUNTIME)
-        migrate(conn, runtime_login=RUNTIME, pack=CATALOG_PACK)  # the catalog-sync rows
+    build_template(cluster)
     return embedded, cluster
 
 

@@ -86,6 +86,19 @@ def _external_cluster(url: str) -> Cluster:
     return Cluster(url, passwords)
 
 
+def build_template(cluster: Cluster) -> None:
+    """The database every test database is cloned from: all migration packs applied."""
+    with cluster.admin() as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(TEMPLATE)))
+        conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(TEMPLATE), sql.Identifier(MIGRATOR)))
+    with psycopg.connect(make_conninfo(cluster.superuser, dbname=TEMPLATE), autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    with psycopg.connect(cluster.conninfo(MIGRATOR, TEMPLATE), autocommit=True) as conn:
+        migrate(conn, runtime_login=RUNTIME)
+        migrate(conn, runtime_login=RUNTIME, pack=PGVECTOR_PACK)
+        migrate(conn, runtime_login=RUNTIME, pack=CATALOG_PACK)
+
+
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory):
     import os
@@ -99,15 +112,7 @@ def cluster(tmp_path_factory):
         embedded = EmbeddedPostgres(home)
         embedded.ensure_roles_and_database(database=None)
         cluster = Cluster(embedded.superuser_conninfo(), {})
-    with cluster.admin() as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(TEMPLATE)))
-        conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(TEMPLATE), sql.Identifier(MIGRATOR)))
-    with psycopg.connect(make_conninfo(cluster.superuser, dbname=TEMPLATE), autocommit=True) as conn:
-        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-    with psycopg.connect(cluster.conninfo(MIGRATOR, TEMPLATE), autocommit=True) as conn:
-        migrate(conn, runtime_login=RUNTIME)
-        migrate(conn, runtime_login=RUNTIME, pack=PGVECTOR_PACK)
-        migrate(conn, runtime_login=RUNTIME, pack=CATALOG_PACK)
+    build_template(cluster)
     yield cluster
     with cluster.admin() as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(TEMPLATE)))
