@@ -21,7 +21,6 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from psycopg.rows import dict_row
 
 from tht.errors import Conflict, NotFound, ThothError
 from tht.faults import crash_point
@@ -76,18 +75,8 @@ class CleanupReceipt:
                 "repeated": self.repeated}
 
 
-def _rows(tx: ArchiveTransaction, name: str, **params: Any) -> list[dict]:
-    with tx.conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(_queries()[name], {"workspace": tx.workspace_id, **params}).fetchall()
-
-
-def _row(tx: ArchiveTransaction, name: str, **params: Any) -> dict | None:
-    rows = _rows(tx, name, **params)
-    return rows[0] if rows else None
-
-
-def _execute(tx: ArchiveTransaction, name: str, **params: Any) -> None:
-    tx.conn.execute(_queries()[name], {"workspace": tx.workspace_id, **params})
+def _sql(tx: ArchiveTransaction) -> ArchiveTransaction:
+    return tx.using(_queries())
 
 
 class PhysicalCleanup:
@@ -104,7 +93,7 @@ class PhysicalCleanup:
         with self.archive.transaction(workspace, lock=True) as tx:
             if tx.workspace() is None:
                 raise NotFound(f"workspace '{workspace}' does not exist", details={"workspace": workspace})
-            existing = _row(tx, "receipt_get", run_id=removals.run_id)
+            existing = _sql(tx).row("receipt_get", run_id=removals.run_id)
             if existing is not None:
                 if existing["removals_digest"] != digest:
                     raise Conflict(
@@ -122,25 +111,25 @@ class PhysicalCleanup:
 
     def _delete_matching(self, tx: ArchiveTransaction, removals: PhysicalRemovals, digest: str) -> None:
         canonical = removals.canonical()
-        matches = _rows(tx, "matching_cards", database=removals.database, schema=removals.schema,
+        matches = _sql(tx).rows("matching_cards", database=removals.database, schema=removals.schema,
                         tables=canonical["tables"], columns=json.dumps(canonical["columns"]))
         ids = [m["id"] for m in matches]
         links_removed = 0
         if ids:
-            links_removed = _row(tx, "incident_links", ids=ids)["count"]
-            for row in _rows(tx, "cards_delete", ids=ids):
+            links_removed = _sql(tx).row("incident_links", ids=ids)["count"]
+            for row in _sql(tx).rows("cards_delete", ids=ids):
                 # the deletion is one revision past the card's last one (as MemoryService)
                 tx.enqueue(row["id"], "delete", row["revision"] + 1)
         deleted = [{"id": uuid_to_card_id(m["id"]), "title": m["title"], "family": m["family"]} for m in matches]
-        _execute(tx, "receipt_insert", run_id=removals.run_id, database=removals.database,
+        _sql(tx).execute("receipt_insert", run_id=removals.run_id, database=removals.database,
                  schema=removals.schema, removals=json.dumps(canonical), digest=digest,
                  deleted=json.dumps(deleted), links_removed=links_removed)
         if ids:
-            _execute(tx, "tombstones_insert", run_id=removals.run_id, ids=ids)
+            _sql(tx).execute("tombstones_insert", run_id=removals.run_id, ids=ids)
 
     def _finish_index(self, workspace: str, run_id: uuid.UUID) -> CleanupReceipt:
         with self.archive.transaction(workspace) as tx:
-            open_ids = [r["card_id"] for r in _rows(tx, "tombstones_open", run_id=run_id)]
+            open_ids = [r["card_id"] for r in _sql(tx).rows("tombstones_open", run_id=run_id)]
         error = None
         if open_ids:
             if self.projector is None:
@@ -153,19 +142,19 @@ class PhysicalCleanup:
                     error = exc.message
             with self.archive.transaction(workspace, lock=True) as tx:
                 if error:
-                    _execute(tx, "receipt_failed", run_id=run_id, error=error[:2000])
+                    _sql(tx).execute("receipt_failed", run_id=run_id, error=error[:2000])
                 else:
-                    _execute(tx, "tombstones_removed", run_id=run_id, ids=open_ids)
+                    _sql(tx).execute("tombstones_removed", run_id=run_id, ids=open_ids)
         with self.archive.transaction(workspace, lock=True) as tx:
             if not error:
-                _rows(tx, "receipt_completed", run_id=run_id)
-            row = _row(tx, "receipt_get", run_id=run_id)
+                _sql(tx).rows("receipt_completed", run_id=run_id)
+            row = _sql(tx).row("receipt_get", run_id=run_id)
         return CleanupReceipt(run_id=run_id, deleted_cards=row["deleted_cards"], links_removed=row["links_removed"],
                               status=row["status"], error=error or row["last_error"])
 
     def receipt(self, workspace: str, run_id: uuid.UUID) -> CleanupReceipt | None:
         with self.archive.transaction(workspace) as tx:
-            row = _row(tx, "receipt_get", run_id=run_id)
+            row = _sql(tx).row("receipt_get", run_id=run_id)
         if row is None:
             return None
         return CleanupReceipt(run_id=run_id, deleted_cards=row["deleted_cards"], links_removed=row["links_removed"],

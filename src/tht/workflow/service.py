@@ -26,7 +26,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from pydantic import ValidationError
 
@@ -79,14 +78,8 @@ def _queries() -> dict[str, str]:
     return named_queries(__package__, "sql/queries.sql")
 
 
-def _rows(tx: ArchiveTransaction, name: str, **params: Any) -> list[dict]:
-    with tx.conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(_queries()[name], {"workspace": tx.workspace_id, **params}).fetchall()
-
-
-def _row(tx: ArchiveTransaction, name: str, **params: Any) -> dict | None:
-    found = _rows(tx, name, **params)
-    return found[0] if found else None
+def _sql(tx: ArchiveTransaction) -> ArchiveTransaction:
+    return tx.using(_queries())
 
 
 def _digest(document: Any) -> str:
@@ -178,7 +171,7 @@ class WorkflowService:
 
         with self.archive.transaction(workspace) as tx:
             _require_workspace(tx)
-            if _row(tx, "receipt_get", session=session) is not None:
+            if _sql(tx).row("receipt_get", session=session) is not None:
                 raise Conflict(f"session {session} was already reviewed: its proposals cannot change",
                                details={"session": session})
             targets = {card_id_to_uuid(link.target) for p in parsed.proposals for link in p.links if link.target}
@@ -291,7 +284,7 @@ class WorkflowService:
 
     @staticmethod
     def _exact_duplicate(tx: ArchiveTransaction, card: CardInput) -> str | None:
-        rows = _rows(tx, "exact_duplicates", family=card.family, content=_fold(card.content), scope=_fold(card.scope),
+        rows = _sql(tx).rows("exact_duplicates", family=card.family, content=_fold(card.content), scope=_fold(card.scope),
                      question=_fold(card.question), sql=_fold(card.sql), context=_fold(card.context))
         if not rows:
             return None
@@ -334,7 +327,7 @@ class WorkflowService:
         with self.archive.transaction(workspace) as tx:
             _require_workspace(tx)
             for item in found:
-                receipt = _row(tx, "receipt_get", session=item["session"])
+                receipt = _sql(tx).row("receipt_get", session=item["session"])
                 item["reviewed"] = receipt["outcome"] if receipt else None
         return sorted(found, key=lambda i: (i["recorded_at"] or "", i["session"]), reverse=True)
 
@@ -348,7 +341,7 @@ class WorkflowService:
         recorded = self._recorded(workspace, session)
         with self.archive.transaction(workspace) as tx:
             _require_workspace(tx)
-            receipt = _row(tx, "receipt_get", session=session)
+            receipt = _sql(tx).row("receipt_get", session=session)
             wanted = {card_id_to_uuid(c) for p in recorded.proposals
                       for c in [p.card_id, p.reuse, *[link.target for link in p.links]] if c}
             existing = tx.cards(sorted(wanted))
@@ -399,7 +392,7 @@ class WorkflowService:
                                   "review": review.model_dump(mode="json", exclude_none=True)})
         with self.archive.transaction(workspace, lock=True, accounts=nonce is not None) as tx:
             language = _require_workspace(tx)
-            receipt = _row(tx, "receipt_get", session=session)
+            receipt = _sql(tx).row("receipt_get", session=session)
             replayed = receipt is not None
             if receipt is not None:
                 if receipt["request_digest"] != request_digest:
@@ -414,7 +407,7 @@ class WorkflowService:
                     raise Conflict("the proposals changed since the summary was shown: review the new summary",
                                    details={"expected": recorded.digest, "reviewed": review.proposals_digest})
                 result = self._apply(tx, language, session, recorded, review)
-                receipt = _row(tx, "receipt_insert", session=session, request_digest=request_digest,
+                receipt = _sql(tx).row("receipt_insert", session=session, request_digest=request_digest,
                                proposals_digest=recorded.digest, outcome=result["outcome"],
                                reviewer=principal.user, result=Jsonb(result))
         crash_point("review_apply.after_memory_commit")
@@ -423,7 +416,7 @@ class WorkflowService:
         if receipt["ledger_appended_at"] is None:
             with self.archive.transaction(workspace) as tx:
                 _rows_update(tx, "receipt_ledger_appended", session=session)
-                receipt = _row(tx, "receipt_get", session=session)
+                receipt = _sql(tx).row("receipt_get", session=session)
         cards = receipt["result"]["cards"]
         written = [card_id_to_uuid(c["card"]) for c in cards if c["action"] in ("add", "update")]
         index = self._index(workspace, written)
@@ -574,7 +567,7 @@ class WorkflowService:
         check_session_id(session)
         with self.archive.transaction(workspace) as tx:
             _require_workspace(tx)
-            receipt = _row(tx, "receipt_get", session=session)
+            receipt = _sql(tx).row("receipt_get", session=session)
         if receipt is None:
             raise NotFound(f"session {session} has no review receipt: there is no solved question to index",
                            details={"session": session})
@@ -606,7 +599,7 @@ class WorkflowService:
                                 table=query.table, column=query.column)
         with self.archive.transaction(workspace, lock="shared") as tx:
             _require_workspace(tx)
-            ids = [r["id"] for r in _rows(tx, "error_signature_matches", signature=signature)]
+            ids = [r["id"] for r in _sql(tx).rows("error_signature_matches", signature=signature)]
             facts = tx.recall_facts(ids)
             matching = [i for i in ids if i in facts and i not in exclude and card_matches(facts[i][1], filters)]
             exact_cards = tx.cards(matching[:query.top])

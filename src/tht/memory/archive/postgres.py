@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
@@ -259,23 +259,33 @@ def _day_start(value: datetime | date, *, next_day: bool = False) -> datetime:
 class ArchiveTransaction:
     """Queries inside one archive transaction; the workspace is already set."""
 
-    def __init__(self, conn: psycopg.Connection, workspace_id: str | None) -> None:
+    def __init__(self, conn: psycopg.Connection, workspace_id: str | None,
+                 named: Mapping[str, str] | None = None) -> None:
         self.conn = conn
         self.workspace_id = workspace_id
+        self._named = named  # the queries row/rows/execute name; the archive's by default
+
+    def using(self, named: Mapping[str, str]) -> ArchiveTransaction:
+        """The same transaction, with row/rows/execute naming the queries of another
+        SQL file (the cleanup's, the workflow's)."""
+        return ArchiveTransaction(self.conn, self.workspace_id, named)
 
     def _params(self, **params: Any) -> dict[str, Any]:
         return {"workspace": self.workspace_id, **params}
 
+    def _sql(self, query: str) -> str:
+        return _q(query) if self._named is None else self._named[query]
+
     def row(self, query: str, /, **params: Any) -> dict | None:
         with self.conn.cursor(row_factory=dict_row) as cur:
-            return cur.execute(_q(query), self._params(**params)).fetchone()
+            return cur.execute(self._sql(query), self._params(**params)).fetchone()
 
     def rows(self, query: str, /, **params: Any) -> list[dict]:
         with self.conn.cursor(row_factory=dict_row) as cur:
-            return cur.execute(_q(query), self._params(**params)).fetchall()
+            return cur.execute(self._sql(query), self._params(**params)).fetchall()
 
     def execute(self, query: str, /, **params: Any) -> None:
-        self.conn.execute(_q(query), self._params(**params))
+        self.conn.execute(self._sql(query), self._params(**params))
 
     # --- workspaces -----------------------------------------------------------
 
