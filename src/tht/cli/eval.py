@@ -17,20 +17,6 @@ from tht.memory.evaluation import MISS_K, parse_cases, report
 MAX_CASES_BYTES = 16 * 1024 * 1024
 
 
-def _read_cases(path: Path) -> str:
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read(MAX_CASES_BYTES + 1)
-    except OSError as exc:
-        raise InvalidInput(f"cannot read {path}: {exc.strerror}") from exc
-    if len(raw) > MAX_CASES_BYTES:
-        raise InvalidInput(f"{path} is larger than {MAX_CASES_BYTES} bytes")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidInput(f"{path} is not UTF-8 text") from exc
-
-
 def memory_eval(
     cases: Annotated[Path, typer.Option("--cases", help=(
         "JSON Lines file, one case a line: {\"question\": ..., \"expected\": [card ids], "
@@ -39,12 +25,12 @@ def memory_eval(
                                          help="Runtime file (YAML): workspace, database, schema, ...")],
 ) -> None:
     """Measure recall on a cases file: recall@1/5/10, MRR and the misses, as one JSON document."""
-    from tht.cli.main import _services, emit
+    from tht.cli.main import _services, emit, read_text
     from tht.memory.recall_service import parse_recall_query
     from tht.settings import load_runtime_config
 
     runtime = load_runtime_config(config)
-    parsed = parse_cases(_read_cases(cases))
+    parsed = parse_cases(read_text(str(cases), MAX_CASES_BYTES))
     queries = []
     for case in parsed:
         try:

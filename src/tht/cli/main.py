@@ -59,22 +59,29 @@ def _json_argument(text: str | None, option: str) -> Any:
         raise InvalidInput(f"{option} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from exc
 
 
-def _read_document(path: str) -> Any:
-    """A JSON document from a file, or from standard input with '-'."""
+def read_text(path: str, limit: int) -> str:
+    """A UTF-8 text file of at most ``limit`` bytes, or standard input with '-'."""
     try:
         if path == "-":
-            raw = sys.stdin.buffer.read(MAX_DOCUMENT_BYTES + 1)
+            raw = sys.stdin.buffer.read(limit + 1)
         else:
             with open(path, "rb") as handle:
-                raw = handle.read(MAX_DOCUMENT_BYTES + 1)
+                raw = handle.read(limit + 1)
     except OSError as exc:
         raise InvalidInput(f"cannot read {path}: {exc.strerror}") from exc
-    if len(raw) > MAX_DOCUMENT_BYTES:
-        raise InvalidInput(f"{path} is larger than {MAX_DOCUMENT_BYTES} bytes")
+    if len(raw) > limit:
+        raise InvalidInput(f"{path} is larger than {limit} bytes")
     try:
-        return json.loads(raw.decode("utf-8"))
+        return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InvalidInput(f"{path} is not UTF-8 text") from exc
+
+
+def _read_document(path: str) -> Any:
+    """A JSON document from a file, or from standard input with '-'."""
+    text = read_text(path, MAX_DOCUMENT_BYTES)
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise InvalidInput(f"{path} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from exc
 
