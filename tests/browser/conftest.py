@@ -17,6 +17,8 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -127,19 +129,16 @@ def _seed(env: dict[str, str]) -> dict[int, str]:
         services.close()
 
 
-@pytest.fixture
-def server(database, tmp_path):
-    home = tmp_path / "home"
-    home.mkdir()
-    env = _server_env(database, home)
-    cards = _seed(env)
+@contextmanager
+def running_server(env: dict[str, str], config_text: str, tmp_path: Path, home: Path,
+                   cards: dict[int, str] | None = None) -> Iterator[Server]:
+    """`tht serve` as a real process, until the block ends; yields once it answers /healthz."""
     config = tmp_path / "serve.yaml"
-    config.write_text(SERVER_CONFIG)
-    port = _free_port()
+    config.write_text(config_text)
     log = tmp_path / "serve.stderr"
     with open(log, "wb") as stderr:
         process = subprocess.Popen(
-            [sys.executable, "-m", "tht", "serve", "--port", str(port), "-c", str(config)],
+            [sys.executable, "-m", "tht", "serve", "--port", str(_free_port()), "-c", str(config)],
             env=env, stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL, cwd=tmp_path)
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=lambda: lines.put(process.stdout.readline()), daemon=True).start()
@@ -164,7 +163,8 @@ def server(database, tmp_path):
             if process.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"tht serve did not start (exit {process.poll()}):\n{log.read_text()[-4000:]}")
             time.sleep(0.1)
-        yield Server(url=url, home=home, admin_token=ready["admin_token"], process=process, log=log, cards=cards)
+        yield Server(url=url, home=home, admin_token=ready["admin_token"], process=process, log=log,
+                     cards=cards or {})
     finally:
         process.terminate()
         try:
@@ -175,6 +175,15 @@ def server(database, tmp_path):
         if process.stdout:
             process.stdout.close()
 
+
+@pytest.fixture
+def server(database, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    env = _server_env(database, home)
+    cards = _seed(env)
+    with running_server(env, SERVER_CONFIG, tmp_path, home, cards) as running:
+        yield running
 
 BLOCKER = """
 import sys

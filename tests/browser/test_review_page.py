@@ -6,13 +6,7 @@ all. Screenshots go to test-output/screenshots/review-NN-name.png."""
 from __future__ import annotations
 
 import json
-import queue
 import re
-import subprocess
-import sys
-import threading
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -23,9 +17,8 @@ from tests.browser.conftest import (
     USER,
     WORKSPACE,
     IndexBlocker,
-    Server,
-    _free_port,
     _server_env,
+    running_server,
 )
 from tests.integration.workflow_support import APPROVED_SQL, Session, add, decision, join_rule, solved, update
 
@@ -75,40 +68,10 @@ def review_server(database, tmp_path):
     root.mkdir()
     env = _server_env(database, home)
     cards = _seed(env, root)
-    config = tmp_path / "serve.yaml"
-    config.write_text("index: {engine: edge, open_timeout: 1}\nembedding: {provider: hashing, dimension: 64}\n"
-                      f"sessions_root: {root}\n")
-    log = tmp_path / "serve.stderr"
-    with open(log, "wb") as stderr:
-        process = subprocess.Popen([sys.executable, "-m", "tht", "serve", "--port", str(_free_port()), "-c",
-                                    str(config)], env=env, stdout=subprocess.PIPE, stderr=stderr,
-                                   stdin=subprocess.DEVNULL, cwd=tmp_path)
-    lines: queue.Queue = queue.Queue()
-    threading.Thread(target=lambda: lines.put(process.stdout.readline()), daemon=True).start()
-    try:
-        try:
-            ready = json.loads(lines.get(timeout=120) or b"{}")
-        except (queue.Empty, json.JSONDecodeError):
-            pytest.fail(f"tht serve did not start:\n{log.read_text()[-4000:]}")
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(ready["url"] + "healthz", timeout=2):
-                    break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"tht serve did not start:\n{log.read_text()[-4000:]}")
-                time.sleep(0.1)
-        server = Server(url=ready["url"], home=home, admin_token=ready["admin_token"], process=process, log=log)
+    config = ("index: {engine: edge, open_timeout: 1}\nembedding: {provider: hashing, dimension: 64}\n"
+              f"sessions_root: {root}\n")
+    with running_server(env, config, tmp_path, home) as server:
         yield server, cards, root
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=15)
-        process.stdout.close()
 
 
 def test_reviewer_page_chooses_edits_applies_and_declines(review_server, chromium, screenshots):
