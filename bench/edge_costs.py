@@ -39,17 +39,19 @@ from tht.memory.service import WorkspaceService
 WORKSPACE = "bench"
 
 
-def build_shard(home: Path, size: int, embedded: EmbeddedPostgres) -> EdgeIndex:
+def build_shard(home: Path, size: int, embedded: EmbeddedPostgres) -> tuple[EdgeIndex, list[str]]:
+    """The product's shard over the generated cards, and the words they are made of."""
     rng = random.Random(3)  # as recall_bench.py and peers_bench.py: the same cards
     runtime = prepare_database(embedded, f"edge_costs_{size}")
     archive = PostgresArchive(runtime).open()
     WorkspaceService(archive).create(WORKSPACE, "en")
-    load_cards(runtime, WORKSPACE, size, rng, vocabulary(rng))
+    words = vocabulary(rng)
+    load_cards(runtime, WORKSPACE, size, rng, words)
     analyze(embedded, f"edge_costs_{size}")
     index = EdgeIndex(home / "edge")
     IndexProjector(archive, index, build_embedder({"provider": "hashing", "dimension": 384})).rebuild(WORKSPACE)
     archive.close()
-    return index
+    return index, words
 
 
 def variants(where: qe.Filter, workspace: qe.Filter, limit: int) -> dict:
@@ -84,10 +86,9 @@ def main() -> None:
     home = Path(tempfile.mkdtemp(prefix="tht-edge-costs-"))
     embedded = EmbeddedPostgres(home / "pg")
     try:
-        index = build_shard(home, args.size, embedded)
+        index, words = build_shard(home, args.size, embedded)
         embedder = build_embedder({"provider": "hashing", "dimension": 384})
         encoder = SparseEncoder("en")
-        words = vocabulary(random.Random(3))
         filters = RecallFilters(workspace=WORKSPACE, families=REUSABLE_FAMILIES, scope=None, concepts=(),
                                 database="dwh", schema_name="public", table=None, column=None)
         calls = variants(edge_engine._filter(index_filters.recall_condition(filters)),
