@@ -521,27 +521,25 @@ def audit(stack: Stack, target: Target, launch, config: str, trial: Trial) -> Au
     found.leaked.update(report["orphan"])
     found.lost.update(report["missing"])
 
-    # recall: every current card found by its own text, nothing else ever returned
+    # recall: every current card found by its own text, nothing else ever returned; a
+    # deleted card is not found by its own text (nor anything that is not a current card)
+    def only_current_cards(results: list[tuple[str, int]], asked: str) -> None:
+        for result_id, revision in results:
+            if result_id not in cards:
+                found.leaked.add(result_id)
+                found.notes.append(f"recall by the text of {asked} returned {result_id}, not a card of {workspace}")
+            elif revision != cards[result_id][0]:
+                found.stale.add(result_id)
+
     for card_id, results in recalls.items():
         ids = [i for i, _ in results]
         if card_id not in ids:
             found.lost.add(card_id)
             found.notes.append(f"{card_id} not recalled by its own text")
         found.doubled.update(i for i, n in Counter(ids).items() if n > 1)
-        for result_id, revision in results:
-            if result_id not in cards:
-                found.leaked.add(result_id)
-                found.notes.append(f"recall returned {result_id}, not a card of {workspace}")
-            elif revision != cards[result_id][0]:
-                found.stale.add(result_id)
-    # a deleted card is not found by its own text (nor anything that is not a current card)
+        only_current_cards(results, card_id)
     for card_id, results in gone.items():
-        for result_id, revision in results:
-            if result_id not in cards:
-                found.leaked.add(result_id)
-                found.notes.append(f"recall by the text of deleted {card_id} returned {result_id}")
-            elif revision != cards[result_id][0]:
-                found.stale.add(result_id)
+        only_current_cards(results, f"deleted {card_id}")
     return found
 
 
