@@ -62,7 +62,8 @@ class RecallQuery(BaseModel):
             overridden = sorted({"database", "schema"} & set(data))
             if overridden:
                 raise ValueError(
-                    f"{' and '.join(overridden)} come from the runtime file and cannot be overridden by --filters")
+                    f"{' and '.join(overridden)} {'come' if len(overridden) > 1 else 'comes'} from the runtime"
+                    " file and cannot be overridden by --filters")
             for concept in data.get("concepts") or []:
                 if not isinstance(concept, str) or not 1 <= len(concept) <= MAX_CONCEPT:
                     raise ValueError("concepts must be non-empty strings of at most 100 characters")
