@@ -1,6 +1,8 @@
-"""What the Qdrant Edge engine itself costs in our recall: the batch recall sends, and the
-same calls without each thing the product requires (workspace-scoped IDF, the hits'
-revision and fingerprint, the physical filter), on the shard the product builds.
+"""What the Qdrant Edge engine itself costs in our recall: the batch recall sends, the
+same calls without each thing the product requires (the hits' revision and fingerprint,
+the recall filters), and what a single shard for every workspace would add (a
+workspace filter, and IDF counted over the workspace), on the workspace's shard the
+product builds.
 
 The variants take turns on each question, in a rotating order, so that none of them
 always runs right after another one warmed the caches for the same question.
@@ -55,6 +57,9 @@ def build_shard(home: Path, size: int, embedded: EmbeddedPostgres) -> tuple[Edge
 
 
 def variants(where: qe.Filter, workspace: qe.Filter, limit: int) -> dict:
+    """``where``: recall's filters as the product sends them to a workspace's shard;
+    ``workspace``: the workspace condition a shared shard would need besides."""
+    shared_where = qe.Filter(must=[*workspace.must, *where.must])
     idf = qe.SearchParams(idf=qe.IdfParams(corpus=workspace))
     read = {"with_payload": PROJECTION_FIELDS}
 
@@ -67,13 +72,15 @@ def variants(where: qe.Filter, workspace: qe.Filter, limit: int) -> dict:
 
     return {
         "recall's batch: dense + BM25, recall's filters, revision and fingerprint read":
-            lambda d, s: [dense(d, filter=where, **read), bm25(s, filter=where, params=idf, **read)],
-        "the same, nothing read": lambda d, s: [dense(d, filter=where), bm25(s, filter=where, params=idf)],
+            lambda d, s: [dense(d, filter=where, **read), bm25(s, filter=where, **read)],
+        "the same, nothing read": lambda d, s: [dense(d, filter=where), bm25(s, filter=where)],
         "dense alone, recall's filters, read": lambda d, s: [dense(d, filter=where, **read)],
-        "BM25 alone, recall's filters, IDF over the workspace, read":
+        "BM25 alone, recall's filters, read": lambda d, s: [bm25(s, filter=where, **read)],
+        "dense alone, no filter, nothing read": lambda d, s: [dense(d)],
+        "one shard for every workspace would add: BM25 alone, IDF counted over a workspace filter, read":
             lambda d, s: [bm25(s, filter=where, params=idf, **read)],
-        "BM25 alone, recall's filters, IDF over the whole shard, read": lambda d, s: [bm25(s, filter=where, **read)],
-        "dense alone, workspace filter only, nothing read": lambda d, s: [dense(d, filter=workspace)],
+        "one shard for every workspace would add: recall's batch with the workspace condition and IDF":
+            lambda d, s: [dense(d, filter=shared_where, **read), bm25(s, filter=shared_where, params=idf, **read)],
     }
 
 
@@ -91,11 +98,12 @@ def main() -> None:
         encoder = SparseEncoder("en")
         filters = RecallFilters(workspace=WORKSPACE, families=REUSABLE_FAMILIES, scope=None, concepts=(),
                                 database="dwh", schema_name="public", table=None, column=None)
-        calls = variants(edge_engine._filter(index_filters.recall_condition(filters)),
+        calls = variants(edge_engine._filter(index_filters.recall_condition(filters, tenant=False)),
                          edge_engine._filter(index_filters.workspace_condition(WORKSPACE)), seed_count(10))
         names = list(calls)
         samples: dict[str, list[float]] = {name: [] for name in names}
-        with index.session() as shard:
+        with index.session():
+            shard = index.shard(WORKSPACE)
             for i in range(args.warmup + args.questions):
                 question = " ".join(random.Random(i).choices(words, k=6))
                 dense, sparse = embedder.embed_query(question), encoder.encode_query(searchable(question))

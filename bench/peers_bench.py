@@ -400,10 +400,10 @@ def profile_recall(archive, index, embedder, projector, questions: list[str], si
     filters = RecallFilters(workspace=WORKSPACE, families=REUSABLE_FAMILIES, scope=None, concepts=(),
                             database="dwh", schema_name="public", table=None, column=None)
     limit = seed_count(TOP)
-    where = edge_module._filter(f.recall_condition(filters))
-    idf = qe.SearchParams(idf=qe.IdfParams(corpus=edge_module._filter(f.workspace_condition(WORKSPACE))))
+    where = edge_module._filter(f.recall_condition(filters, tenant=False))
     branch: dict[str, list[float]] = defaultdict(list)
-    with index.session() as shard:
+    with index.session():
+        shard = index.shard(WORKSPACE)
         for question in questions:
             dense = embedder.embed_query(question)
             sparse = encoder.encode_query(question)
@@ -411,13 +411,12 @@ def profile_recall(archive, index, embedder, projector, questions: list[str], si
                 "dense branch, filtered": qe.QueryRequest(
                     limit=limit, query=qe.Query.Nearest(list(dense), using="dense"), filter=where,
                     with_payload=PROJECTION_FIELDS),
-                "dense branch, workspace filter only": qe.QueryRequest(
-                    limit=limit, query=qe.Query.Nearest(list(dense), using="dense"),
-                    filter=edge_module._filter(f.workspace_condition(WORKSPACE)), with_payload=PROJECTION_FIELDS),
+                "dense branch, no filter": qe.QueryRequest(
+                    limit=limit, query=qe.Query.Nearest(list(dense), using="dense"), with_payload=PROJECTION_FIELDS),
                 "BM25 branch, filtered": qe.QueryRequest(
                     limit=limit, query=qe.Query.Nearest(qe.SparseVector(list(sparse.indices), list(sparse.values)),
                                                         using=SPARSE),
-                    filter=where, params=idf, with_payload=PROJECTION_FIELDS),
+                    filter=where, with_payload=PROJECTION_FIELDS),
             }
             for name, request in requests.items():
                 t0 = time.perf_counter()

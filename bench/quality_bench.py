@@ -263,18 +263,17 @@ def branch_rankings(index: EdgeIndex, dense: list[float], sparse: Any, filters: 
                     limit: int) -> dict[str, list[str]]:
     """Dense-only, BM25-only and plain RRF on the same shard, with the recall filter in
     both branches and the workspace's own BM25 IDF, as the product's search does."""
-    where = edge_engine._filter(index_filters.recall_condition(filters))
-    workspace = edge_engine._filter(index_filters.workspace_condition(filters.workspace))
-    idf = qe.SearchParams(idf=qe.IdfParams(corpus=workspace))
+    # the workspace's own shard: its IDF is the workspace's
+    where = edge_engine._filter(index_filters.recall_condition(filters, tenant=False))
     requests = [
         qe.QueryRequest(limit=limit, query=qe.Query.Nearest(list(dense), using=DENSE), filter=where,
                         with_payload=PROJECTION_FIELDS),
         qe.QueryRequest(limit=limit, query=qe.Query.Nearest(qe.SparseVector(list(sparse.indices), list(sparse.values)),
-                                                            using=SPARSE), filter=where, params=idf,
+                                                            using=SPARSE), filter=where,
                         with_payload=PROJECTION_FIELDS),
     ]
-    with index.session() as shard:
-        dense_points, sparse_points = shard.query_batch(qe.QueryBatchRequest(requests))
+    with index.session():
+        dense_points, sparse_points = index.shard(filters.workspace).query_batch(qe.QueryBatchRequest(requests))
     branches = [[BranchHit(p.id, p.score, None, None) for p in points] for points in (dense_points, sparse_points)]
     ordered = [sorted(b, key=lambda h: (-h.score, h.id)) for b in branches]
     return {

@@ -343,7 +343,7 @@ def setup_index(stack: Stack, trial: Trial, row: Row, data_dir: Path) -> None:
 def setup_repair(stack: Stack, trial: Trial, row: Row, data_dir: Path) -> None:
     _offline_update(stack, trial)
     _offline_delete(stack, trial)
-    stack.index.delete([card_id_to_uuid(trial.ids["A"])])  # drift: a missing point too
+    stack.index.delete(trial.workspace, [card_id_to_uuid(trial.ids["A"])])  # drift: a missing point too
     trial.args = ["memory", "check", "--repair"]
 
 

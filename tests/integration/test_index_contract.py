@@ -59,17 +59,23 @@ class Engine:
 
 
 def _edge(tmp_path: Path) -> Engine:
+    # One shard per workspace (see EdgeIndex): these write w1's shard directly.
+    shard_path = EdgeIndex(tmp_path).workspace_path("w1")
+
     def create_dense_only(dimension: int) -> None:
         config = qe.EdgeConfig(vectors={"dense": qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine)})
-        qe.EdgeShard.create(str(tmp_path / "memory"), config).close()
+        shard_path.parent.mkdir(parents=True)
+        (tmp_path / "memory" / "layout.json").write_text(json.dumps({"dimension": dimension}))
+        qe.EdgeShard.create(str(shard_path), config).close()
 
     def write_old_format(point_id: uuid.UUID, text: str) -> None:
-        shard = qe.EdgeShard.load(str(tmp_path / "memory"))
         sparse = ENCODER.encode_document(text)
         vectors = {"dense": EMBEDDER.embed_passages([text])[0], "bm25": qe.SparseVector(*sparse)}
         payload = {"workspace": "w1", "family": "sql_rule", "deps": []}
-        shard.update(qe.UpdateOperation.upsert_points([qe.Point(point_id, vectors, payload)]))
-        shard.close()
+        writer = EdgeIndex(tmp_path)
+        with writer.session():
+            writer.shard("w1", create=True).update(qe.UpdateOperation.upsert_points([qe.Point(point_id, vectors, payload)]))
+        writer.close()
 
     return Engine(open=lambda: EdgeIndex(tmp_path, open_timeout=2.0), create_dense_only=create_dense_only,
                   write_old_format=write_old_format)
@@ -254,9 +260,10 @@ def test_upsert_delete_count_and_scroll(index: SearchIndex) -> None:
     assert index.count("w1") == 3
     assert set(index.scroll_ids("w1")) == {PointRecord(p.id, 2, "fp-2") for p in mine}
 
-    index.delete([mine[0].id, uuid.uuid4()])  # an unknown id is not an error
+    index.delete("w1", [mine[0].id, uuid.uuid4()])  # an unknown id is not an error
+    index.delete("w2", [p.id for p in mine])  # another workspace's delete leaves w1's points
     index.upsert([])
-    index.delete([])
+    index.delete("w1", [])
     assert index.count("w1") == 2
     assert mine[0].id not in {r.id for r in index.scroll_ids("w1")}
     assert index.scroll_ids("nobody") == [] and index.count("nobody") == 0
@@ -489,3 +496,59 @@ def test_open_in_the_same_process_waits_then_raises_index_busy(tmp_path: Path) -
     holder.close()
     assert second.count("w1") == 0
     second.close()
+
+
+# -- the embedded engine's layout: one shard per workspace ---------------------------
+
+
+def _legacy_single_shard(tmp_path: Path, points: list[IndexPoint]) -> None:
+    """The collection as earlier versions wrote it: one shard for every workspace."""
+    config = qe.EdgeConfig(
+        vectors={"dense": qe.EdgeVectorParams(size=DIMENSION, distance=qe.Distance.Cosine)},
+        sparse_vectors={"bm25": qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+    )
+    shard = qe.EdgeShard.create(str(tmp_path / "memory"), config)
+    shard.update(qe.UpdateOperation.upsert_points([
+        qe.Point(p.id, {"dense": list(p.dense), "bm25": qe.SparseVector(*p.sparse)}, p.payload()) for p in points]))
+    shard.close()
+
+
+def test_each_workspace_has_its_own_shard(tmp_path: Path) -> None:
+    index = EdgeIndex(tmp_path)
+    index.ensure_collection(DIMENSION)
+    index.upsert([point(facts("w1"), "net revenue"), point(facts("w2"), "net revenue"),
+                  point(facts("w2"), "gross margin")])
+    index.close()
+    shards = sorted(p.name for p in (tmp_path / "memory" / "workspaces").iterdir())
+    assert shards == ["w1", "w2"]
+    for name, count in (("w1", 1), ("w2", 2)):
+        shard = qe.EdgeShard.load(str(tmp_path / "memory" / "workspaces" / name))
+        assert shard.count(qe.CountRequest(exact=True)) == count
+        shard.close()
+
+
+def test_a_legacy_single_shard_is_moved_into_workspace_shards(tmp_path: Path) -> None:
+    mine = [point(facts("w1"), f"revenue rule {n}", revision=n + 1) for n in range(5)]
+    theirs = [point(facts("w2"), f"churn rule {n}") for n in range(3)]
+    _legacy_single_shard(tmp_path, mine + theirs)
+    # an earlier move was interrupted after writing part of w1's shard
+    (tmp_path / "memory" / "layout.json.moving").write_text(json.dumps({"dimension": DIMENSION}))
+    moved = EdgeIndex(tmp_path).workspace_path("w1")
+    moved.parent.mkdir(parents=True)
+    partial = qe.EdgeShard.create(str(moved), qe.EdgeConfig(
+        vectors={"dense": qe.EdgeVectorParams(size=DIMENSION, distance=qe.Distance.Cosine)},
+        sparse_vectors={"bm25": qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)}))
+    partial.update(qe.UpdateOperation.upsert_points(
+        [qe.Point(mine[0].id, {"dense": list(mine[0].dense)}, mine[0].payload())]))
+    partial.close()
+
+    index = EdgeIndex(tmp_path)
+    assert index.collection_exists()
+    assert set(index.scroll_ids("w1")) == {PointRecord(p.id, p.revision, p.fingerprint) for p in mine}
+    assert index.count("w2") == 3
+    (hit, *_) = search(index, "revenue rule 3", everything())
+    assert hit.id == mine[3].id and hit.bm25_rank == 1 and hit.revision == 4
+    assert not (tmp_path / "memory" / "edge_config.json").exists()
+    assert sorted(p.name for p in (tmp_path / "memory").iterdir()) == ["layout.json", "workspaces"]
+    index.ensure_collection(DIMENSION)  # the moved collection is this projection's
+    index.close()

@@ -331,7 +331,7 @@ def test_rebuild_after_losing_the_collection_gives_the_same_results(stack):
 def test_check_reports_and_repairs_drift(stack, database):
     a = stack.add(title="A", content="one")
     b = stack.add(title="B", content="two")
-    stack.index.delete([card_id_to_uuid(a.id)])  # missing
+    stack.index.delete("acme", [card_id_to_uuid(a.id)])  # missing
     orphan = uuid.uuid4()
     plant(stack, "acme", card_facts(b), "orphan text", 1, stack.projector.fingerprint("en"), orphan)
     plant(stack, "acme", card_facts(b), "two", 1, "dense-v0|old", card_id_to_uuid(b.id))  # wrong format

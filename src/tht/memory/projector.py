@@ -117,7 +117,7 @@ class IndexProjector:
                         for card, text, vector, symptom in zip(present, texts, main, symptom_vectors)
                     ])
                 if gone:
-                    self.index.delete(gone)
+                    self.index.delete(workspace, gone)
                 crash_point("projector.after_index_write")
             except (IndexUnavailable, EmbedderUnavailable) as exc:
                 # Saved, index update incomplete: every card keeps (or gets) its pending

@@ -1,15 +1,27 @@
 """Qdrant Edge: the Qdrant engine in-process, data in a directory (the embedded default).
 
-Layout: ``<path>/<collection>/`` is the engine's shard; ``<path>/<collection>.pid``
-names the process holding it. A shard is single-process (its write-ahead log is
-locked), so opening waits a bounded time for another process to let go, then raises
-``IndexBusy``.
+Layout: ``<path>/<collection>/`` holds ``layout.json`` (the dense dimension) and one
+engine shard per workspace under ``workspaces/<workspace>/``. A workspace's shard is
+its tenant boundary: BM25's IDF is the shard's own, and no query pays for a workspace
+filter or for counting the workspace's points (with one shard for every workspace,
+``IdfParams(corpus=<workspace filter>)`` costs about 1 ms a query at 100 000 cards).
+
+Shards are single-process (each write-ahead log is locked), so a process holds the
+whole collection: ``<path>/<collection>.lock`` (an advisory file lock) while any
+shard is open, and ``<path>/<collection>.pid`` names it. Opening waits a bounded time
+for another process to let go, then raises ``IndexBusy``.
+
+A collection written by earlier versions as one shard for every workspace is moved
+into this layout, vectors included, the first time it is opened.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import logging
 import os
+import re
 import shutil
 import threading
 import time
@@ -17,7 +29,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import qdrant_edge as qe
 
@@ -30,7 +42,6 @@ from tht.memory.index.port import (
     KEYWORD_FIELDS,
     PROJECTION_FIELDS,
     SPARSE,
-    TENANT_FIELD,
     BranchHit,
     IndexHit,
     IndexPoint,
@@ -42,43 +53,80 @@ from tht.memory.recall_filters import RecallFilters
 
 _RETRY_PAUSE = 0.1
 _SCROLL_PAGE = 1000
+_LAYOUT = "layout.json"
+_WORKSPACES = "workspaces"
+# What an earlier version's single shard left in the collection directory.
+_LEGACY_SHARD = ("edge_config.json", "segments", "wal", "temp_segments")
+_PLAIN_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")  # the product's workspace ids
+log = logging.getLogger(__name__)
 
 
 class EdgeIndex:
-    """``release_after``: a long-running process (the web server) gives the shard up
-    after that many idle seconds, so CLI commands on the same data directory get
+    """``release_after``: a long-running process (the web server) gives the collection
+    up after that many idle seconds, so CLI commands on the same data directory get
     their turn; a CLI command keeps it until it closes."""
 
     def __init__(self, path: Path | str, collection: str = "memory", *, open_timeout: float = 10.0,
                  release_after: float | None = None) -> None:
         self.root = Path(path)
-        self.shard_path = self.root / collection
+        self.collection_path = self.root / collection
+        self._lock_path = self.root / f"{collection}.lock"
         self._pid_file = self.root / f"{collection}.pid"
         self.open_timeout = open_timeout
         self.release_after = release_after
-        self._shard: qe.EdgeShard | None = None
+        self._held: IO[str] | None = None  # the collection's lock file, while held
+        self._shards: dict[str, qe.EdgeShard] = {}
+        self._written: set[str] = set()  # workspaces written since the last optimize
         self._lock = threading.RLock()
         self._in_use = 0
         self._last_used = 0.0
         self._release_timer: threading.Timer | None = None
 
     @contextmanager
-    def session(self) -> Iterator[qe.EdgeShard]:
-        """Hold the shard for a unit of work (opening it, with the bounded wait, if
+    def session(self) -> Iterator[EdgeIndex]:
+        """Hold the collection for a unit of work (taking it, with the bounded wait, if
         needed). Callers take it before the archive's workspace lock."""
         with self._lock:
-            shard = self._open_existing()
+            self._hold()
             self._in_use += 1
         try:
-            yield shard
+            yield self
         finally:
             with self._lock:
                 self._in_use -= 1
                 self._last_used = time.monotonic()
                 self._schedule_release()
 
+    def shard(self, workspace: str, *, create: bool = False) -> qe.EdgeShard | None:
+        """The workspace's shard, opened on first use; None if the workspace has no
+        points yet (unless ``create``). Call inside ``session()``."""
+        with self._lock:
+            if workspace in self._shards:
+                return self._shards[workspace]
+            path = self.workspace_path(workspace)
+            if (path / "edge_config.json").is_file():
+                with _engine_errors():
+                    shard = qe.EdgeShard.load(str(path))
+            elif create:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with _engine_errors():
+                    shard = qe.EdgeShard.create(str(path), _config(self._dimension()))
+            else:
+                return None
+            try:
+                self._check_shard(shard, path)
+            except BaseException:
+                shard.close()
+                raise
+            self._shards[workspace] = shard
+            return shard
+
+    def workspace_path(self, workspace: str) -> Path:
+        name = workspace if _PLAIN_NAME.match(workspace) else "_" + workspace.encode().hex()
+        return self.collection_path / _WORKSPACES / name
+
     def _schedule_release(self) -> None:
-        if self.release_after is None or self._release_timer is not None or self._shard is None:
+        if self.release_after is None or self._release_timer is not None or self._held is None:
             return
         self._release_timer = threading.Timer(self.release_after, self._release_if_idle)
         self._release_timer.daemon = True
@@ -95,46 +143,33 @@ class EdgeIndex:
     # -- collection ---------------------------------------------------------------
 
     def collection_exists(self) -> bool:
-        return self._shard is not None or (self.shard_path / "edge_config.json").is_file()
+        return (self.collection_path / _LAYOUT).is_file() or self._legacy_present()
 
     def ensure_collection(self, dimension: int) -> None:
-        with self._lock:
-            if self._shard is None:
-                self._shard = self._open(create_dimension=dimension)
-        with self.session() as shard:
-            self._check_collection(shard, dimension)
-
-    def _check_collection(self, shard: qe.EdgeShard, dimension: int) -> None:
-        # The engine offers no call that reads a shard's vector configuration; it
-        # persists it in edge_config.json, which is read here.
-        with _engine_errors():
-            config = json.loads((self.shard_path / "edge_config.json").read_text())
-        dense = config.get("vectors", {}).get(DENSE)
-        if dense is None or dense.get("size") != dimension or dense.get("distance") != "Cosine":
-            raise IndexIncompatible(
-                f"the embedded index at {self.shard_path} has dense vector {dense!r}, "
-                f"this projection needs size {dimension} with Cosine distance; rebuild the index",
-                details={"found": dense, "dimension": dimension},
-            )
-        sparse = config.get("sparse_vectors", {}).get(SPARSE)
-        if sparse is None:
-            with _engine_errors():
-                shard.update(qe.UpdateOperation.create_sparse_vector(SPARSE, modifier=qe.Modifier.Idf))
-        elif sparse.get("modifier") != "idf":
-            raise IndexIncompatible(
-                f"the embedded index at {self.shard_path} has a BM25 vector without the IDF modifier; "
-                "rebuild the index",
-                details={"found": sparse},
-            )
-        self._ensure_payload_indexes(shard)
+        with self.session():
+            if not self.collection_exists():
+                self.collection_path.mkdir(parents=True, exist_ok=True)
+                _write_json(self.collection_path / _LAYOUT, {"dimension": dimension})
+            self._upgrade_legacy()
+            found = self._dimension()
+            if found != dimension:
+                raise IndexIncompatible(
+                    f"the embedded index at {self.collection_path} has dense vectors of size {found}, "
+                    f"this projection needs size {dimension} with Cosine distance; rebuild the index",
+                    details={"found": found, "dimension": dimension},
+                )
+            for workspace in self._workspaces_on_disk():
+                self.shard(workspace)  # checks the shard's vectors and indexes
 
     def drop_collection(self) -> None:
         with self._lock:
-            if self._shard is None and self.collection_exists():
-                # Deleting files under another process's open shard would corrupt it.
-                self._shard = self._open(create_dimension=None)
+            # Deleting files under another process's open shard would corrupt it.
+            self._hold()
+            for shard in self._shards.values():
+                shard.close()
+            self._shards.clear()
+            shutil.rmtree(self.collection_path, ignore_errors=True)
             self._release()
-            shutil.rmtree(self.shard_path, ignore_errors=True)
 
     def close(self) -> None:
         with self._lock:
@@ -146,132 +181,231 @@ class EdgeIndex:
     # -- points -------------------------------------------------------------------
 
     def upsert(self, points: Sequence[IndexPoint]) -> None:
-        if not points:
-            return
-        edge_points = [
-            qe.Point(
-                p.id,
-                {DENSE: list(p.dense), SPARSE: qe.SparseVector(list(p.sparse.indices), list(p.sparse.values))},
-                p.payload(),
-            )
-            for p in points
-        ]
-        with self.session() as shard, _engine_errors():
-            shard.update(qe.UpdateOperation.upsert_points(edge_points))
+        by_workspace: dict[str, list[qe.Point]] = {}
+        for p in points:
+            by_workspace.setdefault(p.card.workspace, []).append(_edge_point(
+                p.id, {DENSE: list(p.dense), SPARSE: qe.SparseVector(list(p.sparse.indices), list(p.sparse.values))},
+                p.payload()))
+        with self.session():
+            self._upgrade_legacy()
+            for workspace, edge_points in by_workspace.items():
+                shard = self.shard(workspace, create=True)
+                with _engine_errors():
+                    shard.update(qe.UpdateOperation.upsert_points(edge_points))
+                self._written.add(workspace)
 
-    def delete(self, ids: Sequence[uuid.UUID]) -> None:
+    def delete(self, workspace: str, ids: Sequence[uuid.UUID]) -> None:
         if not ids:
             return
-        with self.session() as shard, _engine_errors():
-            shard.update(qe.UpdateOperation.delete_points(list(ids)))
+        with self.session():
+            self._upgrade_legacy()
+            shard = self.shard(workspace)
+            if shard is not None:
+                with _engine_errors():
+                    shard.update(qe.UpdateOperation.delete_points(list(ids)))
+                self._written.add(workspace)
 
     def hybrid_search(
         self, dense: Sequence[float], sparse: SparseVector, filters: RecallFilters, limit: int
     ) -> list[IndexHit]:
         if limit < 1:
             raise InvalidInput("the search limit must be at least 1")
-        where = _filter(f.recall_condition(filters))
+        # The shard is the workspace: no workspace condition, and BM25's IDF (the
+        # shard's own) is computed over this workspace only.
+        where = _filter(f.recall_condition(filters, tenant=False))
         dense_query = qe.Query.Nearest(list(dense), using=DENSE)
         sparse_query = qe.Query.Nearest(qe.SparseVector(list(sparse.indices), list(sparse.values)), using=SPARSE)
-        # IDF over this workspace only: another tenant's cards must not change scores here.
-        idf = qe.SearchParams(idf=qe.IdfParams(corpus=_filter(f.workspace_condition(filters.workspace))))
         # Both branches in one batch, each filtered before candidate selection; the
         # fusion happens in ``fuse`` (deterministic ties).
         dense_only = qe.QueryRequest(limit=limit, query=dense_query, filter=where, with_payload=PROJECTION_FIELDS)
-        sparse_only = qe.QueryRequest(limit=limit, query=sparse_query, filter=where, params=idf,
-                                      with_payload=PROJECTION_FIELDS)
-        with self.session() as shard, _engine_errors():
-            dense_points, sparse_points = shard.query_batch(qe.QueryBatchRequest([dense_only, sparse_only]))
+        sparse_only = qe.QueryRequest(limit=limit, query=sparse_query, filter=where, with_payload=PROJECTION_FIELDS)
+        with self.session():
+            shard = self._existing_shard(filters.workspace)
+            if shard is None:
+                return []
+            with _engine_errors():
+                dense_points, sparse_points = shard.query_batch(qe.QueryBatchRequest([dense_only, sparse_only]))
         return fuse(_branch(dense_points), _branch(sparse_points), limit)
 
     def scroll_ids(self, workspace: str) -> list[PointRecord]:
-        where = _filter(f.workspace_condition(workspace))
-        records: list[PointRecord] = []
-        offset = None
-        with self.session() as shard:
-            while True:
-                request = qe.ScrollRequest(
-                    offset=offset, limit=_SCROLL_PAGE, filter=where, with_payload=PROJECTION_FIELDS
-                )
-                with _engine_errors():
-                    page, offset = shard.scroll(request)
-                records.extend(PointRecord(r.id, *projection(r.payload)) for r in page)
-                if offset is None:
-                    return records
+        with self.session():
+            shard = self._existing_shard(workspace)
+            records = _scroll(shard, with_payload=PROJECTION_FIELDS) if shard is not None else []
+        return [PointRecord(r.id, *projection(r.payload)) for r in records]
 
     def count(self, workspace: str) -> int:
-        request = qe.CountRequest(exact=True, filter=_filter(f.workspace_condition(workspace)))
-        with self.session() as shard, _engine_errors():
-            return shard.count(request)
+        with self.session():
+            shard = self._existing_shard(workspace)
+            if shard is None:
+                return 0
+            with _engine_errors():
+                return shard.count(qe.CountRequest(exact=True))
 
     def optimize(self) -> None:
         # Edge has no background optimizer: without this, segments stay unindexed
         # (plain scans) and deleted points are never vacuumed.
-        with self.session() as shard, _engine_errors():
-            shard.optimize()
+        with self.session():
+            for workspace in sorted(self._written):
+                shard = self.shard(workspace)
+                if shard is not None:
+                    with _engine_errors():
+                        shard.optimize()
+            self._written.clear()
 
-    # -- opening ------------------------------------------------------------------
+    # -- holding the collection -------------------------------------------------------
 
-    def _open_existing(self) -> qe.EdgeShard:
-        with self._lock:
-            if self._shard is None:
-                if not self.collection_exists():
-                    raise IndexUnavailable(
-                        f"the embedded index at {self.shard_path} has no collection yet; "
-                        "write a card or run the index rebuild",
-                        details={"path": str(self.shard_path)},
-                    )
-                self._shard = self._open(create_dimension=None)
-            return self._shard
+    def _existing_shard(self, workspace: str) -> qe.EdgeShard | None:
+        if not self.collection_exists():
+            raise self._no_collection()
+        self._upgrade_legacy()
+        return self.shard(workspace)
 
-    def _open(self, create_dimension: int | None) -> qe.EdgeShard:
+    def _no_collection(self) -> IndexUnavailable:
+        return IndexUnavailable(
+            f"the embedded index at {self.collection_path} has no collection yet; "
+            "write a card or run the index rebuild",
+            details={"path": str(self.collection_path)},
+        )
+
+    def _hold(self) -> None:
+        """Take the collection's lock file, waiting at most ``open_timeout``."""
+        if self._held is not None:
+            return
+        self.root.mkdir(parents=True, exist_ok=True)
+        held = open(self._lock_path, "a+")  # noqa: SIM115 - kept open while held
         deadline = time.monotonic() + self.open_timeout
         while True:
             try:
-                if create_dimension is not None and not self.collection_exists():
-                    self.root.mkdir(parents=True, exist_ok=True)
-                    shard = qe.EdgeShard.create(str(self.shard_path), _config(create_dimension))
-                else:
-                    shard = qe.EdgeShard.load(str(self.shard_path))
-            except Exception as exc:  # the engine raises bare Exception
-                if not _is_lock_error(exc):
-                    raise IndexUnavailable(
-                        f"cannot open the embedded index at {self.shard_path}: {exc}",
-                        details={"path": str(self.shard_path)},
-                    ) from exc
+                fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
                 if time.monotonic() >= deadline:
-                    raise self._busy() from exc
+                    held.close()
+                    raise self._busy() from None
                 time.sleep(_RETRY_PAUSE)
-                continue
-            self._pid_file.write_text(str(os.getpid()))
-            return shard
+        self._held = held
+        self._pid_file.write_text(str(os.getpid()))
 
     def _busy(self) -> IndexBusy:
         holder = _live_pid(self._pid_file)
         who = f" (pid {holder})" if holder else ""
         return IndexBusy(
-            f"the embedded index at {self.shard_path} is held by another process{who}; "
+            f"the embedded index at {self.collection_path} is held by another process{who}; "
             "retry, or point the CLI at the running server",
-            details={"path": str(self.shard_path), "pid": holder, "waited_seconds": self.open_timeout},
+            details={"path": str(self.collection_path), "pid": holder, "waited_seconds": self.open_timeout},
         )
 
     def _release(self) -> None:
-        if self._shard is not None:
-            shard, self._shard = self._shard, None
-            try:
+        try:
+            for shard in self._shards.values():
                 shard.close()
-            finally:
+        finally:
+            self._shards.clear()
+            if self._held is not None:
+                held, self._held = self._held, None
                 if _live_pid(self._pid_file) == os.getpid():
                     self._pid_file.unlink(missing_ok=True)
+                held.close()  # closing the file releases the lock
 
-    def _ensure_payload_indexes(self, shard: qe.EdgeShard) -> None:
-        wanted: dict[str, Any] = {TENANT_FIELD: qe.KeywordIndexParams(is_tenant=True)}
-        wanted.update({name: qe.KeywordIndexParams() for name in KEYWORD_FIELDS})
+    def _dimension(self) -> int:
+        layout = self.collection_path / _LAYOUT
+        try:
+            return int(json.loads(layout.read_text())["dimension"])
+        except FileNotFoundError:
+            raise self._no_collection() from None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise IndexUnavailable(f"the embedded index's {layout} is unreadable ({exc}); rebuild the index",
+                                   details={"path": str(layout)}) from exc
+
+    def _workspaces_on_disk(self) -> list[str]:
+        folder = self.collection_path / _WORKSPACES
+        if not folder.is_dir():
+            return []
+        return sorted(_workspace_of(entry.name) for entry in folder.iterdir()
+                      if (entry / "edge_config.json").is_file())
+
+    def _check_shard(self, shard: qe.EdgeShard, path: Path) -> None:
+        # The engine offers no call that reads a shard's vector configuration; it
+        # persists it in edge_config.json, which is read here.
         with _engine_errors():
+            config = json.loads((path / "edge_config.json").read_text())
+        dense = config.get("vectors", {}).get(DENSE)
+        dimension = self._dimension()
+        if dense is None or dense.get("size") != dimension or dense.get("distance") != "Cosine":
+            raise IndexIncompatible(
+                f"the embedded index at {path} has dense vector {dense!r}, "
+                f"this projection needs size {dimension} with Cosine distance; rebuild the index",
+                details={"found": dense, "dimension": dimension},
+            )
+        sparse = config.get("sparse_vectors", {}).get(SPARSE)
+        with _engine_errors():
+            if sparse is None:
+                shard.update(qe.UpdateOperation.create_sparse_vector(SPARSE, modifier=qe.Modifier.Idf))
+            elif sparse.get("modifier") != "idf":
+                raise IndexIncompatible(
+                    f"the embedded index at {path} has a BM25 vector without the IDF modifier; rebuild the index",
+                    details={"found": sparse},
+                )
             present = set(shard.info().payload_schema)
-            for name, params in wanted.items():
+            for name in KEYWORD_FIELDS:
                 if name not in present:
-                    shard.update(qe.UpdateOperation.create_field_index(name, params))
+                    shard.update(qe.UpdateOperation.create_field_index(name, qe.KeywordIndexParams()))
+
+    # -- the single-shard layout of earlier versions -------------------------------------
+
+    def _legacy_present(self) -> bool:
+        return (self.collection_path / "edge_config.json").is_file()
+
+    def _upgrade_legacy(self) -> None:
+        """Move an earlier version's single shard into one shard per workspace (vectors
+        and payloads as they are: nothing is embedded again). Safe to interrupt: the
+        old shard is removed only after ``layout.json`` records the new layout, and a
+        repeated move upserts the same points."""
+        if not self._legacy_present():
+            return
+        if not (self.collection_path / _LAYOUT).is_file():
+            with _engine_errors():
+                config = json.loads((self.collection_path / "edge_config.json").read_text())
+                dimension = config["vectors"][DENSE]["size"]
+            # the new shards need the dimension before layout.json may say the move is done
+            (self.collection_path / _WORKSPACES).mkdir(parents=True, exist_ok=True)
+            _write_json(self.collection_path / f"{_LAYOUT}.moving", {"dimension": dimension})
+            log.warning("moving the embedded index at %s into one shard per workspace (once; about a "
+                        "minute per 100 000 cards)", self.collection_path)
+            started = time.monotonic()
+            with _engine_errors():
+                legacy = qe.EdgeShard.load(str(self.collection_path))
+            try:
+                moved = self._move_points(legacy, dimension)
+            finally:
+                legacy.close()
+            log.warning("moved %d points in %.1f s", moved, time.monotonic() - started)
+            os.replace(self.collection_path / f"{_LAYOUT}.moving", self.collection_path / _LAYOUT)
+        for name in _LEGACY_SHARD:
+            target = self.collection_path / name
+            if target.is_dir():
+                shutil.rmtree(target)
+            else:
+                target.unlink(missing_ok=True)
+
+    def _move_points(self, legacy: qe.EdgeShard, dimension: int) -> int:
+        by_workspace: dict[str, list[qe.Point]] = {}
+        for record in _scroll(legacy, with_payload=True, with_vector=True):
+            workspace = (record.payload or {}).get("workspace")
+            if isinstance(workspace, str) and workspace:  # a point of no workspace serves no recall
+                by_workspace.setdefault(workspace, []).append(_edge_point(record.id, record.vector, record.payload))
+        for workspace, points in by_workspace.items():
+            path = self.workspace_path(workspace)
+            with _engine_errors():
+                shard = qe.EdgeShard.load(str(path)) if (path / "edge_config.json").is_file() \
+                    else qe.EdgeShard.create(str(path), _config(dimension))
+                try:
+                    for start in range(0, len(points), _SCROLL_PAGE):
+                        shard.update(qe.UpdateOperation.upsert_points(points[start:start + _SCROLL_PAGE]))
+                    shard.optimize()
+                finally:
+                    shard.close()
+        return sum(len(points) for points in by_workspace.values())
 
 
 @contextmanager
@@ -285,16 +419,40 @@ def _engine_errors() -> Iterator[None]:
 
 
 def _config(dimension: int) -> qe.EdgeConfig:
+    # Payloads in memory: recall reads every hit's revision and fingerprint, which
+    # costs twice as much from the on-disk store.
     return qe.EdgeConfig(
         vectors={DENSE: qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine)},
         sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+        on_disk_payload=False,
     )
 
 
-def _is_lock_error(exc: Exception) -> bool:
-    # The engine reports a held shard only through its message: the WAL file lock
-    # would block ("Can't init WAL: Kind(WouldBlock)").
-    return "WouldBlock" in str(exc)
+def _edge_point(point_id: Any, vectors: dict[str, Any], payload: dict[str, Any] | None) -> qe.Point:
+    return qe.Point(point_id, vectors, payload or {})
+
+
+def _write_json(path: Path, document: dict[str, Any]) -> None:
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(document))
+    os.replace(partial, path)
+
+
+def _workspace_of(name: str) -> str:
+    return bytes.fromhex(name[1:]).decode() if name.startswith("_") else name
+
+
+def _scroll(shard: qe.EdgeShard, *, with_payload: Any, with_vector: bool = False) -> list[Any]:
+    records: list[Any] = []
+    offset = None
+    while True:
+        request = qe.ScrollRequest(offset=offset, limit=_SCROLL_PAGE, with_payload=with_payload,
+                                   with_vector=with_vector)
+        with _engine_errors():
+            page, offset = shard.scroll(request)
+        records.extend(page)
+        if offset is None:
+            return records
 
 
 def _live_pid(pid_file: Path) -> int | None:
@@ -310,7 +468,9 @@ def _branch(points: Sequence[Any]) -> list[BranchHit]:
     return [BranchHit(p.id, p.score, *projection(p.payload)) for p in points]
 
 
-def _filter(condition: f.All) -> qe.Filter:
+def _filter(condition: f.All) -> qe.Filter | None:
+    if not condition.conditions:
+        return None
     return qe.Filter(must=[_condition(c) for c in condition.conditions])
 
 

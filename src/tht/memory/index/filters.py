@@ -66,11 +66,11 @@ def workspace_condition(workspace: str) -> All:
     return All((Match("workspace", workspace),))
 
 
-def recall_condition(filters: RecallFilters) -> All:
-    conditions: list[Condition] = [
-        Match("workspace", filters.workspace),
-        MatchAny("family", tuple(filters.families)),
-    ]
+def recall_condition(filters: RecallFilters, *, tenant: bool = True) -> All:
+    """``tenant=False`` leaves out the workspace, for an engine whose storage is
+    already the workspace's alone (Edge: one shard per workspace)."""
+    conditions: list[Condition] = [Match("workspace", filters.workspace)] if tenant else []
+    conditions.append(MatchAny("family", tuple(filters.families)))
     if filters.scope is not None:
         conditions.append(Match("scope", filters.scope))
     conditions.extend(Match("concepts", concept) for concept in filters.concepts)

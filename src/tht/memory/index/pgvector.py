@@ -215,19 +215,15 @@ class PgVectorIndex:
                             for point in group if point.symptom is not None]
                 conn.execute(_q("vectors_upsert"), {**scope, "dimension": dimension, "vectors": Jsonb(vectors)})
 
-    def delete(self, ids: Sequence[uuid.UUID]) -> None:
+    def delete(self, workspace: str, ids: Sequence[uuid.UUID]) -> None:
         ids = list(dict.fromkeys(ids))
         if not ids:
             return
-        with self._transaction("") as conn:
+        with self._transaction(workspace, lock=True) as conn:
             self._dimension(conn)
-            workspaces = [w for (w,) in conn.execute(_q("point_workspaces"),
-                                                     {"collection": self.collection, "ids": ids})]
-        for workspace in workspaces:
-            with self._transaction(workspace, lock=True) as conn:
-                scope = {"collection": self.collection, "workspace": workspace, "ids": ids}
-                conn.execute(_q("frequencies_apply"), {**scope, "points": Jsonb([])})
-                conn.execute(_q("points_delete"), scope)
+            scope = {"collection": self.collection, "workspace": workspace, "ids": ids}
+            conn.execute(_q("frequencies_apply"), {**scope, "points": Jsonb([])})
+            conn.execute(_q("points_delete"), scope)
 
     def clear_workspace(self, workspace: str) -> int:
         """Remove every point of one workspace (its vectors and document frequencies

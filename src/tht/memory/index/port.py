@@ -118,7 +118,8 @@ class SearchIndex(Protocol):
 
     def upsert(self, points: Sequence[IndexPoint]) -> None: ...
 
-    def delete(self, ids: Sequence[uuid.UUID]) -> None: ...
+    def delete(self, workspace: str, ids: Sequence[uuid.UUID]) -> None:
+        """Remove these points of the workspace; unknown ids are not an error."""
 
     def hybrid_search(
         self, dense: Sequence[float], sparse: SparseVector, filters: RecallFilters, limit: int

@@ -148,11 +148,13 @@ class QdrantServerIndex:
         with _engine_errors(self.collection):
             self.client.upsert(self.collection, structs, wait=True)
 
-    def delete(self, ids: Sequence[uuid.UUID]) -> None:
+    def delete(self, workspace: str, ids: Sequence[uuid.UUID]) -> None:
         if not ids:
             return
+        only_these = m.Filter(must=[m.HasIdCondition(has_id=[str(i) for i in ids]),
+                                    m.FieldCondition(key=TENANT_FIELD, match=m.MatchValue(value=workspace))])
         with _engine_errors(self.collection):
-            self.client.delete(self.collection, m.PointIdsList(points=[str(i) for i in ids]), wait=True)
+            self.client.delete(self.collection, m.FilterSelector(filter=only_these), wait=True)
 
     def hybrid_search(
         self, dense: Sequence[float], sparse: SparseVector, filters: RecallFilters, limit: int

@@ -32,10 +32,6 @@ DELETE FROM thoth_memory_pgvector.collections WHERE name = %(collection)s;
 -- name: analyze
 SELECT thoth_memory_pgvector.analyze_projection();
 
--- name: point_workspaces
-SELECT workspace FROM thoth_memory_pgvector.point_workspaces(%(collection)s, %(ids)s::uuid[]) AS workspace
- ORDER BY workspace;
-
 -- name: frequencies_apply
 -- Moves the workspace's document frequencies from the current rows of the given
 -- points (replaced or deleted) to their new terms (none for a delete). Every point
