@@ -19,7 +19,7 @@ from typing import Any
 from tht.errors import NotFound
 from tht.faults import crash_point
 from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive
-from tht.memory.embedding import Embedder, EmbedderUnavailable, SparseEncoder
+from tht.memory.embedding import Embedder, EmbedderUnavailable, SparseEncoder, SparseVector
 from tht.memory.index import IndexPoint, IndexUnavailable, SearchIndex
 from tht.memory.index.port import stores_symptoms
 from tht.memory.model import card_id_to_uuid, uuid_to_card_id
@@ -96,6 +96,7 @@ class IndexProjector:
             operations = tx.operations_for(card_uuids)
             present = [cards[i] for i in card_uuids if i in cards]
             gone = [i for i in card_uuids if i not in cards]
+            sparse_vectors: list[SparseVector] = []
             try:
                 if unavailable is not None:
                     raise unavailable
@@ -111,10 +112,11 @@ class IndexProjector:
                     main, extra = vectors[:len(texts)], iter(vectors[len(texts):])
                     symptom_vectors = [next(extra) if text else None for text in symptoms]
                     encoder = self.encoder(language)
+                    sparse_vectors = [encoder.encode_document(text) for text in texts]
                     self.index.upsert([
-                        IndexPoint(card_id_to_uuid(card.id), vector, encoder.encode_document(text),
-                                   card_facts(card), card.revision, current, symptom)
-                        for card, text, vector, symptom in zip(present, texts, main, symptom_vectors)
+                        IndexPoint(card_id_to_uuid(card.id), dense, sparse, card_facts(card), card.revision,
+                                   current, symptom)
+                        for card, dense, sparse, symptom in zip(present, main, sparse_vectors, symptom_vectors)
                     ])
                 if gone:
                     self.index.delete(workspace, gone)
@@ -130,9 +132,9 @@ class IndexProjector:
                         tx.enqueue(card_uuid, "delete", NO_REVISION)
                 tx.record_failure(card_uuids, exc.message)
                 return SyncReport(failed=card_uuids, error=exc.message)
-            for card in present:
+            for card, sparse in zip(present, sparse_vectors):
                 card_uuid = card_id_to_uuid(card.id)
-                tx.record_projection(card_uuid, card.revision, current)
+                tx.record_projection(card_uuid, card.revision, current, sparse.indices)
                 tx.clear_operation(card_uuid, card.revision)
             if gone:
                 tx.forget_projections(gone)

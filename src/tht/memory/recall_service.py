@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tht.errors import InvalidInput, NotFound
-from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive, RecallFacts
+from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive, RecallFacts, SeedFacts
 from tht.memory.embedding import Embedder, SparseEncoder, SparseVector
 from tht.memory.index import IndexHit, IndexUnavailable, SearchIndex
 from tht.memory.model import MAX_CONCEPT, Card, Dependency, card_id_to_uuid, uuid_to_card_id
@@ -34,7 +34,6 @@ from tht.memory.recall_filters import (
 from tht.validation import describe_validation_error, validation_details
 
 MAX_QUESTION = 2_000
-MAX_CACHED_TERMS = 100_000
 DEFAULT_TOP = 10
 RecallKind = Literal["search", "rules", "solved"]
 FAMILIES_OF: dict[str, tuple[str, ...]] = {
@@ -121,8 +120,6 @@ class RecallService:
         self.embedder = embedder
         self.projector = projector
         self._languages: dict[str, str] = {}  # a workspace's language never changes
-        # BM25 terms of indexed texts by (card, revision, fingerprint): immutable
-        self._terms: dict[tuple[uuid.UUID, int | None, str], frozenset[int]] = {}
 
     def _language(self, workspace: str) -> str:
         if workspace not in self._languages:
@@ -165,31 +162,23 @@ class RecallService:
     def _verified(self, workspace: str, filters: RecallFilters, hits: list[IndexHit], current: str,
                   query: RecallQuery, exclude: frozenset[uuid.UUID], sparse: SparseVector,
                   encoder: SparseEncoder) -> list[RecallResult]:
-        # The coverage signal needs the terms of each seed's indexed text: computed
-        # from the archive's fields at the point's revision (verified below to be the
-        # card's current one), and kept, since a revision's text never changes.
-        known = {h.id: self._terms.get((h.id, h.revision, current)) for h in hits}
         with self.archive.transaction(workspace, lock="shared") as tx:
             verifier = _Verifier(tx, filters, current, exclude)
-            seeds, fields = verifier.seeds(hits, fields_of=[i for i, terms in known.items() if terms is None])
+            seeds, read = verifier.seeds(hits)
             signals = []
             for hit in seeds:
-                terms = known[hit.id]
-                if terms is None:
-                    text = indexed_text(_indexed_card(fields[hit.id], verifier.dependencies(hit.id)))
+                # the coverage signal: the terms of the seed's BM25 vector, recorded with
+                # its projection (verified to be the card's current one)
+                terms = read.terms.get(hit.id)
+                if terms is None:  # recorded before migration 006: from the card's fields
+                    text = indexed_text(_indexed_card(read.fields[hit.id], verifier.dependencies(hit.id)))
                     terms = frozenset(encoder.encode_document(text).indices)
-                    self._remember_terms((hit.id, hit.revision, current), terms)
                 signals.append(SeedSignals(uuid_to_card_id(hit.id), hit.dense_rank, hit.bm25_rank, terms))
             ranking = rank_recall(order_seeds(sparse.indices, signals), top=query.top,
                                   links_of=verifier.links_of, eligible=verifier.eligible)
             cards = tx.cards([card_id_to_uuid(r.card_id) for r in ranking.cards])
         hit_of = {uuid_to_card_id(h.id): h for h in seeds}
         return [RecallResult(cards[card_id_to_uuid(r.card_id)], r, hit_of.get(r.card_id)) for r in ranking.cards]
-
-    def _remember_terms(self, key: tuple[uuid.UUID, int | None, str], terms: frozenset[int]) -> None:
-        if len(self._terms) >= MAX_CACHED_TERMS:
-            self._terms.clear()  # simple bound: a full cache starts over
-        self._terms[key] = terms
 
 
 def _indexed_card(fields: dict[str, Any], dependencies: tuple[Dependency, ...]) -> SimpleNamespace:
@@ -222,19 +211,17 @@ class _Verifier:
         return {i for i in ids if i in self._facts and i not in self.exclude
                 and self._facts[i][0].current(self.fingerprint) and card_matches(self._facts[i][1], self.filters)}
 
-    def seeds(self, hits: list[IndexHit], fields_of: list[uuid.UUID]) -> tuple[list[IndexHit], dict[uuid.UUID, dict]]:
-        """The eligible hits, and the indexed fields of the cards in ``fields_of``
-        (read in the same round trip as the hits' facts and links)."""
+    def seeds(self, hits: list[IndexHit]) -> tuple[list[IndexHit], SeedFacts]:
+        """The eligible hits, and what was read about them (their terms, among others)."""
         ids = [h.id for h in hits]
-        read = self.tx.seed_facts(ids, fields_of)
+        read = self.tx.seed_facts(ids)
         self._facts.update(read.target_facts)
         self._facts.update(read.facts)
         self._links.update({i: read.links.get(i, []) for i in ids})
         eligible = self._eligible_ids(ids)
-        fields = read.fields
         # the point itself must be the recorded projection of the current revision
         return [h for h in hits if h.id in eligible
-                and h.revision == self._facts[h.id][0].revision and h.fingerprint == self.fingerprint], fields
+                and h.revision == self._facts[h.id][0].revision and h.fingerprint == self.fingerprint], read
 
     def dependencies(self, card_uuid: uuid.UUID) -> tuple[Dependency, ...]:
         return self._facts[card_uuid][1].dependencies

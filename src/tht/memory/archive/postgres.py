@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
@@ -246,7 +246,8 @@ class SeedFacts:
     facts: dict[uuid.UUID, RecallFacts]
     links: dict[uuid.UUID, list[tuple[uuid.UUID, str]]]  # outgoing links by source
     target_facts: dict[uuid.UUID, RecallFacts]
-    fields: dict[uuid.UUID, dict]  # indexed fields, of the cards asked for
+    terms: dict[uuid.UUID, frozenset[int]]  # BM25 terms recorded with each projection
+    fields: dict[uuid.UUID, dict]  # indexed fields, of projections recorded without terms
 
 
 def _day_start(value: datetime | date, *, next_day: bool = False) -> datetime:
@@ -448,21 +449,25 @@ class ArchiveTransaction:
         """Outgoing links of these cards, and the recall facts of every target."""
         return self._links_and_target_facts(self.rows("links_with_facts", ids=list(card_uuids)))
 
-    def seed_facts(self, card_uuids: list[uuid.UUID], fields_of: list[uuid.UUID]) -> SeedFacts:
-        """What recall reads about its seeds, in one round trip: their ``recall_facts``,
-        their outgoing links with the targets' facts (the first hop is then already
-        known), and the indexed fields of the cards in ``fields_of``."""
+    def seed_facts(self, card_uuids: list[uuid.UUID]) -> SeedFacts:
+        """What recall reads about its seeds, in one round trip: their ``recall_facts``
+        with the BM25 terms recorded with their projections, and their outgoing links
+        with the targets' facts (the first hop is then already known). Projections
+        recorded without terms (before migration 006) cost a second round trip, for the
+        fields their indexed text is built from."""
         params = self._params(ids=list(card_uuids))
         with self.conn.pipeline():
-            cursors = [self.conn.cursor(row_factory=dict_row) for _ in range(3 if fields_of else 2)]
-            cursors[0].execute(_q("recall_facts"), params)
-            cursors[1].execute(_q("links_with_facts"), params)
-            if fields_of:
-                cursors[2].execute(_q("indexed_fields"), self._params(ids=list(fields_of)))
-        fact_rows, link_rows, *field_rows = (cur.fetchall() for cur in cursors)
-        links, target_facts = self._links_and_target_facts(link_rows)
-        return SeedFacts(facts={r["id"]: self._facts(r) for r in fact_rows}, links=links, target_facts=target_facts,
-                         fields={r["id"]: r for r in (field_rows[0] if field_rows else [])})
+            facts, links = self.conn.cursor(row_factory=dict_row), self.conn.cursor(row_factory=dict_row)
+            facts.execute(_q("recall_facts"), params)
+            links.execute(_q("links_with_facts"), params)
+        fact_rows = facts.fetchall()
+        by_source, target_facts = self._links_and_target_facts(links.fetchall())
+        without_terms = [r["id"] for r in fact_rows if r["terms"] is None and r["projected_revision"] is not None]
+        return SeedFacts(
+            facts={r["id"]: self._facts(r) for r in fact_rows}, links=by_source, target_facts=target_facts,
+            terms={r["id"]: frozenset(r["terms"]) for r in fact_rows if r["terms"] is not None},
+            fields={r["id"]: r for r in self.rows("indexed_fields", ids=without_terms)} if without_terms else {},
+        )
 
     def _links_and_target_facts(self, rows: list[dict]) -> tuple[
             dict[uuid.UUID, list[tuple[uuid.UUID, str]]], dict[uuid.UUID, RecallFacts]]:
@@ -492,9 +497,11 @@ class ArchiveTransaction:
     def record_failure(self, card_uuids: list[uuid.UUID], error: str) -> None:
         self.conn.execute(_q("operation_failed"), self._params(ids=list(card_uuids), error=error[:2000]))
 
-    def record_projection(self, card_uuid: uuid.UUID, revision: int, fingerprint: str) -> None:
-        self.conn.execute(_q("projection_record"),
-                          self._params(id=card_uuid, revision=revision, fingerprint=fingerprint))
+    def record_projection(self, card_uuid: uuid.UUID, revision: int, fingerprint: str,
+                          terms: Sequence[int]) -> None:
+        """``terms``: the BM25 term ids of the point's sparse vector (recall's coverage)."""
+        self.conn.execute(_q("projection_record"), self._params(
+            id=card_uuid, revision=revision, fingerprint=fingerprint, terms=sorted(set(terms))))
 
     def forget_projections(self, card_uuids: list[uuid.UUID]) -> None:
         self.conn.execute(_q("projection_forget"), self._params(ids=list(card_uuids)))

@@ -209,8 +209,9 @@ SELECT c.id, c.revision, p.revision AS projected_revision, p.fingerprint, o.oper
 
 -- name: recall_facts
 -- Everything verification and the recall filters need about a card, in one query:
--- its projection state and its filterable fields, dependencies included.
-SELECT c.id, c.revision, p.revision AS projected_revision, p.fingerprint, o.operation,
+-- its projection state and its filterable fields, dependencies included; and the
+-- BM25 terms recorded with its projection (recall's coverage signal).
+SELECT c.id, c.revision, p.revision AS projected_revision, p.fingerprint, o.operation, p.terms,
        c.family, c.scope, c.concepts,
        coalesce((SELECT json_agg(json_build_array(d.database_name, d.schema_name, d.table_name, d.column_name)
                                  ORDER BY d.position)
@@ -259,10 +260,11 @@ UPDATE thoth_memory.projection_ops
  WHERE workspace_id = %(workspace)s AND card_id = ANY(%(ids)s);
 
 -- name: projection_record
-INSERT INTO thoth_memory.projections (workspace_id, card_id, revision, fingerprint)
-VALUES (%(workspace)s, %(id)s, %(revision)s, %(fingerprint)s)
+INSERT INTO thoth_memory.projections (workspace_id, card_id, revision, fingerprint, terms)
+VALUES (%(workspace)s, %(id)s, %(revision)s, %(fingerprint)s, %(terms)s)
 ON CONFLICT (card_id) DO UPDATE
-   SET revision = EXCLUDED.revision, fingerprint = EXCLUDED.fingerprint, indexed_at = now();
+   SET revision = EXCLUDED.revision, fingerprint = EXCLUDED.fingerprint, terms = EXCLUDED.terms,
+       indexed_at = now();
 
 -- name: projection_forget
 DELETE FROM thoth_memory.projections WHERE workspace_id = %(workspace)s AND card_id = ANY(%(ids)s);
@@ -346,7 +348,8 @@ RETURNING nonce;
 
 -- name: indexed_fields
 -- The fields a card's indexed text is built from, besides its dependencies (which
--- recall_facts carries): recall computes the coverage signal from them.
+-- recall_facts carries): recall derives the coverage signal's terms from them for a
+-- projection recorded without its terms (before migration 006).
 SELECT id, revision, family, title, content, scope, rationale, question, sql, context, concepts
   FROM thoth_memory.cards
  WHERE workspace_id = %(workspace)s AND id = ANY(%(ids)s);
