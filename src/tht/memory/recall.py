@@ -57,8 +57,10 @@ Choices where the rules leave room:
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Literal
 
 from tht.errors import InvalidInput
@@ -138,17 +140,17 @@ def coverage(question_terms: Collection[int], candidates: Sequence[SeedSignals])
     """The IDF-weighted share of each candidate's terms that the question holds, with
     IDF computed over the candidates themselves (BM25's formula): a term most
     candidates share, like the workspace's own jargon, weighs little."""
-    df: dict[int, int] = {}
-    for candidate in candidates:
-        for term in candidate.terms:
-            df[term] = df.get(term, 0) + 1
+    df = Counter(chain.from_iterable(candidate.terms for candidate in candidates))
     n = len(candidates)
-    idf = {term: math.log(1 + (n - count + 0.5) / (count + 0.5)) for term, count in df.items()}
-    asked = set(question_terms)
+    # a term's IDF depends only on its count: n logarithms instead of one per term
+    by_count = [math.log(1 + (n - count + 0.5) / (count + 0.5)) for count in range(n + 1)]
+    idf = {term: by_count[count] for term, count in df.items()}
+    asked = frozenset(question_terms)
+    weight = idf.__getitem__
     shares = {}
     for candidate in candidates:
-        total = sum(idf[t] for t in candidate.terms)
-        shares[candidate.card_id] = sum(idf[t] for t in candidate.terms if t in asked) / total if total else 0.0
+        total = sum(map(weight, candidate.terms))
+        shares[candidate.card_id] = sum(map(weight, candidate.terms & asked)) / total if total else 0.0
     return shares
 
 
