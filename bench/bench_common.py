@@ -42,10 +42,12 @@ def prepare_database(embedded: EmbeddedPostgres, database: str, *, pgvector: boo
     return embedded.conninfo(RUNTIME, database)
 
 
-def analyze(embedded: EmbeddedPostgres, database: str) -> None:
-    """As autovacuum would after a bulk load (only the owner may ANALYZE)."""
+def analyze(embedded: EmbeddedPostgres, database: str, *, vacuum: bool = False) -> None:
+    """As autovacuum would after a bulk load or a rebuild (only the owner may ANALYZE
+    or VACUUM): otherwise it runs on its own a minute later, in the middle of what
+    is being timed."""
     with psycopg.connect(embedded.conninfo(MIGRATOR, database), autocommit=True) as conn:
-        conn.execute("ANALYZE")
+        conn.execute("VACUUM ANALYZE" if vacuum else "ANALYZE")
 
 
 def load_cards(conninfo: str, workspace: str, count: int, rng: random.Random, words: list[str]) -> None:

@@ -103,6 +103,7 @@ def run_size(embedded: EmbeddedPostgres, size: int, embedder_config: dict, queri
     calls_before = embedder.calls
     rebuild = projector.rebuild("bench", progress)
     rebuild_calls = embedder.calls - calls_before
+    analyze(embedded, database, vacuum=True)  # the rebuild rewrote every projection row
     recall = RecallService(archive, index, embedder, projector)
     questions = [" ".join(rng.choices(words, k=6)) for _ in range(queries)]
     for _ in range(warmup):  # steady state: other questions first
