@@ -64,7 +64,8 @@ def variants(where: qe.Filter, workspace: qe.Filter, limit: int) -> dict:
     read = {"with_payload": PROJECTION_FIELDS}
 
     def dense(vector, **extra):
-        return qe.QueryRequest(limit=limit, query=qe.Query.Nearest(list(vector), using=DENSE), **extra)
+        return qe.QueryRequest(limit=limit, query=qe.Query.Nearest(list(vector), using=DENSE),
+                               params=edge_engine.DENSE_PARAMS, **extra)
 
     def bm25(sparse, **extra):
         vector = qe.SparseVector(list(sparse.indices), list(sparse.values))

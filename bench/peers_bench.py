@@ -410,9 +410,11 @@ def profile_recall(archive, index, embedder, projector, questions: list[str], si
             requests = {
                 "dense branch, filtered": qe.QueryRequest(
                     limit=limit, query=qe.Query.Nearest(list(dense), using="dense"), filter=where,
+                    params=edge_module.DENSE_PARAMS,
                     with_payload=PROJECTION_FIELDS),
                 "dense branch, no filter": qe.QueryRequest(
-                    limit=limit, query=qe.Query.Nearest(list(dense), using="dense"), with_payload=PROJECTION_FIELDS),
+                    limit=limit, query=qe.Query.Nearest(list(dense), using="dense"), params=edge_module.DENSE_PARAMS,
+                    with_payload=PROJECTION_FIELDS),
                 "BM25 branch, filtered": qe.QueryRequest(
                     limit=limit, query=qe.Query.Nearest(qe.SparseVector(list(sparse.indices), list(sparse.values)),
                                                         using=SPARSE),

@@ -267,6 +267,7 @@ def branch_rankings(index: EdgeIndex, dense: list[float], sparse: Any, filters: 
     where = edge_engine._filter(index_filters.recall_condition(filters, tenant=False))
     requests = [
         qe.QueryRequest(limit=limit, query=qe.Query.Nearest(list(dense), using=DENSE), filter=where,
+                        params=edge_engine.DENSE_PARAMS,
                         with_payload=PROJECTION_FIELDS),
         qe.QueryRequest(limit=limit, query=qe.Query.Nearest(qe.SparseVector(list(sparse.indices), list(sparse.values)),
                                                             using=SPARSE), filter=where,

@@ -58,7 +58,7 @@ _WORKSPACES = "workspaces"
 # What an earlier version's single shard left in the collection directory.
 _LEGACY_SHARD = ("edge_config.json", "segments", "wal", "temp_segments")
 # Dense candidates found with the int8 copies are scored with the original vectors.
-_RESCORED = qe.SearchParams(quantization=qe.QuantizationSearchParams(rescore=True))
+DENSE_PARAMS = qe.SearchParams(quantization=qe.QuantizationSearchParams(rescore=True))
 _PLAIN_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")  # the product's workspace ids
 log = logging.getLogger(__name__)
 
@@ -219,7 +219,7 @@ class EdgeIndex:
         sparse_query = qe.Query.Nearest(qe.SparseVector(list(sparse.indices), list(sparse.values)), using=SPARSE)
         # Both branches in one batch, each filtered before candidate selection; the
         # fusion happens in ``fuse`` (deterministic ties).
-        dense_only = qe.QueryRequest(limit=limit, query=dense_query, filter=where, params=_RESCORED,
+        dense_only = qe.QueryRequest(limit=limit, query=dense_query, filter=where, params=DENSE_PARAMS,
                                      with_payload=PROJECTION_FIELDS)
         sparse_only = qe.QueryRequest(limit=limit, query=sparse_query, filter=where, with_payload=PROJECTION_FIELDS)
         with self.session():
@@ -425,7 +425,7 @@ def _config(dimension: int) -> qe.EdgeConfig:
     # Payloads in memory: recall reads every hit's revision and fingerprint, which
     # costs twice as much from the on-disk store. Dense vectors also kept as int8
     # (a quarter of the memory besides the originals): the graph search compares
-    # those, and the candidates are rescored with the originals (_RESCORED), so
+    # those, and the candidates are rescored with the originals (DENSE_PARAMS), so
     # scores stay the exact cosine. About 0.7 ms of recall at 100 000 cards; the
     # quality benchmark is unchanged.
     return qe.EdgeConfig(
