@@ -1,8 +1,6 @@
-"""What the Qdrant Edge engine itself costs in our recall: the batch recall sends, the
+"""What the Qdrant Edge engine itself costs in our recall: the batch recall sends, and the
 same calls without each thing the product requires (the hits' revision and fingerprint,
-the recall filters), and what a single shard for every workspace would add (a
-workspace filter, and IDF counted over the workspace), on the workspace's shard the
-product builds.
+the recall filters), on the workspace's shard the product builds.
 
 The variants take turns on each question, in a rotating order, so that none of them
 always runs right after another one warmed the caches for the same question.
@@ -56,11 +54,8 @@ def build_shard(home: Path, size: int, embedded: EmbeddedPostgres) -> tuple[Edge
     return index, words
 
 
-def variants(where: qe.Filter, workspace: qe.Filter, limit: int) -> dict:
-    """``where``: recall's filters as the product sends them to a workspace's shard;
-    ``workspace``: the workspace condition a shared shard would need besides."""
-    shared_where = qe.Filter(must=[*workspace.must, *where.must])
-    idf = qe.SearchParams(idf=qe.IdfParams(corpus=workspace))
+def variants(where: qe.Filter, limit: int) -> dict:
+    """``where``: recall's filters as the product sends them to a workspace's shard."""
     read = {"with_payload": PROJECTION_FIELDS}
 
     def dense(vector, **extra):
@@ -78,10 +73,6 @@ def variants(where: qe.Filter, workspace: qe.Filter, limit: int) -> dict:
         "dense alone, recall's filters, read": lambda d, s: [dense(d, filter=where, **read)],
         "BM25 alone, recall's filters, read": lambda d, s: [bm25(s, filter=where, **read)],
         "dense alone, no filter, nothing read": lambda d, s: [dense(d)],
-        "one shard for every workspace would add: BM25 alone, IDF counted over a workspace filter, read":
-            lambda d, s: [bm25(s, filter=where, params=idf, **read)],
-        "one shard for every workspace would add: recall's batch with the workspace condition and IDF":
-            lambda d, s: [dense(d, filter=shared_where, **read), bm25(s, filter=shared_where, params=idf, **read)],
     }
 
 
@@ -99,8 +90,7 @@ def main() -> None:
         encoder = SparseEncoder("en")
         filters = RecallFilters(workspace=WORKSPACE, families=REUSABLE_FAMILIES, scope=None, concepts=(),
                                 database="dwh", schema_name="public", table=None, column=None)
-        calls = variants(edge_engine._filter(index_filters.recall_condition(filters, tenant=False)),
-                         edge_engine._filter(index_filters.workspace_condition(WORKSPACE)), seed_count(10))
+        calls = variants(edge_engine._filter(index_filters.recall_condition(filters, tenant=False)), seed_count(10))
         names = list(calls)
         samples: dict[str, list[float]] = {name: [] for name in names}
         with index.session():
