@@ -167,9 +167,7 @@ class EdgeIndex:
         with self._lock:
             # Deleting files under another process's open shard would corrupt it.
             self._hold()
-            for shard in self._shards.values():
-                shard.close()
-            self._shards.clear()
+            self._close_shards()
             shutil.rmtree(self.collection_path, ignore_errors=True)
             self._release()
 
@@ -298,12 +296,15 @@ class EdgeIndex:
             details={"path": str(self.collection_path), "pid": holder, "waited_seconds": self.open_timeout},
         )
 
+    def _close_shards(self) -> None:
+        shards, self._shards = list(self._shards.values()), {}
+        for shard in shards:
+            shard.close()
+
     def _release(self) -> None:
         try:
-            for shard in self._shards.values():
-                shard.close()
+            self._close_shards()
         finally:
-            self._shards.clear()
             if self._held is not None:
                 held, self._held = self._held, None
                 if _live_pid(self._pid_file) == os.getpid():
