@@ -12,9 +12,11 @@ import uuid
 import psycopg
 
 from tht.db.embedded import MIGRATOR, RUNTIME, EmbeddedPostgres
+from tht.memory.archive.postgres import PostgresArchive
 from tht.memory.index.pgvector_migrations import PACK as PGVECTOR_PACK
 from tht.memory.migrations import migrate
 from tht.memory.model import ListQuery
+from tht.memory.projection import indexed_text
 
 TABLES = [f"table_{i}" for i in range(50)]
 CONCEPTS = [f"concept{i}" for i in range(50)]
@@ -91,11 +93,14 @@ def load_cards(conninfo: str, workspace: str, count: int, rng: random.Random, wo
     print(f"loaded {count} cards", file=sys.stderr)
 
 
-def raw_embedder_throughput(embedder, rng: random.Random, words: list[str], size: int) -> float:
-    """Passages per second of the embedder alone on the same kind of text, batched as the
-    rebuild does (2000 texts for the hashing embedder, 320 for a model)."""
+def raw_embedder_throughput(embedder, archive: PostgresArchive, workspace: str, size: int) -> float:
+    """Passages per second of the embedder alone on the texts the rebuild embeds (the
+    indexed texts of the workspace's first cards), batched as the rebuild does (2000
+    texts for the hashing embedder, 320 for a model)."""
     count = min(size, 2000 if embedder.model_id.startswith("hashing") else 320)
-    sample = [" ".join(rng.choices(words, k=30)) for _ in range(count)]
+    with archive.transaction(workspace) as tx:
+        cards = tx.cards(tx.card_ids_after(uuid.UUID(int=0), count))
+    sample = [indexed_text(card) for card in cards.values()]
     embedder.embed_passages(sample[:32])  # load the model
     started = time.perf_counter()
     embedder.embed_passages(sample)

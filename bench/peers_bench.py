@@ -460,7 +460,7 @@ def run_size(embedded: EmbeddedPostgres, home: Path, size: int, embedder_config:
     log(f"{size}: archive loaded in {load_seconds:.1f} s")
 
     real = build_embedder(embedder_config)
-    raw_throughput = raw_embedder_throughput(real, rng, words, size)
+    raw_throughput = raw_embedder_throughput(real, archive, WORKSPACE, size)
     questions = [" ".join(rng.choices(words, k=6)) for _ in range(queries)]
     profile_questions = [" ".join(random.Random(i).choices(words, k=6)) for i in range(profile)]
 

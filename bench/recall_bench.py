@@ -91,7 +91,7 @@ def run_size(embedded: EmbeddedPostgres, size: int, embedder_config: dict, queri
         index = EdgeIndex(Path(embedded.home) / f"index-{size}")
     projector = IndexProjector(archive, index, embedder)
 
-    raw_throughput = raw_embedder_throughput(embedder, rng, words, size)
+    raw_throughput = raw_embedder_throughput(embedder, archive, "bench", size)
 
     last = [0.0]
 
