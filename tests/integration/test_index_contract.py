@@ -39,6 +39,7 @@ from tht.memory.index import (
     SearchIndex,
 )
 from tht.memory.index.pgvector import PgVectorIndex
+from tht.memory.index.port import KEYWORD_FIELDS
 from tht.memory.model import FAMILIES, Dependency
 from tht.memory.recall_filters import CardFacts, RecallFilters, card_matches
 
@@ -551,4 +552,15 @@ def test_a_legacy_single_shard_is_moved_into_workspace_shards(tmp_path: Path) ->
     assert not (tmp_path / "memory" / "edge_config.json").exists()
     assert sorted(p.name for p in (tmp_path / "memory").iterdir()) == ["layout.json", "workspaces"]
     index.ensure_collection(DIMENSION)  # the moved collection is this projection's
+    index.close()
+
+
+def test_a_workspace_shard_has_the_payload_indexes(tmp_path: Path) -> None:
+    index = EdgeIndex(tmp_path)
+    index.ensure_collection(DIMENSION)
+    index.upsert([point(facts("w1"), "net revenue")])
+    with index.session():
+        schema = index.shard("w1").info().payload_schema
+    assert set(schema) == {"workspace", *KEYWORD_FIELDS}
+    assert schema["workspace"].params.is_tenant
     index.close()

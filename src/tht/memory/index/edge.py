@@ -42,6 +42,7 @@ from tht.memory.index.port import (
     KEYWORD_FIELDS,
     PROJECTION_FIELDS,
     SPARSE,
+    TENANT_FIELD,
     BranchHit,
     IndexHit,
     IndexPoint,
@@ -350,10 +351,14 @@ class EdgeIndex:
                     f"the embedded index at {path} has a BM25 vector without the IDF modifier; rebuild the index",
                     details={"found": sparse},
                 )
+            # The workspace keeps its tenant index although queries never filter on it
+            # here (the shard is the workspace): the payload schema is every engine's.
+            wanted = {TENANT_FIELD: qe.KeywordIndexParams(is_tenant=True)}
+            wanted.update({name: qe.KeywordIndexParams() for name in KEYWORD_FIELDS})
             present = set(shard.info().payload_schema)
-            for name in KEYWORD_FIELDS:
+            for name, params in wanted.items():
                 if name not in present:
-                    shard.update(qe.UpdateOperation.create_field_index(name, qe.KeywordIndexParams()))
+                    shard.update(qe.UpdateOperation.create_field_index(name, params))
 
     # -- the single-shard layout of earlier versions -------------------------------------
 
