@@ -78,6 +78,7 @@ class EdgeIndex:
         self.open_timeout = open_timeout
         self.release_after = release_after
         self._held: IO[str] | None = None  # the collection's lock file, while held
+        self._layout_checked = False  # an earlier version's layout moved, for this hold
         self._shards: dict[str, qe.EdgeShard] = {}
         self._written: set[str] = set()  # workspaces written since the last optimize
         self._lock = threading.RLock()
@@ -91,6 +92,9 @@ class EdgeIndex:
         needed). Callers take it before the archive's workspace lock."""
         with self._lock:
             self._hold()
+            if not self._layout_checked:  # once per hold: the layout cannot change under it
+                self._upgrade_legacy()
+                self._layout_checked = True
             self._in_use += 1
         try:
             yield self
@@ -153,7 +157,6 @@ class EdgeIndex:
             if not self.collection_exists():
                 self.collection_path.mkdir(parents=True, exist_ok=True)
                 _write_json(self.collection_path / _LAYOUT, {"dimension": dimension})
-            self._upgrade_legacy()
             found = self._dimension()
             if found != dimension:
                 raise IndexIncompatible(
@@ -188,7 +191,6 @@ class EdgeIndex:
                 p.id, {DENSE: list(p.dense), SPARSE: qe.SparseVector(list(p.sparse.indices), list(p.sparse.values))},
                 p.payload()))
         with self.session():
-            self._upgrade_legacy()
             for workspace, edge_points in by_workspace.items():
                 shard = self.shard(workspace, create=True)
                 with _engine_errors():
@@ -199,7 +201,6 @@ class EdgeIndex:
         if not ids:
             return
         with self.session():
-            self._upgrade_legacy()
             shard = self.shard(workspace)
             if shard is not None:
                 with _engine_errors():
@@ -259,7 +260,6 @@ class EdgeIndex:
     def _existing_shard(self, workspace: str) -> qe.EdgeShard | None:
         if not self.collection_exists():
             raise self._no_collection()
-        self._upgrade_legacy()
         return self.shard(workspace)
 
     def _no_collection(self) -> IndexUnavailable:
@@ -306,6 +306,7 @@ class EdgeIndex:
         try:
             self._close_shards()
         finally:
+            self._layout_checked = False
             if self._held is not None:
                 held, self._held = self._held, None
                 if _live_pid(self._pid_file) == os.getpid():
