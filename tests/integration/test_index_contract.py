@@ -13,9 +13,11 @@ import os
 import random
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -182,6 +184,30 @@ def test_collection_lifecycle(engine: Engine) -> None:
     assert not index.collection_exists()
     index.ensure_collection(DIMENSION)
     assert index.count("w1") == 0
+    index.close()
+
+
+# qdrant-client's local mode is not thread-safe (its SQLite store fails or loses points
+# under threads); a Qdrant server is, and the adapter tolerates a racing create.
+@pytest.mark.parametrize("engine", ["edge", "pgvector"], indirect=True)
+def test_threads_of_one_process_create_the_collection_and_write_at_once(engine: Engine) -> None:
+    # The web server and concurrent review deliveries share one adapter: the first
+    # writes race to create the collection and the workspace's shard.
+    index = engine.open()
+    threads = 6
+    start = threading.Barrier(threads)
+
+    def write(p: IndexPoint) -> None:
+        start.wait()
+        index.ensure_collection(DIMENSION)
+        index.upsert([p])
+
+    for _ in range(5):  # a race: a few rounds make a regression all but certain to show
+        written = [point(facts(), f"rule written by thread {n}") for n in range(threads)]
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(write, written))  # re-raises the first failure
+        assert {r.id for r in index.scroll_ids("w1")} == {p.id for p in written}
+        index.drop_collection()
     index.close()
 
 

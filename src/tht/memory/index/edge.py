@@ -153,7 +153,9 @@ class EdgeIndex:
         return (self.collection_path / _LAYOUT).is_file() or self._legacy_present()
 
     def ensure_collection(self, dimension: int) -> None:
-        with self.session():
+        # The lock file keeps other processes out; the thread lock keeps this
+        # process's threads from creating the collection twice.
+        with self.session(), self._lock:
             if not self.collection_exists():
                 self.collection_path.mkdir(parents=True, exist_ok=True)
                 _write_json(self.collection_path / _LAYOUT, {"dimension": dimension})
