@@ -250,12 +250,13 @@ class EdgeIndex:
         # Edge has no background optimizer: without this, segments stay unindexed
         # (plain scans) and deleted points are never vacuumed.
         with self.session():
-            for workspace in sorted(self._written):
+            written = set(self._written)  # another thread may write meanwhile: keep its mark
+            for workspace in sorted(written):
                 shard = self.shard(workspace)
                 if shard is not None:
                     with _engine_errors():
                         shard.optimize()
-            self._written.clear()
+            self._written -= written
 
     # -- holding the collection -------------------------------------------------------
 
