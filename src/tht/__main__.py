@@ -1,3 +1,3 @@
-from tht.cli.main import main
+from tht.service.client import main
 
 raise SystemExit(main())

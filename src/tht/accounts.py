@@ -16,12 +16,19 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from tht.errors import Conflict, InvalidInput, NotFound, PermissionDenied, Unauthenticated
+from tht.errors import Conflict, Forbidden, InvalidInput, NotFound, PermissionDenied, Unauthenticated
 from tht.memory.archive.postgres import PostgresArchive
 
-Role = Literal["admin", "user"]
+Role = Literal["admin", "user", "agent"]
 MANAGE = "memory.manage"
-ROLE_PERMISSIONS: dict[str, frozenset[str]] = {"admin": frozenset({MANAGE}), "user": frozenset()}
+READ = "memory.read"
+RECALL = "memory.recall"
+PROPOSE = "memory.propose"
+ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
+    "admin": frozenset({MANAGE, READ, RECALL, PROPOSE}),
+    "user": frozenset({READ, RECALL}),
+    "agent": frozenset({RECALL, PROPOSE}),
+}
 SESSION_SECONDS = 8 * 3600
 ONE_TIME_SECONDS = 15 * 60
 _NAME = re.compile(r"^[A-Za-z0-9._@-]{1,64}$")
@@ -39,6 +46,16 @@ class Principal:
     @property
     def permissions(self) -> frozenset[str]:
         return ROLE_PERMISSIONS.get(self.role, frozenset())
+
+    def can(self, permission: str, workspace: str | None) -> bool:
+        return permission in self.permissions and (workspace is None or workspace in self.workspaces)
+
+    def require(self, permission: str, workspace: str | None) -> None:
+        if permission not in self.permissions:
+            raise Forbidden(f"user {self.user} ({self.role}) does not have {permission}",
+                            details={"permission": permission})
+        if workspace is not None and workspace not in self.workspaces:
+            raise Forbidden(f"user {self.user} may not use workspace '{workspace}'", details={"workspace": workspace})
 
     def can_manage(self, workspace: str) -> bool:
         return MANAGE in self.permissions and workspace in self.workspaces

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -19,11 +21,10 @@ from tht.catalog.service import Catalog
 from tht.catalog.store import CatalogStore
 from tht.errors import ArchiveUnavailable, ConfigurationError
 from tht.memory.archive.postgres import PostgresArchive
-from tht.memory.embedding import build_embedder
+from tht.memory.embedding import Embedder, build_embedder
 from tht.memory.admin import MemoryAdmin
 from tht.memory.cleanup import PhysicalCleanup
-from tht.memory.index import EdgeIndex, QdrantServerIndex, SearchIndex
-from tht.memory.index.pgvector import PgVectorIndex
+from tht.memory.index import SearchIndex
 from tht.memory.index.pgvector_migrations import PACK as PGVECTOR_PACK
 from tht.memory.migrations import migrate
 from tht.memory.projector import IndexProjector
@@ -117,12 +118,19 @@ def build_index(settings: dict | None, env: Mapping[str, str] | None = None) -> 
         config = IndexSettings.model_validate(settings or {})
     except ValidationError as exc:
         raise ConfigurationError(f"index settings: {describe_validation_error(exc)}") from exc
+    # only the configured engine is imported (qdrant-client alone costs 0.6-1 s)
     if config.engine == "qdrant":
+        from tht.memory.index.qdrant_server import QdrantServerIndex
+
         return QdrantServerIndex.connect(config.url, config.collection, timeout=config.timeout)
     if config.engine == "pgvector":
         # the runtime login, in the archive's database; nothing connects until first use
+        from tht.memory.index.pgvector import PgVectorIndex
+
         conninfo = _runtime_conninfo(resolve_database(env, pgvector=True))
         return PgVectorIndex(conninfo, config.collection, timeout=config.timeout)
+    from tht.memory.index.edge import EdgeIndex
+
     path = config.path or default_home(env) / "index"
     return EdgeIndex(path, config.collection, open_timeout=config.open_timeout)
 
@@ -147,40 +155,101 @@ class Services:
     cleanup: PhysicalCleanup | None = None
     catalog: Catalog | None = None
     workflow: WorkflowService | None = None
+    engines: Engines | None = None  # closed with these services when they own them
 
     def close(self) -> None:
-        if self.projector is not None:
-            self.projector.index.close()
-        self.archive.close()
+        if self.engines is not None:
+            self.engines.close()
 
 
-def build_services(runtime: RuntimeConfig | None = None, env: Mapping[str, str] | None = None, *,
-                   projection: ProjectionSettings | None = None, sessions_root: Path | None = None) -> Services:
-    """The archive alone, or (with a runtime file or projection settings) the archive
-    and its search projection.
+class Engines:
+    """The adapters a process keeps: the archive's connection pool, and one index and
+    embedder per projection configuration. A command builds them for itself; the
+    service builds them once and serves every command with them (the only opener of
+    the embedded index).
 
     Nothing here touches the index or loads a model: that happens on first use, so
     browsing and editing work while the index or the embedder is down.
     """
+
+    def __init__(self, env: Mapping[str, str] | None = None, *, max_connections: int = 4) -> None:
+        self.env = env
+        self.archive = PostgresArchive(_runtime_conninfo(resolve_database(env)),
+                                       max_connections=max_connections).open()
+        self._indexes: dict[str, SearchIndex] = {}
+        self._embedders: dict[str, Embedder] = {}
+        self._projections: dict[tuple[str, str], tuple[IndexProjector, RecallService]] = {}
+        self._lock = threading.Lock()
+
+    def projection(self, settings: ProjectionSettings) -> tuple[IndexProjector, RecallService]:
+        """The projector and recall for these settings. One index adapter per index
+        (an embedded index admits one opener per process) and one embedder per
+        embedding configuration, whatever the runtime files combine."""
+        index_key, embedding_key = _index_key(settings.index, self.env), _key(settings.embedding)
+        with self._lock:
+            if (index_key, embedding_key) not in self._projections:
+                if index_key not in self._indexes:
+                    self._indexes[index_key] = build_index(settings.index, self.env)
+                if embedding_key not in self._embedders:
+                    self._embedders[embedding_key] = build_embedder(settings.embedding)
+                index, embedder = self._indexes[index_key], self._embedders[embedding_key]
+                projector = IndexProjector(self.archive, index, embedder)
+                self._projections[(index_key, embedding_key)] = (
+                    projector, RecallService(self.archive, index, embedder, projector))
+            return self._projections[(index_key, embedding_key)]
+
+    def services(self, projection: ProjectionSettings | None = None, sessions_root: Path | None = None,
+                 env: Mapping[str, str] | None = None) -> Services:
+        """The application services on these engines; ``env`` is where the Catalog finds
+        the DWH URL variable the runtime file names."""
+        projector = recall = None
+        if projection is not None:
+            projector, recall = self.projection(projection)
+        archive = self.archive
+        memory = MemoryService(archive, projector)
+        cleanup = PhysicalCleanup(archive, projector)
+        # the Catalog connects on first use: memory commands never depend on its schema
+        catalog = Catalog(CatalogStore(archive), cleanup, env if env is not None else self.env)
+        return Services(archive, memory, WorkspaceService(archive), Accounts(archive),
+                        MemoryAdmin(memory, projector), projector, recall, cleanup, catalog,
+                        WorkflowService(archive, projector, recall, sessions_root))
+
+    def close(self) -> None:
+        with self._lock:
+            indexes, self._indexes, self._projections = list(self._indexes.values()), {}, {}
+        try:
+            for index in indexes:
+                index.close()
+        finally:
+            self.archive.close()
+
+
+def _key(settings: dict | None) -> str:
+    return json.dumps(settings or {}, sort_keys=True, default=str)
+
+
+def _index_key(settings: dict | None, env: Mapping[str, str] | None) -> str:
+    """Settings that name the same embedded index give one key, whatever else they say
+    (a process may open an embedded index once: the first settings win)."""
+    index = dict(settings or {})
+    if index.get("engine", "edge") == "edge":
+        path = Path(index.get("path") or default_home(env) / "index").resolve()
+        return _key({"engine": "edge", "path": str(path), "collection": index.get("collection", "thoth_memory")})
+    return _key(index)
+
+
+def build_services(runtime: RuntimeConfig | None = None, env: Mapping[str, str] | None = None, *,
+                   projection: ProjectionSettings | None = None, sessions_root: Path | None = None) -> Services:
+    """Engines of their own with their services, closed together: the archive alone,
+    or (with a runtime file or projection settings) the archive and its projection."""
     if runtime is not None:
         projection = ProjectionSettings(runtime.index, runtime.embedding)
         sessions_root = runtime.sessions_root
-    conninfo = _runtime_conninfo(resolve_database(env))
-    archive = PostgresArchive(conninfo).open()
-    projector = recall = None
+    engines = Engines(env)
     try:
-        if projection is not None:
-            index = build_index(projection.index, env)
-            embedder = build_embedder(projection.embedding)
-            projector = IndexProjector(archive, index, embedder)
-            recall = RecallService(archive, index, embedder, projector)
+        services = engines.services(projection, sessions_root)
     except BaseException:
-        archive.close()
+        engines.close()
         raise
-    memory = MemoryService(archive, projector)
-    cleanup = PhysicalCleanup(archive, projector)
-    # the Catalog connects on first use: memory commands never depend on its schema
-    catalog = Catalog(CatalogStore(archive), cleanup, env)
-    return Services(archive, memory, WorkspaceService(archive), Accounts(archive), MemoryAdmin(memory, projector),
-                    projector, recall, cleanup, catalog,
-                    WorkflowService(archive, projector, recall, sessions_root))
+    services.engines = engines
+    return services

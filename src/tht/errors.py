@@ -25,6 +25,17 @@ class ThothError(Exception):
     def to_dict(self) -> dict[str, Any]:
         return {"error": {"code": self.code, "message": self.message, "details": self.details}}
 
+    @classmethod
+    def from_dict(cls, document: Any, exit_code: int = 1) -> ThothError:
+        """An error document received from the service, kept as it was sent."""
+        body = document.get("error") if isinstance(document, dict) else None
+        if not isinstance(body, dict):
+            return ServiceUnavailable("the service answered with an unreadable error")
+        error = ThothError(str(body.get("message") or ""), details=body.get("details"))
+        error.code = str(body.get("code") or cls.code)
+        error.exit_code = exit_code
+        return error
+
 
 class InvalidInput(ThothError):
     code = "invalid_input"
@@ -140,6 +151,54 @@ class ConfigurationError(InvalidInput):
     default_message = "invalid configuration"
 
 
+class ServiceUnavailable(ThothError):
+    """The service could not be reached or started (the command did not run)."""
+
+    code = "service_unavailable"
+    http_status = 503
+    exit_code = 10
+    default_message = "the Thoth Memory service is unavailable"
+
+
+class ServiceLost(ServiceUnavailable):
+    """The service went away while running the command: whether the command took
+    effect is unknown (a save is either committed whole or not at all)."""
+
+    code = "service_lost"
+    default_message = "the service stopped while running the command"
+
+
+class ServiceTimeout(ServiceUnavailable):
+    code = "service_timeout"
+    default_message = "the service did not answer in time"
+
+
+class ServiceUntrusted(ServiceUnavailable):
+    """The socket or its directory could be someone else's: nothing is sent to it."""
+
+    code = "service_untrusted"
+    default_message = "the service socket is not trusted"
+
+
+class ServiceVersionMismatch(ServiceUnavailable):
+    code = "service_version_mismatch"
+    http_status = 409
+    default_message = "the running service is another version of thoth-memory"
+
+
+class Forbidden(PermissionDenied):
+    """Authenticated, but the principal lacks the capability or the workspace."""
+
+    code = "forbidden"
+    default_message = "forbidden"
+
+
+class Interrupted(ThothError):
+    code = "interrupted"
+    exit_code = 130
+    default_message = "interrupted"
+
+
 # Documented in the README; tests check that each class keeps its code.
 EXIT_CODES = {
     0: "success",
@@ -152,6 +211,9 @@ EXIT_CODES = {
     7: "migration refused (changed or unknown applied migration)",
     8: "search index or embedder unavailable (recall); a save still succeeds with its index update pending",
     9: "DWH unavailable: a Catalog scan failed (connection, permission, missing schema); nothing was deleted",
+    10: "service unavailable: not reachable or startable, lost mid-command, timed out, untrusted socket,"
+        " or another version",
+    130: "interrupted (Ctrl-C); through the service the command goes on there (detached)",
 }
 
 

@@ -1,4 +1,4 @@
-"""Named crash points for fault-injection tests and the fault benchmarks.
+"""Named crash points and simulated outages for fault-injection tests and benchmarks.
 
 ``crash_point("name")`` ends the process at once (``os._exit``, no cleanup, no
 rollback, like a kill) when ``THT_CRASH_AT`` names that point. Production code calls
@@ -16,3 +16,17 @@ CRASH_EXIT_CODE = 70
 def crash_point(name: str) -> None:
     if os.environ.get("THT_CRASH_AT") == name:
         os._exit(CRASH_EXIT_CODE)
+
+
+def simulated_outage(component: str) -> bool:
+    """True while the file that ``THT_OUTAGE_FILE`` names lists ``component`` ("index"):
+    a running service's dependency taken down from outside, as an operator's outage
+    would (the embedded index cannot be taken from the process that owns it)."""
+    path = os.environ.get("THT_OUTAGE_FILE")
+    if not path:
+        return False
+    try:
+        with open(path) as listed:
+            return component in listed.read().split()
+    except OSError:
+        return False

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import platformdirs
 import yaml
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -68,14 +67,30 @@ def find_credentials(node: Any, path: str = "") -> list[str]:
     return found
 
 
-def load_runtime_config(path: str | Path) -> RuntimeConfig:
+MAX_RUNTIME_FILE_BYTES = 1_048_576
+
+
+def _read_file(path: str, limit: int) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read(limit + 1)
+
+
+def load_runtime_config(path: str | Path, *, read: Callable[[str, int], bytes] = _read_file) -> RuntimeConfig:
+    """The runtime file at ``path``; ``read`` fetches its bytes (the CLI passes the
+    client's copy when the command runs in the service)."""
     path = Path(path)
     try:
-        text = path.read_text()
+        raw = read(str(path), MAX_RUNTIME_FILE_BYTES)
     except FileNotFoundError as exc:
         raise ConfigurationError(f"runtime file {path} does not exist") from exc
     except OSError as exc:
         raise ConfigurationError(f"cannot read runtime file {path}: {exc.strerror}") from exc
+    if len(raw) > MAX_RUNTIME_FILE_BYTES:
+        raise ConfigurationError(f"runtime file {path} is larger than {MAX_RUNTIME_FILE_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigurationError(f"runtime file {path} is not UTF-8 text") from exc
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -147,8 +162,9 @@ def _from_parts(env: Mapping[str, str], role: str) -> str | None:
 
 
 def default_home(env: Mapping[str, str] | None = None) -> Path:
-    env = os.environ if env is None else env
-    return Path(env.get("THT_HOME") or platformdirs.user_data_dir("thoth-memory", appauthor=False))
+    from tht.service.paths import default_home as home
+
+    return home(env)
 
 
 def database_settings(env: Mapping[str, str] | None = None) -> DatabaseSettings:

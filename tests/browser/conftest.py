@@ -32,6 +32,7 @@ SCREENSHOTS = REPO / "test-output" / "screenshots"
 SERVER_CONFIG = "index: {engine: edge, open_timeout: 1}\nembedding: {provider: hashing, dimension: 64}\n"
 PROJECTION = {"index": {"engine": "edge"}, "embedding": {"provider": "hashing", "dimension": 64}}
 
+OUTAGE_FILE = "outage"  # lists the components the running server sees down
 WORKSPACE = "acme"
 OTHER_WORKSPACE = "beta"
 FOREIGN_WORKSPACE = "gamma"  # the test user does not belong to it
@@ -104,6 +105,7 @@ def _server_env(database, home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("THT_CATALOG_")}
     env.update(database.env())
     env["THT_HOME"] = str(home)
+    env["THT_OUTAGE_FILE"] = str(home / OUTAGE_FILE)
     env.pop("THT_QDRANT_API_KEY", None)
     return env
 
@@ -150,7 +152,10 @@ def running_server(env: dict[str, str], config_text: str, tmp_path: Path, home: 
         if not first.strip():
             pytest.fail(f"tht serve printed nothing (exit {process.poll()}):\n{log.read_text()[-4000:]}")
         ready = json.loads(first)
-        assert ready["admin_user"] == "admin" and ready["admin_token"], ready
+        assert ready["admin_user"] == "admin" and "admin_token" not in ready, ready
+        token_file = Path(ready["admin_token_file"])
+        assert token_file.stat().st_mode & 0o077 == 0  # the token is the operator's alone
+        admin_token = token_file.read_text().strip()
         url = ready["url"]
         deadline = time.monotonic() + 60
         while True:  # the line comes just before the server listens
@@ -163,7 +168,7 @@ def running_server(env: dict[str, str], config_text: str, tmp_path: Path, home: 
             if process.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"tht serve did not start (exit {process.poll()}):\n{log.read_text()[-4000:]}")
             time.sleep(0.1)
-        yield Server(url=url, home=home, admin_token=ready["admin_token"], process=process, log=log,
+        yield Server(url=url, home=home, admin_token=admin_token, process=process, log=log,
                      cards=cards or {})
     finally:
         process.terminate()
@@ -185,53 +190,19 @@ def server(database, tmp_path):
     with running_server(env, SERVER_CONFIG, tmp_path, home, cards) as running:
         yield running
 
-BLOCKER = """
-import sys
-from tht.memory.index.edge import EdgeIndex
-index = EdgeIndex(sys.argv[1], "thoth_memory", open_timeout=30)
-index.ensure_collection(64)
-print("holding", flush=True)
-sys.stdin.readline()
-index.close()
-print("released", flush=True)
-"""
-
-
 class IndexBlocker:
-    """Another process holding the embedded index (it is single-process): the server's
-    saves then end "saved, index update incomplete" after its 1 s open timeout."""
+    """The server's search index down (an outage the service sees through
+    THT_OUTAGE_FILE): its saves then end "saved, index update incomplete"."""
 
     def __init__(self, server: Server) -> None:
-        self.server = server
-        self.process: subprocess.Popen | None = None
+        self.outage = server.home / OUTAGE_FILE
 
     def __enter__(self) -> IndexBlocker:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("THT_CATALOG_")}
-        env["THT_HOME"] = str(self.server.home)
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", BLOCKER, str(self.server.home / "index")], env=env,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        # Opening waits (up to 30 s) for the server to release the index when idle.
-        line = self.process.stdout.readline().strip()
-        if line != "holding":
-            raise AssertionError(f"the index blocker did not take the index: {line!r} {self.process.stderr.read()}")
+        self.outage.write_text("index\n")
         return self
 
     def release(self) -> None:
-        if self.process is None:
-            return
-        try:
-            self.process.stdin.write("\n")
-            self.process.stdin.flush()
-            assert self.process.stdout.readline().strip() == "released"
-            self.process.wait(timeout=30)
-        finally:
-            if self.process.poll() is None:
-                self.process.kill()
-                self.process.wait(timeout=10)
-            for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
-                stream.close()
-            self.process = None
+        self.outage.unlink(missing_ok=True)
 
     def __exit__(self, *exc) -> None:
         self.release()

@@ -306,7 +306,7 @@ def test_memory_management_page(server: Server, chromium, index_blocker, screens
         expect(page.locator('[data-detail="scope"]')).to_have_text("Changed elsewhere")
 
         # --- index down: saved, index update incomplete ------------------------------------
-        blocker = index_blocker()  # waits for the server to release the index when idle
+        blocker = index_blocker()  # the server sees its index down
         page.get_by_test_id("edit-card").click()
         page.get_by_role("textbox", name="Scope", exact=True).fill("Finance and controlling")
         page.get_by_test_id("save-card").click()

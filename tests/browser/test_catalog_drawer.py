@@ -89,7 +89,7 @@ def test_run_drawer_reports_deleted_cards_errors_and_retry(bound_server: Server,
         expect(drawer).to_be_hidden()
         shot("bindings-and-runs")
 
-        # the DWH loses a table; the index is held by another process during the sync
+        # the DWH loses a table; the index is down during the sync
         sqlite_execute(dwh_path, "DROP TABLE customers;")
         blocker = index_blocker()
         acme.get_by_test_id("sync-now").click()

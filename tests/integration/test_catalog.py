@@ -306,10 +306,12 @@ def test_crash_during_sync_is_completed_by_retry(cli, column_world, pg_dwh, data
     assert sync(cli, config).code == 0  # no longer blocked
 
 
-def test_index_failure_keeps_the_run_pending_until_retry(cli, column_world, pg_dwh, database, tmp_path):
+def test_index_failure_keeps_the_run_pending_until_retry(cli, column_world, pg_dwh, database, tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from tests.browser.conftest import IndexBlocker
+    from tests.browser.conftest import OUTAGE_FILE, IndexBlocker
+
+    monkeypatch.setenv("THT_OUTAGE_FILE", str(tmp_path / "home" / OUTAGE_FILE))
 
     config, doomed, survivors, *_ = column_world
     assert sync(cli, config).code == 0

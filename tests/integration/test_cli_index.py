@@ -39,7 +39,7 @@ def test_concurrent_commands_on_the_embedded_index_all_succeed(env, tmp_path):
     config = write_config(tmp_path)
     assert tht(env, "workspace", "create", "acme", "--language", "en")[0] == 0
     code, created, _ = tht(env, "memory", "create", "-c", config, "--data", "-", stdin=json.dumps(card_document()))
-    assert code == 0 and created["status"] == "saved"
+    assert code == 0 and created["status"] == "saved", created
     commands = [("memory", "search", "shipped order", "-c", config)] * 3 + \
                [("memory", "create", "-c", config, "--data", "-")] * 2
     other = json.dumps(card_document(title="Carrier codes", content="three letter carrier identifiers"))

@@ -4,14 +4,12 @@ failure; progress on stderr."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from tht.errors import InvalidInput
-from tht.settings import load_runtime_config
 
 catalog_app = typer.Typer(
     help="The physical Catalog: DWH binding, sync (scan, diff, Memory cleanup of removed tables and columns),"
@@ -22,20 +20,15 @@ ConfigOption = Annotated[Path, typer.Option(
     "-c", "--config", help="Runtime file (YAML): workspace, database, schema, dwh: {url_env: VARIABLE}")]
 
 
-def _progress(message: str) -> None:
-    sys.stderr.write(message + "\n")
-    sys.stderr.flush()
-
-
 @catalog_app.command("bind")
 def catalog_bind(config: ConfigOption) -> None:
     """Record the workspace's DWH binding (database, schema, URL variable name) without syncing."""
     from tht.catalog.model import binding_from_runtime
-    from tht.cli.main import _services, emit
+    from tht.cli.main import _services, emit, load_runtime
 
-    runtime = load_runtime_config(config)
+    runtime = load_runtime(config)
     binding = binding_from_runtime(runtime)
-    with _services() as services:
+    with _services(workspace=runtime.workspace) as services:
         emit(services.catalog.bind(binding))
 
 
@@ -44,21 +37,22 @@ def catalog_sync(config: ConfigOption) -> None:
     """Scan the bound DWH schema; if the scan succeeded, diff it with the last snapshot and
     delete the Memory cards that depend on removed tables or columns."""
     from tht.catalog.model import binding_from_runtime
-    from tht.cli.main import _services, emit
+    from tht.cli.invocation import progress
+    from tht.cli.main import _services, emit, load_runtime
 
-    runtime = load_runtime_config(config)
+    runtime = load_runtime(config)
     binding = binding_from_runtime(runtime)
     with _services(runtime) as services:
-        emit(services.catalog.sync(runtime.workspace, binding, progress=_progress))
+        emit(services.catalog.sync(runtime.workspace, binding, progress=progress))
 
 
 @catalog_app.command("retry")
 def catalog_retry(run_id: Annotated[str, typer.Argument(help="Run id (run-<uuid>)")], config: ConfigOption) -> None:
     """Complete a pending run's Memory cleanup with its recorded removals (no new scan or diff).
     A completed run is left unchanged."""
-    from tht.cli.main import _services, emit
+    from tht.cli.main import _services, emit, load_runtime
 
-    runtime = load_runtime_config(config)
+    runtime = load_runtime(config)
     with _services(runtime) as services:
         emit(services.catalog.retry(runtime.workspace, run_id))
 
@@ -69,30 +63,30 @@ def catalog_runs(
     limit: Annotated[int, typer.Option(help="At most this many runs, newest first (1-500)")] = 50,
 ) -> None:
     """List runs with their phase, removals, deleted Memory cards and errors."""
-    from tht.cli.main import _services, emit
+    from tht.cli.main import _services, emit, load_runtime
 
-    runtime = load_runtime_config(config)
-    with _services() as services:
+    runtime = load_runtime(config)
+    with _services(workspace=runtime.workspace) as services:
         emit({"items": services.catalog.runs(runtime.workspace, limit)})
 
 
 @catalog_app.command("show")
 def catalog_show(run_id: Annotated[str, typer.Argument(help="Run id (run-<uuid>)")], config: ConfigOption) -> None:
     """Show one run: removals, deleted Memory cards, errors."""
-    from tht.cli.main import _services, emit
+    from tht.cli.main import _services, emit, load_runtime
 
-    runtime = load_runtime_config(config)
-    with _services() as services:
+    runtime = load_runtime(config)
+    with _services(workspace=runtime.workspace) as services:
         emit(services.catalog.run(runtime.workspace, run_id))
 
 
 @catalog_app.command("status")
 def catalog_status(config: ConfigOption) -> None:
     """The workspace's binding, its last snapshot and the pending run, if any."""
-    from tht.cli.main import _services, emit
+    from tht.cli.main import _services, emit, load_runtime
 
-    runtime = load_runtime_config(config)
-    with _services() as services:
+    runtime = load_runtime(config)
+    with _services(workspace=runtime.workspace) as services:
         emit(services.catalog.status(runtime.workspace))
 
 
@@ -105,10 +99,10 @@ def catalog_forget(
     yes: Annotated[bool, typer.Option("--yes", help="Confirm (required)")] = False,
 ) -> None:
     """Manual Catalog cleanup: drop objects from the Catalog's snapshot only. Never deletes Memory."""
-    from tht.cli.main import _services, emit
+    from tht.cli.main import _services, emit, load_runtime
 
-    runtime = load_runtime_config(config)
+    runtime = load_runtime(config)
     if not yes:
         raise InvalidInput("refusing to forget Catalog objects without --yes")
-    with _services() as services:
+    with _services(workspace=runtime.workspace) as services:
         emit(services.catalog.forget(runtime.workspace, table, column, all_objects))

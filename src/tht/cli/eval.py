@@ -25,11 +25,10 @@ def memory_eval(
                                          help="Runtime file (YAML): workspace, database, schema, ...")],
 ) -> None:
     """Measure recall on a cases file: recall@1/5/10, MRR and the misses, as one JSON document."""
-    from tht.cli.main import _services, emit, read_text
+    from tht.cli.main import _services, emit, load_runtime, read_text
     from tht.memory.recall_service import parse_recall_query
-    from tht.settings import load_runtime_config
-
-    runtime = load_runtime_config(config)
+    
+    runtime = load_runtime(config)
     parsed = parse_cases(read_text(str(cases), MAX_CASES_BYTES))
     queries = []
     for case in parsed:

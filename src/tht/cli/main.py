@@ -13,17 +13,21 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext, redirect_stdout
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 from typer._click import exceptions as click_exceptions  # Typer vendors click
 
+from tht.accounts import MANAGE
+from tht.cli.capabilities import OPERATOR_ONLY, SIGNED, required
 from tht.cli.catalog import catalog_app
 from tht.cli.eval import memory_eval
-from tht.errors import InvalidInput, ThothError
+from tht.cli.invocation import current, invoked, progress, read_bytes, resolve, write_stdout
+from tht.errors import Forbidden, InvalidInput, ThothError
 from tht.memory.model import MAX_DOCUMENT_BYTES, parse_card_input, parse_list_query
-from tht.settings import load_runtime_config
+from tht.settings import RuntimeConfig, load_runtime_config
 
 log = logging.getLogger("tht")
 
@@ -46,8 +50,19 @@ ConfigOption = Annotated[Path, typer.Option("-c", "--config", help="Runtime file
 
 
 def emit(document: Any) -> None:
-    sys.stdout.write(json.dumps(document, ensure_ascii=False, default=str) + "\n")
-    sys.stdout.flush()
+    write_stdout(json.dumps(document, ensure_ascii=False, default=str) + "\n")
+
+
+def load_runtime(config: Path) -> RuntimeConfig:
+    """The runtime file (the client's copy in the service), its paths taken relative to
+    the directory the command was typed in."""
+    runtime = load_runtime_config(config, read=read_bytes)
+    changes: dict[str, Any] = {}
+    if runtime.sessions_root is not None:
+        changes["sessions_root"] = Path(resolve(runtime.sessions_root))
+    if runtime.index and runtime.index.get("path"):
+        changes["index"] = {**runtime.index, "path": resolve(runtime.index["path"])}
+    return runtime.model_copy(update=changes) if changes else runtime
 
 
 def _json_argument(text: str | None, option: str) -> Any:
@@ -62,11 +77,7 @@ def _json_argument(text: str | None, option: str) -> Any:
 def read_text(path: str, limit: int) -> str:
     """A UTF-8 text file of at most ``limit`` bytes, or standard input with '-'."""
     try:
-        if path == "-":
-            raw = sys.stdin.buffer.read(limit + 1)
-        else:
-            with open(path, "rb") as handle:
-                raw = handle.read(limit + 1)
+        raw = read_bytes(path, limit)
     except OSError as exc:
         raise InvalidInput(f"cannot read {path}: {exc.strerror}") from exc
     if len(raw) > limit:
@@ -87,14 +98,39 @@ def _read_document(path: str) -> Any:
 
 
 @contextmanager
-def _services(runtime: Any = None) -> Iterator[Any]:
+def _services(runtime: Any = None, *, workspace: str | None = None, projection: Any = None) -> Iterator[Any]:
+    """The engines for this command (the service's warm ones, or built for this process
+    and closed after it), once the principal may run the command in ``workspace``
+    (default: the runtime file's)."""
+    invocation = current()
+    context = (invocation.services or _built_services)(runtime, projection)
+    with context as services:
+        authorize(services, workspace if workspace is not None else getattr(runtime, "workspace", None))
+        yield services
+
+
+@contextmanager
+def _built_services(runtime: Any, projection: Any) -> Iterator[Any]:
     from tht.bootstrap import build_services
 
-    services = build_services(runtime)
+    services = build_services(runtime, projection=projection)
     try:
         yield services
     finally:
         services.close()
+
+
+def authorize(services: Any, workspace: str | None) -> None:
+    """Check the command's capability for its principal: a token's user, or the
+    operator (no token: this process holds THT_HOME or the database credentials)."""
+    invocation = current()
+    if invocation.token is None:
+        return
+    principal = invocation.principal = services.accounts.by_token(invocation.token)
+    if invocation.capability == OPERATOR_ONLY:
+        raise Forbidden("this command is the operator's: run it where THT_HOME is (without a token)")
+    if invocation.capability != SIGNED:
+        principal.require(invocation.capability, workspace)
 
 
 # --- memory -------------------------------------------------------------------------
@@ -109,7 +145,7 @@ def memory_list(
         ' page, page_size (1-100, default 20)'))] = None,
 ) -> None:
     """Search, filter and paginate the workspace's archive."""
-    runtime = load_runtime_config(config)
+    runtime = load_runtime(config)
     query = parse_list_query(_json_argument(filters, "--filters"))
     with _services(runtime) as services:
         emit(services.memory.list_cards(runtime.workspace, query).as_json())
@@ -118,7 +154,7 @@ def memory_list(
 @memory_app.command("show")
 def memory_show(card_id: Annotated[str, typer.Argument(help="Card id (mem-<uuid>)")], config: ConfigOption) -> None:
     """Print a complete card: fields, dependencies, links out and in, origin, revision."""
-    runtime = load_runtime_config(config)
+    runtime = load_runtime(config)
     with _services(runtime) as services:
         emit(services.memory.get_card(runtime.workspace, card_id).as_json())
 
@@ -129,7 +165,7 @@ def memory_create(
     data: Annotated[str, typer.Option(help="Card JSON file ('-' for standard input)")],
 ) -> None:
     """Create a manual card with its dependencies and links."""
-    runtime = load_runtime_config(config)
+    runtime = load_runtime(config)
     card = parse_card_input(_read_document(data))
     with _services(runtime) as services:
         emit(services.memory.create_card(runtime.workspace, card).as_json())
@@ -142,7 +178,7 @@ def memory_update(
     data: Annotated[str, typer.Option(help="Card JSON file ('-' for standard input); 'revision' makes the save conditional")],
 ) -> None:
     """Replace a card's content, dependencies and outgoing links together."""
-    runtime = load_runtime_config(config)
+    runtime = load_runtime(config)
     from tht.memory.model import card_id_to_uuid, uuid_to_card_id
 
     card_id = uuid_to_card_id(card_id_to_uuid(card_id))
@@ -159,7 +195,7 @@ def memory_delete(
     revision: Annotated[Optional[int], typer.Option(help="Delete only if the card is still at this revision")] = None,
 ) -> None:
     """Delete a card with its dependencies and incident links (other cards stay)."""
-    runtime = load_runtime_config(config)
+    runtime = load_runtime(config)
     if not yes:
         raise InvalidInput(f"refusing to delete {card_id} without --yes")
     with _services(runtime) as services:
@@ -169,7 +205,7 @@ def memory_delete(
 @memory_app.command("pending")
 def memory_pending(config: ConfigOption) -> None:
     """List incomplete projection operations (saved, not yet in the search index)."""
-    runtime = load_runtime_config(config)
+    runtime = load_runtime(config)
     with _services(runtime) as services:
         items = services.memory.pending(runtime.workspace)
         emit({"items": [item.model_dump(mode="json") for item in items]})
@@ -178,7 +214,7 @@ def memory_pending(config: ConfigOption) -> None:
 @memory_app.command("retry")
 def memory_retry(card_id: Annotated[str, typer.Argument(help="Card id (mem-<uuid>)")], config: ConfigOption) -> None:
     """Retry a card's index work from its current state (re-index it, or remove a deleted card's point)."""
-    runtime = load_runtime_config(config)
+    runtime = load_runtime(config)
     with _services(runtime) as services:
         outcome = services.projector.retry(runtime.workspace, card_id)
         emit({"id": card_id, "index": outcome.as_json()})
@@ -187,14 +223,9 @@ def memory_retry(card_id: Annotated[str, typer.Argument(help="Card id (mem-<uuid
 @memory_app.command("index")
 def memory_index(config: ConfigOption) -> None:
     """Rebuild the workspace's search projection (domain memory and solved questions) from the archive."""
-    runtime = load_runtime_config(config)
-
-    def progress(done: int, total: int) -> None:
-        sys.stderr.write(f"indexed {done}/{total} cards\n")
-        sys.stderr.flush()
-
+    runtime = load_runtime(config)
     with _services(runtime) as services:
-        emit(services.projector.rebuild(runtime.workspace, progress))
+        emit(services.projector.rebuild(runtime.workspace, lambda done, total: progress(f"indexed {done}/{total} cards")))
 
 
 @memory_app.command("check")
@@ -203,7 +234,7 @@ def memory_check(
     repair: Annotated[bool, typer.Option("--repair", help="Re-index what drifted and remove orphan points")] = False,
 ) -> None:
     """Report drift between archive and index: missing, stale, orphan and wrong-format points."""
-    runtime = load_runtime_config(config)
+    runtime = load_runtime(config)
     with _services(runtime) as services:
         emit(services.projector.check(runtime.workspace, repair=repair))
 
@@ -221,7 +252,7 @@ def _recall(kind: str, question: str | None, config: Path, filters: str | None, 
             error: str | None = None) -> None:
     from tht.memory.recall_service import parse_recall_query
 
-    runtime = load_runtime_config(config)
+    runtime = load_runtime(config)
     query = parse_recall_query(_json_argument(filters, "--filters"))
     with _services(runtime) as services:
         exclude = services.workflow.decided_cards(session) if session is not None else frozenset()
@@ -291,20 +322,26 @@ def workspace_create(
 ) -> None:
     """Create a workspace with its language."""
     with _services() as services:
-        emit(services.workspaces.create(workspace_id, language, name).model_dump(mode="json"))
+        created = services.workspaces.create(workspace_id, language, name)
+        principal = current().principal
+        if principal is not None:  # a token's admin administers what it creates
+            services.accounts.add_memberships(principal.user, [created.id])
+        emit(created.model_dump(mode="json"))
 
 
 @workspace_app.command("list")
 def workspace_list() -> None:
     """List workspaces (ids, names, languages)."""
     with _services() as services:
-        emit({"items": [w.model_dump(mode="json") for w in services.workspaces.list()]})
+        principal = current().principal
+        emit({"items": [w.model_dump(mode="json") for w in services.workspaces.list()
+                        if principal is None or w.id in principal.workspaces]})
 
 
 @workspace_app.command("show")
 def workspace_show(workspace_id: Annotated[str, typer.Argument(help="Workspace id")]) -> None:
     """Show a workspace with its card counts per family and pending index work."""
-    with _services() as services:
+    with _services(workspace=workspace_id) as services:
         emit(services.workspaces.show(workspace_id).as_json())
 
 
@@ -314,18 +351,19 @@ def workspace_show(workspace_id: Annotated[str, typer.Argument(help="Workspace i
 @user_app.command("create")
 def user_create(
     name: Annotated[str, typer.Argument(help="User name (letters, digits, . _ @ -)")],
-    role: Annotated[str, typer.Option(help="admin (memory.manage) or user")],
+    role: Annotated[str, typer.Option(help="admin (memory.manage), user (read and recall) or agent (recall and"
+                                           " proposals)")],
     workspace: Annotated[list[str], typer.Option(help="A workspace the user belongs to (repeat the option)")],
     password_file: Annotated[Optional[Path], typer.Option(help="File holding a password for the login form")] = None,
 ) -> None:
     """Create a user; prints its API bearer token (shown once)."""
     password = None
     if password_file is not None:
-        try:
-            password = password_file.read_text().rstrip("\r\n")
-        except OSError as exc:
-            raise InvalidInput(f"cannot read {password_file}: {exc.strerror}") from exc
+        password = read_text(str(password_file), 4096).rstrip("\r\n")
     with _services() as services:
+        principal = current().principal
+        for each in workspace if principal is not None else ():
+            principal.require(MANAGE, each)  # an admin gives access only to what it administers
         emit(services.accounts.create_user(name, role, workspace, password))
 
 
@@ -347,20 +385,9 @@ def memory_admin(
 
     key = load_key()
     principal, request, nonce, expires = verify(_read_document(str(config)), key, workspace=workspace)
-    with _services_for(ProjectionSettings()) as services:
+    with _services(projection=ProjectionSettings(), workspace=workspace) as services:
         services.accounts.use_nonce(nonce, expires)
         emit(services.admin.execute(principal, request))
-
-
-@contextmanager
-def _services_for(projection: Any) -> Iterator[Any]:
-    from tht.bootstrap import build_services
-
-    services = build_services(projection=projection)
-    try:
-        yield services
-    finally:
-        services.close()
 
 
 @app.command("serve")
@@ -370,11 +397,16 @@ def serve(
     demo: Annotated[bool, typer.Option("--demo", help="Load the demo workspace (BIRD Mini-Dev evidence) first")] = False,
     config: Annotated[Optional[Path], typer.Option("-c", "--config", help="YAML with index and embedding sections")] = None,
     secure: Annotated[bool, typer.Option("--secure", help="Served behind HTTPS: Secure, __Host- session cookie")] = False,
+    web: Annotated[bool, typer.Option("--web/--no-web", help="Serve the pages and the HTTP API (--no-web: only the"
+                                      " local socket, for an agent host)")] = True,
+    idle_timeout: Annotated[float, typer.Option(min=0, help="Exit after this many seconds without a command"
+                                                 " (0: never)")] = 0,
 ) -> None:
-    """Run the administration web app on the embedded engines (or the configured ones)."""
+    """Run the installation's service: it owns the engines and serves the CLI's socket,
+    the administration pages and the HTTP API (the embedded engines, or the configured ones)."""
     from tht.web.server import run_server
 
-    run_server(host=host, port=port, demo=demo, config=config, secure=secure)
+    run_server(host=host, port=port, demo=demo, config=config, secure=secure, web=web, idle_timeout=idle_timeout)
 
 
 # --- embedded database --------------------------------------------------------------
@@ -433,14 +465,26 @@ def _names_a_group(command: Any, args: list[str]) -> bool:
     return hasattr(command, "commands")
 
 
-def main(argv: list[str] | None = None) -> int:
+_command: Any = None
+
+
+def main(argv: list[str] | None = None, *, token: str | None = None) -> int:
+    """Run one command; ``token`` names its principal (None: the operator)."""
+    global _command
     _configure_logging()
-    command = typer.main.get_command(app)
+    if _command is None:
+        _command = typer.main.get_command(app)
+    command = _command
     args = sys.argv[1:] if argv is None else argv
+    invocation = current()
+    invocation = replace(invocation, token=token if token is not None else invocation.token,
+                         capability=required(args), principal=None)
     try:
         # A group without its command: Typer prints the group's help to stdout while
-        # raising, and stdout carries only the JSON error, so the help goes to stderr.
-        with redirect_stdout(sys.stderr) if _names_a_group(command, args) else nullcontext():
+        # raising, and stdout carries only the JSON error, so the help goes to stderr
+        # (in the service, where stdout is not the process's, help never arrives).
+        grouped = not invocation.in_service and _names_a_group(command, args)
+        with invoked(invocation), redirect_stdout(sys.stderr) if grouped else nullcontext():
             result = command.main(args=args, prog_name="tht", standalone_mode=False)
         return result if isinstance(result, int) else 0
     except typer.Exit as exc:
@@ -456,7 +500,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # the last line of defence: JSON, never a traceback on stdout
         log.error("unexpected error: %s", exc, exc_info=os.environ.get("THT_DEBUG") == "1")
         error = ThothError(f"internal error ({type(exc).__name__}); rerun with THT_DEBUG=1 for details")
-    emit(error.to_dict())
+    with invoked(invocation):
+        emit(error.to_dict())
     return error.exit_code
 
 

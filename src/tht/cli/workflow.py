@@ -11,8 +11,7 @@ from typing import Annotated
 
 import typer
 
-from tht.cli.main import ConfigOption, JsonFlag, _read_document, _services, emit, memory_app
-from tht.settings import load_runtime_config
+from tht.cli.main import ConfigOption, JsonFlag, _read_document, _services, emit, load_runtime, memory_app
 
 SessionOption = Annotated[str, typer.Option("--session", help="The workflow session id (a directory of sessions_root)")]
 
@@ -24,7 +23,7 @@ def memory_propose(
     data: Annotated[str, typer.Option(help="memory_proposals.json to validate ('-' for standard input)")],
 ) -> None:
     """Validate the session's Memory proposals against its ledger and the archive, and record them."""
-    runtime = load_runtime_config(config)
+    runtime = load_runtime(config)
     document = _read_document(data)
     with _services(runtime) as services:
         emit(services.workflow.propose(runtime.workspace, session, document))
@@ -33,7 +32,7 @@ def memory_propose(
 @memory_app.command("summary")
 def memory_summary(config: ConfigOption, session: SessionOption, json_output: JsonFlag = False) -> None:
     """The reviewer's editable summary: additions, updates with their change, the solved question, links."""
-    runtime = load_runtime_config(config)
+    runtime = load_runtime(config)
     with _services(runtime) as services:
         emit(services.workflow.summary(runtime.workspace, session))
 
@@ -47,7 +46,7 @@ def memory_review_apply(
     from tht.protected import load_key
     from tht.workflow.gate import verify_gate_request
 
-    runtime = load_runtime_config(config)
+    runtime = load_runtime(config)
     key = load_key()
     gate = verify_gate_request(_read_document(request), key, workspace=runtime.workspace)
     with _services(runtime) as services:
@@ -62,6 +61,6 @@ def memory_solved_index(
     json_output: JsonFlag = False,
 ) -> None:
     """Retry the projection of a session's reviewed solved question (never creates content)."""
-    runtime = load_runtime_config(config)
+    runtime = load_runtime(config)
     with _services(runtime) as services:
         emit(services.workflow.solved_index(runtime.workspace, session))

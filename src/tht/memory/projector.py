@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tht.errors import NotFound
-from tht.faults import crash_point
+from tht.faults import crash_point, simulated_outage
 from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive
 from tht.memory.embedding import Embedder, EmbedderUnavailable, SparseEncoder, SparseVector
 from tht.memory.index import IndexPoint, IndexUnavailable, SearchIndex
@@ -64,6 +64,8 @@ class IndexProjector:
         return fingerprint(self.embedder.model_id, self.embedder.dimension, self.encoder(language).settings_id)
 
     def ensure_collection(self) -> None:
+        if simulated_outage("index"):
+            raise IndexUnavailable("the search index is unavailable (an outage simulated by THT_OUTAGE_FILE)")
         if not self._collection_ready:
             self.index.ensure_collection(self.embedder.dimension)
             self._collection_ready = True

@@ -11,6 +11,7 @@ workspace membership, then the service checks the principal again (MemoryAdmin).
 import hashlib
 import hmac
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -38,6 +39,7 @@ from tht.memory.admin import AdminRequest
 from tht.memory.model import FAMILIES, MAX_DOCUMENT_BYTES
 from tht.web import schemas
 from tht.web.catalog import catalog_router
+from tht.web.cli_route import cli_router
 from tht.web.review import review_router
 
 HERE = Path(__file__).parent
@@ -64,7 +66,9 @@ def error_response(error: ThothError) -> JSONResponse:
     return JSONResponse(error.to_dict(), status_code=error.http_status)
 
 
-def create_app(services: Services, settings: WebSettings | None = None) -> FastAPI:
+def create_app(services: Services, settings: WebSettings | None = None,
+               run_command: Callable[..., None] | None = None) -> FastAPI:
+    """``run_command``: the service's command runner, served as ``POST /api/cli``."""
     settings = settings or WebSettings()
     app = FastAPI(
         title="Thoth Memory administration API",
@@ -328,6 +332,8 @@ def create_app(services: Services, settings: WebSettings | None = None) -> FastA
         return render(request, "databases.html", "databases")
 
     app.include_router(review_router(services, principal, render))  # the reviewer's page and API
+    if run_command is not None:
+        app.include_router(cli_router(run_command))  # tht commands over HTTP (THT_SERVICE_URL)
 
     @app.get("/healthz", include_in_schema=False)
     def health() -> dict[str, str]:

@@ -1,13 +1,15 @@
 """`tht serve`: the administration web app on the embedded engines (or configured ones).
 
-Prints one JSON line on stdout when ready: the URL, a one-time login link for the
-`admin` user (who belongs to every workspace) and that user's API token when it was
-just created. Logs go to stderr.
+`tht serve` is the installation's service (tht.service.server) with the pages and the
+API. It prints one JSON line on stdout when ready: the URL, a one-time login link for
+the `admin` user, the file holding that user's API token (written 0600 in THT_HOME on
+the first start, never printed) and the service's socket. Logs go to stderr.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sys
 from pathlib import Path
@@ -16,16 +18,13 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from tht.bootstrap import ProjectionSettings, build_services
+from tht.bootstrap import ProjectionSettings
 from tht.errors import ConfigurationError, Conflict
-from tht.memory.index import EdgeIndex
-from tht.settings import find_credentials
+from tht.settings import default_home, find_credentials
 from tht.validation import describe_validation_error
 
 ADMIN_USER = "admin"
-# The web server gives the embedded index up after this idle time, so CLI commands on
-# the same data directory get their turn.
-EDGE_IDLE_RELEASE_SECONDS = 0.5
+ADMIN_TOKEN_FILE = "admin-token"
 
 
 class ServerConfig(BaseModel):
@@ -60,53 +59,86 @@ def read_server_config(path: Path | None) -> ServerConfig:
         raise ConfigurationError(f"server configuration {path}: {describe_validation_error(exc)}") from exc
 
 
-def ensure_admin(services: Any) -> str | None:
-    """The `admin` user belongs to every workspace; returns its token when created now."""
+def ensure_admin(services: Any, home: Path) -> Path | None:
+    """On the first start only: an `admin` user for the workspaces that exist (a
+    `default` one when there is none), its token written to a 0600 file in THT_HOME.
+    Later starts change no account: an administrator's memberships are the
+    administrators' business. Returns the token file when it exists."""
+    token_file = home / ADMIN_TOKEN_FILE
+    if any(user["user"] == ADMIN_USER for user in services.accounts.list_users()):
+        return token_file if token_file.exists() else None
     workspaces = [w.id for w in services.workspaces.list()]
     if not workspaces:
         services.workspaces.create("default", "en", "Default workspace")
         workspaces = ["default"]
     try:
-        return services.accounts.create_user(ADMIN_USER, "admin", workspaces)["token"]
-    except Conflict:
-        services.accounts.add_memberships(ADMIN_USER, workspaces)
-        return None
+        token = services.accounts.create_user(ADMIN_USER, "admin", workspaces)["token"]
+    except Conflict:  # another process created it meanwhile
+        return token_file if token_file.exists() else None
+    home.mkdir(parents=True, exist_ok=True)
+    token_file.unlink(missing_ok=True)
+    descriptor = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(token + "\n")
+    return token_file
 
 
-def run_server(*, host: str, port: int, demo: bool, config: Path | None, secure: bool) -> None:
+def run_server(*, host: str, port: int, demo: bool, config: Path | None, secure: bool, web: bool = True,
+               idle_timeout: float = 0) -> None:
+    """The installation's service: the engines, the socket, and (unless ``web`` is
+    False) the pages and the API on ``host:port``."""
+    from tht.service.server import Service, run_headless, take_over
+
+    home = default_home()
+    server_config = read_server_config(config)
+    if not web:
+        if demo or config:
+            raise ConfigurationError("--demo and -c need the web app (the headless service takes each command's"
+                                     " runtime file)")
+        run_headless(home, idle_timeout=idle_timeout, announce=_announce)
+        return
     import uvicorn
 
-    from tht.demo import load_demo
+    from tht.demo import DEMO_WORKSPACE, load_demo
     from tht.web.app import WebSettings, create_app
 
-    server_config = read_server_config(config)
-    services = build_services(projection=ProjectionSettings(server_config.index, server_config.embedding),
-                              sessions_root=server_config.sessions_root)
-    if isinstance(services.projector.index, EdgeIndex):
-        services.projector.index.release_after = EDGE_IDLE_RELEASE_SECONDS
+    _check_port_free(host, port)
+    projection = ProjectionSettings(server_config.index, server_config.embedding)
+    service = Service(home, idle_timeout=idle_timeout, web=True, projection=projection,
+                      sessions_root=server_config.sessions_root)
+    take_over(home, service)
     try:
+        service.start()
+        services = service.engines.services(projection, server_config.sessions_root)
         if demo:
             load_demo(services)
-        token = ensure_admin(services)
-        _check_port_free(host, port)
+        token_file = ensure_admin(services, home)
+        if demo:  # the operator asked for the demo: the admin may see it
+            services.accounts.add_memberships(ADMIN_USER, [DEMO_WORKSPACE])
         login = services.accounts.open_session(ADMIN_USER, one_time=True)
         scheme = "https" if secure else "http"
         base = f"{scheme}://{host}:{port}"
-        announcement = json.dumps({"url": f"{base}/", "login_url": f"{base}/login/once/{login}",
-                                   "admin_user": ADMIN_USER, "admin_token": token})
+        announcement = {"url": f"{base}/", "login_url": f"{base}/login/once/{login}", "admin_user": ADMIN_USER,
+                        "admin_token_file": str(token_file) if token_file else None,
+                        "socket": str(service.status()["socket"]), "pid": os.getpid()}
 
         class AnnouncingServer(uvicorn.Server):
             async def startup(self, sockets=None) -> None:
                 await super().startup(sockets)
                 if self.started:  # listening: a client may connect as soon as it reads the line
-                    sys.stdout.write(announcement + "\n")
-                    sys.stdout.flush()
+                    _announce(announcement)
 
-        config = uvicorn.Config(create_app(services, WebSettings(secure=secure)), host=host, port=port,
-                                log_level="warning")
-        AnnouncingServer(config).run()
+        app = create_app(services, WebSettings(secure=secure), run_command=service.run_command)
+        server = AnnouncingServer(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+        service.on_stop = lambda: setattr(server, "should_exit", True)
+        server.run()
     finally:
-        services.close()
+        service.close()
+
+
+def _announce(document: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(document) + "\n")
+    sys.stdout.flush()
 
 
 def _check_port_free(host: str, port: int) -> None:

@@ -1,0 +1,98 @@
+"""One run of a ``tht`` command: who asked, where its files and output go, and which
+engines it uses.
+
+In a process of its own the command reads its files, writes to this process's stdout
+and stderr and builds its engines. In the service many commands run at once on
+threads: each gets an invocation carrying the client's working directory, the bytes of
+the files it named, its output sinks, its principal (a token, or the operator) and the
+service's warm engines. The commands read all of it from here, never from ``sys``.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+from tht.errors import InvalidInput
+
+Sink = Callable[[str], None]
+
+
+def _write_stdout(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def _write_stderr(text: str) -> None:
+    sys.stderr.write(text)
+    sys.stderr.flush()
+
+
+@dataclass
+class Invocation:
+    token: str | None = None  # None: the operator (in-process, or the installation's own user on the socket)
+    cwd: str | None = None  # the client's working directory, when the command came from a client
+    files: dict[str, dict[str, Any]] | None = None  # what the client read for it: path -> data or error
+    env: Mapping[str, str] = field(default_factory=dict)  # the client's variables that a runtime file names
+    stdout: Sink = _write_stdout
+    stderr: Sink = _write_stderr
+    # the service's engines: (runtime or None, projection settings) -> Services context
+    services: Callable[..., AbstractContextManager[Any]] | None = None
+    in_service: bool = False
+    capability: str | None = None  # what the command needs (tht.cli.capabilities)
+    principal: Any = None  # the token's principal once checked (None: the operator)
+
+
+_current: ContextVar[Invocation] = ContextVar("tht_invocation", default=Invocation())  # noqa: B039 - never mutated
+
+
+def current() -> Invocation:
+    return _current.get()
+
+
+@contextmanager
+def invoked(invocation: Invocation) -> Iterator[Invocation]:
+    token = _current.set(invocation)
+    try:
+        yield invocation
+    finally:
+        _current.reset(token)
+
+
+def resolve(path: str | os.PathLike[str]) -> str:
+    """A path the user typed, relative to the client's working directory."""
+    cwd = current().cwd
+    return os.path.normpath(os.path.join(cwd, os.fspath(path))) if cwd else os.fspath(path)
+
+
+def read_bytes(path: str | os.PathLike[str], limit: int) -> bytes:
+    """At most ``limit + 1`` bytes of a file the command names ('-': standard input),
+    from the client's copy when it came from a client. Raises OSError like open()."""
+    files = current().files
+    name = os.fspath(path)
+    if files is None:
+        if name == "-":
+            return sys.stdin.buffer.read(limit + 1)
+        with open(name, "rb") as handle:
+            return handle.read(limit + 1)
+    sent = files.get("-" if name == "-" else resolve(name))
+    if sent is None:
+        raise InvalidInput(f"{name} was not sent with the command (only -c, --data, --cases, --request and"
+                           " --password-file files are)")
+    if "error" in sent:
+        raise OSError(int(sent.get("errno") or 0), str(sent["error"]))
+    return base64.b64decode(sent["data"])[:limit + 1]
+
+
+def write_stdout(text: str) -> None:
+    current().stdout(text)
+
+
+def progress(message: str) -> None:
+    current().stderr(message + "\n")

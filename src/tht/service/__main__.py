@@ -1,0 +1,3 @@
+from tht.service.server import main
+
+raise SystemExit(main())

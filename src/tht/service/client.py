@@ -1,0 +1,424 @@
+"""The ``tht`` command's entry point: a thin client of the service.
+
+Standard library only until it knows the command must run in this process. It
+decides where the command runs:
+
+- ``THT_SERVICE=off``, and the operator commands that manage the process or the
+  embedded server themselves (``serve``, ``db``, ``memory migrate``, help): here;
+- ``THT_SERVICE_URL`` set: in that service over HTTP, with a token (never here);
+- otherwise the installation's Unix socket (``$THT_HOME/run/service.sock``); with no
+  service there and the embedded engines (no ``THT_CATALOG_*``), a service is started
+  in the background (``THT_SERVICE=auto``, the default) and used; with external
+  engines the command runs here unless ``THT_SERVICE=auto`` asks for a local service.
+
+The command keeps its arguments, its one JSON document on stdout and its exit code
+wherever it runs. The files a command names (``-c``, ``--data``, ``--cases``,
+``--request``, ``--password-file``, or ``-`` for standard input) are read here and sent
+with it, so the service reads nothing of the client's file system but the workflow's
+session directories.
+"""
+
+from __future__ import annotations
+
+import base64
+import errno
+import fcntl
+import json
+import os
+import re
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tht.errors import (
+    Interrupted,
+    InvalidInput,
+    ServiceLost,
+    ServiceTimeout,
+    ServiceUnavailable,
+    ServiceUntrusted,
+    ServiceVersionMismatch,
+    ThothError,
+)
+from tht import __version__
+from tht.service import paths
+
+FILE_OPTIONS = ("-c", "--config", "--data", "--cases", "--request", "--password-file")
+MAX_FILE_BYTES = 16 * 1024 * 1024  # the largest input any command accepts (eval cases)
+# Commands that manage this process, the embedded server or the schema: always here.
+LOCAL_COMMANDS = {("serve",), ("db",), ("memory", "migrate")}
+HELP_FLAGS = {"--help", "-h"}
+DEFAULT_IDLE_SECONDS = 900
+DEFAULT_TIMEOUT_SECONDS = 60.0  # silence from the service (it sends a heartbeat every few seconds)
+START_TIMEOUT_SECONDS = 60.0
+# Errors the service's HTTP face answers before running the command.
+_HTTP_EXIT = {400: 2, 401: 5, 403: 5, 404: 3, 409: 10, 413: 2, 415: 2, 422: 2, 429: 10, 503: 10}
+_URL_ENV = re.compile(r"url_env\s*:\s*[\"']?([A-Za-z_][A-Za-z0-9_]{0,127})")
+
+
+def emit(document: Any) -> None:
+    sys.stdout.write(json.dumps(document, ensure_ascii=False, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def _fail(error: ThothError) -> int:
+    emit(error.to_dict())
+    return error.exit_code
+
+
+# --- where the command runs ------------------------------------------------------------
+
+
+def _command_words(args: list[str]) -> tuple[str, ...]:
+    return tuple(a for a in args[:2] if not a.startswith("-"))
+
+
+def runs_here(args: list[str], env: dict[str, str] | os._Environ[str]) -> bool:
+    if env.get("THT_SERVICE", "auto").lower() == "off" or not args or HELP_FLAGS & set(args):
+        return True
+    words = _command_words(args)
+    return any(words[:len(local)] == local for local in LOCAL_COMMANDS) or len(words) < 2 and words != ("demo",)
+
+
+def _external_engines(env: dict[str, str] | os._Environ[str]) -> bool:
+    return any(key.startswith("THT_CATALOG_") for key in env)
+
+
+def _token(args: list[str], env: dict[str, str] | os._Environ[str]) -> tuple[list[str], str | None]:
+    """``--token-file F`` (a global option, before the command) or ``THT_TOKEN_FILE``,
+    else ``THT_TOKEN``; the option is removed from the arguments."""
+    rest, path = [], env.get("THT_TOKEN_FILE")
+    words = iter(args)
+    for arg in words:
+        if arg == "--token-file":
+            path = next(words, "")
+        elif arg.startswith("--token-file="):
+            path = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+    if path is not None:
+        try:
+            return rest, Path(path).read_text().strip()
+        except OSError as exc:
+            raise InvalidInput(f"cannot read the token file {path}: {exc.strerror}") from exc
+    return rest, (env.get("THT_TOKEN") or "").strip() or None
+
+
+# --- the request ---------------------------------------------------------------------
+
+
+def _read(path: str, stdin_data: list[bytes | None]) -> dict[str, str]:
+    try:
+        if path == "-":
+            if stdin_data[0] is None:
+                stdin_data[0] = sys.stdin.buffer.read(MAX_FILE_BYTES + 1)
+            data = stdin_data[0]
+        else:
+            with open(path, "rb") as handle:
+                data = handle.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        return {"error": exc.strerror or str(exc), "errno": exc.errno or 0}
+    return {"data": base64.b64encode(data).decode("ascii")}
+
+
+def build_request(args: list[str], token: str | None) -> dict[str, Any]:
+    """The command as the service runs it: arguments, working directory, the named
+    files' bytes, and the environment variables a runtime file names (``url_env``)."""
+    cwd = os.getcwd()
+    files: dict[str, dict[str, str]] = {}
+    stdin_data: list[bytes | None] = [None]
+    env: dict[str, str] = {}
+    for i, arg in enumerate(args):
+        value = None
+        if arg in FILE_OPTIONS and i + 1 < len(args):
+            value = args[i + 1]
+        elif "=" in arg and arg.split("=", 1)[0] in FILE_OPTIONS[1:]:
+            value = arg.split("=", 1)[1]
+        if value is None:
+            continue
+        key = "-" if value == "-" else os.path.normpath(os.path.join(cwd, value))
+        files[key] = _read(value, stdin_data)
+        data = files[key].get("data")
+        if data and (arg in ("-c", "--config") or arg.startswith("--config=")):
+            text = base64.b64decode(data).decode("utf-8", "replace")
+            for name in _URL_ENV.findall(text):
+                if name in os.environ:
+                    env[name] = os.environ[name]
+    return {"protocol": paths.PROTOCOL, "version": __version__, "argv": args, "cwd": cwd,
+            "files": files, "env": env, "token": token}
+
+
+# --- talking to the service over its Unix socket -----------------------------------------
+
+
+def _check_trust(home: Path) -> None:
+    for path, directory in ((paths.run_dir(home), True), (paths.socket_path(home), False)):
+        reason = paths.untrusted_reason(path, directory=directory)
+        if reason:
+            raise ServiceUntrusted(f"refusing the service socket: {reason}", details={"path": str(path)})
+
+
+def _connect(home: Path, timeout: float) -> socket.socket | None:
+    """A connection to a live service, or None when none listens (no socket, or a
+    stale one left by a killed service)."""
+    _check_trust(home)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        sock.connect(str(paths.socket_path(home)))
+    except (FileNotFoundError, ConnectionRefusedError):
+        sock.close()
+        return None
+    except OSError as exc:
+        sock.close()
+        if exc.errno in (errno.ENOENT, errno.ECONNREFUSED):
+            return None
+        raise ServiceUnavailable(f"cannot reach the service: {exc.strerror}") from exc
+    return sock
+
+
+def _exchange(sock: socket.socket, request: dict[str, Any]) -> tuple[int, str]:
+    """Send one request; copy progress to stderr; return the exit code and stdout."""
+    with sock:
+        sock.sendall(json.dumps(request).encode() + b"\n")
+        reader = sock.makefile("rb")
+        while True:
+            try:
+                line = reader.readline()
+            except TimeoutError as exc:
+                raise ServiceTimeout("the service did not answer in time (THT_SERVICE_TIMEOUT seconds);"
+                                     " the command may still complete there") from exc
+            except OSError as exc:
+                raise ServiceLost(f"the service connection broke: {exc.strerror}") from exc
+            if not line:
+                raise ServiceLost("the service closed the connection before answering (it stopped or died);"
+                                  " the next command starts a new one")
+            event = json.loads(line)
+            if "stderr" in event:
+                sys.stderr.write(event["stderr"])
+                sys.stderr.flush()
+            elif "exit" in event:
+                return int(event["exit"]), event.get("stdout", "")
+
+
+def service_status(home: Path, timeout: float = 5.0) -> dict[str, Any] | None:
+    sock = _connect(home, timeout)
+    if sock is None:
+        return None
+    with sock:
+        sock.sendall(json.dumps({"op": "status"}).encode() + b"\n")
+        line = sock.makefile("rb").readline()
+    return json.loads(line).get("status") if line else None
+
+
+def stop_service(home: Path, token: str | None = None, timeout: float = 30.0) -> bool:
+    """Ask the service to stop and wait for it to go; False if none was running."""
+    sock = _connect(home, timeout)
+    if sock is None:
+        return False
+    with sock:
+        sock.sendall(json.dumps({"op": "shutdown", "token": token}).encode() + b"\n")
+        answer = sock.makefile("rb").readline()
+    reply = json.loads(answer) if answer else {}
+    if "error" in reply:
+        raise ThothError.from_dict(reply, exit_code=5)
+    _wait_gone(home, timeout)
+    return True
+
+
+def _wait_gone(home: Path, timeout: float) -> None:
+    lock = paths.run_dir(home) / "service.lock"
+    deadline = time.monotonic() + timeout
+    with open(lock, "a+") as handle:
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(handle, fcntl.LOCK_UN)
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise ServiceTimeout("the service did not stop in time") from None
+                time.sleep(0.05)
+
+
+def start_service(home: Path, env: dict[str, str] | os._Environ[str], timeout: float = START_TIMEOUT_SECONDS) -> None:
+    """Start a headless service in the background, unless one is (or just got) running.
+
+    ``start.lock`` serializes starters: the second of two racing commands finds the
+    first one's service when it gets the lock. The service itself holds
+    ``service.lock`` for its life, so a second service refuses to run."""
+    folder = paths.make_run_dir(home)
+    _check_trust(home)
+    with open(folder / "start.lock", "a+") as starting:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(starting, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise ServiceUnavailable("another command has been starting the service for too long") from None
+                time.sleep(0.02)
+        probe = _connect(home, 5.0)
+        if probe is not None:
+            probe.close()
+            return
+        idle = env.get("THT_SERVICE_IDLE_TIMEOUT", str(DEFAULT_IDLE_SECONDS))
+        import subprocess
+
+        log = open(folder / "service.log", "ab")  # noqa: SIM115 - handed to the child
+        with log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "tht.service", "--idle-timeout", idle, "--auto-started"],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
+                env={**env, "THT_HOME": str(home)})
+        while time.monotonic() < deadline:
+            probe = _connect(home, 5.0)
+            if probe is not None:
+                probe.close()
+                return
+            if process.poll() is not None:
+                break
+            time.sleep(0.02)
+        tail = _log_tail(folder / "service.log")
+        raise ServiceUnavailable("the service did not start" + (f": {tail}" if tail else ""),
+                                 details={"log": str(folder / "service.log"), "exit": process.poll()})
+
+
+def _log_tail(log: Path) -> str:
+    try:
+        lines = log.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return lines[-1] if lines else ""
+
+
+def connect_or_start(home: Path, *, auto: bool, env: dict[str, str] | os._Environ[str],
+                     timeout: float) -> socket.socket | None:
+    """A connection to the installation's service, starting one when ``auto``; None
+    when none runs and none may be started (the command then runs here)."""
+    sock = _connect(home, timeout)
+    if sock is None and auto:
+        start_service(home, env)
+        sock = _connect(home, timeout)
+        if sock is None:
+            raise ServiceUnavailable("the service started but does not accept connections")
+    return sock
+
+
+def run_on_socket(home: Path, sock: socket.socket, request: dict[str, Any], *, auto: bool,
+                  env: dict[str, str] | os._Environ[str], timeout: float) -> tuple[int, str]:
+    code, stdout = _exchange(sock, request)
+    mismatch = _mismatch(stdout) if code == ServiceVersionMismatch.exit_code else None
+    if mismatch is not None and auto and mismatch.get("auto_started"):
+        # An idle service of an earlier build: replace it, once.
+        stop_service(home, request.get("token"))
+        start_service(home, env)
+        sock = _connect(home, timeout)
+        if sock is None:
+            raise ServiceUnavailable("the service restarted but does not accept connections")
+        code, stdout = _exchange(sock, request)
+    return code, stdout
+
+
+def _mismatch(stdout: str) -> dict[str, Any] | None:
+    try:
+        error = json.loads(stdout)["error"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return error.get("details") or {} if error.get("code") == ServiceVersionMismatch.code else None
+
+
+# --- talking to a service over HTTP ------------------------------------------------------
+
+
+def run_over_http(url: str, request: dict[str, Any], timeout: float) -> tuple[int, str]:
+    import http.client
+    from urllib.parse import urlsplit
+
+    if not request.get("token"):
+        raise InvalidInput("THT_SERVICE_URL needs a token: set THT_TOKEN, THT_TOKEN_FILE or --token-file")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidInput(f"THT_SERVICE_URL must be an http(s) URL, not '{url}'")
+    connection_class = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    connection = connection_class(parts.hostname, parts.port, timeout=timeout)
+    body = json.dumps({k: v for k, v in request.items() if k != "token"}).encode()
+    try:
+        connection.request("POST", parts.path.rstrip("/") + "/api/cli", body=body, headers={
+            "Content-Type": "application/json", "Authorization": f"Bearer {request['token']}"})
+        response = connection.getresponse()
+        if response.status != 200:
+            text = response.read().decode("utf-8", "replace")
+            try:
+                json.loads(text)["error"]
+            except (ValueError, KeyError, TypeError):
+                raise ServiceUnavailable(f"the service at {url} answered HTTP {response.status}") from None
+            return _HTTP_EXIT.get(response.status, ServiceUnavailable.exit_code), text.strip()
+        while True:
+            line = response.readline()
+            if not line:
+                raise ServiceLost(f"the service at {url} closed the connection before answering")
+            event = json.loads(line)
+            if "stderr" in event:
+                sys.stderr.write(event["stderr"])
+                sys.stderr.flush()
+            elif "exit" in event:
+                return int(event["exit"]), event.get("stdout", "")
+    except TimeoutError as exc:
+        raise ServiceTimeout(f"the service at {url} did not answer in time") from exc
+    except (ConnectionError, http.client.HTTPException, OSError) as exc:
+        if isinstance(exc, ThothError):
+            raise
+        raise ServiceUnavailable(f"cannot reach the service at {url}: {exc}") from exc
+    finally:
+        connection.close()
+
+
+# --- entry point -------------------------------------------------------------------------
+
+
+def run_here(args: list[str], token: str | None) -> int:
+    from tht.cli.main import main as cli_main
+
+    return cli_main(args, token=token)
+
+
+def main(argv: list[str] | None = None) -> int:
+    env = os.environ
+    args = sys.argv[1:] if argv is None else list(argv)
+    try:
+        args, token = _token(args, env)
+        if args == ["--version"]:
+            emit({"version": __version__})
+            return 0
+        if runs_here(args, env):
+            return run_here(args, token)
+        timeout = float(env.get("THT_SERVICE_TIMEOUT") or DEFAULT_TIMEOUT_SECONDS)
+        if env.get("THT_SERVICE_URL"):
+            code, stdout = run_over_http(env["THT_SERVICE_URL"], build_request(args, token), timeout)
+        else:
+            mode = env.get("THT_SERVICE", "").lower()
+            auto = mode == "auto" or (mode == "" and not _external_engines(env))
+            home = paths.default_home(env)
+            sock = connect_or_start(home, auto=auto, env=env, timeout=timeout)
+            if sock is None:  # before reading anything: standard input stays the command's
+                return run_here(args, token)
+            code, stdout = run_on_socket(home, sock, build_request(args, token), auto=auto, env=env,
+                                         timeout=timeout)
+    except KeyboardInterrupt:
+        return _fail(Interrupted(
+            "interrupted: the command was handed to the service and goes on there (detached); its"
+            " result is not shown", details={"detached": True}))
+    except ThothError as exc:
+        return _fail(exc)
+    if stdout:
+        sys.stdout.write(stdout if stdout.endswith("\n") else stdout + "\n")
+        sys.stdout.flush()
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

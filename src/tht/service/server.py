@@ -1,0 +1,364 @@
+"""The service: one process per installation that owns the engines and runs commands.
+
+It keeps the archive's connection pool, the index adapters (the only opener of the
+embedded Qdrant Edge index) and the embedders warm, and serves:
+
+- the installation's Unix socket (``$THT_HOME/run/service.sock``, in a 0700 directory):
+  one JSON request a line, answered by JSON events (``{"stderr": ...}`` progress,
+  ``{"alive": true}`` heartbeats, then ``{"exit": N, "stdout": ...}``);
+- with ``tht serve``, also the pages and the HTTP API (``POST /api/cli`` runs a
+  command for a token over HTTP).
+
+Who may do what: a socket peer that is the installation's own user (or root) and sends
+no token is the operator, exactly as if it ran the command itself with THT_HOME; with a
+token, the token's principal and its capabilities (``tht.cli.capabilities``). A peer of
+another user must send a token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import logging
+import os
+import signal
+import socket
+import socketserver
+import struct
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+from tht import __version__
+from tht.errors import Conflict, InvalidInput, ServiceVersionMismatch, ThothError, Unauthenticated
+from tht.service import paths
+
+log = logging.getLogger("tht.service")
+
+MAX_REQUEST_BYTES = 64 * 1024 * 1024  # a command's files travel base64-encoded inside
+HEARTBEAT_SECONDS = 5.0
+POOL_CONNECTIONS = 16  # concurrent commands that reach PostgreSQL at once
+DRAIN_SECONDS = 30.0
+BUILD_CHECK_SECONDS = 2.0  # how long a stopping service lets running commands finish
+
+Send = Callable[[dict[str, Any]], None]
+
+
+class ServiceRunning(Conflict):
+    code = "service_running"
+    default_message = "a service already runs for this THT_HOME"
+
+
+class Service:
+    """The engines and the socket of one installation (``home``)."""
+
+    def __init__(self, home: Path, *, idle_timeout: float = 0, auto_started: bool = False, web: bool = False,
+                 projection: Any = None, sessions_root: Path | None = None) -> None:
+        self.home = home
+        self.idle_timeout = idle_timeout  # 0: never exit when idle
+        self.auto_started = auto_started
+        self.web = web
+        self.projection = projection  # the server configuration's index and embedding (the pages')
+        self.sessions_root = sessions_root
+        self.build = paths.build_stamp()
+        self.build_changed = False
+        self.engines: Any = None
+        self.on_stop: Callable[[], None] | None = None  # how a stop request ends the process
+        self._lock_file: IO[str] | None = None
+        self._server: socketserver.ThreadingUnixStreamServer | None = None
+        self._active = 0
+        self._last_activity = time.monotonic()
+        self._state = threading.Condition()
+        self._build_checked = time.monotonic()
+        self.stopped = threading.Event()
+
+    # --- life --------------------------------------------------------------------------
+
+    def acquire(self) -> None:
+        """Become the installation's service, or raise ``ServiceRunning``."""
+        folder = paths.make_run_dir(self.home)
+        reason = paths.untrusted_reason(folder, directory=True)
+        if reason:
+            raise InvalidInput(f"cannot run the service: {reason}")
+        handle = open(folder / "service.lock", "a+")  # noqa: SIM115 - held for the process's life
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise ServiceRunning(details=self.describe_running()) from None
+        self._lock_file = handle
+
+    def describe_running(self) -> dict[str, Any] | None:
+        try:
+            return json.loads((paths.run_dir(self.home) / "service.json").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def start(self) -> None:
+        """Open the engines, then listen (a stale socket of a killed service is replaced:
+        holding the lock proves nobody else serves it)."""
+        from tht.bootstrap import Engines
+
+        self.engines = Engines(max_connections=POOL_CONNECTIONS)
+        path = paths.socket_path(self.home)
+        path.unlink(missing_ok=True)
+        service = self
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                service.handle_connection(self.connection, self.rfile)
+
+        class Server(socketserver.ThreadingUnixStreamServer):
+            daemon_threads = True
+            request_queue_size = 128
+
+        old_umask = os.umask(0o177)  # the socket is born 0600
+        try:
+            self._server = Server(str(path), Handler)
+        finally:
+            os.umask(old_umask)
+        status = self.status()
+        tmp = paths.run_dir(self.home) / "service.json.partial"
+        tmp.write_text(json.dumps(status))
+        os.replace(tmp, paths.run_dir(self.home) / "service.json")
+        threading.Thread(target=self._server.serve_forever, name="tht-socket", daemon=True).start()
+        if self.idle_timeout > 0:
+            threading.Thread(target=self._watch_idle, name="tht-idle", daemon=True).start()
+        log.info("service %s listening on %s", os.getpid(), path)
+
+    def status(self) -> dict[str, Any]:
+        return {"pid": os.getpid(), "protocol": paths.PROTOCOL, "build": self.build, "web": self.web,
+                "auto_started": self.auto_started, "idle_timeout": self.idle_timeout,
+                "socket": str(paths.socket_path(self.home)), "active": self._active}
+
+    def request_stop(self) -> None:
+        if self.on_stop is not None:
+            self.on_stop()
+        else:
+            self.stopped.set()
+
+    def close(self) -> None:
+        """Stop listening, let running commands finish (bounded), close the engines."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        with self._state:
+            self._state.wait_for(lambda: self._active == 0, timeout=DRAIN_SECONDS)
+        paths.socket_path(self.home).unlink(missing_ok=True)
+        (paths.run_dir(self.home) / "service.json").unlink(missing_ok=True)
+        try:
+            if self.engines is not None:
+                self.engines.close()
+        finally:
+            if self._lock_file is not None:
+                self._lock_file.close()  # releases the lock
+                self._lock_file = None
+
+    def _watch_idle(self) -> None:
+        pause = min(5.0, max(0.05, self.idle_timeout / 4))
+        while not self.stopped.wait(pause):
+            with self._state:
+                idle = self._active == 0 and time.monotonic() - self._last_activity >= self.idle_timeout
+            if idle:
+                log.info("idle for %s s: stopping", self.idle_timeout)
+                self.request_stop()
+                return
+
+    @contextmanager
+    def _activity(self) -> Iterator[None]:
+        with self._state:
+            self._active += 1
+        try:
+            yield
+        finally:
+            with self._state:
+                self._active -= 1
+                self._last_activity = time.monotonic()
+                self._state.notify_all()
+
+    # --- requests ------------------------------------------------------------------------
+
+    def handle_connection(self, connection: socket.socket, reader: Any) -> None:
+        write_lock = threading.Lock()
+
+        def send(event: dict[str, Any]) -> None:
+            data = json.dumps(event, ensure_ascii=False).encode() + b"\n"
+            with write_lock:
+                try:
+                    connection.sendall(data)
+                except OSError:
+                    pass  # the client went away (Ctrl-C): the command goes on, detached
+
+        line = reader.readline(MAX_REQUEST_BYTES + 1)
+        if not line:
+            return
+        try:
+            if len(line) > MAX_REQUEST_BYTES:
+                raise InvalidInput(f"the request is larger than {MAX_REQUEST_BYTES} bytes")
+            request = json.loads(line)
+            if not isinstance(request, dict):
+                raise InvalidInput("the request must be a JSON object")
+        except (ValueError, ThothError) as exc:
+            error = exc if isinstance(exc, ThothError) else InvalidInput("the request is not JSON")
+            send({"exit": error.exit_code, "stdout": json.dumps(error.to_dict())})
+            return
+        operator = _peer_is_operator(connection)
+        op = request.get("op", "run")
+        if op == "status":
+            send({"status": self.status()})
+        elif op == "shutdown":
+            if operator and not request.get("token"):
+                send({"stopping": True})
+                self.request_stop()
+            else:
+                send(Unauthenticated("only the installation's user may stop the service").to_dict())
+        else:
+            self.run_command(request, send, operator=operator)
+
+    def run_command(self, request: dict[str, Any], send: Send, *, operator: bool,
+                    token: str | None = None) -> None:
+        """Run one ``tht`` command for a client; ``token`` (HTTP) or the request's token
+        names the principal; without one, only the operator may run it."""
+        with self._activity():
+            code, stdout = self._run(request, send, operator=operator, token=token or request.get("token"))
+        send({"exit": code, "stdout": stdout})
+
+    def _run(self, request: dict[str, Any], send: Send, *, operator: bool, token: str | None) -> tuple[int, str]:
+        from tht.cli.invocation import Invocation, invoked
+        from tht.cli.main import main as cli_main
+
+        mismatch = self._mismatch(request)
+        if mismatch is not None:
+            error = ServiceVersionMismatch(
+                f"{mismatch}: stop the service (pid {os.getpid()}); an auto-started one is replaced by the next"
+                " command", details={"service": __version__, "client": request.get("version"), "pid": os.getpid(),
+                                     "auto_started": self.auto_started})
+            return error.exit_code, json.dumps(error.to_dict())
+        argv = request.get("argv")
+        if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+            error = InvalidInput("the request's argv must be a list of strings")
+            return error.exit_code, json.dumps(error.to_dict())
+        if not operator and not token:
+            error = Unauthenticated("a token is required (THT_TOKEN, THT_TOKEN_FILE or --token-file)")
+            return error.exit_code, json.dumps(error.to_dict())
+        output: list[str] = []
+        client_env = request.get("env") if isinstance(request.get("env"), dict) else {}
+        invocation = Invocation(
+            token=token or None, cwd=str(request.get("cwd") or "/"), files=dict(request.get("files") or {}),
+            env={str(k): str(v) for k, v in client_env.items()}, stdout=output.append,
+            stderr=lambda text: send({"stderr": text}), services=self._services, in_service=True)
+        done = threading.Event()
+        threading.Thread(target=self._heartbeat, args=(send, done), daemon=True).start()
+        try:
+            with invoked(invocation):
+                code = cli_main(argv)
+        finally:
+            done.set()
+        return code, "".join(output)
+
+    def _mismatch(self, request: dict[str, Any]) -> str | None:
+        if request.get("protocol") != paths.PROTOCOL or request.get("version") != __version__:
+            return (f"the running service is thoth-memory {__version__} (protocol {paths.PROTOCOL}), this command"
+                    f" {request.get('version')} (protocol {request.get('protocol')})")
+        if self._code_changed():
+            return "the installed code changed since the running service started"
+        return None
+
+    def _code_changed(self) -> bool:
+        """The installed code changed since the service started (an upgrade or a new
+        checkout in place): looked at no more than once every few seconds."""
+        now = time.monotonic()
+        if now - self._build_checked > BUILD_CHECK_SECONDS:
+            self._build_checked = now
+            self.build_changed = paths.build_stamp() != self.build
+        return self.build_changed
+
+    @staticmethod
+    def _heartbeat(send: Send, done: threading.Event) -> None:
+        while not done.wait(HEARTBEAT_SECONDS):
+            send({"alive": True})
+
+    @contextmanager
+    def _services(self, runtime: Any, projection: Any) -> Iterator[Any]:
+        from tht.bootstrap import ProjectionSettings
+        from tht.cli.invocation import current
+
+        sessions_root = self.sessions_root
+        if runtime is not None:
+            projection = ProjectionSettings(runtime.index, runtime.embedding)
+            sessions_root = runtime.sessions_root
+        yield self.engines.services(projection, sessions_root, {**os.environ, **current().env})
+
+
+def _peer_is_operator(connection: socket.socket) -> bool:
+    """The peer runs as this process's user or as root (Linux: SO_PEERCRED). Elsewhere
+    the socket's 0700 directory already admits only this user."""
+    option = getattr(socket, "SO_PEERCRED", None)
+    if option is None:
+        return True
+    try:
+        _, uid, _ = struct.unpack("3i", connection.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i")))
+    except OSError:
+        return False
+    return uid in (os.geteuid(), 0)
+
+
+def take_over(home: Path, service: Service, *, wait: float = 30.0) -> None:
+    """Become the service, first asking an auto-started (headless, idle-exiting) one to
+    stop; a service someone runs on purpose (``tht serve``) is left alone."""
+    try:
+        service.acquire()
+        return
+    except ServiceRunning as exc:
+        running = exc.details or {}
+        if not running.get("auto_started"):
+            raise ServiceRunning(
+                f"a service already runs for {home} (pid {running.get('pid')}); stop it first",
+                details=running) from None
+    from tht.service.client import stop_service
+
+    stop_service(home, timeout=wait)
+    service.acquire()
+
+
+# --- `python -m tht.service`: the headless service ------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tht.service",
+                                     description="The Thoth Memory service without pages (see `tht serve --no-web`).")
+    parser.add_argument("--idle-timeout", type=float, default=0,
+                        help="exit after this many seconds without a command (0: never)")
+    parser.add_argument("--auto-started", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    logging.basicConfig(stream=sys.stderr, level=os.environ.get("THT_LOG_LEVEL", "INFO").upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return run_headless(paths.default_home(), idle_timeout=args.idle_timeout, auto_started=args.auto_started)
+
+
+def run_headless(home: Path, *, idle_timeout: float, auto_started: bool = False,
+                 announce: Callable[[dict[str, Any]], None] | None = None) -> int:
+    service = Service(home, idle_timeout=idle_timeout, auto_started=auto_started)
+    if not auto_started:
+        take_over(home, service)
+    else:
+        try:
+            service.acquire()
+        except ServiceRunning:  # a racing starter won: its service serves this command too
+            return 0
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, lambda *_: service.stopped.set())
+    try:
+        service.start()
+        if announce is not None:
+            announce(service.status())
+        service.stopped.wait()
+    finally:
+        service.close()
+    return 0

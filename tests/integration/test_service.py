@@ -1,0 +1,381 @@
+"""The service as users meet it: `tht` commands start it, share it, survive its death,
+refuse what is not theirs, and each principal does only what its role allows."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from tests.factories import card_document
+from tests.integration.service_support import alive, installation, wait_for
+
+MISSING = "mem-00000000-0000-4000-8000-000000000000"
+
+
+@pytest.fixture
+def tht(database, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    found = installation(database, home)
+    yield found
+    found.stop()
+
+
+def _card(tht, config, **overrides):
+    saved = tht.run("memory", "create", "-c", config, "--data", "-", stdin=json.dumps(card_document(**overrides)))
+    assert saved.code == 0, saved.document
+    return saved.document["card"]
+
+
+def test_the_first_command_starts_one_service_that_the_next_commands_share(tht):
+    assert tht.service_pid() is None
+    created = tht.run("workspace", "create", "acme", "--language", "en")
+    assert created.code == 0 and created.document["id"] == "acme"
+    pid = tht.service_pid()
+    assert pid is not None and pid != os.getpid()
+    assert stat.S_IMODE(os.stat(tht.run_dir).st_mode) == 0o700
+    assert stat.S_IMODE(os.lstat(tht.run_dir / "service.sock").st_mode) == 0o600
+
+    tht.runtime("acme")
+    card = _card(tht, "acme.yaml")  # a path relative to where the command is typed
+    assert card["title"] == "Shipped order"
+    found = tht.run("memory", "search", "when is an order shipped", "-c", "acme.yaml")
+    assert found.code == 0 and found.document["results"][0]["id"] == card["id"]
+    assert tht.service_pid() == pid and tht.starts_logged() == 1
+
+
+def test_errors_keep_their_codes_and_exit_statuses_through_the_service(tht):
+    assert tht.run("workspace", "create", "acme", "--language", "en").code == 0
+    config = tht.runtime("acme")
+    missing = tht.run("memory", "show", MISSING, "-c", config)
+    assert (missing.code, missing.document["error"]["code"]) == (3, "not_found")
+    bad = tht.run("memory", "create", "-c", config, "--data", "-", stdin="{not json")
+    assert (bad.code, bad.document["error"]["code"]) == (2, "invalid_input")
+    absent = tht.run("memory", "list", "-c", "nowhere.yaml")
+    assert absent.code == 2 and "nowhere.yaml does not exist" in absent.document["error"]["message"]
+    unknown = tht.run("memory", "frobnicate", "-c", config)
+    assert unknown.code == 2 and tht.service_pid() is not None
+
+
+def test_racing_commands_start_one_service(tht):
+    commands = [tht.start("workspace", "list") for _ in range(6)]
+    for command in commands:
+        out, err = command.communicate(timeout=120)
+        assert command.returncode == 0, err
+        assert json.loads(out) == {"items": []}
+    assert tht.starts_logged() == 1
+
+
+def test_an_idle_auto_started_service_exits(tht):
+    assert tht.run("workspace", "list", THT_SERVICE_IDLE_TIMEOUT="1").code == 0
+    pid = tht.service_pid()
+    assert pid is not None
+    assert wait_for(lambda: not alive(pid), 30)
+    assert not (tht.run_dir / "service.sock").exists()
+    assert tht.run("workspace", "list").code == 0  # and the next command starts another
+
+
+def test_a_killed_service_leaves_a_stale_socket_that_the_next_command_replaces(tht):
+    assert tht.run("workspace", "create", "acme", "--language", "en").code == 0
+    pid = tht.service_pid()
+    os.kill(pid, signal.SIGKILL)
+    assert wait_for(lambda: not alive(pid), 10)
+    assert (tht.run_dir / "service.sock").exists()
+    listed = tht.run("workspace", "list")
+    assert listed.code == 0 and [w["id"] for w in listed.document["items"]] == ["acme"]
+    assert tht.service_pid() not in (None, pid)
+
+
+def test_a_service_dying_mid_command_is_reported_and_loses_nothing_committed(tht):
+    assert tht.run("workspace", "create", "acme", "--language", "en").code == 0
+    tht.stop()
+    config = tht.runtime("acme")
+    # the service this command starts inherits the crash point and dies after the
+    # card's transaction committed, before its index work was cleared
+    died = tht.run("memory", "create", "-c", config, "--data", "-", stdin=json.dumps(card_document()),
+                   THT_CRASH_AT="projector.after_index_write")
+    assert (died.code, died.document["error"]["code"]) == (10, "service_lost")
+    listed = tht.run("memory", "list", "-c", config)  # a fresh service
+    assert listed.code == 0 and listed.document["total"] == 1
+    pending = tht.run("memory", "pending", "-c", config)
+    assert [item["operation"] for item in pending.document["items"]] == ["upsert"]
+
+
+def test_a_socket_directory_open_to_others_is_refused(tht):
+    assert tht.run("workspace", "list").code == 0
+    os.chmod(tht.run_dir, 0o755)
+    try:
+        refused = tht.run("workspace", "list")
+    finally:
+        os.chmod(tht.run_dir, 0o700)
+    assert (refused.code, refused.document["error"]["code"]) == (10, "service_untrusted")
+    assert "0755" in refused.document["error"]["message"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root (CI runs as root)")
+def test_a_socket_of_another_user_is_refused(tht):
+    assert tht.run("workspace", "list").code == 0
+    os.chown(tht.run_dir / "service.sock", 65534, 65534, follow_symlinks=False)
+    refused = tht.run("workspace", "list")
+    assert (refused.code, refused.document["error"]["code"]) == (10, "service_untrusted")
+    assert "another user" in refused.document["error"]["message"]
+
+
+def test_a_service_that_never_answers_times_out(tht):
+    tht.run_dir.mkdir(mode=0o700)
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    silent.bind(str(tht.run_dir / "service.sock"))
+    silent.listen(1)
+    try:
+        started = time.monotonic()
+        late = tht.run("workspace", "list", THT_SERVICE_TIMEOUT="1")
+        elapsed = time.monotonic() - started
+    finally:
+        silent.close()
+    assert (late.code, late.document["error"]["code"]) == (10, "service_timeout")
+    assert elapsed < 30  # the configured second, plus the interpreter's start: no hang
+
+
+def test_a_service_of_another_version_is_replaced_when_auto_started_and_refused_clearly(tht):
+    assert tht.run("workspace", "list").code == 0
+    old = tht.service_pid()
+    client = ("import sys, tht; tht.__version__ = '0.0.0-other'\n"
+              "from tht.service.client import main\nraise SystemExit(main(['workspace', 'list']))")
+    done = subprocess.run([sys.executable, "-c", client], env=tht.env, capture_output=True, text=True,
+                          timeout=120, cwd=tht.home)
+    error = json.loads(done.stdout)["error"]
+    assert done.returncode == 10 and error["code"] == "service_version_mismatch"
+    assert "0.0.0-other" in error["message"]
+    assert not alive(old) and tht.service_pid() not in (None, old)  # the old one was replaced, once
+
+
+def test_the_client_imports_only_the_standard_library_when_the_service_runs(tht):
+    assert tht.run("workspace", "create", "acme", "--language", "en").code == 0
+    _card(tht, tht.runtime("acme"))
+    heavy = ["typer", "pydantic", "psycopg", "numpy", "qdrant_client", "fastapi", "yaml", "qdrant_edge", "httpx"]
+    client = ("import sys\nfrom tht.service.client import main\n"
+              "code = main(['memory', 'search', 'shipped orders', '-c', 'acme.yaml'])\n"
+              f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({heavy!r})), file=sys.stderr)\n"
+              "raise SystemExit(code)")
+    done = subprocess.run([sys.executable, "-c", client], env=tht.env, capture_output=True, text=True,
+                          timeout=120, cwd=tht.home)
+    assert done.returncode == 0 and "results" in json.loads(done.stdout)
+    assert done.stderr.strip().splitlines()[-1] == "[]"
+
+
+class SlowEmbeddings(http.server.BaseHTTPRequestHandler):
+    """An OpenAI-compatible embedding server that takes its time."""
+
+    called = threading.Event()
+
+    def do_POST(self) -> None:  # noqa: N802 - the http.server API
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        SlowEmbeddings.called.set()
+        time.sleep(2)
+        data = [{"index": i, "embedding": [1.0] + [0.0] * 7} for i, _ in enumerate(body["input"])]
+        payload = json.dumps({"data": data}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_ctrl_c_detaches_the_command_which_completes_in_the_service(tht, tmp_path):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), SlowEmbeddings)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        assert tht.run("workspace", "create", "acme", "--language", "en").code == 0
+        config = tht.home / "slow.yaml"
+        config.write_text(f"workspace: acme\nindex: {{path: {tht.home / 'slow-index'}}}\nembedding: {{provider:"
+                          f" openai, url: 'http://127.0.0.1:{server.server_address[1]}', model: m, dimension: 8}}\n")
+        (tmp_path / "card.json").write_text(json.dumps(card_document()))
+        SlowEmbeddings.called.clear()
+        command = tht.start("memory", "create", "-c", str(config), "--data", str(tmp_path / "card.json"))
+        assert SlowEmbeddings.called.wait(60)
+        command.send_signal(signal.SIGINT)
+        out, _ = command.communicate(timeout=30)
+        error = json.loads(out)["error"]
+        assert command.returncode == 130 and error["code"] == "interrupted" and error["details"]["detached"]
+        assert wait_for(lambda: tht.run("memory", "list", "-c", str(config)).document["total"] == 1, 30)
+    finally:
+        server.shutdown()
+
+
+# --- capabilities -----------------------------------------------------------------------
+
+ROLES = {  # what each role may do, written out here rather than read from the code
+    "admin": {"read", "recall", "propose", "manage"},
+    "user": {"read", "recall"},
+    "agent": {"recall", "propose"},
+}
+
+
+def _matrix(config: str, card: str, data: str, role: str) -> list[tuple[str, tuple[str, ...]]]:
+    """(capability, command): each command runs harmlessly when allowed (a missing card,
+    a fresh name) and answers 5 only when refused."""
+    return [
+        ("read", ("memory", "list", "-c", config)),
+        ("read", ("memory", "show", card, "-c", config)),
+        ("read", ("memory", "pending", "-c", config)),
+        ("read", ("memory", "check", "-c", config)),
+        ("read", ("workspace", "show", "acme")),
+        ("read", ("catalog", "status", "-c", config)),
+        ("read", ("catalog", "runs", "-c", config)),
+        ("recall", ("memory", "search", "shipped orders", "-c", config)),
+        ("recall", ("memory", "rules", "shipped orders", "-c", config)),
+        ("recall", ("memory", "solved-search", "shipped orders", "-c", config)),
+        ("propose", ("memory", "summary", "-c", config, "--session", "s-1")),
+        ("propose", ("memory", "propose", "-c", config, "--session", "s-1", "--data", data)),
+        ("propose", ("memory", "solved-index", "s-1", "-c", config)),
+        ("manage", ("memory", "create", "-c", config, "--data", data)),
+        ("manage", ("memory", "update", MISSING, "-c", config, "--data", data)),
+        ("manage", ("memory", "delete", MISSING, "--yes", "-c", config)),
+        ("manage", ("memory", "retry", MISSING, "-c", config)),
+        ("manage", ("memory", "index", "-c", config)),
+        ("manage", ("memory", "check", "--repair", "-c", config)),
+        ("manage", ("workspace", "create", f"new-{role}", "--language", "en")),
+        ("manage", ("user", "create", f"made-by-{role}", "--role", "user", "--workspace", "acme")),
+        ("manage", ("user", "list")),
+        ("operator", ("demo",)),
+    ]
+
+
+@pytest.fixture
+def principals(tht, tmp_path):
+    assert tht.run("workspace", "create", "acme", "--language", "en").code == 0
+    assert tht.run("workspace", "create", "other", "--language", "en").code == 0
+    config = tht.runtime("acme", sessions_root=str(tmp_path / "sessions"))
+    (tmp_path / "sessions").mkdir()
+    card = _card(tht, config)["id"]
+    data = tmp_path / "card.json"
+    data.write_text(json.dumps(card_document()))
+    tokens = {}
+    for role in ROLES:
+        made = tht.run("user", "create", f"the-{role}", "--role", role, "--workspace", "acme")
+        assert made.code == 0, made.document
+        tokens[role] = made.document["token"]
+    stranger = tht.run("user", "create", "stranger", "--role", "admin", "--workspace", "other")
+    tokens["stranger"] = stranger.document["token"]
+    return config, card, str(data), tokens
+
+
+@pytest.mark.parametrize("role", sorted(ROLES))
+def test_each_role_runs_exactly_its_commands_through_the_socket(tht, principals, role):
+    config, card, data, tokens = principals
+    refused, wrong = [], []
+    for capability, command in _matrix(config, card, data, role):
+        result = tht.run(*command, token=tokens[role])
+        allowed = capability in ROLES[role]
+        if allowed and result.code == 5 or not allowed and result.document.get("error", {}).get("code") != "forbidden":
+            wrong.append((command, result.code, result.document))
+        if not allowed:
+            refused.append(command)
+    assert not wrong
+    assert refused  # every role is refused something (demo at least)
+
+
+def test_a_token_of_another_workspace_is_forbidden_and_a_bad_token_unauthenticated(tht, principals):
+    config, card, data, tokens = principals
+    foreign = tht.run("memory", "list", "-c", config, token=tokens["stranger"])
+    assert (foreign.code, foreign.document["error"]["code"]) == (5, "forbidden")
+    assert tht.run("workspace", "list", token=tokens["stranger"]).document["items"][0]["id"] == "other"
+    bogus = tht.run("memory", "search", "orders", "-c", config, token="tht_not-a-token")
+    assert (bogus.code, bogus.document["error"]["code"]) == (5, "unauthenticated")
+
+
+def test_an_agent_cannot_mint_an_admin_nor_write_an_unreviewed_rule(tht, principals):
+    config, card, data, tokens = principals
+    minted = tht.run("user", "create", "x", "--role", "admin", "--workspace", "acme", "--workspace", "other",
+                     token=tokens["agent"])
+    assert (minted.code, minted.document["error"]["code"]) == (5, "forbidden")
+    rule = tht.run("memory", "create", "-c", config, "--data", "-", token=tokens["agent"],
+                   stdin=json.dumps(card_document("sql_rule")))
+    assert (rule.code, rule.document["error"]["code"]) == (5, "forbidden")
+    assert tht.run("memory", "rules", "join jobs", "-c", config).document["results"] == []
+    # the token file works as THT_TOKEN does
+    token_file = tht.home / "agent-token"
+    token_file.write_text(tokens["agent"] + "\n")
+    again = tht.run("--token-file", str(token_file), "memory", "create", "-c", config, "--data", data)
+    assert again.code == 5
+    assert tht.run("--token-file", str(token_file), "memory", "search", "orders", "-c", config).code == 0
+
+
+@pytest.fixture
+def served(tht):
+    """`tht serve` on a free port: the service with the pages and the HTTP API."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    assert tht.run("workspace", "create", "acme", "--language", "en", THT_SERVICE="off").code == 0
+    (tht.home / "server.yaml").write_text("embedding: {provider: hashing}\n"
+                                          f"index: {{path: {tht.home / 'index'}}}\n")
+    server = tht.start("serve", "--port", str(port), "-c", str(tht.home / "server.yaml"))
+    try:
+        ready = json.loads(server.stdout.readline())
+        yield server, ready, f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+def test_serve_writes_the_first_admin_token_to_a_private_file_and_leaves_memberships_alone(tht, served):
+    server, ready, url = served
+    assert "admin_token" not in ready and ready["socket"] == str(tht.run_dir / "service.sock")
+    token_file = tht.home / "admin-token"
+    assert ready["admin_token_file"] == str(token_file)
+    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+    token = token_file.read_text().strip()
+    # the CLI on the host runs in this service, not in a process of its own
+    assert tht.run("workspace", "create", "later", "--language", "en").code == 0
+    assert tht.service_pid() == server.pid
+    server.terminate()
+    server.wait(30)
+    again = tht.start("serve", "--port", url.rsplit(":", 1)[1], "-c", str(tht.home / "server.yaml"))
+    try:
+        restarted = json.loads(again.stdout.readline())
+        assert restarted["admin_token_file"] == str(token_file) and token_file.read_text().strip() == token
+        users = {u["user"]: u for u in tht.run("user", "list").document["items"]}
+        assert users["admin"]["workspaces"] == ["acme"]  # "later" was not added by the restart
+    finally:
+        again.terminate()
+        again.wait(30)
+
+
+def test_commands_over_http_run_with_the_token_and_its_capabilities(tht, served):
+    server, ready, url = served
+    admin = (tht.home / "admin-token").read_text().strip()
+    config = tht.runtime("acme")
+    over_http = {"THT_SERVICE_URL": url, "THT_HOME": str(tht.home / "elsewhere")}  # no THT_HOME of its own
+    card = tht.run("memory", "create", "-c", config, "--data", "-", token=admin,
+                   stdin=json.dumps(card_document()), **over_http)
+    assert card.code == 0 and card.document["status"] == "saved"
+    reader = tht.run("user", "create", "reader", "--role", "user", "--workspace", "acme", token=admin, **over_http)
+    assert reader.code == 0
+    found = tht.run("memory", "search", "when is an order shipped", "-c", config, token=reader.document["token"],
+                    **over_http)
+    assert found.code == 0 and found.document["results"][0]["id"] == card.document["card"]["id"]
+    refused = tht.run("memory", "delete", card.document["card"]["id"], "--yes", "-c", config,
+                      token=reader.document["token"], **over_http)
+    assert (refused.code, refused.document["error"]["code"]) == (5, "forbidden")
+    anonymous = tht.run("memory", "list", "-c", config, **over_http)
+    assert anonymous.code == 2 and "token" in anonymous.document["error"]["message"]
+    wrong = tht.run("memory", "list", "-c", config, token="tht_wrong", **over_http)
+    assert (wrong.code, wrong.document["error"]["code"]) == (5, "unauthenticated")
+    # over HTTP nobody is the operator, whatever the command
+    demo = tht.run("demo", token=admin, **over_http)
+    assert (demo.code, demo.document["error"]["code"]) == (5, "forbidden")
+    assert not (tht.home / "elsewhere").exists()
