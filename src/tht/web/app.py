@@ -39,6 +39,7 @@ from tht.errors import (
 from tht.memory.admin import AdminRequest, required_permission
 from tht.memory.model import FAMILIES, MAX_DOCUMENT_BYTES
 from tht.web import schemas
+from tht.web.agent import agent_router
 from tht.web.catalog import catalog_router
 from tht.web.review import review_router
 
@@ -287,6 +288,7 @@ def create_app(services: Services, settings: WebSettings | None = None) -> FastA
     def retry(actor: Actor, workspace: WorkspaceId, card_id: CardId) -> dict[str, Any]:
         return admin(actor, AdminRequest(workspace, "retry", card_id=card_id))
 
+    app.include_router(agent_router(services, principal))  # an agent's recall and proposals
     app.include_router(catalog_router(services, principal))  # Database management: DWH sync runs
 
     # --- pages --------------------------------------------------------------------------
