@@ -172,6 +172,7 @@ def test_http_recall_answers_what_the_cli_answers(world, cli, runtime_file, tmp_
         ("rules", {"error": 'ERROR: column "total" does not exist at character 8', "question": "totals"},
          ["rules", "totals", "--error", 'ERROR: column "total" does not exist at character 8']),
         ("solved-search", {"question": "orders per customer"}, ["solved-search", "orders per customer"]),
+        ("rules", {"error": 'column "total" does not exist'}, ["rules", "--error", 'column "total" does not exist']),
     ]
     answers = []
     for route, body, _ in cases:
@@ -188,6 +189,7 @@ def test_http_recall_answers_what_the_cli_answers(world, cli, runtime_file, tmp_
     assert made["sales_rule"] in ids[0] and made["other_rule"] not in ids[0]  # bound to dwh.sales
     assert answers[3]["exact"] == 1 and ids[3][0] == made["error"]
     assert ids[4] == [made["solved"]]
+    assert answers[5]["exact"] == 1 and ids[5][0] == made["error"]  # an error alone: no question needed
 
 
 def test_recall_is_bound_by_the_workspace_configuration_never_the_request(world):

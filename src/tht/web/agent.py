@@ -35,7 +35,7 @@ def agent_router(services: Services, principal: Callable[..., Principal]) -> API
         # as the CLI printed it: not re-serialized through the documented model
         return JSONResponse(document)
 
-    def recall(actor: Principal, workspace: str, kind: RecallKind, request: schemas._RecallBase, *,
+    def recall(actor: Principal, workspace: str, kind: RecallKind, request: schemas.RecallRequest, *,
                question: str | None, session: str | None = None, error: str | None = None) -> JSONResponse:
         actor.require(RECALL, workspace)  # the route's check; recall_command checks again
         query = parse_recall_query(request.filters_document())

@@ -292,7 +292,7 @@ FiltersIn = Union[RecallFiltersIn, RecallColumnFiltersIn]
 _ONE_TOP: dict[str, Any] = {"not": {"required": ["top"], "properties": {"filters": {"required": ["top"]}}}}
 
 
-class _RecallBase(_Input):
+class RecallRequest(_Input):
     filters: FiltersIn | None = Field(default=None, description="The object of --filters")
     top: Annotated[int, Field(ge=1, le=100)] | None = Field(
         default=None, description="Results: the same as filters.top (give one of them)")
@@ -322,7 +322,7 @@ Question = Annotated[str, Field(max_length=MAX_QUESTION, pattern=TEXT_PATTERN)]
 SessionId = Annotated[str, Field(pattern=SESSION_ID)]
 
 
-class SolvedSearchIn(_RecallBase):
+class SolvedSearchIn(RecallRequest):
     model_config = ConfigDict(json_schema_extra=_ONE_TOP)
 
     question: Question = Field(description="The user's question")
@@ -333,7 +333,7 @@ class SearchIn(SolvedSearchIn):
         default=None, description="Workflow session: leave out Memory already decided in it (its ledger)")
 
 
-class RulesIn(_RecallBase):
+class RulesIn(RecallRequest):
     # a question, an error text, or both
     model_config = ConfigDict(json_schema_extra={**_ONE_TOP, "anyOf": [
         {"required": ["question"], "properties": {"question": {"type": "string"}}},
