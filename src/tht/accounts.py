@@ -20,15 +20,19 @@ from tht.errors import Conflict, Forbidden, InvalidInput, NotFound, PermissionDe
 from tht.memory.archive.postgres import PostgresArchive
 
 Role = Literal["admin", "user", "agent"]
-MANAGE = "memory.manage"
-READ = "memory.read"
-RECALL = "memory.recall"
-PROPOSE = "memory.propose"
+# Capabilities. The service enforces them (DESIGN.md §3a); faces only ask.
+MANAGE = "memory.manage"    # create, edit, delete, retry; the reviewer's review-apply
+READ = "memory.read"        # browse the archive: list, show, pending, workspaces
+RECALL = "memory.recall"    # search, rules, solved-search
+PROPOSE = "memory.propose"  # propose, summary, solved-index: the workflow's side
+# An agent recalls and proposes but never reads the archive wholesale nor edits it:
+# what it learns reaches the archive only through a reviewer's decision.
 ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
     "admin": frozenset({MANAGE, READ, RECALL, PROPOSE}),
     "user": frozenset({READ, RECALL}),
     "agent": frozenset({RECALL, PROPOSE}),
 }
+ROLES: tuple[str, ...] = tuple(ROLE_PERMISSIONS)
 SESSION_SECONDS = 8 * 3600
 ONE_TIME_SECONDS = 15 * 60
 _NAME = re.compile(r"^[A-Za-z0-9._@-]{1,64}$")
@@ -48,23 +52,24 @@ class Principal:
         return ROLE_PERMISSIONS.get(self.role, frozenset())
 
     def can(self, permission: str, workspace: str | None) -> bool:
+        """Whether the role holds ``permission`` (in ``workspace``, when one is named)."""
         return permission in self.permissions and (workspace is None or workspace in self.workspaces)
 
     def require(self, permission: str, workspace: str | None) -> None:
+        """Raise Forbidden unless the role holds ``permission`` and the user belongs to
+        ``workspace`` (None: a capability that is not per workspace)."""
         if permission not in self.permissions:
-            raise Forbidden(f"user {self.user} ({self.role}) does not have {permission}",
-                            details={"permission": permission})
+            raise Forbidden(f"user {self.user} (role {self.role}) does not have {permission}",
+                            details={"permission": permission, "role": self.role})
         if workspace is not None and workspace not in self.workspaces:
-            raise Forbidden(f"user {self.user} may not use workspace '{workspace}'", details={"workspace": workspace})
+            raise Forbidden(f"user {self.user} does not belong to workspace '{workspace}'",
+                            details={"permission": permission, "workspace": workspace})
 
     def can_manage(self, workspace: str) -> bool:
-        return MANAGE in self.permissions and workspace in self.workspaces
+        return self.can(MANAGE, workspace)
 
     def require_manage(self, workspace: str) -> None:
-        if MANAGE not in self.permissions:
-            raise PermissionDenied(f"user {self.user} does not have {MANAGE}")
-        if workspace not in self.workspaces:
-            raise PermissionDenied(f"user {self.user} may not administer workspace '{workspace}'")
+        self.require(MANAGE, workspace)
 
     def as_json(self) -> dict:
         return {"user": self.user, "role": self.role, "workspaces": sorted(self.workspaces),
@@ -98,7 +103,7 @@ class Accounts:
         if not _NAME.match(name or ""):
             raise InvalidInput("a user name has 1 to 64 letters, digits, '.', '_', '@' or '-'")
         if role not in ROLE_PERMISSIONS:
-            raise InvalidInput(f"role must be admin or user, not '{role}'")
+            raise InvalidInput(f"role must be one of {', '.join(ROLES)}, not '{role}'")
         if password is not None and len(password) < 12:
             raise InvalidInput("a password has at least 12 characters")
         if not workspaces:

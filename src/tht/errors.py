@@ -91,6 +91,13 @@ class PermissionDenied(ThothError):
     default_message = "permission denied"
 
 
+class Forbidden(PermissionDenied):
+    """Authenticated, but the role lacks the capability or the user the workspace."""
+
+    code = "forbidden"
+    default_message = "not allowed"
+
+
 class Unauthenticated(PermissionDenied):
     code = "unauthenticated"
     http_status = 401

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from tht.accounts import Principal
+from tht.accounts import ROLE_PERMISSIONS, Principal
 from tht.errors import ConfigurationError, InvalidInput, PermissionDenied
 from tht.memory.admin import OPERATIONS, AdminRequest
 from tht.validation import describe_validation_error
@@ -130,7 +130,7 @@ def verify_signed(document: Any, key: bytes, model: type[Signed], *, kind: str, 
         raise PermissionDenied(f"the {kind}'s lifetime is not acceptable")
     if parsed.workspace != workspace:
         raise PermissionDenied(f"the {kind} is for workspace '{parsed.workspace}', not '{workspace}'")
-    if parsed.principal.role not in ("admin", "user"):
+    if parsed.principal.role not in ROLE_PERMISSIONS:
         raise PermissionDenied(f"unknown role '{parsed.principal.role}'")
     return parsed
 

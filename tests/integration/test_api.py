@@ -10,7 +10,7 @@ import pytest
 
 from tests.factories import card_document
 from tests.integration.web_support import ORIGIN, build_world
-from tht.accounts import Principal
+from tht.accounts import MANAGE, READ, ROLE_PERMISSIONS, Principal
 from tht.cli.main import main
 from tht.memory.admin import AdminRequest
 from tht.protected import new_request, sign
@@ -24,28 +24,36 @@ def world(database, tmp_path):
     world.services.close()
 
 
-def routes(world, workspace: str, card_id: str) -> list[tuple[str, str, dict | None]]:
+def routes(world, workspace: str, card_id: str) -> list[tuple[str, str, dict | None, str]]:
+    """The administration routes with the capability each needs (tht.accounts)."""
     base = f"/api/workspaces/{workspace}/memory"
     return [
-        ("GET", base, None),
-        ("POST", base, card_document(title="intruder")),
-        ("GET", f"{base}/pending", None),
-        ("GET", f"{base}/{card_id}", None),
-        ("PUT", f"{base}/{card_id}", card_document(title="changed")),
-        ("DELETE", f"{base}/{card_id}", None),
-        ("POST", f"{base}/{card_id}/retry", None),
+        ("GET", base, None, READ),
+        ("POST", base, card_document(title="intruder"), MANAGE),
+        ("GET", f"{base}/pending", None, READ),
+        ("GET", f"{base}/{card_id}", None, READ),
+        ("PUT", f"{base}/{card_id}", card_document(title="changed"), MANAGE),
+        ("DELETE", f"{base}/{card_id}", None, MANAGE),
+        ("POST", f"{base}/{card_id}/retry", None, MANAGE),
     ]
 
 
-def test_bola_matrix_allows_only_the_admin_of_the_workspace(world):
-    actors = [None, "user_a", "admin_a", "admin_b"]
+MEMBERSHIP = {"admin_a": "ws-a", "admin_b": "ws-b", "user_a": "ws-a", "agent_a": "ws-a"}
+ROLE = {"admin_a": "admin", "admin_b": "admin", "user_a": "user", "agent_a": "agent"}
+
+
+def test_bola_matrix_allows_only_the_capability_in_the_members_workspace(world):
+    # reads (memory.read): the admin and the user of the workspace; edits
+    # (memory.manage): its admin only; the agent (recall, propose) neither
+    actors = [None, "user_a", "agent_a", "admin_a", "admin_b"]
     objects = [("ws-a", world.cards["ws-a"][0]), ("ws-a", world.cards["ws-b"][0]), ("ws-b", world.cards["ws-b"][1])]
-    unauthorized_successes, authorized = [], 0
+    unauthorized_successes, authorized, reads_by_user = [], 0, 0
     for actor in actors:
         for workspace, card_id in objects:
             owner = "ws-a" if card_id in world.cards["ws-a"] else "ws-b"
-            for method, path, body in routes(world, workspace, card_id):
-                allowed = (actor == "admin_a" and workspace == "ws-a") or (actor == "admin_b" and workspace == "ws-b")
+            for method, path, body, permission in routes(world, workspace, card_id):
+                allowed = (actor is not None and MEMBERSHIP[actor] == workspace
+                           and permission in ROLE_PERMISSIONS[ROLE[actor]])
                 if allowed and card_id in path and owner != workspace:
                     allowed = False  # another workspace's card through an allowed workspace
                 if method == "DELETE" and allowed:
@@ -56,15 +64,23 @@ def test_bola_matrix_allows_only_the_admin_of_the_workspace(world):
                                                  content=json.dumps(body) if body is not None else None)
                 if allowed:
                     authorized += 1
+                    reads_by_user += actor == "user_a"
                     assert response.status_code < 300, (actor, method, path, response.json())
                 else:
                     if response.status_code < 300:
                         unauthorized_successes.append((actor, method, path))
                     assert response.status_code in (401, 403, 404), (actor, method, path, response.status_code)
                     assert set(response.json()["error"]) == {"code", "message", "details"}
+                    lacking = actor is not None and (MEMBERSHIP[actor] != workspace
+                                                     or permission not in ROLE_PERMISSIONS[ROLE[actor]])
+                    expected = (401, "unauthenticated") if actor is None else (403, "forbidden") if lacking else (
+                        404, "not_found")
+                    assert (response.status_code, response.json()["error"]["code"]) == expected, (
+                        actor, method, path, response.json())
                     assert world.snapshot() == before, (actor, method, path)
     assert unauthorized_successes == []
-    assert authorized > 0
+    # list and pending (twice: once per object of ws-a) and show of its own card
+    assert authorized > 0 and reads_by_user == 5
     deleted = world.client.delete(f"/api/workspaces/ws-a/memory/{world.cards['ws-a'][2]}", headers=world.bearer("admin_a"))
     assert deleted.status_code == 200 and deleted.json()["deleted"] == world.cards["ws-a"][2]
 
@@ -237,15 +253,18 @@ def test_protected_requests_refused_unless_signed_fresh_single_use_and_authorize
         "expired": sign(new_request(admin, AdminRequest("ws-a", "list"),
                                     now=datetime.now(timezone.utc) - timedelta(minutes=10)), key),
         "too long-lived": sign(new_request(admin, AdminRequest("ws-a", "list"), lifetime=timedelta(hours=1)), key),
+        # a user reads (memory.read) but never edits, not even through the backend
         "user without memory.manage": sign(new_request(Principal("user_a", "user", frozenset({"ws-a"})),
-                                                       AdminRequest("ws-a", "list")), key),
+                                                       AdminRequest("ws-a", "create", body=card_document())), key),
+        "agent reading the archive": sign(new_request(Principal("agent_a", "agent", frozenset({"ws-a"})),
+                                                      AdminRequest("ws-a", "list")), key),
         "admin of another workspace": sign(new_request(Principal("admin_b", "admin", frozenset({"ws-b"})),
                                                        AdminRequest("ws-a", "list")), key),
     }
     before = world.snapshot()
     for name, document in refused.items():
         code, answer = run(document)
-        assert code == 5 and answer["error"]["code"] in ("permission_denied",), (name, answer)
+        assert code == 5 and answer["error"]["code"] in ("permission_denied", "forbidden"), (name, answer)
     code, answer = run(signed, workspace="ws-b")
     assert code == 5  # for another workspace than the command names
     assert world.snapshot() == before

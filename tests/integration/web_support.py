@@ -1,9 +1,10 @@
-"""A running administration app on the test database: two workspaces, their admins
-and a plain user, a few cards each."""
+"""A running administration app on the test database: two workspaces, their admins,
+a plain user and an agent of ws-a, a few cards each."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from fastapi.testclient import TestClient
 
@@ -36,16 +37,17 @@ class WebWorld:
         return state
 
 
-def build_world(database, tmp_path) -> WebWorld:
+def build_world(database, tmp_path, *, sessions_root: Path | None = None) -> WebWorld:
     services = build_services(env=database.env(), projection=ProjectionSettings(
         index={"engine": "edge", "path": str(tmp_path / "index")},
-        embedding={"provider": "hashing", "dimension": 64}))
+        embedding={"provider": "hashing", "dimension": 64}), sessions_root=sessions_root)
     services.workspaces.create("ws-a", "en")
     services.workspaces.create("ws-b", "en")
     tokens = {
         "admin_a": services.accounts.create_user("admin_a", "admin", ["ws-a"], password="correct horse battery")["token"],
         "admin_b": services.accounts.create_user("admin_b", "admin", ["ws-b"])["token"],
         "user_a": services.accounts.create_user("user_a", "user", ["ws-a"], password="correct horse battery")["token"],
+        "agent_a": services.accounts.create_user("agent_a", "agent", ["ws-a"])["token"],
     }
     cards = {ws: [services.memory.create_card(ws, card(title=f"{ws} card {i}")).card.id for i in range(3)]
              for ws in ("ws-a", "ws-b")}

@@ -250,21 +250,14 @@ SessionFilter = Annotated[Optional[str], typer.Option(
 
 def _recall(kind: str, question: str | None, config: Path, filters: str | None, session: str | None = None,
             error: str | None = None) -> None:
+    from tht.memory.agent import DwhBinding, recall_command
     from tht.memory.recall_service import parse_recall_query
 
     runtime = load_runtime(config)
     query = parse_recall_query(_json_argument(filters, "--filters"))
-    with _services(runtime) as services:
-        exclude = services.workflow.decided_cards(session) if session is not None else frozenset()
-        if error is not None:
-            emit(services.workflow.rules_for_error(runtime.workspace, error, question, database=runtime.database,
-                                                   schema=runtime.schema_name, query=query, exclude=exclude))
-            return
-        if question is None:
-            raise InvalidInput("a question is required")
-        results = services.recall.recall(runtime.workspace, question, kind, database=runtime.database,
-                                         schema=runtime.schema_name, query=query, exclude=exclude)
-        emit({"results": [r.as_json() for r in results]})
+    with _services(runtime) as services:  # the operator: no principal, the runtime file's binding
+        emit(recall_command(services, runtime.workspace, kind, question, query, session=session, error=error,
+                            binding=DwhBinding(runtime.database, runtime.schema_name)))
 
 
 @memory_app.command("search")
@@ -351,8 +344,9 @@ def workspace_show(workspace_id: Annotated[str, typer.Argument(help="Workspace i
 @user_app.command("create")
 def user_create(
     name: Annotated[str, typer.Argument(help="User name (letters, digits, . _ @ -)")],
-    role: Annotated[str, typer.Option(help="admin (memory.manage), user (read and recall) or agent (recall and"
-                                           " proposals)")],
+    role: Annotated[str, typer.Option(help=(
+        "admin (everything), user (read the archive and recall) or agent (recall and propose: search,"
+        " rules, solved-search, propose, summary, solved-index)"))],
     workspace: Annotated[list[str], typer.Option(help="A workspace the user belongs to (repeat the option)")],
     password_file: Annotated[Optional[Path], typer.Option(help="File holding a password for the login form")] = None,
 ) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tht.accounts import Principal
+from tht.accounts import MANAGE, READ, Principal
 from tht.errors import InvalidInput
 from tht.memory.model import card_id_to_uuid, parse_card_input, parse_list_query, uuid_to_card_id
 from tht.memory.projector import IndexProjector
@@ -19,6 +19,15 @@ from tht.memory.service import MemoryService
 
 Operation = Literal["list", "show", "create", "update", "delete", "pending", "retry"]
 OPERATIONS: tuple[str, ...] = ("list", "show", "create", "update", "delete", "pending", "retry")
+# Reading the archive is memory.read (a user's role has it); everything that changes
+# the archive or the index is memory.manage.
+REQUIRED: dict[str, str] = {"list": READ, "show": READ, "pending": READ,
+                            "create": MANAGE, "update": MANAGE, "delete": MANAGE, "retry": MANAGE}
+
+
+def required_permission(operation: str) -> str:
+    """The capability an operation needs (an unknown one: memory.manage, then refused)."""
+    return REQUIRED.get(operation, MANAGE)
 
 
 @dataclass(frozen=True)
@@ -39,7 +48,7 @@ class MemoryAdmin:
         self.projector = projector
 
     def execute(self, principal: Principal, request: AdminRequest) -> dict[str, Any]:
-        principal.require_manage(request.workspace)
+        principal.require(required_permission(request.operation), request.workspace)
         workspace, operation = request.workspace, request.operation
         if operation == "list":
             return self.memory.list_cards(workspace, parse_list_query(request.filters)).as_json()

@@ -3,8 +3,10 @@
 Authentication: a bearer API token (`tht user create` prints one) or a web session
 cookie from the login form. Cookie-authenticated unsafe requests also need a CSRF
 token bound to the session (header X-CSRF-Token) and a same-origin Origin /
-Sec-Fetch-Site; bodies must be JSON. Every memory route checks `memory.manage` and
-workspace membership, then the service checks the principal again (MemoryAdmin).
+Sec-Fetch-Site; bodies must be JSON. Every memory route checks its capability
+(tht.accounts: reads `memory.read`, edits `memory.manage`, an agent's recall and
+proposals `memory.recall` and `memory.propose`, see tht.web.agent) and workspace
+membership, then the service checks the principal again (MemoryAdmin, tht.memory.agent).
 """
 
 
@@ -35,9 +37,10 @@ from tht.errors import (
     Unauthenticated,
     UnsupportedMediaType,
 )
-from tht.memory.admin import AdminRequest
+from tht.memory.admin import AdminRequest, required_permission
 from tht.memory.model import FAMILIES, MAX_DOCUMENT_BYTES
 from tht.web import schemas
+from tht.web.agent import agent_router
 from tht.web.catalog import catalog_router
 from tht.web.cli_route import cli_router
 from tht.web.review import review_router
@@ -175,7 +178,7 @@ def create_app(services: Services, settings: WebSettings | None = None,
     CardId = Annotated[str, PathParam(alias="cardId", pattern=CARD_ID_PATTERN)]
 
     def admin(actor: Principal, request: AdminRequest) -> dict[str, Any]:
-        actor.require_manage(request.workspace)  # the route's check; MemoryAdmin checks again
+        actor.require(required_permission(request.operation), request.workspace)  # MemoryAdmin checks again
         return services.admin.execute(actor, request)
 
     errors = schemas.error_responses
@@ -289,6 +292,7 @@ def create_app(services: Services, settings: WebSettings | None = None,
     def retry(actor: Actor, workspace: WorkspaceId, card_id: CardId) -> dict[str, Any]:
         return admin(actor, AdminRequest(workspace, "retry", card_id=card_id))
 
+    app.include_router(agent_router(services, principal))  # an agent's recall and proposals
     app.include_router(catalog_router(services, principal))  # Database management: DWH sync runs
 
     # --- pages --------------------------------------------------------------------------

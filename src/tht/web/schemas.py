@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tht.memory.model import (
     MAX_CONCEPT,
@@ -236,3 +236,193 @@ class PrincipalOut(BaseModel):
 class SessionOut(BaseModel):
     principal: PrincipalOut
     csrf_token: str | None = None
+
+
+# --- an agent's recall and proposals (tht.web.agent) -----------------------------------
+#
+# The same fields as the CLI commands `tht memory search|rules|solved-search|propose|
+# summary|solved-index`: `filters` is the object of `--filters`. The DWH binding is the
+# workspace's configuration: a request naming database or schema is refused (422).
+
+MAX_QUESTION = 2_000  # tht.memory.recall_service.MAX_QUESTION
+SESSION_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"  # tht.workflow.contract.SESSION_ID_PATTERN
+# The error text must name something: a text of punctuation alone leaves no signature.
+ERROR_TEXT = r"[A-Za-z0-9]"
+_BINDING_KEYS = ("database", "schema")
+
+
+def _refuse_binding(data: Any, where: str) -> Any:
+    if isinstance(data, dict):
+        named = sorted(set(_BINDING_KEYS) & set(data))
+        if named:
+            raise ValueError(f"{' and '.join(named)} {'come' if len(named) > 1 else 'comes'} from the workspace's"
+                             f" configuration and cannot be set in {where}")
+    return data
+
+
+class _Filters(_Input):
+    scope: Annotated[str, Field(min_length=1, max_length=300, pattern=TEXT_PATTERN)] | None = Field(
+        default=None, description="Business scope, exact")
+    concepts: list[Annotated[str, Field(min_length=1, max_length=MAX_CONCEPT, pattern=TEXT_PATTERN)]] = Field(
+        default_factory=list, max_length=50, description="Every concept must be present")
+    top: Annotated[int, Field(ge=1, le=100)] | None = Field(default=None, description="Results (default 10)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_binding(cls, data: Any) -> Any:
+        return _refuse_binding(data, "filters")
+
+
+class RecallFiltersIn(_Filters):
+    """`--filters` without a column."""
+
+    table: Annotated[str, Field(min_length=1, max_length=128, pattern=TEXT_PATTERN)] | None = None
+    column: None = None
+
+
+class RecallColumnFiltersIn(_Filters):
+    """`--filters` with a column: a column filter needs its table."""
+
+    table: Annotated[str, Field(min_length=1, max_length=128, pattern=TEXT_PATTERN)]
+    column: Annotated[str, Field(min_length=1, max_length=128, pattern=TEXT_PATTERN)]
+
+
+FiltersIn = Union[RecallFiltersIn, RecallColumnFiltersIn]
+# `top` is filters.top; a request gives one or the other
+_ONE_TOP: dict[str, Any] = {"not": {"required": ["top"], "properties": {"filters": {"required": ["top"]}}}}
+
+
+class RecallRequest(_Input):
+    filters: FiltersIn | None = Field(default=None, description="The object of --filters")
+    top: Annotated[int, Field(ge=1, le=100)] | None = Field(
+        default=None, description="Results: the same as filters.top (give one of them)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_binding(cls, data: Any) -> Any:
+        return _refuse_binding(data, "the request")
+
+    @model_validator(mode="after")
+    def _one_top(self) -> Any:
+        if self.top is not None and self.filters is not None and self.filters.top is not None:
+            raise ValueError("give top or filters.top, not both")
+        return self
+
+    def filters_document(self) -> dict[str, Any]:
+        """The `--filters` object the CLI would have been given."""
+        document = self.filters.model_dump(exclude_none=True) if self.filters is not None else {}
+        if not document.get("concepts"):
+            document.pop("concepts", None)
+        if self.top is not None:
+            document["top"] = self.top
+        return document
+
+
+Question = Annotated[str, Field(max_length=MAX_QUESTION, pattern=TEXT_PATTERN)]
+SessionId = Annotated[str, Field(pattern=SESSION_ID)]
+
+
+class SolvedSearchIn(RecallRequest):
+    model_config = ConfigDict(json_schema_extra=_ONE_TOP)
+
+    question: Question = Field(description="The user's question")
+
+
+class SearchIn(SolvedSearchIn):
+    session: SessionId | None = Field(
+        default=None, description="Workflow session: leave out Memory already decided in it (its ledger)")
+
+
+class RulesIn(RecallRequest):
+    # a question, an error text, or both
+    model_config = ConfigDict(json_schema_extra={**_ONE_TOP, "anyOf": [
+        {"required": ["question"], "properties": {"question": {"type": "string"}}},
+        {"required": ["error"], "properties": {"error": {"type": "string"}}}]})
+
+    question: Question | None = Field(default=None, description="The user's question (optional with error)")
+    session: SessionId | None = Field(
+        default=None, description="Workflow session: leave out Memory already decided in it (its ledger)")
+    error: Annotated[str, Field(max_length=MAX_QUESTION, pattern=ERROR_TEXT)] | None = Field(
+        default=None, description="A database error text: exact error-signature matches first, then recall")
+
+    @model_validator(mode="after")
+    def _something_to_recall(self) -> Any:
+        if self.question is None and self.error is None:
+            raise ValueError("a question or an error is required")
+        return self
+
+
+class ProposeIn(_Input):
+    session: SessionId = Field(description="The workflow session id (a directory of the service's sessions_root)")
+    data: dict[str, Any] = Field(description="memory_proposals.json: schemas/memory-proposals.schema.json")
+
+
+class SessionIn(_Input):
+    session: SessionId = Field(description="The workflow session id")
+
+
+class Retrieval(BaseModel):
+    path: list[str]
+    via: Literal["direct", "link", "direct+link", "error_signature"]
+    seed_rank: int | None
+    dense_rank: int | None
+    bm25_rank: int | None
+    matched_kind: str | None
+    hops: int
+    meanings: list[str]
+
+
+class RecallHit(BaseModel):
+    """A card rebuilt from PostgreSQL (without its incoming links), its ranking score
+    (not a similarity; null for an exact error-signature match) and how it was found."""
+
+    id: str
+    workspace: str
+    family: str
+    title: str
+    score: float | None
+    retrieval: Retrieval
+
+
+class RecallOut(BaseModel):
+    results: list[RecallHit]
+
+
+class RulesOut(RecallOut):
+    error_signature: str | None = Field(default=None, description="With error: its normalized signature")
+    exact: int | None = Field(default=None, description="With error: how many results matched it exactly")
+    recall_error: ErrorBody | None = Field(
+        default=None, description="With error: why recall failed after exact matches were found")
+
+
+class ProposedOut(BaseModel):
+    id: str
+    action: str
+    family: str
+    card_id: str | None = None
+
+
+class ProposeOut(BaseModel):
+    session: str
+    workspace: str
+    recorded: str
+    digest: str
+    proposals: list[ProposedOut]
+
+
+class SummaryOut(BaseModel):
+    session: str
+    workspace: str
+    gate: str
+    proposals_digest: str
+    additions: list[dict[str, Any]]
+    updates: list[dict[str, Any]]
+    solved_question: dict[str, Any] | None
+    links: list[dict[str, Any]]
+    reused: list[dict[str, Any]]
+    reviewed: dict[str, Any] | None
+
+
+class SolvedIndexOut(BaseModel):
+    session: str
+    results: list[dict[str, Any]]

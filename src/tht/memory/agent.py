@@ -1,0 +1,104 @@
+"""What an agent may do, the same for every face: recall (search, rules,
+solved-search) and the workflow's side of Memory (propose, summary, solved-index).
+
+The CLI (`tht memory search|rules|solved-search`, in-process: the operator) and the
+HTTP API (an agent's token) call these functions, so both answer the same JSON
+document. With a principal, each function checks its capability in the workspace
+again, so a bug in a route cannot widen what a token may do; the CLI's operator runs
+them without one.
+
+The DWH binding (database, schema) is never the caller's to choose: the CLI takes it
+from its runtime file, the service from the workspace's configuration (the Catalog's
+recorded binding). Filters can only narrow it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tht.accounts import PROPOSE, RECALL, Principal
+from tht.errors import InvalidInput, NotFound
+from tht.memory.recall_service import RecallKind, RecallQuery
+from tht.workflow.contract import check_session_id
+
+if TYPE_CHECKING:
+    from tht.bootstrap import Services
+
+RECALL_KINDS: dict[str, RecallKind] = {"search": "search", "rules": "rules", "solved-search": "solved"}
+
+
+@dataclass(frozen=True)
+class DwhBinding:
+    """The database and schema recall is bound to (both None: no binding)."""
+
+    database: str | None = None
+    schema: str | None = None
+
+
+NO_BINDING = DwhBinding()
+
+
+def workspace_binding(services: Services, workspace: str) -> DwhBinding:
+    """The workspace's configured binding: the Catalog's recorded one, else none."""
+    recorded = services.catalog.binding(workspace) if services.catalog is not None else None
+    if recorded is None:
+        return NO_BINDING
+    return DwhBinding(recorded.database, recorded.schema)
+
+
+def _check(principal: Principal | None, permission: str, workspace: str) -> None:
+    if principal is not None:
+        principal.require(permission, workspace)
+
+
+def require_sessions(services: Services, session: str) -> None:
+    """A session is a directory of the workflow's sessions_root. A service started
+    without one knows no session: a clear 404, where the CLI (whose runtime file
+    names the root) reports its configuration."""
+    check_session_id(session)
+    if services.workflow.sessions.root is None:
+        raise NotFound(f"session {session} does not exist: this service has no sessions_root"
+                       " (start it with `tht serve -c` naming sessions_root)",
+                       details={"session": session, "reason": "no_sessions_root"})
+
+
+def recall_command(services: Services, workspace: str, kind: RecallKind, question: str | None,
+                   query: RecallQuery, *, session: str | None = None, error: str | None = None,
+                   binding: DwhBinding = NO_BINDING, principal: Principal | None = None) -> dict[str, Any]:
+    """The answer of `tht memory search|rules|solved-search`: ``{"results": [...]}``,
+    or with ``error`` (rules only) the exact error-signature matches first."""
+    _check(principal, RECALL, workspace)
+    exclude = services.workflow.decided_cards(session) if session is not None else frozenset()
+    if error is not None:
+        return services.workflow.rules_for_error(workspace, error, question, database=binding.database,
+                                                 schema=binding.schema, query=query, exclude=exclude)
+    if question is None:
+        raise InvalidInput("a question is required")
+    results = services.recall.recall(workspace, question, kind, database=binding.database, schema=binding.schema,
+                                     query=query, exclude=exclude)
+    return {"results": [r.as_json() for r in results]}
+
+
+def propose_command(services: Services, workspace: str, session: str, document: Any, *,
+                    principal: Principal | None = None) -> dict[str, Any]:
+    """The answer of `tht memory propose`: the proposals validated and recorded."""
+    _check(principal, PROPOSE, workspace)
+    require_sessions(services, session)
+    return services.workflow.propose(workspace, session, document)
+
+
+def summary_command(services: Services, workspace: str, session: str, *,
+                    principal: Principal | None = None) -> dict[str, Any]:
+    """The answer of `tht memory summary`: the reviewer's editable summary."""
+    _check(principal, PROPOSE, workspace)
+    require_sessions(services, session)
+    return services.workflow.summary(workspace, session)
+
+
+def solved_index_command(services: Services, workspace: str, session: str, *,
+                         principal: Principal | None = None) -> dict[str, Any]:
+    """The answer of `tht memory solved-index`: the reviewed solved question re-indexed.
+    It reads the review receipt in PostgreSQL, not the session directory."""
+    _check(principal, PROPOSE, workspace)
+    return services.workflow.solved_index(workspace, session)
