@@ -379,3 +379,25 @@ def test_commands_over_http_run_with_the_token_and_its_capabilities(tht, served)
     demo = tht.run("demo", token=admin, **over_http)
     assert (demo.code, demo.document["error"]["code"]) == (5, "forbidden")
     assert not (tht.home / "elsewhere").exists()
+
+
+def test_the_service_never_runs_the_operators_process_commands(tht, principals):
+    config, card, data, tokens = principals
+    for command in (("db", "stop"), ("serve", "--no-web"), ("memory", "migrate")):
+        request = {"protocol": 1, "version": __import__("tht").__version__, "argv": list(command), "cwd": "/",
+                   "files": {}, "env": {}, "token": tokens["admin"]}
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.connect(str(tht.run_dir / "service.sock"))
+            sock.sendall(json.dumps(request).encode() + b"\n")
+            answer = json.loads(sock.makefile().readline())
+        assert answer["exit"] == 2 and "its own process" in json.loads(answer["stdout"])["error"]["message"]
+    assert tht.run("memory", "list", "-c", config).code == 0  # the embedded server still runs
+
+
+def test_a_second_serve_on_the_same_home_is_refused(tht, served):
+    server, ready, url = served
+    second = tht.start("serve", "--port", "0", "-c", str(tht.home / "server.yaml"))
+    out, _ = second.communicate(timeout=60)
+    error = json.loads(out)["error"]
+    assert second.returncode == 4 and error["code"] == "service_running"
+    assert error["details"]["pid"] == server.pid

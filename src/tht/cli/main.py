@@ -127,9 +127,7 @@ def authorize(services: Any, workspace: str | None) -> None:
     if invocation.token is None:
         return
     principal = invocation.principal = services.accounts.by_token(invocation.token)
-    if invocation.capability == OPERATOR_ONLY:
-        raise Forbidden("this command is the operator's: run it where THT_HOME is (without a token)")
-    if invocation.capability != SIGNED:
+    if invocation.capability != SIGNED:  # OPERATOR_ONLY never gets here with a token (see main)
         principal.require(invocation.capability, workspace)
 
 
@@ -474,6 +472,10 @@ def main(argv: list[str] | None = None, *, token: str | None = None) -> int:
     invocation = replace(invocation, token=token if token is not None else invocation.token,
                          capability=required(args), principal=None)
     try:
+        if invocation.token is not None and invocation.capability == OPERATOR_ONLY:
+            # closed by default: a token never runs what is not in the capability table
+            raise Forbidden(f"`tht {' '.join(a for a in args[:2] if not a.startswith('-'))}` is the operator's:"
+                            " run it where THT_HOME is, without a token")
         # A group without its command: Typer prints the group's help to stdout while
         # raising, and stdout carries only the JSON error, so the help goes to stderr
         # (in the service, where stdout is not the process's, help never arrives).

@@ -71,14 +71,14 @@ def _fail(error: ThothError) -> int:
 # --- where the command runs ------------------------------------------------------------
 
 
-def _command_words(args: list[str]) -> tuple[str, ...]:
+def command_words(args: list[str]) -> tuple[str, ...]:
     return tuple(a for a in args[:2] if not a.startswith("-"))
 
 
 def runs_here(args: list[str], env: dict[str, str] | os._Environ[str]) -> bool:
     if env.get("THT_SERVICE", "auto").lower() == "off" or not args or HELP_FLAGS & set(args):
         return True
-    words = _command_words(args)
+    words = command_words(args)
     return any(words[:len(local)] == local for local in LOCAL_COMMANDS) or len(words) < 2 and words != ("demo",)
 
 
@@ -395,7 +395,9 @@ def main(argv: list[str] | None = None) -> int:
             emit({"version": __version__})
             return 0
         if runs_here(args, env):
-            return run_here(args, token)
+            # the commands that manage the process or the embedded server are the operator's
+            local = any(command_words(args)[:len(words)] == words for words in LOCAL_COMMANDS)
+            return run_here(args, None if local else token)
         timeout = float(env.get("THT_SERVICE_TIMEOUT") or DEFAULT_TIMEOUT_SECONDS)
         if env.get("THT_SERVICE_URL"):
             code, stdout = run_over_http(env["THT_SERVICE_URL"], build_request(args, token), timeout)

@@ -37,6 +37,7 @@ from typing import IO, Any
 from tht import __version__
 from tht.errors import Conflict, InvalidInput, ServiceVersionMismatch, ThothError, Unauthenticated
 from tht.service import paths
+from tht.service.client import LOCAL_COMMANDS, command_words
 
 log = logging.getLogger("tht.service")
 
@@ -243,6 +244,10 @@ class Service:
         argv = request.get("argv")
         if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
             error = InvalidInput("the request's argv must be a list of strings")
+            return error.exit_code, json.dumps(error.to_dict())
+        if any(command_words(argv)[:len(local)] == local for local in LOCAL_COMMANDS):
+            error = InvalidInput(f"`tht {' '.join(command_words(argv))}` manages a process, the embedded server or"
+                                 " the schema: it runs in its own process, never in the service")
             return error.exit_code, json.dumps(error.to_dict())
         if not operator and not token:
             error = Unauthenticated("a token is required (THT_TOKEN, THT_TOKEN_FILE or --token-file)")
