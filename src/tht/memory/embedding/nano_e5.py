@@ -17,7 +17,12 @@ DIMENSION = 384
 # The model's input: 512 positions, <s> and </s> and the "query: " / "passage: "
 # prefix included. Beyond it the engine splits a text into windows and averages them,
 # which costs time in proportion to the text (a 20 000-character card took 22 s, one
-# 20 000-character word 47 s) for a vector no better than its first window's.
+# 20 000-character word 47 s). The first window holds what indexed_text puts first:
+# title, question and the start of the content; the rest still counts for BM25. The
+# bound is not part of the projection fingerprint (model_id): it changes only the
+# vectors of cards longer than one window, whose earlier projections (an average over
+# all windows) stay valid vectors of the same model, recorded as whole-text ones
+# (embedded_chars NULL).
 MAX_TOKENS = 512
 # A cheap cap before tokenizing: a token of this vocabulary rarely covers more than a
 # dozen characters, so a 512-token prefix lies within it (when it does not, the cut is
