@@ -127,6 +127,8 @@ def test_save_reports_index_state(world):
                                 headers=world.bearer("admin_a"))
     assert created.status_code == 201 and created.json()["status"] == "saved"
     card = created.json()["card"]
+    shown = world.client.get(f"/api/workspaces/ws-a/memory/{card['id']}", headers=world.bearer("admin_a")).json()
+    assert shown["index"]["revision"] == 1 and shown["index"]["current"] and shown["index"]["embedded_chars"] is None
     stale = world.client.put(f"/api/workspaces/ws-a/memory/{card['id']}",
                              json=card_document(title="Late", revision=7), headers=world.bearer("admin_a"))
     assert stale.status_code == 409 and stale.json()["error"]["code"] == "stale_revision"

@@ -65,6 +65,8 @@ def test_every_command_succeeds_with_one_json_document(cli, setup, runtime_file)
     assert runs["memory list"].document["total"] == 1
     assert set(runs["memory list"].document) == {"items", "total", "page", "page_size"}
     assert runs["memory show"].document["incoming_links"][0]["source"] == card_b["id"]
+    shown_index = runs["memory show"].document["index"]  # what the search index holds of it
+    assert shown_index["revision"] == 1 and shown_index["embedded_chars"] is None and shown_index["indexed_chars"] > 0
     assert runs["memory update"].document["card"]["revision"] == 2  # show output fed back to update
     assert runs["memory delete"].document["links_removed"] == 1
     assert set(runs["memory pending"].document) == {"items"}

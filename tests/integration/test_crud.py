@@ -7,7 +7,7 @@ import pytest
 
 from tests.factories import BASE, card
 from tht.errors import Conflict, InvalidInput, NotFound, StaleRevision
-from tht.memory.model import Source, card_id_to_uuid
+from tht.memory.model import CardIndex, Source, card_id_to_uuid
 
 
 @pytest.fixture
@@ -25,7 +25,9 @@ def test_round_trip_for_every_family(memory, acme, family):
     assert created.card.id.startswith("mem-") and created.card.revision == 1
     assert created.card.origin == "manual" and created.card.source is None
     shown = memory.get_card(acme, created.card.id)
-    assert shown == created.card
+    # `show` adds what the index holds: nothing here (this service has no index)
+    assert shown.index == CardIndex(revision=None, current=False, indexed_chars=None, embedded_chars=None)
+    assert shown.model_copy(update={"index": None}) == created.card
     for field, value in BASE[family].items():
         assert getattr(shown, field) == value
     assert shown.concepts == ["order", "customer"]
@@ -92,7 +94,7 @@ def test_a_failed_update_changes_nothing(memory, acme, database):
         memory.update_card(acme, a.id, card(title="changed", dependencies=[],
                                             links=[{"target": ghost, "meaning": "x"}]))
     after = memory.get_card(acme, a.id)
-    assert after == a
+    assert after.model_copy(update={"index": None}) == a
     assert [op.revision for op in memory.pending(acme)] == [1]
 
 

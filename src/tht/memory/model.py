@@ -269,6 +269,19 @@ class IncomingLink(BaseModel):
     source_title: str
 
 
+class CardIndex(BaseModel):
+    """What the search index holds for a card, as `show` reports it: the revision last
+    projected (None: never), whether that projection is the one recall uses, and how
+    much of the indexed text went into it. BM25 indexes all ``indexed_chars``; the
+    dense vector covers the first ``embedded_chars`` (None: all of them), the
+    embedder's input bound. Both None for projections recorded before migration 008."""
+
+    revision: int | None
+    current: bool
+    indexed_chars: int | None
+    embedded_chars: int | None
+
+
 class Card(BaseModel):
     """A card as stored in PostgreSQL: the only version ever returned to a caller."""
 
@@ -294,9 +307,10 @@ class Card(BaseModel):
     revision: int
     created_at: datetime
     updated_at: datetime
+    index: CardIndex | None = None  # read with the card by `show` only
 
     def as_json(self) -> dict[str, Any]:
-        data = self.model_dump(mode="json", by_alias=True)
+        data = self.model_dump(mode="json", by_alias=True, exclude={"index"} if self.index is None else None)
         return data
 
 

@@ -5,6 +5,8 @@ late propagation can never overwrite a newer projection, and retry or rebuild ca
 never restore an earlier edit or a deleted card. A projection is recorded (revision
 and fingerprint) and the card's pending operation cleared only after the index
 accepted the write; on failure the operation stays, with its error, for retry.
+Embedding, the slow part, runs before the lock, on a plain read of the cards: under
+the lock only vectors of the text the card still has are written (see ``sync``).
 """
 
 from __future__ import annotations
@@ -22,13 +24,27 @@ from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive
 from tht.memory.embedding import Embedder, EmbedderUnavailable, SparseEncoder, SparseVector
 from tht.memory.index import IndexPoint, IndexUnavailable, SearchIndex
 from tht.memory.index.port import stores_symptoms
-from tht.memory.model import card_id_to_uuid, uuid_to_card_id
+from tht.memory.model import Card, card_id_to_uuid, uuid_to_card_id
 from tht.memory.projection import card_facts, fingerprint, indexed_text
 from tht.memory.service import IndexOutcome
 
 Progress = Callable[[int, int], None]
 BATCH = 256  # cards per locked transaction in rebuilds: edits wait at most one batch
 NO_REVISION = 0
+# Reads and embeddings outside the lock before the last round embeds under it.
+ROUNDS = 3
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A card's vectors, computed from ``text`` (its indexed text) and ``symptom``."""
+
+    text: str
+    symptom: str | None
+    dense: list[float]
+    symptom_dense: list[float] | None
+    sparse: SparseVector
+    embedded_chars: int | None  # the dense input's length when the embedder cut the text
 
 
 @dataclass
@@ -73,78 +89,146 @@ class IndexProjector:
     # --- one batch of cards --------------------------------------------------------
 
     def sync(self, workspace: str, card_uuids: Sequence[uuid.UUID]) -> SyncReport:
-        """Make the index hold exactly the current archive state of these cards."""
+        """Make the index hold exactly the current archive state of these cards.
+
+        Embedding takes time in proportion to the cards (up to a model input each), so
+        it runs outside every lock: the cards are read and embedded first, then, under
+        the workspace's lock, read again and written to the index only where the text
+        embedded is still the card's text (the vectors are a function of the text;
+        revision and filter facts come from the locked read). A card edited meanwhile
+        is embedded again from its new state, for ``ROUNDS`` rounds; the last round
+        embeds what still changed under the lock: progress is certain, and a card
+        edited that often costs the lock one bounded embedding per card."""
         card_uuids = list(dict.fromkeys(card_uuids))
-        if not card_uuids:
-            return SyncReport()
+        report = SyncReport()
+        todo = card_uuids
+        for round_ in range(1, ROUNDS + 1):
+            if not todo:
+                break
+            last = round_ == ROUNDS
+            unavailable: IndexUnavailable | EmbedderUnavailable | None = None
+            prepared: dict[uuid.UUID, _Prepared] = {}
+            try:
+                self.ensure_collection()
+                if not last:
+                    prepared = self._prepare(workspace, todo)
+            except (IndexUnavailable, EmbedderUnavailable) as exc:
+                unavailable = exc
+            done, todo = self._write(workspace, todo, prepared, unavailable, embed_changed=last)
+            report.add(done)
+        return report
+
+    def _prepare(self, workspace: str, card_uuids: list[uuid.UUID]) -> dict[uuid.UUID, _Prepared]:
+        """The cards' vectors from their current state, computed outside every lock
+        (a plain read, then the embedder)."""
+        with self.archive.transaction(workspace) as tx:
+            language = _workspace_language(tx)
+            cards = tx.cards(card_uuids)
+        present = [cards[i] for i in card_uuids if i in cards]
+        if not present:
+            return {}
+        prepared = self._embed(present, language)
+        crash_point("projector.after_embedding")
+        return {card_id_to_uuid(card.id): item for card, item in zip(present, prepared)}
+
+    def _embed(self, cards: list[Card], language: str) -> list[_Prepared]:
+        texts = [indexed_text(card) for card in cards]
+        # An explained error also gets a symptom projection, its error text (the
+        # context), where the engine keeps one. Both kinds go in ONE embedding call, so
+        # batches run across cards and kinds.
+        symptoms = [_symptom(card, self.index) for card in cards]
+        cuts = [self.embedder.bound(text) for text in texts]
+        vectors = self.embedder.embed_passages([cut.text for cut in cuts] + [text for text in symptoms if text])
+        main, extra = vectors[:len(texts)], iter(vectors[len(texts):])
+        encoder = self.encoder(language)
+        # BM25 indexes the whole text: only the dense input is bounded (the encoder
+        # takes ~3 ms for 100 000 characters, one word of 20 000 included).
+        return [_Prepared(text, symptom, dense, next(extra) if symptom else None, encoder.encode_document(text),
+                          cut.chars)
+                for text, symptom, dense, cut in zip(texts, symptoms, main, cuts)]
+
+    def _write(self, workspace: str, card_uuids: list[uuid.UUID], prepared: dict[uuid.UUID, _Prepared],
+               unavailable: IndexUnavailable | EmbedderUnavailable | None,
+               embed_changed: bool) -> tuple[SyncReport, list[uuid.UUID]]:
+        """Under the workspace's lock: write the prepared vectors of the cards whose text
+        is still the one embedded, delete the points of deleted cards, record it all.
+        Returns the report and the cards that changed since they were embedded (none
+        when ``embed_changed``: those are embedded here)."""
         # The index before the archive lock, as recall does (search, then verification
         # under the lock): one lock order, so an embedded index held by a reader can
         # never wait on a writer that waits on it.
         with ExitStack() as held:
-            unavailable: IndexUnavailable | None = None
-            try:
-                self.ensure_collection()
-                held.enter_context(self.index.session())
-            except IndexUnavailable as exc:
-                unavailable = exc
-            return self._sync_locked(workspace, card_uuids, unavailable)
+            if unavailable is None:
+                try:
+                    held.enter_context(self.index.session())
+                except IndexUnavailable as exc:
+                    unavailable = exc
+            with self.archive.transaction(workspace, lock=True) as tx:
+                report, changed = self._write_locked(tx, card_uuids, prepared, unavailable, embed_changed)
+            if not report.failed:
+                crash_point("projector.after_archive_commit")
+            return report, changed
 
-    def _sync_locked(self, workspace: str, card_uuids: list[uuid.UUID],
-                     unavailable: IndexUnavailable | None) -> SyncReport:
-        with self.archive.transaction(workspace, lock=True) as tx:
-            language = _workspace_language(tx)
-            current = self.fingerprint(language)
-            cards = tx.cards(card_uuids)
-            operations = tx.operations_for(card_uuids)
-            present = [cards[i] for i in card_uuids if i in cards]
-            gone = [i for i in card_uuids if i not in cards]
-            sparse_vectors: list[SparseVector] = []
-            try:
-                if unavailable is not None:
-                    raise unavailable
-                if present:
-                    texts = [indexed_text(card) for card in present]
-                    # An explained error also gets a symptom projection, its error text
-                    # (the context), where the engine keeps one. Both kinds go in ONE
-                    # embedding call, so batches of 32 run across cards and kinds.
-                    symptoms = [card.context if card.family == "explained_error" and card.context
-                                and stores_symptoms(self.index) else None for card in present]
-                    vectors = self.embedder.embed_passages(texts + [text for text in symptoms if text])
-                    crash_point("projector.after_embedding")
-                    main, extra = vectors[:len(texts)], iter(vectors[len(texts):])
-                    symptom_vectors = [next(extra) if text else None for text in symptoms]
-                    encoder = self.encoder(language)
-                    sparse_vectors = [encoder.encode_document(text) for text in texts]
-                    self.index.upsert([
-                        IndexPoint(card_id_to_uuid(card.id), dense, sparse, card_facts(card), card.revision,
-                                   current, symptom)
-                        for card, dense, sparse, symptom in zip(present, main, sparse_vectors, symptom_vectors)
-                    ])
-                if gone:
-                    self.index.delete(workspace, gone)
-                crash_point("projector.after_index_write")
-            except (IndexUnavailable, EmbedderUnavailable) as exc:
-                # Saved, index update incomplete: every card keeps (or gets) its pending
-                # operation, with the error, and stays out of recall until retried.
-                for card in present:
-                    if card_id_to_uuid(card.id) not in operations:
-                        tx.enqueue(card_id_to_uuid(card.id), "upsert", card.revision)
-                for card_uuid in gone:
-                    if card_uuid not in operations:
-                        tx.enqueue(card_uuid, "delete", NO_REVISION)
-                tx.record_failure(card_uuids, exc.message)
-                return SyncReport(failed=card_uuids, error=exc.message)
-            for card, sparse in zip(present, sparse_vectors):
-                card_uuid = card_id_to_uuid(card.id)
-                tx.record_projection(card_uuid, card.revision, current, sparse.indices)
-                tx.clear_operation(card_uuid, card.revision)
+    def _write_locked(self, tx: ArchiveTransaction, card_uuids: list[uuid.UUID],
+                      prepared: dict[uuid.UUID, _Prepared], unavailable: IndexUnavailable | EmbedderUnavailable | None,
+                      embed_changed: bool) -> tuple[SyncReport, list[uuid.UUID]]:
+        workspace = tx.workspace_id
+        language = _workspace_language(tx)
+        current = self.fingerprint(language)
+        cards = tx.cards(card_uuids)
+        operations = tx.operations_for(card_uuids)
+        present = [cards[i] for i in card_uuids if i in cards]
+        gone = [i for i in card_uuids if i not in cards]
+        changed: list[uuid.UUID] = []
+        try:
+            if unavailable is not None:
+                raise unavailable
+            ready: list[tuple[Card, _Prepared]] = []
+            stale = []
+            for card in present:
+                item = prepared.get(card_id_to_uuid(card.id))
+                if item is not None and item.text == indexed_text(card) and item.symptom == _symptom(card, self.index):
+                    ready.append((card, item))
+                else:
+                    stale.append(card)
+            if stale and embed_changed:
+                ready += zip(stale, self._embed(stale, language))
+            elif stale:
+                # Edited since it was embedded: that edit's own propagation may already
+                # have written it (then nothing is left to do), else embed it again.
+                states = tx.projection_states([card_id_to_uuid(card.id) for card in stale])
+                changed = [i for i, state in states.items() if not state.current(current)]
+            if ready:
+                self.index.upsert([
+                    IndexPoint(card_id_to_uuid(card.id), item.dense, item.sparse, card_facts(card), card.revision,
+                               current, item.symptom_dense)
+                    for card, item in ready
+                ])
             if gone:
-                tx.forget_projections(gone)
-                for card_uuid in gone:
-                    tx.clear_operation(card_uuid, operations.get(card_uuid, ("delete", NO_REVISION))[1])
-            crash_point("projector.after_clear_operation")
-        crash_point("projector.after_archive_commit")
-        return SyncReport(indexed=len(present), deleted=len(gone))
+                self.index.delete(workspace, gone)
+            crash_point("projector.after_index_write")
+        except (IndexUnavailable, EmbedderUnavailable) as exc:
+            # Saved, index update incomplete: every card keeps (or gets) its pending
+            # operation, with the error, and stays out of recall until retried.
+            for card in present:
+                if card_id_to_uuid(card.id) not in operations:
+                    tx.enqueue(card_id_to_uuid(card.id), "upsert", card.revision)
+            for card_uuid in gone:
+                if card_uuid not in operations:
+                    tx.enqueue(card_uuid, "delete", NO_REVISION)
+            tx.record_failure(card_uuids, exc.message)
+            return SyncReport(failed=card_uuids, error=exc.message), []
+        for card, item in ready:
+            card_uuid = card_id_to_uuid(card.id)
+            tx.record_projection(card_uuid, card.revision, current, item.sparse.indices, len(item.text),
+                                 item.embedded_chars)
+            tx.clear_operation(card_uuid, card.revision)
+        if gone:
+            tx.forget_projections(gone)
+            for card_uuid in gone:
+                tx.clear_operation(card_uuid, operations.get(card_uuid, ("delete", NO_REVISION))[1])
+        crash_point("projector.after_clear_operation")
+        return SyncReport(indexed=len(ready), deleted=len(gone)), changed
 
     # --- entry points ----------------------------------------------------------------
 
@@ -265,6 +349,13 @@ def _raise_if_failed(report: SyncReport, summary: dict[str, Any]) -> None:
     if report.failed:
         raise IndexUnavailable(
             f"{len(report.failed)} cards could not be indexed and stay pending: {report.error}", details=summary)
+
+
+def _symptom(card: Card, index: SearchIndex) -> str | None:
+    """The text of an explained error's symptom projection, where the engine keeps one."""
+    if card.family == "explained_error" and card.context and stores_symptoms(index):
+        return card.context
+    return None
 
 
 def _workspace_language(tx: ArchiveTransaction) -> str:

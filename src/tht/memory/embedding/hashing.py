@@ -16,12 +16,20 @@ from tht.memory.embedding.port import BatchingEmbedder
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
+# Its input bound, in characters: it has no model limit, but bounding it like the
+# real providers lets tests exercise cut inputs cheaply (with a small ``max_chars``).
+MAX_CHARS = 8192
+
+
 class HashingEmbedder(BatchingEmbedder):
-    def __init__(self, dimension: int = 256) -> None:
+    def __init__(self, dimension: int = 256, max_chars: int = MAX_CHARS) -> None:
         super().__init__()
         if dimension < 2:
             raise ValueError("the hashing embedder needs at least 2 dimensions")
+        if max_chars < 1:
+            raise ValueError("the hashing embedder needs an input bound of at least 1 character")
         self.dimension = dimension
+        self.max_input_chars = max_chars
         self.model_id = f"hashing-v1-{dimension}"
 
     def _embed(self, texts: list[str], *, query: bool) -> list[list[float]]:

@@ -12,6 +12,14 @@ from tht.errors import ConfigurationError
 from tht.memory.embedding.errors import EmbedderUnavailable
 from tht.memory.embedding.port import BatchingEmbedder
 
+# The input bound, when not configured: 512 tokens is the limit of the e5, bge and
+# MiniLM families such servers usually run (and a server may refuse longer inputs
+# rather than truncate them); OpenAI's own models take 8 191 (``max_input_tokens``).
+MAX_INPUT_TOKENS = 512
+# Tokens are estimated from characters, without the server's tokenizer: 3 characters
+# a token errs on the short side for prose (~4.3 with e5's vocabulary) and SQL (~2.3).
+CHARS_PER_TOKEN = 3
+
 
 class OpenAIHttpEmbedder(BatchingEmbedder):
     def __init__(
@@ -24,8 +32,11 @@ class OpenAIHttpEmbedder(BatchingEmbedder):
         timeout: float = 30.0,
         query_prefix: str = "",
         passage_prefix: str = "",
+        max_input_tokens: int = MAX_INPUT_TOKENS,
     ) -> None:
         super().__init__()
+        # the prefix is part of the model's input
+        self.max_input_chars = max(1, max_input_tokens * CHARS_PER_TOKEN - max(len(query_prefix), len(passage_prefix)))
         base = url.rstrip("/")
         # Clients conventionally configure the base URL with or without "/v1".
         self.endpoint = (base[:-3] if base.endswith("/v1") else base) + "/v1/embeddings"

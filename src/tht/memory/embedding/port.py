@@ -1,18 +1,31 @@
-"""The dense embedding port and the batching every provider shares."""
+"""The dense embedding port and the batching and input bound every provider shares."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Protocol
+from collections.abc import Callable
+from typing import NamedTuple, Protocol
 
 # Bounded so one request stays small for an HTTP provider and one native call does
 # not hold the model lock for long.
 BATCH_SIZE = 32
 
 
+class InputCut(NamedTuple):
+    """What an embedder really embeds of a text: ``text`` is the text's first
+    ``chars`` characters, or the whole text when ``chars`` is None."""
+
+    text: str
+    chars: int | None
+
+
 class Embedder(Protocol):
     """Turns text into dense vectors. ``model_id`` and ``dimension`` go into the
-    projection fingerprint: changing either makes existing projections stale."""
+    projection fingerprint: changing either makes existing projections stale.
+
+    Every input is bounded by the model's own input limit (``bound``): the embedding
+    of a text is the embedding of its bounded prefix, so a long card costs no more than
+    a model window, and callers can record where it was cut."""
 
     @property
     def model_id(self) -> str: ...
@@ -20,31 +33,82 @@ class Embedder(Protocol):
     @property
     def dimension(self) -> int: ...
 
+    def bound(self, text: str, *, query: bool = False) -> InputCut: ...
+
     def embed_passages(self, texts: list[str]) -> list[list[float]]: ...
 
     def embed_query(self, text: str) -> list[float]: ...
 
 
 class BatchingEmbedder(ABC):
-    """Splits work into batches of at most ``BATCH_SIZE`` and counts the underlying
-    calls, so batching is observable in tests."""
+    """Bounds every input, splits work into batches of at most ``BATCH_SIZE`` and
+    counts the underlying calls, so batching is observable in tests.
+
+    The bound: at most ``max_input_chars`` characters (a cheap cap, applied first so a
+    tokenizer never sees a huge text), then, for a provider that counts tokens
+    (``_tokens``), the longest prefix of at most ``max_input_tokens`` tokens."""
+
+    max_input_chars: int | None = None
+    max_input_tokens: int | None = None
 
     def __init__(self) -> None:
         self.calls = 0
 
+    def bound(self, text: str, *, query: bool = False) -> InputCut:
+        cap = self.max_input_chars
+        capped = text if cap is None or len(text) <= cap else text[:cap]
+        limit = self.max_input_tokens
+        if limit is not None:
+            size = self._tokens(capped, query=query)
+            if size is not None and size > limit:
+                chars = _longest_prefix(capped, lambda prefix: self._tokens(prefix, query=query) or 0, limit, size)
+                return InputCut(capped[:chars], chars)
+        return InputCut(capped, None if capped is text else len(capped))
+
     def embed_passages(self, texts: list[str]) -> list[list[float]]:
+        bounded = [self.bound(text).text for text in texts]
         vectors: list[list[float]] = []
-        for start in range(0, len(texts), BATCH_SIZE):
-            vectors.extend(self._call(texts[start:start + BATCH_SIZE], query=False))
+        for start in range(0, len(bounded), BATCH_SIZE):
+            vectors.extend(self._call(bounded[start:start + BATCH_SIZE], query=False))
         return vectors
 
     def embed_query(self, text: str) -> list[float]:
-        return self._call([text], query=True)[0]
+        return self._call([self.bound(text, query=True).text], query=True)[0]
 
     def _call(self, texts: list[str], *, query: bool) -> list[list[float]]:
         self.calls += 1
         return self._embed(texts, query=query)
 
+    def _tokens(self, text: str, *, query: bool) -> int | None:
+        """The model's input length of ``text`` in tokens (specials and the query or
+        passage prefix included), or None for a provider that cannot count them."""
+        return None
+
     @abstractmethod
     def _embed(self, texts: list[str], *, query: bool) -> list[list[float]]:
-        """Embed one batch (at most ``BATCH_SIZE`` texts)."""
+        """Embed one batch (at most ``BATCH_SIZE`` texts, each within the bound)."""
+
+
+def _longest_prefix(text: str, size: Callable[[str], int], limit: int, whole: int) -> int:
+    """The length of the longest prefix of ``text`` whose ``size`` is within ``limit``,
+    given that the whole text's size ``whole`` is not. Token counts grow nearly in
+    proportion to characters, so probes alternate between interpolation (close in one
+    or two steps) and bisection (which bounds the worst case to twice log2 of the
+    length). A prefix ending inside a word can count one token more or less than its
+    neighbours; the answer is always a prefix that was measured to fit."""
+    lo, hi = 0, len(text)
+    size_lo, size_hi = size(""), whole
+    interpolate = True
+    while hi - lo > 1:
+        if interpolate and size_hi > size_lo:
+            mid = lo + (hi - lo) * (limit - size_lo) // (size_hi - size_lo)
+        else:
+            mid = (lo + hi) // 2
+        mid = min(max(mid, lo + 1), hi - 1)
+        measured = size(text[:mid])
+        if measured <= limit:
+            lo, size_lo = mid, measured
+        else:
+            hi, size_hi = mid, measured
+        interpolate = not interpolate
+    return lo

@@ -260,11 +260,22 @@ UPDATE thoth_memory.projection_ops
  WHERE workspace_id = %(workspace)s AND card_id = ANY(%(ids)s);
 
 -- name: projection_record
-INSERT INTO thoth_memory.projections (workspace_id, card_id, revision, fingerprint, terms)
-VALUES (%(workspace)s, %(id)s, %(revision)s, %(fingerprint)s, %(terms)s)
+INSERT INTO thoth_memory.projections (workspace_id, card_id, revision, fingerprint, terms, indexed_chars,
+                                      embedded_chars)
+VALUES (%(workspace)s, %(id)s, %(revision)s, %(fingerprint)s, %(terms)s, %(indexed_chars)s, %(embedded_chars)s)
 ON CONFLICT (card_id) DO UPDATE
    SET revision = EXCLUDED.revision, fingerprint = EXCLUDED.fingerprint, terms = EXCLUDED.terms,
-       indexed_at = now();
+       indexed_chars = EXCLUDED.indexed_chars, embedded_chars = EXCLUDED.embedded_chars, indexed_at = now();
+
+-- name: projection_detail
+-- What `show` says of a card's projection: the projected revision and format, the
+-- outstanding operation, and how much of the indexed text the dense vector covers.
+SELECT c.revision, p.revision AS projected_revision, p.fingerprint, o.operation, p.indexed_chars,
+       p.embedded_chars
+  FROM thoth_memory.cards c
+  LEFT JOIN thoth_memory.projections p ON p.card_id = c.id
+  LEFT JOIN thoth_memory.projection_ops o ON o.card_id = c.id
+ WHERE c.workspace_id = %(workspace)s AND c.id = %(id)s;
 
 -- name: projection_forget
 DELETE FROM thoth_memory.projections WHERE workspace_id = %(workspace)s AND card_id = ANY(%(ids)s);
