@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import secrets
 import shutil
 import sys
@@ -32,6 +33,10 @@ from tht.memory.migrations import migrate
 from tht.memory.service import MemoryService, WorkspaceService
 
 TEMPLATE = "thoth_test_template"
+# `tht` commands the tests start run in their own process, as before the service: a test
+# of the service asks for it (tests/integration/service_support.py), so no test leaves
+# an auto-started service behind.
+os.environ.setdefault("THT_SERVICE", "off")
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """While `tht serve` holds the embedded index, CLI commands on the same data directory
-keep working: the server gives the index up when idle and takes it back on demand."""
+keep working: they run in the server, the installation's service."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def test_cli_commands_work_beside_the_running_server(server, database, tmp_path)
     config = tmp_path / "runtime.yaml"
     config.write_text(f"workspace: {WORKSPACE}\ndatabase: dwh\nschema: sales\n"
                       "embedding: {provider: hashing, dimension: 64}\n")
-    env = _server_env(database, server.home)
+    env = {**_server_env(database, server.home), "THT_SERVICE": "auto"}
     for args in (["memory", "search", "quokka wallaby island"], ["memory", "check"]):
         proc = subprocess.run([sys.executable, "-m", "tht", *args, "-c", str(config)], capture_output=True,
                               text=True, env=env, timeout=120)
@@ -28,6 +28,8 @@ def test_cli_commands_work_beside_the_running_server(server, database, tmp_path)
             assert document["results"][0]["id"] == created["card"]["id"]
         else:
             assert document["missing"] == [] and document["pending"] == 0
+    service = json.loads((server.home / "run" / "service.json").read_text())
+    assert service["pid"] == server.process.pid and service["web"]  # no second service was started
     # and the server takes the index back for its next save
     card = created["card"]
     saved = server.api("PUT", f"/api/workspaces/{WORKSPACE}/memory/{card['id']}", {

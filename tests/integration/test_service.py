@@ -17,7 +17,7 @@ import time
 import pytest
 
 from tests.factories import card_document
-from tests.integration.service_support import alive, installation, wait_for
+from tests.integration.service_support import Installation, alive, installation, wait_for
 
 MISSING = "mem-00000000-0000-4000-8000-000000000000"
 
@@ -401,3 +401,20 @@ def test_a_second_serve_on_the_same_home_is_refused(tht, served):
     error = json.loads(out)["error"]
     assert second.returncode == 4 and error["code"] == "service_running"
     assert error["details"]["pid"] == server.pid
+
+
+def test_the_service_starts_its_embedded_database_again_after_db_stop(tmp_path):
+    home = tmp_path / "embedded-home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("THT_")}  # the embedded engines
+    tht = Installation(home, {**env, "THT_HOME": str(home), "THT_SERVICE_TIMEOUT": "120"})
+    try:
+        assert tht.run("workspace", "create", "acme", "--language", "en").code == 0  # starts both
+        stopped = tht.run("db", "stop")
+        assert stopped.code == 0 and stopped.document["stopped"] is True
+        listed = tht.run("workspace", "list")  # the same service, its database started again
+        assert listed.code == 0 and [w["id"] for w in listed.document["items"]] == ["acme"]
+        assert tht.starts_logged() == 1
+    finally:
+        tht.stop()
+        tht.run("db", "stop")

@@ -148,6 +148,19 @@ class EmbeddedPostgres:
                 conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(
                     sql.Identifier(database), sql.Identifier(MIGRATOR)))
 
+    @property
+    def running(self) -> bool:
+        return (self.pgdata / "postmaster.pid").exists()
+
+    def ensure_running(self) -> None:
+        """Start the server again when it stopped since this process last used it
+        (`tht db stop`): the library's cached handle still believes it runs."""
+        with self._exclusive():
+            if not self.running:
+                _pgserver().PostgresServer._instances.pop(self.pgdata, None)
+                self._server = None
+                self.start()
+
     def status(self) -> dict:
         info_file = self.pgdata / "postmaster.pid"
         return {"home": str(self.home), "pgdata": str(self.pgdata), "running": info_file.exists()}

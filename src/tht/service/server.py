@@ -76,6 +76,7 @@ class Service:
         self._last_activity = time.monotonic()
         self._state = threading.Condition()
         self._build_checked = time.monotonic()
+        self._embedded: Any = None  # the embedded PostgreSQL, when the archive is the embedded one
         self.stopped = threading.Event()
 
     # --- life --------------------------------------------------------------------------
@@ -104,7 +105,11 @@ class Service:
         """Open the engines, then listen (a stale socket of a killed service is replaced:
         holding the lock proves nobody else serves it)."""
         from tht.bootstrap import Engines
+        from tht.db.embedded import EmbeddedPostgres
+        from tht.settings import database_settings
 
+        settings = database_settings()
+        self._embedded = EmbeddedPostgres(settings.embedded_home) if settings.embedded else None
         self.engines = Engines(max_connections=POOL_CONNECTIONS)
         path = paths.socket_path(self.home)
         path.unlink(missing_ok=True)
@@ -252,6 +257,7 @@ class Service:
         if not operator and not token:
             error = Unauthenticated("a token is required (THT_TOKEN, THT_TOKEN_FILE or --token-file)")
             return error.exit_code, json.dumps(error.to_dict())
+        self._ensure_database()
         output: list[str] = []
         client_env = request.get("env") if isinstance(request.get("env"), dict) else {}
         invocation = Invocation(
@@ -266,6 +272,18 @@ class Service:
         finally:
             done.set()
         return code, "".join(output)
+
+    def _ensure_database(self) -> None:
+        """Start the embedded PostgreSQL again when it was stopped (`tht db stop`): a
+        command would otherwise answer archive_unavailable until the service restarts.
+        Its pid file is the cheap sign."""
+        if self._embedded is None or self._embedded.running:
+            return
+        log.warning("the embedded PostgreSQL is not running: starting it")
+        try:
+            self._embedded.ensure_running()
+        except ThothError as exc:  # the command then reports the archive as unavailable
+            log.error("cannot start the embedded PostgreSQL: %s", exc.message)
 
     def _mismatch(self, request: dict[str, Any]) -> str | None:
         if request.get("protocol") != paths.PROTOCOL or request.get("version") != __version__:

@@ -127,6 +127,9 @@ class PostgresArchive:
             open=False,
             timeout=timeout,
             kwargs={"connect_timeout": int(timeout), "autocommit": False},
+            # a connection is checked (one round trip) when taken: after PostgreSQL
+            # restarts, a long-running service would otherwise hand out dead ones
+            check=psycopg_pool.ConnectionPool.check_connection,
             name="thoth-memory-archive",
         )
         self._opened = False
