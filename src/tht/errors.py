@@ -98,6 +98,14 @@ class PayloadTooLarge(InvalidInput):
     default_message = "the request body is too large"
 
 
+class RequestTimeout(InvalidInput):
+    """The client did not send its request body in time (a slow or half-sent request)."""
+
+    code = "request_timeout"
+    http_status = 408
+    default_message = "the request did not arrive in time"
+
+
 class ArchiveUnavailable(ThothError):
     code = "archive_unavailable"
     http_status = 503

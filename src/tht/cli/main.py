@@ -370,11 +370,19 @@ def serve(
     demo: Annotated[bool, typer.Option("--demo", help="Load the demo workspace (BIRD Mini-Dev evidence) first")] = False,
     config: Annotated[Optional[Path], typer.Option("-c", "--config", help="YAML with index and embedding sections")] = None,
     secure: Annotated[bool, typer.Option("--secure", help="Served behind HTTPS: Secure, __Host- session cookie")] = False,
+    header_timeout: Annotated[float, typer.Option(
+        min=0.1, help="Seconds a client has to send a request's head; then the connection is closed")] = 10.0,
+    body_timeout: Annotated[float, typer.Option(
+        min=0.1, help="Seconds a client has to send a request's body; then 408 and the connection is closed")] = 30.0,
+    max_connections: Annotated[int, typer.Option(
+        min=1, help="Open connections (or requests) beyond which new requests get 503")] = 200,
 ) -> None:
     """Run the administration web app on the embedded engines (or the configured ones)."""
+    from tht.web.limits import ServerLimits
     from tht.web.server import run_server
 
-    run_server(host=host, port=port, demo=demo, config=config, secure=secure)
+    limits = ServerLimits(header_timeout=header_timeout, body_timeout=body_timeout, max_connections=max_connections)
+    run_server(host=host, port=port, demo=demo, config=config, secure=secure, limits=limits)
 
 
 # --- embedded database --------------------------------------------------------------

@@ -28,20 +28,18 @@ from tht.accounts import Principal
 from tht.bootstrap import Services
 from tht.errors import (
     InvalidInput,
-    PayloadTooLarge,
     PermissionDenied,
     ThothError,
     Unauthenticated,
-    UnsupportedMediaType,
 )
 from tht.memory.admin import AdminRequest
 from tht.memory.model import FAMILIES, MAX_DOCUMENT_BYTES
 from tht.web import schemas
 from tht.web.catalog import catalog_router
+from tht.web.guard import SAFE_METHODS, RequestGuard
 from tht.web.review import review_router
 
 HERE = Path(__file__).parent
-SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
 WORKSPACE_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 CARD_ID_PATTERN = r"^mem-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
 
@@ -50,6 +48,7 @@ CARD_ID_PATTERN = r"^mem-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f
 class WebSettings:
     secure: bool = False  # served over HTTPS: __Host- cookie with Secure
     csrf_key: bytes = b""
+    body_timeout: float = 30.0  # seconds a client has to send a whole request body
 
     def __post_init__(self) -> None:
         if not self.csrf_key:
@@ -114,26 +113,9 @@ def create_app(services: Services, settings: WebSettings | None = None) -> FastA
 
     # --- request hygiene ----------------------------------------------------------------
 
-    @app.middleware("http")
-    async def hygiene(request: Request, call_next):
-        length = request.headers.get("content-length")
-        if length and (not length.isdigit() or int(length) > MAX_DOCUMENT_BYTES):
-            return error_response(PayloadTooLarge(f"the body is larger than {MAX_DOCUMENT_BYTES} bytes"))
-        if request.method not in SAFE_METHODS and request.url.path.startswith("/api"):
-            body = await request.body()
-            if len(body) > MAX_DOCUMENT_BYTES:
-                return error_response(PayloadTooLarge(f"the body is larger than {MAX_DOCUMENT_BYTES} bytes"))
-            media = request.headers.get("content-type", "").split(";")[0].strip().lower()
-            if body and media != "application/json":
-                return error_response(UnsupportedMediaType(f"the body must be application/json, not '{media or 'none'}'"))
-        response = await call_next(request)
-        response.headers.setdefault("X-Content-Type-Options", "nosniff")
-        response.headers.setdefault("X-Frame-Options", "DENY")
-        response.headers.setdefault("Referrer-Policy", "same-origin")
-        response.headers.setdefault("Content-Security-Policy",
-                                    "default-src 'self'; style-src 'self'; script-src 'self'; frame-ancestors 'none'")
-        response.headers.setdefault("Cache-Control", "no-store")
-        return response
+    # Body limits, media type and security headers, before routing and authentication.
+    app.add_middleware(RequestGuard, max_body_bytes=MAX_DOCUMENT_BYTES, body_timeout=settings.body_timeout,
+                       secure=settings.secure)
 
     # --- authentication -----------------------------------------------------------------
 

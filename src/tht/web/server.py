@@ -21,6 +21,7 @@ from tht.errors import ConfigurationError, Conflict
 from tht.memory.index import EdgeIndex
 from tht.settings import find_credentials
 from tht.validation import describe_validation_error
+from tht.web.limits import ServerLimits, uvicorn_options
 
 ADMIN_USER = "admin"
 # The web server gives the embedded index up after this idle time, so CLI commands on
@@ -73,7 +74,8 @@ def ensure_admin(services: Any) -> str | None:
         return None
 
 
-def run_server(*, host: str, port: int, demo: bool, config: Path | None, secure: bool) -> None:
+def run_server(*, host: str, port: int, demo: bool, config: Path | None, secure: bool,
+               limits: ServerLimits | None = None) -> None:
     import uvicorn
 
     from tht.demo import load_demo
@@ -102,8 +104,10 @@ def run_server(*, host: str, port: int, demo: bool, config: Path | None, secure:
                     sys.stdout.write(announcement + "\n")
                     sys.stdout.flush()
 
-        config = uvicorn.Config(create_app(services, WebSettings(secure=secure)), host=host, port=port,
-                                log_level="warning")
+        limits = limits or ServerLimits()
+        settings = WebSettings(secure=secure, body_timeout=limits.body_timeout)
+        config = uvicorn.Config(create_app(services, settings), host=host, port=port, log_level="warning",
+                                **uvicorn_options(limits))
         AnnouncingServer(config).run()
     finally:
         services.close()
