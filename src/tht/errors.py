@@ -86,6 +86,19 @@ class Unauthenticated(PermissionDenied):
     default_message = "authentication required"
 
 
+class TooManyRequests(PermissionDenied):
+    """Refused for now (login backoff, or the server is busy hashing): retry after
+    ``retry_after`` seconds (the HTTP Retry-After header)."""
+
+    code = "too_many_requests"
+    http_status = 429
+    default_message = "too many attempts: retry later"
+
+    def __init__(self, message: str | None = None, *, retry_after: int, details: Any = None) -> None:
+        self.retry_after = max(1, int(retry_after))
+        super().__init__(message, details={"retry_after": self.retry_after, **(details or {})})
+
+
 class UnsupportedMediaType(InvalidInput):
     code = "unsupported_media_type"
     http_status = 415

@@ -4,12 +4,18 @@ connection floods."""
 
 from __future__ import annotations
 
+import hashlib
 import socket
 import threading
 
+import psycopg
 import pytest
+from fastapi.testclient import TestClient
 
-from tests.integration.web_support import build_world, serving
+from tests.integration.web_support import ORIGIN, build_world, serving
+from tht import accounts
+from tht.bootstrap import ProjectionSettings, build_services
+from tht.errors import TooManyRequests
 from tht.memory.model import MAX_DOCUMENT_BYTES
 from tht.web.app import WebSettings, create_app
 from tht.web.limits import ServerLimits
@@ -172,3 +178,94 @@ def test_request_head_growing_past_the_limit_is_refused(world):
         assert client.closed.wait(timeout=10)
         client.close()
     assert client.status() == 400
+
+
+# --- login flooding and timing --------------------------------------------------------
+
+PASSWORD = "correct horse battery"
+
+
+def log_in(client, name: str, password: str):
+    return client.post("/api/session", json={"name": name, "password": password}, headers={"Origin": ORIGIN})
+
+
+def failures_recorded(database, **where: str) -> int:
+    (column, value), = where.items()
+    with psycopg.connect(database.superuser) as conn:
+        return conn.execute(f"SELECT count(*) FROM thoth_memory.login_attempts WHERE {column} = %s",
+                            (value,)).fetchone()[0]
+
+
+@pytest.fixture
+def scrypt_calls(monkeypatch):
+    calls = []
+    real = hashlib.scrypt
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(accounts.hashlib, "scrypt", counting)
+    return calls
+
+
+def test_wrong_passwords_meet_a_backoff_shared_through_postgresql(world, database, tmp_path, scrypt_calls):
+    for _ in range(accounts.USER_FREE_FAILURES):
+        assert log_in(world.client, "admin_a", "wrong password!!").status_code == 401
+    assert failures_recorded(database, user_name="admin_a") == accounts.USER_FREE_FAILURES
+    scrypt_calls.clear()
+    refused = log_in(world.client, "admin_a", PASSWORD)  # even the right password waits
+    assert refused.status_code == 429, refused.text
+    assert refused.json()["error"]["code"] == "too_many_requests"
+    assert int(refused.headers["Retry-After"]) >= 1
+    assert scrypt_calls == []  # a refused attempt costs no hash
+    # another instance of the service on the same database counts the same failures
+    other = build_services(env=database.env(), projection=ProjectionSettings(
+        index={"engine": "edge", "path": str(tmp_path / "other-index")},
+        embedding={"provider": "hashing", "dimension": 64}))
+    try:
+        with pytest.raises(TooManyRequests):
+            other.accounts.by_password("admin_a", PASSWORD, "another-instance-client")
+    finally:
+        other.close()
+    with psycopg.connect(database.superuser) as conn:  # the backoff's time passes
+        conn.execute("UPDATE thoth_memory.login_attempts SET failed_at = failed_at - interval '5 minutes'")
+    assert log_in(world.client, "admin_a", PASSWORD).status_code == 200
+    assert failures_recorded(database, user_name="admin_a") == 0  # forgiven by the successful login
+
+
+def test_one_client_trying_many_names_meets_the_backoff(world):
+    for i in range(accounts.CLIENT_FREE_FAILURES):
+        assert log_in(world.client, f"nobody{i}", "wrong password!!").status_code == 401
+    assert log_in(world.client, "nobody-new", "wrong password!!").status_code == 429
+    with TestClient(world.client.app, base_url=ORIGIN, client=("192.0.2.7", 40000)) as elsewhere:
+        assert log_in(elsewhere, "nobody-new", "wrong password!!").status_code == 401
+
+
+def test_password_hashing_runs_in_bounded_slots(world, monkeypatch, database):
+    monkeypatch.setattr(accounts, "HASHING_WAIT_SECONDS", 0.1)
+    held = 0
+    while accounts._hashing.acquire(blocking=False):  # a flood holding every slot
+        held += 1
+    try:
+        assert held == accounts.HASHING_SLOTS
+        busy = log_in(world.client, "admin_a", PASSWORD)
+        assert busy.status_code == 429 and busy.headers["Retry-After"] == "1"
+        # other requests are not held up by the queue of logins
+        assert world.client.get("/api/workspaces", headers=world.bearer("admin_a")).status_code == 200
+    finally:
+        for _ in range(held):
+            accounts._hashing.release()
+    assert failures_recorded(database, user_name="admin_a") == 0  # not judged: no failure counted
+    assert log_in(world.client, "admin_a", PASSWORD).status_code == 200
+
+
+@pytest.mark.parametrize("name, password, status", [
+    ("ghost", "wrong password!!", 401),      # no such user
+    ("admin_b", "wrong password!!", 401),    # a user with a token only
+    ("admin_a", "wrong password!!", 401),    # a password user, wrong password
+    ("admin_a", PASSWORD, 200),              # a password user, right password
+])
+def test_every_password_login_costs_exactly_one_scrypt(world, scrypt_calls, name, password, status):
+    assert log_in(world.client, name, password).status_code == status
+    assert len(scrypt_calls) == 1

@@ -30,6 +30,7 @@ from tht.errors import (
     InvalidInput,
     PermissionDenied,
     ThothError,
+    TooManyRequests,
     Unauthenticated,
 )
 from tht.memory.admin import AdminRequest
@@ -60,7 +61,10 @@ class WebSettings:
 
 
 def error_response(error: ThothError) -> JSONResponse:
-    return JSONResponse(error.to_dict(), status_code=error.http_status)
+    response = JSONResponse(error.to_dict(), status_code=error.http_status)
+    if isinstance(error, TooManyRequests):
+        response.headers["Retry-After"] = str(error.retry_after)
+    return response
 
 
 def create_app(services: Services, settings: WebSettings | None = None) -> FastAPI:
@@ -160,13 +164,16 @@ def create_app(services: Services, settings: WebSettings | None = None) -> FastA
 
     # --- session ------------------------------------------------------------------------
 
-    @app.post("/api/session", response_model=schemas.SessionOut, responses=errors(401, 415, 422, 503),
+    @app.post("/api/session", response_model=schemas.SessionOut, responses=errors(401, 415, 422, 429, 503),
               tags=["session"], summary="Log in (password or API token); sets the session cookie")
-    def login(credentials: Annotated[schemas.Login, Body()], response: Response) -> dict[str, Any]:
+    def login(credentials: Annotated[schemas.Login, Body()], request: Request, response: Response) -> dict[str, Any]:
         if isinstance(credentials, schemas.TokenLogin):
             found = services.accounts.by_token(credentials.token)
         else:
-            found = services.accounts.by_password(credentials.name, credentials.password)
+            # the backoff's client is the peer address (uvicorn substitutes X-Forwarded-For
+            # only from the proxies it trusts, loopback by default)
+            client = request.client.host if request.client else "unknown"
+            found = services.accounts.by_password(credentials.name, credentials.password, client)
         session = services.accounts.open_session(found.user)
         set_session_cookie(response, session)
         return {"principal": found.as_json(), "csrf_token": csrf_token(session)}
