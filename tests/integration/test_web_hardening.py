@@ -15,10 +15,11 @@ from fastapi.testclient import TestClient
 from tests.integration.web_support import ORIGIN, build_world, serving
 from tht import accounts
 from tht.bootstrap import ProjectionSettings, build_services
-from tht.errors import TooManyRequests
+from tht.errors import ConfigurationError, TooManyRequests
 from tht.memory.model import MAX_DOCUMENT_BYTES
 from tht.web.app import WebSettings, create_app
 from tht.web.limits import ServerLimits
+from tht.web.server import _check_port_free
 
 MIB = 1 << 20
 
@@ -269,3 +270,23 @@ def test_password_hashing_runs_in_bounded_slots(world, monkeypatch, database):
 def test_every_password_login_costs_exactly_one_scrypt(world, scrypt_calls, name, password, status):
     assert log_in(world.client, name, password).status_code == status
     assert len(scrypt_calls) == 1
+
+
+# --- restart after a kill ---------------------------------------------------------------
+
+
+async def hello(scope, receive, send):
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+def test_port_probe_accepts_a_port_in_time_wait_and_refuses_a_live_listener():
+    with serving(hello, ServerLimits()) as (host, port):
+        with pytest.raises(ConfigurationError):
+            _check_port_free(host, port)  # the server still listens
+        client = RawClient(host, port)
+        client.send(head("GET", "/", host, port, "Connection: close"))
+        assert client.closed.wait(timeout=10)  # the server closed first: its end is in TIME-WAIT
+        client.close()
+    assert client.status() == 200
+    _check_port_free(host, port)  # a restart right after is not blocked for a minute

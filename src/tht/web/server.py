@@ -115,6 +115,9 @@ def run_server(*, host: str, port: int, demo: bool, config: Path | None, secure:
 
 def _check_port_free(host: str, port: int) -> None:
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        # As uvicorn's own listener does: connections of a killed predecessor linger in
+        # TIME-WAIT for a minute and would fail a plain bind; a live listener still does.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError as exc:
