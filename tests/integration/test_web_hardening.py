@@ -12,12 +12,15 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
+from tests.factories import card_document
 from tests.integration.web_support import ORIGIN, build_world, serving
 from tht import accounts
 from tht.bootstrap import ProjectionSettings, build_services
+from tht.cli.main import main
 from tht.errors import ConfigurationError, TooManyRequests
 from tht.memory.model import MAX_DOCUMENT_BYTES
 from tht.web.app import WebSettings, create_app
+from tht.web.guard import public_origins, served_origins
 from tht.web.limits import ServerLimits
 from tht.web.server import _check_port_free
 
@@ -290,3 +293,98 @@ def test_port_probe_accepts_a_port_in_time_wait_and_refuses_a_live_listener():
         client.close()
     assert client.status() == 200
     _check_port_free(host, port)  # a restart right after is not blocked for a minute
+
+
+# --- security headers and the Origin check ----------------------------------------------
+
+SECURITY_HEADERS = {"x-content-type-options": "nosniff", "x-frame-options": "DENY",
+                    "cache-control": "no-store", "referrer-policy": "same-origin"}
+
+
+def boom() -> dict:
+    raise RuntimeError("an unexpected failure")
+
+
+@pytest.mark.parametrize("secure", [False, True])
+def test_every_response_carries_the_security_headers(world, secure):
+    app = create_app(world.services, WebSettings(secure=secure, public_origins=(ORIGIN,)))
+    app.add_api_route("/api/boom", boom)  # an unexpected exception: the 500 path
+    admin = {**world.bearer("admin_a"), "Content-Type": "application/json"}
+    base = "/api/workspaces/ws-a/memory"
+    cases = [
+        ("GET", "/login", {}, None, 200),
+        ("GET", "/static/app.js", {}, None, 200),
+        ("GET", base, {}, None, 401),
+        ("GET", base, {"Authorization": "Bearer nope"}, None, 401),
+        ("GET", "/api/workspaces/ws-b/memory", world.bearer("admin_a"), None, 403),
+        ("GET", "/api/nowhere", {}, None, 404),
+        ("GET", "/admin/nowhere", {}, None, 404),
+        ("POST", base, admin, "{not json", 422),
+        ("POST", base, {**admin, "Content-Type": "text/plain"}, "{}", 415),
+        ("POST", base, admin, "x" * (MAX_DOCUMENT_BYTES + 1), 413),
+        ("GET", "/api/boom", {}, None, 500),
+    ]
+    with TestClient(app, base_url=ORIGIN, raise_server_exceptions=False) as client:
+        for method, path, headers, body, status in cases:
+            response = client.request(method, path, headers=headers, content=body)
+            assert response.status_code == status, (method, path, response.status_code, response.text[:200])
+            got = {k: response.headers.get(k) for k in SECURITY_HEADERS}
+            assert got == SECURITY_HEADERS, (method, path, status, got)
+            assert "frame-ancestors 'none'" in response.headers.get("content-security-policy", ""), (path, status)
+            hsts = response.headers.get("strict-transport-security")
+            assert (hsts is not None and "max-age=" in hsts) if secure else hsts is None, (path, status, hsts)
+
+
+def test_origin_is_checked_against_the_public_origins_not_the_request_host(world):
+    token = login_token(world.client)
+    path = "/api/workspaces/ws-a/memory"
+    forged = {"Host": "evil.example:18800", "Origin": "http://evil.example:18800", "Sec-Fetch-Site": "same-origin",
+              "X-CSRF-Token": token, "Content-Type": "application/json"}
+    before = world.snapshot()
+    refused = world.client.post(path, json=card_document(title="from evil"), headers=forged)
+    assert refused.status_code == 403 and refused.json()["error"]["details"]["reason"] == "origin"
+    assert world.snapshot() == before
+    accepted = world.client.post(path, json=card_document(title="from us"), headers={
+        "Origin": ORIGIN, "Sec-Fetch-Site": "same-origin", "X-CSRF-Token": token})
+    assert accepted.status_code == 201  # the positive control
+
+
+def test_a_configured_public_origin_replaces_the_default(world):
+    app = create_app(world.services, WebSettings(public_origins=public_origins(["HTTPS://Thoth.Example:443/"])))
+    with TestClient(app, base_url=ORIGIN) as client:
+        token = login_token(client)
+        path = "/api/workspaces/ws-a/memory"
+        write = {"Sec-Fetch-Site": "same-origin", "X-CSRF-Token": token}
+        assert client.post(path, json=card_document(), headers={**write, "Origin": ORIGIN}).status_code == 403
+        assert client.post(path, json=card_document(),
+                           headers={**write, "Origin": "https://thoth.example"}).status_code == 201
+
+
+def test_public_origin_defaults_and_normalization():
+    assert served_origins("http", "127.0.0.1", 8765) == (
+        "http://127.0.0.1:8765", "http://localhost:8765", "http://[::1]:8765")
+    assert served_origins("https", "thoth.example", 443) == ("https://thoth.example",)
+    assert served_origins("http", "10.0.0.5", 18800) == ("http://10.0.0.5:18800",)
+    assert public_origins(["https://a.example:8443", "http://B.example:80"]) == (
+        "https://a.example:8443", "http://b.example")
+    for bad in ("a.example", "https://a.example/admin", "ftp://a.example", "null", "https://u@a.example"):
+        with pytest.raises(ValueError):
+            public_origins([bad])
+
+
+def test_serve_passes_public_origins_and_limits(monkeypatch, capsys):
+    seen = {}
+    monkeypatch.setattr("tht.web.server.run_server", lambda **kwargs: seen.update(kwargs))
+    code = main(["serve", "--public-origin", "https://thoth.example", "--public-origin", "https://b.example:8443",
+                 "--header-timeout", "2", "--body-timeout", "3", "--max-connections", "50"])
+    assert code in (0, None)
+    assert seen["public_origins"] == ("https://thoth.example", "https://b.example:8443")
+    assert seen["limits"] == ServerLimits(header_timeout=2, body_timeout=3, max_connections=50)
+    assert main(["serve", "--public-origin", "thoth.example"]) != 0
+    assert "invalid_configuration" in capsys.readouterr().out
+
+
+def login_token(client) -> str:
+    response = log_in(client, "admin_a", PASSWORD)
+    assert response.status_code == 200, response.text
+    return response.json()["csrf_token"]

@@ -55,7 +55,7 @@ def build_world(database, tmp_path) -> WebWorld:
     }
     cards = {ws: [services.memory.create_card(ws, card(title=f"{ws} card {i}")).card.id for i in range(3)]
              for ws in ("ws-a", "ws-b")}
-    client = TestClient(create_app(services, WebSettings()), base_url=ORIGIN)
+    client = TestClient(create_app(services, WebSettings(public_origins=(ORIGIN,))), base_url=ORIGIN)
     return WebWorld(services, client, tokens, cards)
 
 

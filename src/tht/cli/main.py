@@ -376,13 +376,23 @@ def serve(
         min=0.1, help="Seconds a client has to send a request's body; then 408 and the connection is closed")] = 30.0,
     max_connections: Annotated[int, typer.Option(
         min=1, help="Open connections (or requests) beyond which new requests get 503")] = 200,
+    public_origin: Annotated[Optional[list[str]], typer.Option(
+        "--public-origin", help="scheme://host[:port] the pages are reached at (repeatable); cookie-authenticated "
+                                "writes must come from one. Default: the served http(s)://host:port")] = None,
 ) -> None:
     """Run the administration web app on the embedded engines (or the configured ones)."""
+    from tht.errors import ConfigurationError
+    from tht.web.guard import public_origins
     from tht.web.limits import ServerLimits
     from tht.web.server import run_server
 
+    try:
+        origins = public_origins(public_origin or [])
+    except ValueError as exc:
+        raise ConfigurationError(f"--public-origin: {exc}") from exc
     limits = ServerLimits(header_timeout=header_timeout, body_timeout=body_timeout, max_connections=max_connections)
-    run_server(host=host, port=port, demo=demo, config=config, secure=secure, limits=limits)
+    run_server(host=host, port=port, demo=demo, config=config, secure=secure, limits=limits,
+               public_origins=origins)
 
 
 # --- embedded database --------------------------------------------------------------

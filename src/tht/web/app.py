@@ -37,7 +37,7 @@ from tht.memory.admin import AdminRequest
 from tht.memory.model import FAMILIES, MAX_DOCUMENT_BYTES
 from tht.web import schemas
 from tht.web.catalog import catalog_router
-from tht.web.guard import SAFE_METHODS, RequestGuard
+from tht.web.guard import SAFE_METHODS, RequestGuard, normalized_origin, security_headers
 from tht.web.review import review_router
 
 HERE = Path(__file__).parent
@@ -50,6 +50,9 @@ class WebSettings:
     secure: bool = False  # served over HTTPS: __Host- cookie with Secure
     csrf_key: bytes = b""
     body_timeout: float = 30.0  # seconds a client has to send a whole request body
+    # Origins (scheme://host[:port]) the pages are served from: a cookie-authenticated
+    # write must come from one. Not the request's Host: an attacker controls both.
+    public_origins: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.csrf_key:
@@ -93,6 +96,14 @@ def create_app(services: Services, settings: WebSettings | None = None) -> FastA
             return templates.TemplateResponse(request, "error.html", {"error": exc}, status_code=exc.http_status)
         return error_response(exc)
 
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception) -> Response:
+        # Rendered by Starlette's outermost middleware, outside RequestGuard: the
+        # security headers are added here.
+        response = error_response(ThothError())
+        response.headers.update(dict(security_headers(secure=settings.secure)))
+        return response
+
     def readable(error: dict) -> str:
         if error["type"] == "string_pattern_mismatch":
             pattern = str((error.get("ctx") or {}).get("pattern", ""))
@@ -126,10 +137,9 @@ def create_app(services: Services, settings: WebSettings | None = None) -> FastA
     def check_csrf(request: Request, session: str) -> None:
         fetch_site = request.headers.get("sec-fetch-site")
         origin = request.headers.get("origin")
-        expected = f"{request.url.scheme}://{request.headers.get('host', '')}"
         if fetch_site is not None and fetch_site not in ("same-origin", "none"):
             raise PermissionDenied("cross-site request refused", details={"reason": "sec-fetch-site"})
-        if origin is not None and origin != expected:
+        if origin is not None and normalized_origin(origin) not in settings.public_origins:
             raise PermissionDenied("cross-origin request refused", details={"reason": "origin"})
         if fetch_site is None and origin is None:
             raise PermissionDenied("request origin unknown: refused", details={"reason": "origin"})

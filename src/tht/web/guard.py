@@ -19,8 +19,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from tht.errors import PayloadTooLarge, RequestTimeout, ThothError, UnsupportedMediaType
 
@@ -47,6 +48,42 @@ def security_headers(*, secure: bool) -> list[tuple[str, str]]:
     if secure:  # only over HTTPS: a browser ignores it on plain HTTP, and it must not pin a dev host
         headers.append(("Strict-Transport-Security", HSTS))
     return headers
+
+
+def normalized_origin(url: str) -> str | None:
+    """``scheme://host[:port]`` as a browser sends it in Origin (lower case, no default
+    port, no path); None for anything else ("null", a path, a user name)."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.password \
+            or parts.path not in ("", "/") or parts.query or parts.fragment:
+        return None
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    default = {"http": 80, "https": 443}[parts.scheme]
+    return f"{parts.scheme}://{host}" + (f":{port}" if port not in (None, default) else "")
+
+
+def served_origins(scheme: str, host: str, port: int) -> tuple[str, ...]:
+    """The public origins of a server bound to ``host:port`` when none is configured:
+    that address, and for a loopback address its other loopback names too (a browser
+    on the same machine may use either)."""
+    loopback = ("127.0.0.1", "localhost", "::1")
+    hosts = loopback if host in loopback else (host,)
+    return tuple(o for o in (normalized_origin(f"{scheme}://{f'[{h}]' if ':' in h else h}:{port}") for h in hosts) if o)
+
+
+def public_origins(urls: Iterable[str]) -> tuple[str, ...]:
+    """Configured origins, normalized; ValueError names one that is not an origin."""
+    origins = []
+    for url in urls:
+        origin = normalized_origin(url)
+        if origin is None:
+            raise ValueError(f"'{url}' is not an origin (scheme://host[:port])")
+        origins.append(origin)
+    return tuple(origins)
 
 
 class _Refused(Exception):

@@ -21,6 +21,7 @@ from tht.errors import ConfigurationError, Conflict
 from tht.memory.index import EdgeIndex
 from tht.settings import find_credentials
 from tht.validation import describe_validation_error
+from tht.web.guard import served_origins
 from tht.web.limits import ServerLimits, uvicorn_options
 
 ADMIN_USER = "admin"
@@ -75,7 +76,7 @@ def ensure_admin(services: Any) -> str | None:
 
 
 def run_server(*, host: str, port: int, demo: bool, config: Path | None, secure: bool,
-               limits: ServerLimits | None = None) -> None:
+               limits: ServerLimits | None = None, public_origins: tuple[str, ...] = ()) -> None:
     import uvicorn
 
     from tht.demo import load_demo
@@ -105,7 +106,8 @@ def run_server(*, host: str, port: int, demo: bool, config: Path | None, secure:
                     sys.stdout.flush()
 
         limits = limits or ServerLimits()
-        settings = WebSettings(secure=secure, body_timeout=limits.body_timeout)
+        settings = WebSettings(secure=secure, body_timeout=limits.body_timeout,
+                               public_origins=public_origins or served_origins(scheme, host, port))
         config = uvicorn.Config(create_app(services, settings), host=host, port=port, log_level="warning",
                                 **uvicorn_options(limits))
         AnnouncingServer(config).run()
