@@ -2,8 +2,8 @@
 
 Authentication: a bearer API token (`tht user create` prints one) or a web session
 cookie from the login form. Cookie-authenticated unsafe requests also need a CSRF
-token bound to the session (header X-CSRF-Token) and a same-origin Origin /
-Sec-Fetch-Site; bodies must be JSON. Every memory route checks `memory.manage` and
+token bound to the session (header X-CSRF-Token), an Origin among the configured public
+origins and a same-origin Sec-Fetch-Site; bodies must be JSON (`tht.web.guard`). Every memory route checks `memory.manage` and
 workspace membership, then the service checks the principal again (MemoryAdmin).
 """
 

@@ -11,7 +11,7 @@ import json
 import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -21,8 +21,9 @@ from tht.errors import ConfigurationError, Conflict
 from tht.memory.index import EdgeIndex
 from tht.settings import find_credentials
 from tht.validation import describe_validation_error
-from tht.web.guard import served_origins
-from tht.web.limits import ServerLimits, uvicorn_options
+
+if TYPE_CHECKING:
+    from tht.web.limits import ServerLimits
 
 ADMIN_USER = "admin"
 # The web server gives the embedded index up after this idle time, so CLI commands on
@@ -81,6 +82,8 @@ def run_server(*, host: str, port: int, demo: bool, config: Path | None, secure:
 
     from tht.demo import load_demo
     from tht.web.app import WebSettings, create_app
+    from tht.web.guard import served_origins
+    from tht.web.limits import ServerLimits, uvicorn_options
 
     server_config = read_server_config(config)
     services = build_services(projection=ProjectionSettings(server_config.index, server_config.embedding),
