@@ -15,6 +15,8 @@ import re
 import secrets
 import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -39,7 +41,7 @@ USER_FREE_FAILURES = 5
 CLIENT_FREE_FAILURES = 20
 LOGIN_BACKOFF_CAP_SECONDS = 5 * 60
 # scrypt is CPU- and memory-bound (~40 ms): an 8-thread login flood raised other
-# requests' latency from 4 to 391 ms. Only this many hashes run at once; a login that
+# requests' latency from 4 to 391 ms. Only this many logins hash at once; one that
 # cannot get a slot in time is refused (429) rather than queued without bound.
 HASHING_SLOTS = max(1, (os.cpu_count() or 2) // 2)
 HASHING_WAIT_SECONDS = 5.0
@@ -98,11 +100,12 @@ def login_backoff(failures: int, idle: float | None, free: int) -> float:
     return min(LOGIN_BACKOFF_CAP_SECONDS, 2.0 ** (failures - free)) - float(idle)
 
 
-def _verify_login(password: str, stored: str) -> bool:
+@contextmanager
+def _hashing_slot() -> Iterator[None]:
     if not _hashing.acquire(timeout=HASHING_WAIT_SECONDS):
         raise TooManyRequests("too many logins at once: try again", retry_after=1)
     try:
-        return verify_password(password, stored)
+        yield
     finally:
         _hashing.release()
 
@@ -172,6 +175,27 @@ class Accounts:
         """The user with this name and password, or Unauthenticated; TooManyRequests
         while the name or the client (its address) is in login backoff."""
         name, client = name[:64] or "-", client[:128] or "unknown"
+        self._refuse_in_backoff(name, client)  # at once, without waiting for a hashing slot
+        with _hashing_slot():
+            # Again in the slot: the attempts that passed the first check beside this one
+            # have recorded their failures by now (else a burst of concurrent guesses
+            # would all pass before the first failure was counted).
+            row = self._refuse_in_backoff(name, client)
+            stored = row["password_hash"] if row is not None else None
+            # no database connection is held while hashing: a flood must not drain the pool
+            ok = verify_password(password, stored or _DUMMY_HASH) and stored is not None
+            if not ok:
+                with self.archive.transaction(None, accounts=True) as tx:
+                    tx.execute("login_failure_record", name=name, client=client, window=LOGIN_WINDOW_SECONDS)
+        if not ok:
+            raise Unauthenticated("wrong user name or password")
+        with self.archive.transaction(None, accounts=True) as tx:
+            tx.execute("login_failures_clear", name=name)
+            return self._principal(tx, row)
+
+    def _refuse_in_backoff(self, name: str, client: str) -> dict | None:
+        """The user row of ``name`` (None if there is none), unless the name or the
+        client must still wait: TooManyRequests."""
         with self.archive.transaction(None, accounts=True) as tx:
             failures = tx.row("login_failures", name=name, client=client, window=LOGIN_WINDOW_SECONDS)
             row = tx.row("user_by_name", name=name)
@@ -179,16 +203,7 @@ class Accounts:
                    login_backoff(failures["client_failures"], failures["client_idle"], CLIENT_FREE_FAILURES))
         if wait > 0:
             raise TooManyRequests("too many failed logins: wait before trying again", retry_after=math.ceil(wait))
-        stored = row["password_hash"] if row is not None else None
-        # no database connection is held while hashing: a flood must not drain the pool
-        ok = _verify_login(password, stored or _DUMMY_HASH) and stored is not None
-        if not ok:
-            with self.archive.transaction(None, accounts=True) as tx:
-                tx.execute("login_failure_record", name=name, client=client, window=LOGIN_WINDOW_SECONDS)
-            raise Unauthenticated("wrong user name or password")
-        with self.archive.transaction(None, accounts=True) as tx:
-            tx.execute("login_failures_clear", name=name)
-            return self._principal(tx, row)
+        return row
 
     def open_session(self, principal_name: str, *, one_time: bool = False) -> str:
         """A new web session id (or a one-time login token) for this user."""

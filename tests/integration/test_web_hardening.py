@@ -17,7 +17,7 @@ from tests.integration.web_support import ORIGIN, build_world, serving
 from tht import accounts
 from tht.bootstrap import ProjectionSettings, build_services
 from tht.cli.main import main
-from tht.errors import ConfigurationError, TooManyRequests
+from tht.errors import ConfigurationError, TooManyRequests, Unauthenticated
 from tht.memory.model import MAX_DOCUMENT_BYTES
 from tht.web.app import WebSettings, create_app
 from tht.web.guard import public_origins, served_origins
@@ -388,3 +388,24 @@ def login_token(client) -> str:
     response = log_in(client, "admin_a", PASSWORD)
     assert response.status_code == 200, response.text
     return response.json()["csrf_token"]
+
+
+def test_a_burst_of_concurrent_guesses_gets_no_more_than_the_free_failures(world):
+    outcomes: list[str] = []
+
+    def guess() -> None:
+        try:
+            world.services.accounts.by_password("admin_a", "wrong password!!", "burst-client")
+        except TooManyRequests:
+            outcomes.append("429")
+        except Unauthenticated:
+            outcomes.append("401")
+
+    threads = [threading.Thread(target=guess) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(outcomes) == 16
+    # attempts that hash side by side (one per slot) may see the same count
+    assert outcomes.count("401") <= accounts.USER_FREE_FAILURES + accounts.HASHING_SLOTS - 1, outcomes
