@@ -9,14 +9,19 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import math
+import os
 import re
 import secrets
+import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from tht.errors import Conflict, Forbidden, InvalidInput, NotFound, PermissionDenied, Unauthenticated
+from tht.errors import Conflict, Forbidden, InvalidInput, NotFound, PermissionDenied, TooManyRequests, Unauthenticated
 from tht.memory.archive.postgres import PostgresArchive
 
 Role = Literal["admin", "user", "agent"]
@@ -37,6 +42,26 @@ SESSION_SECONDS = 8 * 3600
 ONE_TIME_SECONDS = 15 * 60
 _NAME = re.compile(r"^[A-Za-z0-9._@-]{1,64}$")
 _SCRYPT = {"n": 2**14, "r": 8, "p": 1, "dklen": 32}
+
+# Login backoff (failures recorded in PostgreSQL, migration 009, so that every service
+# instance counts the same ones): a name, or a client address, has a few free failures
+# within the window; beyond them each attempt must wait twice as long as the one
+# before, up to the cap. A name's failures are forgiven by its successful login.
+LOGIN_WINDOW_SECONDS = 15 * 60
+USER_FREE_FAILURES = 5
+CLIENT_FREE_FAILURES = 20
+LOGIN_BACKOFF_CAP_SECONDS = 5 * 60
+# scrypt is CPU- and memory-bound (~40 ms): an 8-thread login flood raised other
+# requests' latency from 4 to 391 ms. Only this many logins hash at once; one that
+# cannot get a slot in time is refused (429) rather than queued without bound.
+HASHING_SLOTS = max(1, (os.cpu_count() or 2) // 2)
+HASHING_WAIT_SECONDS = 5.0
+_hashing = threading.BoundedSemaphore(HASHING_SLOTS)
+# The hash of a random password nobody kept. An unknown name or a user without a
+# password is verified against it, so every password login costs exactly one scrypt
+# whoever the name is: the time does not tell which names exist or have a password.
+_DUMMY_HASH = ("scrypt$83ad7982b93e0916d2aa42315bfa26cf$"
+               "7d39551c4269a9e25a7302aa8e063427308fb3e0891bfce4e316ee1b7c0d9c51")
 
 
 @dataclass(frozen=True)
@@ -88,6 +113,23 @@ def verify_password(password: str, stored: str | None) -> bool:
     _, salt, digest = stored.split("$")
     candidate = hashlib.scrypt(password.encode("utf-8", "surrogatepass"), salt=bytes.fromhex(salt), **_SCRYPT)
     return hmac.compare_digest(candidate.hex(), digest)
+
+
+def login_backoff(failures: int, idle: float | None, free: int) -> float:
+    """Seconds still to wait after ``failures`` recent failures, the last ``idle`` seconds ago."""
+    if failures < free or idle is None:
+        return 0.0
+    return min(LOGIN_BACKOFF_CAP_SECONDS, 2.0 ** (failures - free)) - float(idle)
+
+
+@contextmanager
+def _hashing_slot() -> Iterator[None]:
+    if not _hashing.acquire(timeout=HASHING_WAIT_SECONDS):
+        raise TooManyRequests("too many logins at once: try again", retry_after=1)
+    try:
+        yield
+    finally:
+        _hashing.release()
 
 
 def digest(secret: str) -> str:
@@ -151,14 +193,39 @@ class Accounts:
                 raise Unauthenticated("invalid API token")
             return self._principal(tx, row)
 
-    def by_password(self, name: str, password: str) -> Principal:
+    def by_password(self, name: str, password: str, client: str = "unknown") -> Principal:
+        """The user with this name and password, or Unauthenticated; TooManyRequests
+        while the name or the client (its address) is in login backoff."""
+        name, client = name[:64] or "-", client[:128] or "unknown"
+        self._refuse_in_backoff(name, client)  # at once, without waiting for a hashing slot
+        with _hashing_slot():
+            # Again in the slot: the attempts that passed the first check beside this one
+            # have recorded their failures by now (else a burst of concurrent guesses
+            # would all pass before the first failure was counted).
+            row = self._refuse_in_backoff(name, client)
+            stored = row["password_hash"] if row is not None else None
+            # no database connection is held while hashing: a flood must not drain the pool
+            ok = verify_password(password, stored or _DUMMY_HASH) and stored is not None
+            if not ok:
+                with self.archive.transaction(None, accounts=True) as tx:
+                    tx.execute("login_failure_record", name=name, client=client, window=LOGIN_WINDOW_SECONDS)
+        if not ok:
+            raise Unauthenticated("wrong user name or password")
         with self.archive.transaction(None, accounts=True) as tx:
-            row = tx.row("user_by_name", name=name)
-            # the same work whether or not the user exists: no user enumeration by timing
-            ok = verify_password(password, row["password_hash"] if row else hash_password("x" * 12))
-            if row is None or not ok:
-                raise Unauthenticated("wrong user name or password")
+            tx.execute("login_failures_clear", name=name)
             return self._principal(tx, row)
+
+    def _refuse_in_backoff(self, name: str, client: str) -> dict | None:
+        """The user row of ``name`` (None if there is none), unless the name or the
+        client must still wait: TooManyRequests."""
+        with self.archive.transaction(None, accounts=True) as tx:
+            failures = tx.row("login_failures", name=name, client=client, window=LOGIN_WINDOW_SECONDS)
+            row = tx.row("user_by_name", name=name)
+        wait = max(login_backoff(failures["user_failures"], failures["user_idle"], USER_FREE_FAILURES),
+                   login_backoff(failures["client_failures"], failures["client_idle"], CLIENT_FREE_FAILURES))
+        if wait > 0:
+            raise TooManyRequests("too many failed logins: wait before trying again", retry_after=math.ceil(wait))
+        return row
 
     def open_session(self, principal_name: str, *, one_time: bool = False) -> str:
         """A new web session id (or a one-time login token) for this user."""

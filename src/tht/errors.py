@@ -104,6 +104,19 @@ class Unauthenticated(PermissionDenied):
     default_message = "authentication required"
 
 
+class TooManyRequests(PermissionDenied):
+    """Refused for now (login backoff, or the server is busy hashing): retry after
+    ``retry_after`` seconds (the HTTP Retry-After header)."""
+
+    code = "too_many_requests"
+    http_status = 429
+    default_message = "too many attempts: retry later"
+
+    def __init__(self, message: str | None = None, *, retry_after: int, details: Any = None) -> None:
+        self.retry_after = max(1, int(retry_after))
+        super().__init__(message, details={"retry_after": self.retry_after, **(details or {})})
+
+
 class UnsupportedMediaType(InvalidInput):
     code = "unsupported_media_type"
     http_status = 415
@@ -114,6 +127,14 @@ class PayloadTooLarge(InvalidInput):
     code = "payload_too_large"
     http_status = 413
     default_message = "the request body is too large"
+
+
+class RequestTimeout(InvalidInput):
+    """The client did not send its request body in time (a slow or half-sent request)."""
+
+    code = "request_timeout"
+    http_status = 408
+    default_message = "the request did not arrive in time"
 
 
 class ArchiveUnavailable(ThothError):

@@ -27,7 +27,7 @@ def review_world(database, tmp_path):
     }
     Session(root, "s-1").log(decision("d1", "sql_corrected", explanation="code repeats across years"))
     services.workflow.propose("ws-a", "s-1", {"proposals": [add("p1", ["d1"], join_rule())]})
-    client = TestClient(create_app(services, WebSettings()), base_url=ORIGIN)
+    client = TestClient(create_app(services, WebSettings(public_origins=(ORIGIN,))), base_url=ORIGIN)
     yield services, client, tokens, root
     services.close()
 

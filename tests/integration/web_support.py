@@ -3,6 +3,11 @@ a plain user and an agent of ws-a, a few cards each."""
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -11,6 +16,7 @@ from fastapi.testclient import TestClient
 from tests.factories import card
 from tht.bootstrap import ProjectionSettings, Services, build_services
 from tht.web.app import WebSettings, create_app
+from tht.web.limits import ServerLimits, uvicorn_options
 
 ORIGIN = "http://testserver"
 
@@ -51,5 +57,30 @@ def build_world(database, tmp_path, *, sessions_root: Path | None = None) -> Web
     }
     cards = {ws: [services.memory.create_card(ws, card(title=f"{ws} card {i}")).card.id for i in range(3)]
              for ws in ("ws-a", "ws-b")}
-    client = TestClient(create_app(services, WebSettings()), base_url=ORIGIN)
+    client = TestClient(create_app(services, WebSettings(public_origins=(ORIGIN,))), base_url=ORIGIN)
     return WebWorld(services, client, tokens, cards)
+
+
+@contextmanager
+def serving(app, limits: ServerLimits) -> Iterator[tuple[str, int]]:
+    """``app`` behind uvicorn as `tht serve` configures it (same protocol, limits and
+    timeouts), in a thread, on a free loopback port; yields (host, port)."""
+    import uvicorn
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                           **uvicorn_options(limits)))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.02)
+    try:
+        yield "127.0.0.1", port
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)

@@ -393,12 +393,30 @@ def serve(
                                       " local socket, for an agent host)")] = True,
     idle_timeout: Annotated[float, typer.Option(min=0, help="Exit after this many seconds without a command"
                                                  " (0: never)")] = 0,
+    header_timeout: Annotated[float, typer.Option(
+        min=0.1, help="Seconds a client has to send a request's head; then the connection is closed")] = 10.0,
+    body_timeout: Annotated[float, typer.Option(
+        min=0.1, help="Seconds a client has to send a request's body; then 408 and the connection is closed")] = 30.0,
+    max_connections: Annotated[int, typer.Option(
+        min=1, help="Open connections (or requests) beyond which new requests get 503")] = 200,
+    public_origin: Annotated[Optional[list[str]], typer.Option(
+        "--public-origin", help="scheme://host[:port] the pages are reached at (repeatable); cookie-authenticated "
+                                "writes must come from one. Default: the served http(s)://host:port")] = None,
 ) -> None:
     """Run the installation's service: it owns the engines and serves the CLI's socket,
     the administration pages and the HTTP API (the embedded engines, or the configured ones)."""
+    from tht.errors import ConfigurationError
+    from tht.web.guard import public_origins
+    from tht.web.limits import ServerLimits
     from tht.web.server import run_server
 
-    run_server(host=host, port=port, demo=demo, config=config, secure=secure, web=web, idle_timeout=idle_timeout)
+    try:
+        origins = public_origins(public_origin or [])
+    except ValueError as exc:
+        raise ConfigurationError(f"--public-origin: {exc}") from exc
+    limits = ServerLimits(header_timeout=header_timeout, body_timeout=body_timeout, max_connections=max_connections)
+    run_server(host=host, port=port, demo=demo, config=config, secure=secure, web=web, idle_timeout=idle_timeout,
+               limits=limits, public_origins=origins)
 
 
 # --- embedded database --------------------------------------------------------------

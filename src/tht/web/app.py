@@ -2,11 +2,12 @@
 
 Authentication: a bearer API token (`tht user create` prints one) or a web session
 cookie from the login form. Cookie-authenticated unsafe requests also need a CSRF
-token bound to the session (header X-CSRF-Token) and a same-origin Origin /
-Sec-Fetch-Site; bodies must be JSON. Every memory route checks its capability
-(tht.accounts: reads `memory.read`, edits `memory.manage`, an agent's recall and
-proposals `memory.recall` and `memory.propose`, see tht.web.agent) and workspace
-membership, then the service checks the principal again (MemoryAdmin, tht.memory.agent).
+token bound to the session (header X-CSRF-Token), an Origin among the configured public
+origins and a same-origin Sec-Fetch-Site; bodies must be JSON (`tht.web.guard`). Every
+memory route checks its capability (tht.accounts: reads `memory.read`, edits
+`memory.manage`, an agent's recall and proposals `memory.recall` and `memory.propose`,
+see tht.web.agent) and workspace membership, then the service checks the principal
+again (MemoryAdmin, tht.memory.agent).
 """
 
 
@@ -31,11 +32,10 @@ from tht.accounts import Principal
 from tht.bootstrap import Services
 from tht.errors import (
     InvalidInput,
-    PayloadTooLarge,
     PermissionDenied,
     ThothError,
+    TooManyRequests,
     Unauthenticated,
-    UnsupportedMediaType,
 )
 from tht.memory.admin import AdminRequest, required_permission
 from tht.memory.model import FAMILIES, MAX_DOCUMENT_BYTES
@@ -43,10 +43,10 @@ from tht.web import schemas
 from tht.web.agent import agent_router
 from tht.web.catalog import catalog_router
 from tht.web.cli_route import cli_router
+from tht.web.guard import SAFE_METHODS, RequestGuard, normalized_origin, security_headers
 from tht.web.review import review_router
 
 HERE = Path(__file__).parent
-SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
 WORKSPACE_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 CARD_ID_PATTERN = r"^mem-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
 
@@ -55,6 +55,10 @@ CARD_ID_PATTERN = r"^mem-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f
 class WebSettings:
     secure: bool = False  # served over HTTPS: __Host- cookie with Secure
     csrf_key: bytes = b""
+    body_timeout: float = 30.0  # seconds a client has to send a whole request body
+    # Origins (scheme://host[:port]) the pages are served from: a cookie-authenticated
+    # write must come from one. Not the request's Host: an attacker controls both.
+    public_origins: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.csrf_key:
@@ -66,7 +70,10 @@ class WebSettings:
 
 
 def error_response(error: ThothError) -> JSONResponse:
-    return JSONResponse(error.to_dict(), status_code=error.http_status)
+    response = JSONResponse(error.to_dict(), status_code=error.http_status)
+    if isinstance(error, TooManyRequests):
+        response.headers["Retry-After"] = str(error.retry_after)
+    return response
 
 
 def create_app(services: Services, settings: WebSettings | None = None,
@@ -97,6 +104,14 @@ def create_app(services: Services, settings: WebSettings | None = None,
             return templates.TemplateResponse(request, "error.html", {"error": exc}, status_code=exc.http_status)
         return error_response(exc)
 
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception) -> Response:
+        # Rendered by Starlette's outermost middleware, outside RequestGuard: the
+        # security headers are added here.
+        response = error_response(ThothError())
+        response.headers.update(dict(security_headers(secure=settings.secure)))
+        return response
+
     def readable(error: dict) -> str:
         if error["type"] == "string_pattern_mismatch":
             pattern = str((error.get("ctx") or {}).get("pattern", ""))
@@ -121,36 +136,18 @@ def create_app(services: Services, settings: WebSettings | None = None,
 
     # --- request hygiene ----------------------------------------------------------------
 
-    @app.middleware("http")
-    async def hygiene(request: Request, call_next):
-        length = request.headers.get("content-length")
-        if length and (not length.isdigit() or int(length) > MAX_DOCUMENT_BYTES):
-            return error_response(PayloadTooLarge(f"the body is larger than {MAX_DOCUMENT_BYTES} bytes"))
-        if request.method not in SAFE_METHODS and request.url.path.startswith("/api"):
-            body = await request.body()
-            if len(body) > MAX_DOCUMENT_BYTES:
-                return error_response(PayloadTooLarge(f"the body is larger than {MAX_DOCUMENT_BYTES} bytes"))
-            media = request.headers.get("content-type", "").split(";")[0].strip().lower()
-            if body and media != "application/json":
-                return error_response(UnsupportedMediaType(f"the body must be application/json, not '{media or 'none'}'"))
-        response = await call_next(request)
-        response.headers.setdefault("X-Content-Type-Options", "nosniff")
-        response.headers.setdefault("X-Frame-Options", "DENY")
-        response.headers.setdefault("Referrer-Policy", "same-origin")
-        response.headers.setdefault("Content-Security-Policy",
-                                    "default-src 'self'; style-src 'self'; script-src 'self'; frame-ancestors 'none'")
-        response.headers.setdefault("Cache-Control", "no-store")
-        return response
+    # Body limits, media type and security headers, before routing and authentication.
+    app.add_middleware(RequestGuard, max_body_bytes=MAX_DOCUMENT_BYTES, body_timeout=settings.body_timeout,
+                       secure=settings.secure)
 
     # --- authentication -----------------------------------------------------------------
 
     def check_csrf(request: Request, session: str) -> None:
         fetch_site = request.headers.get("sec-fetch-site")
         origin = request.headers.get("origin")
-        expected = f"{request.url.scheme}://{request.headers.get('host', '')}"
         if fetch_site is not None and fetch_site not in ("same-origin", "none"):
             raise PermissionDenied("cross-site request refused", details={"reason": "sec-fetch-site"})
-        if origin is not None and origin != expected:
+        if origin is not None and normalized_origin(origin) not in settings.public_origins:
             raise PermissionDenied("cross-origin request refused", details={"reason": "origin"})
         if fetch_site is None and origin is None:
             raise PermissionDenied("request origin unknown: refused", details={"reason": "origin"})
@@ -185,13 +182,16 @@ def create_app(services: Services, settings: WebSettings | None = None,
 
     # --- session ------------------------------------------------------------------------
 
-    @app.post("/api/session", response_model=schemas.SessionOut, responses=errors(401, 415, 422, 503),
+    @app.post("/api/session", response_model=schemas.SessionOut, responses=errors(401, 415, 422, 429, 503),
               tags=["session"], summary="Log in (password or API token); sets the session cookie")
-    def login(credentials: Annotated[schemas.Login, Body()], response: Response) -> dict[str, Any]:
+    def login(credentials: Annotated[schemas.Login, Body()], request: Request, response: Response) -> dict[str, Any]:
         if isinstance(credentials, schemas.TokenLogin):
             found = services.accounts.by_token(credentials.token)
         else:
-            found = services.accounts.by_password(credentials.name, credentials.password)
+            # the backoff's client is the peer address (uvicorn substitutes X-Forwarded-For
+            # only from the proxies it trusts, loopback by default)
+            client = request.client.host if request.client else "unknown"
+            found = services.accounts.by_password(credentials.name, credentials.password, client)
         session = services.accounts.open_session(found.user)
         set_session_cookie(response, session)
         return {"principal": found.as_json(), "csrf_token": csrf_token(session)}

@@ -50,7 +50,8 @@ class ErrorOut(BaseModel):
 _DESCRIPTIONS = {
     401: "Not authenticated", 403: "Not allowed (permission, workspace, CSRF)", 404: "Not found",
     409: "Conflict (stale revision)", 413: "Body too large", 415: "Body is not JSON",
-    422: "Invalid input", 503: "Archive or index unavailable",
+    422: "Invalid input", 429: "Too many attempts: retry after the Retry-After header's seconds",
+    503: "Archive or index unavailable",
 }
 
 

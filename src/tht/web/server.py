@@ -13,7 +13,7 @@ import os
 import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -22,6 +22,9 @@ from tht.bootstrap import ProjectionSettings
 from tht.errors import ConfigurationError, Conflict
 from tht.settings import default_home, find_credentials
 from tht.validation import describe_validation_error
+
+if TYPE_CHECKING:
+    from tht.web.limits import ServerLimits
 
 ADMIN_USER = "admin"
 ADMIN_TOKEN_FILE = "admin-token"
@@ -84,7 +87,8 @@ def ensure_admin(services: Any, home: Path) -> Path | None:
 
 
 def run_server(*, host: str, port: int, demo: bool, config: Path | None, secure: bool, web: bool = True,
-               idle_timeout: float = 0) -> None:
+               idle_timeout: float = 0, limits: ServerLimits | None = None,
+               public_origins: tuple[str, ...] = ()) -> None:
     """The installation's service: the engines, the socket, and (unless ``web`` is
     False) the pages and the API on ``host:port``."""
     from tht.service.server import Service, run_headless, take_over
@@ -101,6 +105,8 @@ def run_server(*, host: str, port: int, demo: bool, config: Path | None, secure:
 
     from tht.demo import DEMO_WORKSPACE, load_demo
     from tht.web.app import WebSettings, create_app
+    from tht.web.guard import served_origins
+    from tht.web.limits import ServerLimits, uvicorn_options
 
     _check_port_free(host, port)
     projection = ProjectionSettings(server_config.index, server_config.embedding)
@@ -128,8 +134,12 @@ def run_server(*, host: str, port: int, demo: bool, config: Path | None, secure:
                 if self.started:  # listening: a client may connect as soon as it reads the line
                     _announce(announcement)
 
-        app = create_app(services, WebSettings(secure=secure), run_command=service.run_command)
-        server = AnnouncingServer(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+        limits = limits or ServerLimits()
+        settings = WebSettings(secure=secure, body_timeout=limits.body_timeout,
+                               public_origins=public_origins or served_origins(scheme, host, port))
+        app = create_app(services, settings, run_command=service.run_command)
+        server = AnnouncingServer(uvicorn.Config(app, host=host, port=port, log_level="warning",
+                                                 **uvicorn_options(limits)))
         service.on_stop = lambda: setattr(server, "should_exit", True)
         server.run()
     finally:
@@ -143,6 +153,9 @@ def _announce(document: dict[str, Any]) -> None:
 
 def _check_port_free(host: str, port: int) -> None:
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        # As uvicorn's own listener does: connections of a killed predecessor linger in
+        # TIME-WAIT for a minute and would fail a plain bind; a live listener still does.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError as exc:

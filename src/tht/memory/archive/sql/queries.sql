@@ -357,6 +357,27 @@ VALUES (%(nonce)s, %(expires_at)s)
 ON CONFLICT (nonce) DO NOTHING
 RETURNING nonce;
 
+-- name: login_failures
+-- Recent failed logins of this name and of this client, and the seconds since the
+-- last of each (NULL when none), measured by the database clock all instances share.
+SELECT (SELECT count(*) FROM thoth_memory.login_attempts
+         WHERE user_name = %(name)s AND failed_at > now() - make_interval(secs => %(window)s)) AS user_failures,
+       (SELECT extract(epoch FROM now() - max(failed_at)) FROM thoth_memory.login_attempts
+         WHERE user_name = %(name)s) AS user_idle,
+       (SELECT count(*) FROM thoth_memory.login_attempts
+         WHERE client = %(client)s AND failed_at > now() - make_interval(secs => %(window)s)) AS client_failures,
+       (SELECT extract(epoch FROM now() - max(failed_at)) FROM thoth_memory.login_attempts
+         WHERE client = %(client)s) AS client_idle;
+
+-- name: login_failure_record
+WITH forgotten AS (DELETE FROM thoth_memory.login_attempts
+                    WHERE failed_at < now() - make_interval(secs => %(window)s))
+INSERT INTO thoth_memory.login_attempts (user_name, client) VALUES (%(name)s, %(client)s);
+
+-- name: login_failures_clear
+-- A successful login forgives the name's failures (not the client's: it may be trying many names).
+DELETE FROM thoth_memory.login_attempts WHERE user_name = %(name)s;
+
 -- name: indexed_fields
 -- The fields a card's indexed text is built from, besides its dependencies (which
 -- recall_facts carries): recall derives the coverage signal's terms from them for a
