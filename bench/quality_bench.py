@@ -248,6 +248,9 @@ class CachedEmbedder:
                 self.vectors[f"{self.model_id}|{kind}|{text}"] = vector
         return [self.vectors[k] for k in keys]
 
+    def bound(self, text: str, *, query: bool = False) -> Any:
+        return self.inner.bound(text, query=query)
+
     def embed_passages(self, texts: list[str]) -> list[list[float]]:
         return self._get(texts, "passage", self.inner.embed_passages)
 
