@@ -106,6 +106,9 @@ class PrecomputedEmbedder:
     def dimension(self) -> int:
         return self.real.dimension
 
+    def bound(self, text: str, *, query: bool = False):
+        return self.real.bound(text, query=query)
+
     @property
     def calls(self) -> int:
         return self.real.calls
