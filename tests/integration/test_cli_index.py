@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -75,3 +76,45 @@ def test_a_held_index_gives_a_clear_outcome(env, tmp_path):
     assert code == 0 and retried["index"]["status"] == "current"
     code, found, _ = tht(env, "memory", "search", "shipped order", "-c", config)
     assert code == 0 and [r["id"] for r in found["results"]] == [saved["card"]["id"]]
+
+
+def _shard(tmp_path, workspace="acme"):
+    return tmp_path / "home" / "index" / "thoth_memory" / "workspaces" / workspace
+
+
+@pytest.mark.parametrize("loss", ["workspace folder"])
+def test_a_lost_workspace_shard_fails_recall_and_check_until_rebuilt(cli, runtime_file, tmp_path, loss):
+    config = runtime_file("acme")
+    assert cli("workspace", "create", "acme", "--language", "en").code == 0
+    created = cli("memory", "create", "-c", config, "--data", "-", stdin=json.dumps(card_document()))
+    assert created.document["status"] == "saved"
+    card_id = created.document["card"]["id"]
+    shard = _shard(tmp_path)
+    if loss == "workspace folder":
+        shutil.rmtree(shard)
+    else:
+        (shard / "edge_config.json").unlink()
+
+    # every card has a recorded projection: an empty answer would be a silent lie
+    searched = cli("memory", "search", "shipped order", "-c", config)
+    assert searched.code == 8 and searched.document["error"]["code"] == "index_lost_points"
+    assert "tht memory index" in searched.document["error"]["message"]
+    checked = cli("memory", "check", "-c", config)
+    assert checked.code == 8 and checked.document["error"]["code"] == "index_drift"
+    assert checked.document["error"]["details"]["missing"] == [card_id]
+
+    rebuilt = cli("memory", "index", "-c", config)
+    assert rebuilt.code == 0 and rebuilt.document["indexed"] == 1, rebuilt.document
+    found = cli("memory", "search", "shipped order", "-c", config)
+    assert found.code == 0 and [r["id"] for r in found.document["results"]] == [card_id]
+    clean = cli("memory", "check", "-c", config)
+    assert clean.code == 0 and clean.document["missing"] == []
+
+
+def test_an_empty_search_of_an_intact_index_is_an_answer(cli, runtime_file):
+    config = runtime_file("acme")
+    assert cli("workspace", "create", "acme", "--language", "en").code == 0
+    assert cli("memory", "create", "-c", config, "--data", "-", stdin=json.dumps(card_document())).code == 0
+    # nothing matches the filter: the index holds the workspace's points, so [] is true
+    searched = cli("memory", "search", "shipped order", "-c", config, "--filters", '{"scope": "Nowhere"}')
+    assert searched.code == 0 and searched.document == {"results": []}

@@ -20,7 +20,7 @@ from tht.errors import NotFound
 from tht.faults import crash_point
 from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive
 from tht.memory.embedding import Embedder, EmbedderUnavailable, SparseEncoder, SparseVector
-from tht.memory.index import IndexPoint, IndexUnavailable, SearchIndex
+from tht.memory.index import IndexDrift, IndexPoint, IndexUnavailable, SearchIndex
 from tht.memory.index.port import stores_symptoms
 from tht.memory.model import card_id_to_uuid, uuid_to_card_id
 from tht.memory.projection import card_facts, fingerprint, indexed_text
@@ -229,7 +229,9 @@ class IndexProjector:
         return summary
 
     def check(self, workspace: str, repair: bool = False) -> dict[str, Any]:
-        """Drift between archive and index: missing, stale, orphan and wrong-format points."""
+        """Drift between archive and index: missing, stale, orphan and wrong-format points.
+        Drift raises ``IndexDrift`` (exit 8) with the report in its details, unless
+        ``repair`` fixed it."""
         with self.archive.transaction(workspace) as tx:
             language = _workspace_language(tx)
             cards = tx.card_revisions()
@@ -254,6 +256,12 @@ class IndexProjector:
             report["repaired"] = {"indexed": repaired.indexed, "deleted": repaired.deleted,
                                   "failed": len(repaired.failed)}
             _raise_if_failed(repaired, report)
+        elif any(drift.values()):
+            # A drifted index answers recall wrongly: an operator's check (and its exit
+            # code) must not read as healthy. The report travels in the details.
+            found = ", ".join(f"{len(ids)} {kind.replace('_', ' ')}" for kind, ids in drift.items() if ids)
+            raise IndexDrift(f"the search index of workspace '{workspace}' has drifted from the archive ({found});"
+                             " run `tht memory check --repair` or `tht memory index`", details=report)
         return report
 
 

@@ -1,7 +1,7 @@
 """The search index port and its Qdrant adapters (Qdrant Edge, qdrant-client)."""
 
 from tht.memory.index.edge import EdgeIndex
-from tht.memory.index.errors import IndexBusy, IndexIncompatible, IndexUnavailable
+from tht.memory.index.errors import IndexBusy, IndexDrift, IndexIncompatible, IndexLost, IndexUnavailable
 from tht.memory.index.port import RRF_K, IndexHit, IndexPoint, PointRecord, SearchIndex
 from tht.memory.index.qdrant_server import QdrantServerIndex
 
@@ -9,8 +9,10 @@ __all__ = [
     "RRF_K",
     "EdgeIndex",
     "IndexBusy",
+    "IndexDrift",
     "IndexHit",
     "IndexIncompatible",
+    "IndexLost",
     "IndexPoint",
     "IndexUnavailable",
     "PointRecord",
