@@ -82,7 +82,7 @@ def _shard(tmp_path, workspace="acme"):
     return tmp_path / "home" / "index" / "thoth_memory" / "workspaces" / workspace
 
 
-@pytest.mark.parametrize("loss", ["workspace folder"])
+@pytest.mark.parametrize("loss", ["workspace folder", "edge_config.json"])
 def test_a_lost_workspace_shard_fails_recall_and_check_until_rebuilt(cli, runtime_file, tmp_path, loss):
     config = runtime_file("acme")
     assert cli("workspace", "create", "acme", "--language", "en").code == 0
@@ -118,3 +118,45 @@ def test_an_empty_search_of_an_intact_index_is_an_answer(cli, runtime_file):
     # nothing matches the filter: the index holds the workspace's points, so [] is true
     searched = cli("memory", "search", "shipped order", "-c", config, "--filters", '{"scope": "Nowhere"}')
     assert searched.code == 0 and searched.document == {"results": []}
+
+
+def _garble_segment(shard):
+    for path in shard.glob("segments/*/segment.json"):
+        path.write_bytes(os.urandom(300))
+
+
+def _garble_wal(shard):
+    for path in shard.glob("wal/open-*"):
+        with open(path, "r+b") as handle:
+            handle.write(os.urandom(4096))
+
+
+@pytest.mark.parametrize("damage", [_garble_segment, _garble_wal], ids=["segment", "wal"])
+def test_a_corrupt_shard_blocks_only_its_own_workspace_and_its_rebuild_replaces_it(cli, runtime_file, tmp_path,
+                                                                                   damage):
+    mine, theirs = runtime_file("acme"), runtime_file("other")
+    for workspace in ("acme", "other"):
+        assert cli("workspace", "create", workspace, "--language", "en").code == 0
+    assert cli("memory", "create", "-c", mine, "--data", "-", stdin=json.dumps(card_document())).code == 0
+    damaged = cli("memory", "create", "-c", theirs, "--data", "-", stdin=json.dumps(card_document()))
+    assert damaged.document["status"] == "saved"
+    assert cli("memory", "index", "-c", theirs).code == 0  # optimized: segment files on disk
+    damage(_shard(tmp_path, "other"))
+
+    # nothing of acme depends on other's files
+    assert cli("memory", "index", "-c", mine).code == 0
+    saved = cli("memory", "create", "-c", mine, "--data", "-",
+                stdin=json.dumps(card_document(title="Carrier codes", content="three letter carrier identifiers")))
+    assert saved.code == 0 and saved.document["status"] == "saved", saved.document
+    assert cli("memory", "search", "carrier", "-c", mine).document["results"][0]["id"] == saved.document["card"]["id"]
+
+    # the damaged workspace's own recall says so; its rebuild replaces the shard
+    failed = cli("memory", "search", "shipped order", "-c", theirs)
+    assert failed.code == 8 and failed.document["error"]["code"].startswith("index_")
+    rebuilt = cli("memory", "index", "-c", theirs)
+    assert rebuilt.code == 0 and rebuilt.document["indexed"] == 1, rebuilt.document
+    aside = rebuilt.document["replaced_unreadable"]
+    assert aside.startswith(str(tmp_path / "home" / "index" / "thoth_memory" / "damaged"))
+    found = cli("memory", "search", "shipped order", "-c", theirs)
+    assert [r["id"] for r in found.document["results"]] == [damaged.document["card"]["id"]]
+    assert cli("memory", "check", "-c", theirs).code == 0

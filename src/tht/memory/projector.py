@@ -192,6 +192,8 @@ class IndexProjector:
         deleted cards, recreate the collection if it is missing. Idempotent."""
         started = time.perf_counter()
         self.ensure_collection()
+        # a damaged shard of this workspace is replaced, never a reason to refuse
+        replaced = self.index.discard_unreadable(workspace)
         with self.archive.transaction(workspace) as tx:
             _workspace_language(tx)
             total = len(tx.card_revisions())
@@ -225,6 +227,8 @@ class IndexProjector:
             "removed_points": report.deleted, "failed": len(report.failed),
             "seconds": round(seconds, 3), "cards_per_second": round(report.indexed / seconds, 1) if seconds else None,
         }
+        if replaced:
+            summary["replaced_unreadable"] = replaced
         _raise_if_failed(report, summary)
         return summary
 

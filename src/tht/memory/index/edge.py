@@ -56,6 +56,7 @@ _RETRY_PAUSE = 0.1
 _SCROLL_PAGE = 1000
 _LAYOUT = "layout.json"
 _WORKSPACES = "workspaces"
+_DAMAGED = "damaged"  # unreadable workspace shards a rebuild moved aside
 # What an earlier version's single shard left in the collection directory.
 _LEGACY_SHARD = ("edge_config.json", "segments", "wal", "temp_segments")
 # Dense candidates found with the int8 copies are scored with the original vectors.
@@ -166,8 +167,34 @@ class EdgeIndex:
                     f"this projection needs size {dimension} with Cosine distance; rebuild the index",
                     details={"found": found, "dimension": dimension},
                 )
-            for workspace in self._workspaces_on_disk():
-                self.shard(workspace)  # checks the shard's vectors and indexes
+            # Workspace shards are checked when first used, never here: nothing of one
+            # workspace may depend on another's files (a damaged shard would otherwise
+            # fail every workspace's saves and rebuilds).
+
+    def discard_unreadable(self, workspace: str) -> str | None:
+        """Before a rebuild of the workspace: a shard that cannot be opened (damaged
+        segment or write-ahead log, lost ``edge_config.json``, incompatible vectors) is
+        moved aside into ``<collection>/damaged/``, so the rebuild recreates it from the
+        archive; kept, not deleted, for whoever investigates. Returns where it went."""
+        with self.session(), self._lock:
+            path = self.workspace_path(workspace)
+            if workspace in self._shards or not path.exists():
+                return None
+            try:
+                if self.shard(workspace) is not None:
+                    return None
+                reason = "it has no edge_config.json"
+            except IndexBusy:
+                raise
+            except IndexUnavailable as exc:
+                reason = exc.message
+            aside = self.collection_path / _DAMAGED / f"{path.name}-{time.strftime('%Y%m%dT%H%M%S')}-" \
+                f"{uuid.uuid4().hex[:8]}"
+            aside.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, aside)
+            log.warning("moved the unreadable shard of workspace %s to %s (%s); the rebuild recreates it",
+                        workspace, aside, reason)
+            return str(aside)
 
     def drop_collection(self) -> None:
         with self._lock:

@@ -234,6 +234,9 @@ class PgVectorIndex:
                                       {"collection": self.collection, "workspace": workspace}).fetchone()
         return removed
 
+    def discard_unreadable(self, workspace: str) -> str | None:
+        return None  # the points are rows of the archive's database, which owns its storage
+
     def scroll_ids(self, workspace: str) -> list[PointRecord]:
         with self._transaction(workspace) as conn:
             self._dimension(conn)

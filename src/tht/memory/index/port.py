@@ -127,6 +127,11 @@ class SearchIndex(Protocol):
         """Dense and BM25 candidates (``limit`` each), both filtered before selection
         and with BM25 IDF computed over the workspace, fused by RRF with k=60."""
 
+    def discard_unreadable(self, workspace: str) -> str | None:
+        """Before a rebuild: set aside the workspace's storage if it cannot be opened,
+        so the rebuild recreates it; returns where it went (None: nothing to do). Only
+        the embedded engine owns its files; a server's storage is its operator's."""
+
     def scroll_ids(self, workspace: str) -> list[PointRecord]: ...
 
     def count(self, workspace: str) -> int: ...

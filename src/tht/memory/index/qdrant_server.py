@@ -183,6 +183,9 @@ class QdrantServerIndex:
         """A server serves many processes: nothing to hold."""
         return nullcontext()
 
+    def discard_unreadable(self, workspace: str) -> str | None:
+        return None  # the server owns its storage and recovers its own shards
+
     def scroll_ids(self, workspace: str) -> list[PointRecord]:
         where = _filter(f.workspace_condition(workspace))
         records: list[PointRecord] = []
