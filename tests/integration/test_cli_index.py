@@ -160,3 +160,26 @@ def test_a_corrupt_shard_blocks_only_its_own_workspace_and_its_rebuild_replaces_
     found = cli("memory", "search", "shipped order", "-c", theirs)
     assert [r["id"] for r in found.document["results"]] == [damaged.document["card"]["id"]]
     assert cli("memory", "check", "-c", theirs).code == 0
+
+
+def test_check_finds_damaged_dense_vectors_and_repair_rewrites_them(cli, runtime_file, tmp_path):
+    config = runtime_file("acme")
+    assert cli("workspace", "create", "acme", "--language", "en").code == 0
+    titles = ["Shipped orders", "Carrier codes", "Fiscal years"]
+    ids = sorted(cli("memory", "create", "-c", config, "--data", "-",
+                     stdin=json.dumps(card_document(title=t))).document["card"]["id"] for t in titles)
+    assert cli("memory", "index", "-c", config).code == 0
+    assert cli("memory", "check", "-c", config).document["vectors_checked"] == 3
+    stores = list(_shard(tmp_path).glob("segments/*/vector_storage-dense/vectors/chunk_*.mmap"))
+    assert stores
+    for store in stores:
+        with open(store, "r+b") as handle:
+            handle.write(os.urandom(64 * 4 * len(titles)))
+
+    checked = cli("memory", "check", "-c", config)
+    assert checked.code == 8 and checked.document["error"]["code"] == "index_drift"
+    assert checked.document["error"]["details"]["damaged"] == ids
+    repaired = cli("memory", "check", "--repair", "-c", config)
+    assert repaired.code == 0 and repaired.document["repaired"]["indexed"] == 3, repaired.document
+    clean = cli("memory", "check", "-c", config)
+    assert clean.code == 0 and clean.document["damaged"] == [], clean.document

@@ -9,6 +9,8 @@ accepted the write; on failure the operation stays, with its error, for retry.
 
 from __future__ import annotations
 
+import math
+import random
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -29,6 +31,10 @@ from tht.memory.service import IndexOutcome
 Progress = Callable[[int, int], None]
 BATCH = 256  # cards per locked transaction in rebuilds: edits wait at most one batch
 NO_REVISION = 0
+# check re-embeds this many indexed cards and compares them with the stored vectors;
+# the same text gives the same vector up to float noise (batching), far above this.
+VECTOR_SAMPLE = 100
+MIN_COSINE = 0.99
 
 
 @dataclass
@@ -233,7 +239,8 @@ class IndexProjector:
         return summary
 
     def check(self, workspace: str, repair: bool = False) -> dict[str, Any]:
-        """Drift between archive and index: missing, stale, orphan and wrong-format points.
+        """Drift between archive and index: missing, stale, orphan and wrong-format points,
+        and damaged vectors in a sample of the rest.
         Drift raises ``IndexDrift`` (exit 8) with the report in its details, unless
         ``repair`` fixed it."""
         with self.archive.transaction(workspace) as tx:
@@ -248,10 +255,17 @@ class IndexProjector:
             "wrong_fingerprint": sorted(i for i in cards if i in points and points[i].fingerprint != current),
             "orphan": sorted(i for i in points if i not in cards),
         }
+        projected = sorted(i for i, r in cards.items()
+                           if i in points and points[i].revision == r and points[i].fingerprint == current)
+        damaged, checked, vector_error = self._damaged_vectors(workspace, projected)
+        drift["damaged"] = damaged
         report: dict[str, Any] = {
             "workspace": workspace, "cards": len(cards), "points": len(points), "pending": len(pending),
             **{kind: [uuid_to_card_id(i) for i in ids] for kind, ids in drift.items()},
+            "vectors_checked": checked,
         }
+        if vector_error:
+            report["vectors_error"] = vector_error
         if repair:
             todo = list(dict.fromkeys([i for ids in drift.values() for i in ids] + sorted(pending)))
             repaired = SyncReport()
@@ -267,6 +281,43 @@ class IndexProjector:
             raise IndexDrift(f"the search index of workspace '{workspace}' has drifted from the archive ({found});"
                              " run `tht memory check --repair` or `tht memory index`", details=report)
         return report
+
+
+    def _damaged_vectors(self, workspace: str, projected: list[uuid.UUID]) -> tuple[list[uuid.UUID], int, str | None]:
+        """A sample of the cards the index holds at their current projection, whose
+        stored dense vectors do not survive a check: unreadable, not finite, zero, or
+        far from the card's text embedded again (storage overwritten behind the engine's
+        back still answers recall, wrongly). A sample keeps ``check`` cheap; run it
+        again, or ``tht memory index``, to cover more."""
+        sample = sorted(random.sample(projected, min(VECTOR_SAMPLE, len(projected))))
+        if not sample:
+            return [], 0, None
+        stored = self.index.dense_vectors(workspace, sample)
+        with self.archive.transaction(workspace) as tx:
+            cards = tx.cards(sample)
+        sample = [i for i in sample if i in cards]
+        fresh: list[list[float]] | None = None
+        error = None
+        try:
+            fresh = self.embedder.embed_passages([indexed_text(cards[i]) for i in sample])
+        except EmbedderUnavailable as exc:  # what needs no embedder is still checked
+            error = f"stored vectors only checked for soundness: {exc.message}"
+        damaged = [i for n, i in enumerate(sample)
+                   if not _sound_vector(stored.get(i), fresh[n] if fresh else None, self.embedder.dimension)]
+        return damaged, len(sample), error
+
+
+def _sound_vector(stored: list[float] | None, fresh: list[float] | None, dimension: int) -> bool:
+    if stored is None or len(stored) != dimension or not all(math.isfinite(x) for x in stored):
+        return False
+    norm = math.sqrt(sum(x * x for x in stored))
+    if norm == 0 or not math.isfinite(norm):
+        return False
+    if fresh is None:
+        return True
+    fresh_norm = math.sqrt(sum(x * x for x in fresh))
+    cosine = sum(a * b for a, b in zip(stored, fresh)) / (norm * fresh_norm) if fresh_norm else 0.0
+    return cosine >= MIN_COSINE
 
 
 def _raise_if_failed(report: SyncReport, summary: dict[str, Any]) -> None:

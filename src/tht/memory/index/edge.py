@@ -265,6 +265,17 @@ class EdgeIndex:
             records = _scroll(shard, with_payload=PROJECTION_FIELDS) if shard is not None else []
         return [PointRecord(r.id, *projection(r.payload)) for r in records]
 
+    def dense_vectors(self, workspace: str, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[float]]:
+        if not ids:
+            return {}
+        with self.session():
+            shard = self._existing_shard(workspace)
+            if shard is None:
+                return {}
+            with _engine_errors():
+                records = shard.retrieve(list(ids), False, [DENSE])
+        return {r.id: list((r.vector or {}).get(DENSE) or []) for r in records}
+
     def count(self, workspace: str) -> int:
         with self.session():
             shard = self._existing_shard(workspace)

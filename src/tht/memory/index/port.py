@@ -134,6 +134,11 @@ class SearchIndex(Protocol):
 
     def scroll_ids(self, workspace: str) -> list[PointRecord]: ...
 
+    def dense_vectors(self, workspace: str, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[float]]:
+        """The stored dense vector (the card's text) of these points of the workspace,
+        as the engine reads it back; absent points are left out. For ``check``, which
+        compares a sample with fresh embeddings to find damaged storage."""
+
     def count(self, workspace: str) -> int: ...
 
     def optimize(self) -> None:
