@@ -183,3 +183,26 @@ def test_check_finds_damaged_dense_vectors_and_repair_rewrites_them(cli, runtime
     assert repaired.code == 0 and repaired.document["repaired"]["indexed"] == 3, repaired.document
     clean = cli("memory", "check", "-c", config)
     assert clean.code == 0 and clean.document["damaged"] == [], clean.document
+
+
+def test_the_index_is_private_to_its_owner(cli, runtime_file, tmp_path):
+    # points hold scopes, concepts and dependency names in plain text
+    config = runtime_file("acme")
+    assert cli("workspace", "create", "acme", "--language", "en").code == 0
+    assert cli("memory", "create", "-c", config, "--data", "-", stdin=json.dumps(card_document())).code == 0
+    assert cli("memory", "index", "-c", config).code == 0
+    root = tmp_path / "home" / "index"
+    assert root.stat().st_mode & 0o777 == 0o700
+    exposed = [str(p) for p in root.rglob("*") if p.stat().st_mode & 0o077]
+    assert exposed == []
+
+
+def test_an_index_written_before_is_made_private(cli, runtime_file, tmp_path):
+    config = runtime_file("acme")
+    assert cli("workspace", "create", "acme", "--language", "en").code == 0
+    assert cli("memory", "create", "-c", config, "--data", "-", stdin=json.dumps(card_document())).code == 0
+    root = tmp_path / "home" / "index"
+    for path in [root, *root.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    assert cli("memory", "search", "shipped order", "-c", config).code == 0
+    assert [str(p) for p in [root, *root.rglob("*")] if p.stat().st_mode & 0o077] == []

@@ -119,6 +119,7 @@ class EdgeIndex:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 with _engine_errors():
                     shard = qe.EdgeShard.create(str(path), _config(self._dimension()))
+                _private(self.collection_path)
             else:
                 return None
             try:
@@ -160,6 +161,7 @@ class EdgeIndex:
             if not self.collection_exists():
                 self.collection_path.mkdir(parents=True, exist_ok=True)
                 _write_json(self.collection_path / _LAYOUT, {"dimension": dimension})
+                _private(self.collection_path)
             found = self._dimension()
             if found != dimension:
                 raise IndexIncompatible(
@@ -294,6 +296,7 @@ class EdgeIndex:
                 if shard is not None:
                     with _engine_errors():
                         shard.optimize()
+                    _private(self.workspace_path(workspace))  # the new segments' files
             self._written -= written
 
     # -- holding the collection -------------------------------------------------------
@@ -314,7 +317,9 @@ class EdgeIndex:
         """Take the collection's lock file, waiting at most ``open_timeout``."""
         if self._held is not None:
             return
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if self.root.stat().st_mode & 0o077:  # an index written before it was kept private
+            _private(self.root)
         held = open(self._lock_path, "a+")  # noqa: SIM115 - kept open while held
         deadline = time.monotonic() + self.open_timeout
         while True:
@@ -328,6 +333,8 @@ class EdgeIndex:
                 time.sleep(_RETRY_PAUSE)
         self._held = held
         self._pid_file.write_text(str(os.getpid()))
+        for own in (self._lock_path, self._pid_file):
+            _restrict(own)
 
     def _busy(self) -> IndexBusy:
         holder = _live_pid(self._pid_file)
@@ -339,9 +346,10 @@ class EdgeIndex:
         )
 
     def _close_shards(self) -> None:
-        shards, self._shards = list(self._shards.values()), {}
-        for shard in shards:
+        shards, self._shards = dict(self._shards), {}
+        for workspace, shard in shards.items():
             shard.close()
+            _private(self.workspace_path(workspace))  # closing writes files (the WAL's among them)
 
     def _release(self) -> None:
         try:
@@ -431,6 +439,7 @@ class EdgeIndex:
             finally:
                 legacy.close()
             log.warning("moved %d points in %.1f s", moved, time.monotonic() - started)
+            _private(self.collection_path)
             os.replace(self.collection_path / f"{_LAYOUT}.moving", self.collection_path / _LAYOUT)
         for name in _LEGACY_SHARD:
             target = self.collection_path / name
@@ -491,7 +500,28 @@ def _edge_point(point_id: Any, vectors: dict[str, Any], payload: dict[str, Any] 
 def _write_json(path: Path, document: dict[str, Any]) -> None:
     partial = path.with_name(path.name + ".partial")
     partial.write_text(json.dumps(document))
+    os.chmod(partial, 0o600)
     os.replace(partial, path)
+
+
+def _restrict(path: Path) -> None:
+    try:
+        os.chmod(path, 0o600)
+    except OSError as exc:  # another owner's file: never a failure
+        log.debug("cannot restrict %s: %s", path, exc)
+
+
+def _private(path: Path) -> None:
+    """Owner only, like the database directory: points hold scopes, concepts and
+    dependency names in plain text. The engine creates its files with the process's
+    umask, and changing the umask would change it for every thread, so the files are
+    restricted after the engine writes them (and the folders keep others out meanwhile)."""
+    for folder, _, files in os.walk(path):
+        for target, mode in [(folder, 0o700), *((os.path.join(folder, name), 0o600) for name in files)]:
+            try:
+                os.chmod(target, mode)
+            except OSError as exc:  # another owner's file, or gone meanwhile: never a failure
+                log.debug("cannot restrict %s: %s", target, exc)
 
 
 def _workspace_of(name: str) -> str:
