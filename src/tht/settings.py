@@ -68,6 +68,23 @@ def find_credentials(node: Any, path: str = "") -> list[str]:
     return found
 
 
+class _NoAliasLoader(yaml.SafeLoader):
+    """YAML without aliases: a few hundred bytes of nested aliases expand into billions
+    of nodes ("billion laughs") that the checks below would walk for minutes, and no
+    setting of ours needs one."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.composer.ComposerError(None, None, "aliases (*name) are not allowed",
+                                              self.peek_event().start_mark)
+        return super().compose_node(parent, index)
+
+
+def load_yaml(text: str) -> Any:
+    """A YAML document of plain data (safe tags only), refusing aliases."""
+    return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader
+
+
 def load_runtime_config(path: str | Path) -> RuntimeConfig:
     path = Path(path)
     try:
@@ -77,7 +94,7 @@ def load_runtime_config(path: str | Path) -> RuntimeConfig:
     except OSError as exc:
         raise ConfigurationError(f"cannot read runtime file {path}: {exc.strerror}") from exc
     try:
-        document = yaml.safe_load(text)
+        document = load_yaml(text)
     except yaml.YAMLError as exc:
         raise ConfigurationError(f"runtime file {path} is not valid YAML: {exc}") from exc
     if not isinstance(document, Mapping):
