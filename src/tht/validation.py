@@ -1,8 +1,46 @@
-"""Turning pydantic validation errors into messages a person can act on."""
+"""Turning pydantic validation errors into messages a person can act on, and reading
+JSON input so that every malformed document is the caller's error, never ours."""
 
 from __future__ import annotations
 
+import json
+import re
+from typing import Any
+
 from pydantic import ValidationError
+
+from tht.errors import InvalidInput
+
+# No document of ours nests this deep; deeper ones only exhaust recursion downstream.
+MAX_JSON_DEPTH = 64
+# JSON may escape half of a surrogate pair ("\ud800"): valid JSON, but not text that
+# UTF-8 (PostgreSQL, stdout) can carry.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def parse_json(text: str, what: str) -> Any:
+    """A JSON document from input named ``what`` (an option, a file): syntax errors,
+    excessive nesting and lone surrogates are ``InvalidInput`` naming it."""
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"{what} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from exc
+    except RecursionError:
+        raise InvalidInput(f"{what} is nested deeper than {MAX_JSON_DEPTH} levels") from None
+    # iterative: a recursive walk is what deep documents break
+    pending: list[tuple[Any, int]] = [(document, 1)]
+    while pending:
+        node, depth = pending.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise InvalidInput(f"{what} is nested deeper than {MAX_JSON_DEPTH} levels")
+        if isinstance(node, dict):
+            for key, value in node.items():
+                pending += [(key, depth), (value, depth + 1)]
+        elif isinstance(node, list):
+            pending += [(value, depth + 1) for value in node]
+        elif isinstance(node, str) and _SURROGATE.search(node):
+            raise InvalidInput(f"{what} holds a lone surrogate escape (\\ud800-\\udfff) that is not text")
+    return document
 
 
 def _location(loc: tuple) -> str:
