@@ -85,6 +85,25 @@ def load_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader
 
 
+_SETTING_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
+RUNTIME_KEYS = ("workspace", "database", "schema", "sessions_root", "index", "embedding", "dwh")
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """The parser's problem and where, without its snippet of the file's text."""
+    problem = getattr(exc, "problem", None) or type(exc).__name__
+    mark = getattr(exc, "problem_mark", None)
+    return f"{problem} (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else problem
+
+
+def _key_lines(text: str, keys: list[Any]) -> list[int]:
+    """The 1-based lines of these top-level keys."""
+    root = yaml.compose(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader
+    wanted = {str(key) for key in keys}
+    pairs = root.value if isinstance(root, yaml.MappingNode) else []
+    return sorted({key.start_mark.line + 1 for key, _ in pairs if str(key.value) in wanted})
+
+
 def load_runtime_config(path: str | Path) -> RuntimeConfig:
     path = Path(path)
     try:
@@ -96,9 +115,20 @@ def load_runtime_config(path: str | Path) -> RuntimeConfig:
     try:
         document = load_yaml(text)
     except yaml.YAMLError as exc:
-        raise ConfigurationError(f"runtime file {path} is not valid YAML: {exc}") from exc
+        raise ConfigurationError(f"runtime file {path} is not valid YAML: {_yaml_problem(exc)}") from exc
     if not isinstance(document, Mapping):
         raise ConfigurationError(f"runtime file {path} must be a mapping of settings")
+    # A file that is not ours (-c /etc/passwd) must not be echoed into the error, which
+    # goes to logs and screens: its keys are named by line, ours by name.
+    foreign = [key for key in document if not (isinstance(key, str) and _SETTING_KEY.match(key))]
+    if foreign:
+        lines = _key_lines(text, foreign)
+        raise ConfigurationError(
+            f"runtime file {path} is not a runtime file: the key{'s' if len(lines) > 1 else ''} on line"
+            f"{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))} {'are' if len(lines) > 1 else 'is'} not a"
+            f" setting (expected {', '.join(RUNTIME_KEYS)})",
+            details={"lines": lines},
+        )
     credentials = find_credentials(document)
     if credentials:
         raise ConfigurationError(
