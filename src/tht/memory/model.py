@@ -8,6 +8,7 @@ render; they are enforced here so every entry point rejects the same input.
 from __future__ import annotations
 
 import re
+import unicodedata
 import uuid
 from datetime import date, datetime
 from typing import Annotated, Any, Literal
@@ -54,7 +55,13 @@ FAMILY_FIELDS: dict[str, dict[str, bool]] = {
 TEXT_FIELDS = ("content", "scope", "rationale", "question", "sql", "context")
 
 _CARD_ID = re.compile(r"^mem-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$")
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# What text may not hold: C0 and C1 controls but tab, newline and carriage return; the
+# bidirectional embeddings, overrides and isolates (they make a reader see text in
+# another order than it is stored: "Trojan Source"); unpaired surrogates (not text).
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+# A visible character is a letter, digit, punctuation or symbol: not white space, not
+# an invisible format character (zero-width space, BOM) nor a combining mark alone.
+_VISIBLE_CATEGORIES = frozenset("LNPS")
 
 
 def card_id_to_uuid(card_id: str) -> uuid.UUID:
@@ -68,13 +75,21 @@ def uuid_to_card_id(value: uuid.UUID) -> str:
     return f"mem-{value}"
 
 
-# What text may hold, exactly as the API's JSON Schema says (tht.web.schemas): no
-# control character but tab, newline and carriage return, and at least one visible
-# character. Lengths count the text as sent; it is stored trimmed.
-TEXT_PATTERN = ("^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f]*"
-                "[^\x00-\x20\x7f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
-                "[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f]*$")
-_VISIBLE = re.compile("[^\x00-\x20\x7f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
+# What text may hold, as the API's JSON Schema says it (tht.web.schemas): no control
+# character (_CONTROL), and at least one visible character. A character class cannot
+# name Unicode categories in every JSON Schema dialect, so the pattern's "visible"
+# leaves out the common invisible characters only; ``_bounded`` decides exactly, by
+# category, and is never more lenient than the pattern. Lengths count the text as
+# sent; it is stored trimmed.
+_PATTERN_CONTROL = "\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069"
+TEXT_PATTERN = (f"^[^{_PATTERN_CONTROL}]*"
+                "[^\x00-\x20\x7f-\xa0\xad\u0300-\u036f\u1680\u180e\u2000-\u200f\u2028-\u202f"
+                "\u205f-\u206f\u3000\ufeff]"
+                f"[^{_PATTERN_CONTROL}]*$")
+
+
+def _visible(value: str) -> bool:
+    return any(unicodedata.category(c)[0] in _VISIBLE_CATEGORIES for c in value)
 
 
 def _bounded(max_length: int) -> Any:
@@ -84,7 +99,7 @@ def _bounded(max_length: int) -> Any:
                 raise ValueError(f"has {len(value)} characters, at most {max_length} are allowed")
             if _CONTROL.search(value):
                 raise ValueError("contains control characters")
-            if not _VISIBLE.search(value):
+            if not _visible(value):
                 raise ValueError("is empty or only white space: omit the field instead")
         return value
 
@@ -165,7 +180,8 @@ class CardInput(_Strict):
     dependencies: list[Dependency] = Field(default_factory=list, max_length=MAX_DEPENDENCIES)
     links: list[LinkInput] = Field(default_factory=list, max_length=MAX_LINKS)
     # The revision the caller edited: when given, a newer stored revision is a conflict.
-    revision: int | None = Field(default=None, ge=1)
+    # strict: JSON's true is not revision 1
+    revision: int | None = Field(default=None, ge=1, strict=True)
 
     @field_validator("concepts")
     @classmethod

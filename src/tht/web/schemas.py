@@ -145,7 +145,7 @@ class _ExplainedError(_CardBase):
 
 
 class _Revision(BaseModel):
-    revision: Annotated[int, Field(ge=1)] | None = Field(
+    revision: Annotated[int, Field(ge=1, strict=True)] | None = Field(  # true is not revision 1
         default=None, description="The revision edited: a newer stored revision is a conflict (409)")
 
 
