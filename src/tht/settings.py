@@ -123,12 +123,11 @@ def load_runtime_config(path: str | Path) -> RuntimeConfig:
     foreign = [key for key in document if not (isinstance(key, str) and _SETTING_KEY.match(key))]
     if foreign:
         lines = _key_lines(text, foreign)
-        raise ConfigurationError(
-            f"runtime file {path} is not a runtime file: the key{'s' if len(lines) > 1 else ''} on line"
-            f"{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))} {'are' if len(lines) > 1 else 'is'} not a"
-            f" setting (expected {', '.join(RUNTIME_KEYS)})",
-            details={"lines": lines},
-        )
+        plural = len(lines) > 1
+        where = (f"the key{'s' if plural else ''} on line{'s' if plural else ''} {', '.join(map(str, lines))}"
+                 f" {'are' if plural else 'is'} not a setting") if lines else "it has keys that are not settings"
+        raise ConfigurationError(f"runtime file {path} is not a runtime file: {where}"
+                                 f" (expected {', '.join(RUNTIME_KEYS)})", details={"lines": lines})
     credentials = find_credentials(document)
     if credentials:
         raise ConfigurationError(

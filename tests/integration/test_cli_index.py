@@ -152,7 +152,9 @@ def test_a_corrupt_shard_blocks_only_its_own_workspace_and_its_rebuild_replaces_
 
     # the damaged workspace's own recall says so; its rebuild replaces the shard
     failed = cli("memory", "search", "shipped order", "-c", theirs)
-    assert failed.code == 8 and failed.document["error"]["code"].startswith("index_")
+    assert failed.code == 8 and failed.document["error"]["code"] == "index_unavailable"
+    assert "'other'" in failed.document["error"]["message"]
+    assert "tht memory index" in failed.document["error"]["message"]
     rebuilt = cli("memory", "index", "-c", theirs)
     assert rebuilt.code == 0 and rebuilt.document["indexed"] == 1, rebuilt.document
     aside = rebuilt.document["replaced_unreadable"]

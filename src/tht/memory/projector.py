@@ -255,8 +255,8 @@ class IndexProjector:
             "wrong_fingerprint": sorted(i for i in cards if i in points and points[i].fingerprint != current),
             "orphan": sorted(i for i in points if i not in cards),
         }
-        projected = sorted(i for i, r in cards.items()
-                           if i in points and points[i].revision == r and points[i].fingerprint == current)
+        projected = {i: r for i, r in cards.items()
+                     if i in points and points[i].revision == r and points[i].fingerprint == current}
         damaged, checked, vector_error = self._damaged_vectors(workspace, projected)
         drift["damaged"] = damaged
         report: dict[str, Any] = {
@@ -282,20 +282,22 @@ class IndexProjector:
                              " run `tht memory check --repair` or `tht memory index`", details=report)
         return report
 
-
-    def _damaged_vectors(self, workspace: str, projected: list[uuid.UUID]) -> tuple[list[uuid.UUID], int, str | None]:
+    def _damaged_vectors(self, workspace: str,
+                         projected: dict[uuid.UUID, int]) -> tuple[list[uuid.UUID], int, str | None]:
         """A sample of the cards the index holds at their current projection, whose
         stored dense vectors do not survive a check: unreadable, not finite, zero, or
         far from the card's text embedded again (storage overwritten behind the engine's
         back still answers recall, wrongly). A sample keeps ``check`` cheap; run it
         again, or ``tht memory index``, to cover more."""
-        sample = sorted(random.sample(projected, min(VECTOR_SAMPLE, len(projected))))
+        sample = sorted(random.sample(sorted(projected), min(VECTOR_SAMPLE, len(projected))))
         if not sample:
             return [], 0, None
         stored = self.index.dense_vectors(workspace, sample)
         with self.archive.transaction(workspace) as tx:
             cards = tx.cards(sample)
-        sample = [i for i in sample if i in cards]
+        # a card edited since its point was read would compare its new text with the
+        # old vector: left out, not reported
+        sample = [i for i in sample if i in cards and cards[i].revision == projected[i]]
         fresh: list[list[float]] | None = None
         error = None
         try:

@@ -113,13 +113,19 @@ class EdgeIndex:
                 return self._shards[workspace]
             path = self.workspace_path(workspace)
             if (path / "edge_config.json").is_file():
-                with _engine_errors():
-                    shard = qe.EdgeShard.load(str(path))
+                try:
+                    with _engine_errors():
+                        shard = qe.EdgeShard.load(str(path))
+                except IndexUnavailable as exc:
+                    raise IndexUnavailable(
+                        f"the embedded index's shard of workspace '{workspace}' cannot be opened ({exc.message});"
+                        " `tht memory index` for this workspace replaces it",
+                        details={"workspace": workspace, "path": str(path)}) from exc
             elif create:
-                path.parent.mkdir(parents=True, exist_ok=True)
+                path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
                 with _engine_errors():
                     shard = qe.EdgeShard.create(str(path), _config(self._dimension()))
-                _private(self.collection_path)
+                _private(path)
             else:
                 return None
             try:
@@ -159,9 +165,8 @@ class EdgeIndex:
         # process's threads from creating the collection twice.
         with self.session(), self._lock:
             if not self.collection_exists():
-                self.collection_path.mkdir(parents=True, exist_ok=True)
+                self.collection_path.mkdir(mode=0o700, parents=True, exist_ok=True)
                 _write_json(self.collection_path / _LAYOUT, {"dimension": dimension})
-                _private(self.collection_path)
             found = self._dimension()
             if found != dimension:
                 raise IndexIncompatible(
@@ -192,7 +197,7 @@ class EdgeIndex:
                 reason = exc.message
             aside = self.collection_path / _DAMAGED / f"{path.name}-{time.strftime('%Y%m%dT%H%M%S')}-" \
                 f"{uuid.uuid4().hex[:8]}"
-            aside.parent.mkdir(parents=True, exist_ok=True)
+            aside.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             os.replace(path, aside)
             log.warning("moved the unreadable shard of workspace %s to %s (%s); the rebuild recreates it",
                         workspace, aside, reason)
