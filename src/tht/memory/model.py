@@ -8,7 +8,6 @@ render; they are enforced here so every entry point rejects the same input.
 from __future__ import annotations
 
 import re
-import unicodedata
 import uuid
 from datetime import date, datetime
 from typing import Annotated, Any, Literal
@@ -57,11 +56,17 @@ TEXT_FIELDS = ("content", "scope", "rationale", "question", "sql", "context")
 _CARD_ID = re.compile(r"^mem-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$")
 # What text may not hold: C0 and C1 controls but tab, newline and carriage return; the
 # bidirectional embeddings, overrides and isolates (they make a reader see text in
-# another order than it is stored: "Trojan Source"); unpaired surrogates (not text).
-_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
-# A visible character is a letter, digit, punctuation or symbol: not white space, not
-# an invisible format character (zero-width space, BOM) nor a combining mark alone.
-_VISIBLE_CATEGORIES = frozenset("LNPS")
+# another order than it is stored: "Trojan Source").
+_PATTERN_CONTROL = "\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069"
+# Unpaired surrogates are not text either; no JSON Schema pattern can name them.
+_CONTROL = re.compile(f"[{_PATTERN_CONTROL}\ud800-\udfff]")
+# What shows nothing on its own: white space, zero-width and format characters (BOM,
+# joiners, word joiner, soft hyphen), combining marks without a base, variation
+# selectors, tags and blank fillers. A visible character is any other.
+_INVISIBLE = ("\x00-\x20\x7f-\xa0\xad\u0300-\u036f\u115f\u1160\u1680\u180b-\u180f\u1ab0-\u1aff"
+              "\u1dc0-\u1dff\u2000-\u200f\u2028-\u202f\u205f-\u206f\u20d0-\u20ff\u2800\u3000\u3164"
+              "\ufe00-\ufe0f\ufe20-\ufe2f\ufeff\uffa0\U000e0000-\U000e007f\U000e0100-\U000e01ef")
+_VISIBLE = re.compile(f"[^{_INVISIBLE}]")
 
 
 def card_id_to_uuid(card_id: str) -> uuid.UUID:
@@ -75,21 +80,11 @@ def uuid_to_card_id(value: uuid.UUID) -> str:
     return f"mem-{value}"
 
 
-# What text may hold, as the API's JSON Schema says it (tht.web.schemas): no control
-# character (_CONTROL), and at least one visible character. A character class cannot
-# name Unicode categories in every JSON Schema dialect, so the pattern's "visible"
-# leaves out the common invisible characters only; ``_bounded`` decides exactly, by
-# category, and is never more lenient than the pattern. Lengths count the text as
-# sent; it is stored trimmed.
-_PATTERN_CONTROL = "\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069"
-TEXT_PATTERN = (f"^[^{_PATTERN_CONTROL}]*"
-                "[^\x00-\x20\x7f-\xa0\xad\u0300-\u036f\u1680\u180e\u2000-\u200f\u2028-\u202f"
-                "\u205f-\u206f\u3000\ufeff]"
-                f"[^{_PATTERN_CONTROL}]*$")
-
-
-def _visible(value: str) -> bool:
-    return any(unicodedata.category(c)[0] in _VISIBLE_CATEGORIES for c in value)
+# What text may hold, exactly as the API's JSON Schema says it (tht.web.schemas): no
+# control character, and at least one visible character. Character classes, not
+# Unicode categories, so that every JSON Schema dialect (and the API's own validation)
+# agrees with the model. Lengths count the text as sent; it is stored trimmed.
+TEXT_PATTERN = f"^[^{_PATTERN_CONTROL}]*[^{_INVISIBLE}][^{_PATTERN_CONTROL}]*$"
 
 
 def _bounded(max_length: int) -> Any:
@@ -99,7 +94,7 @@ def _bounded(max_length: int) -> Any:
                 raise ValueError(f"has {len(value)} characters, at most {max_length} are allowed")
             if _CONTROL.search(value):
                 raise ValueError("contains control characters")
-            if not _visible(value):
+            if not _VISIBLE.search(value):
                 raise ValueError("is empty or only white space: omit the field instead")
         return value
 
@@ -115,6 +110,17 @@ Title = _bounded(MAX_TITLE)
 Text = _text(MAX_TEXT)
 Identifier = _text(MAX_IDENTIFIER)
 Concept = _bounded(MAX_CONCEPT)
+
+
+def _not_a_boolean(value: Any) -> Any:
+    # JSON's true is not revision 1 (pydantic would take it as 1); 626.0 stays an
+    # integer, as JSON Schema's "integer" says
+    if isinstance(value, bool):
+        raise ValueError("must be an integer, not true or false")
+    return value
+
+
+Revision = Annotated[int, Field(ge=1), BeforeValidator(_not_a_boolean)]
 
 
 def _card_id(value: Any) -> Any:
@@ -180,8 +186,7 @@ class CardInput(_Strict):
     dependencies: list[Dependency] = Field(default_factory=list, max_length=MAX_DEPENDENCIES)
     links: list[LinkInput] = Field(default_factory=list, max_length=MAX_LINKS)
     # The revision the caller edited: when given, a newer stored revision is a conflict.
-    # strict: JSON's true is not revision 1
-    revision: int | None = Field(default=None, ge=1, strict=True)
+    revision: Revision | None = None
 
     @field_validator("concepts")
     @classmethod
