@@ -377,13 +377,6 @@ class EdgeIndex:
             raise IndexUnavailable(f"the embedded index's {layout} is unreadable ({exc}); rebuild the index",
                                    details={"path": str(layout)}) from exc
 
-    def _workspaces_on_disk(self) -> list[str]:
-        folder = self.collection_path / _WORKSPACES
-        if not folder.is_dir():
-            return []
-        return sorted(_workspace_of(entry.name) for entry in folder.iterdir()
-                      if (entry / "edge_config.json").is_file())
-
     def _check_shard(self, shard: qe.EdgeShard, path: Path) -> None:
         # The engine offers no call that reads a shard's vector configuration; it
         # persists it in edge_config.json, which is read here.
@@ -527,10 +520,6 @@ def _private(path: Path) -> None:
                 os.chmod(target, mode)
             except OSError as exc:  # another owner's file, or gone meanwhile: never a failure
                 log.debug("cannot restrict %s: %s", target, exc)
-
-
-def _workspace_of(name: str) -> str:
-    return bytes.fromhex(name[1:]).decode() if name.startswith("_") else name
 
 
 def _scroll(shard: qe.EdgeShard, *, with_payload: Any, with_vector: bool = False) -> list[Any]:
