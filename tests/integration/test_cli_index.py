@@ -206,5 +206,8 @@ def test_an_index_written_before_is_made_private(cli, runtime_file, tmp_path):
     root = tmp_path / "home" / "index"
     for path in [root, *root.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
+    (root / "not-ours.txt").write_text("the index path may hold what is not the index's")
+    (root / "not-ours.txt").chmod(0o644)
     assert cli("memory", "search", "shipped order", "-c", config).code == 0
-    assert [str(p) for p in [root, *root.rglob("*")] if p.stat().st_mode & 0o077] == []
+    exposed = [p.name for p in [root, *root.rglob("*")] if p.stat().st_mode & 0o077]
+    assert exposed == ["not-ours.txt"]

@@ -324,7 +324,12 @@ class EdgeIndex:
             return
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         if self.root.stat().st_mode & 0o077:  # an index written before it was kept private
-            _private(self.root)
+            # the folder itself and what is ours in it: a configured path may hold more
+            _restrict(self.root, 0o700)
+            _private(self.collection_path)
+            for own in (self._lock_path, self._pid_file):
+                if own.exists():
+                    _restrict(own)
         held = open(self._lock_path, "a+")  # noqa: SIM115 - kept open while held
         deadline = time.monotonic() + self.open_timeout
         while True:
@@ -502,9 +507,9 @@ def _write_json(path: Path, document: dict[str, Any]) -> None:
     os.replace(partial, path)
 
 
-def _restrict(path: Path) -> None:
+def _restrict(path: Path, mode: int = 0o600) -> None:
     try:
-        os.chmod(path, 0o600)
+        os.chmod(path, mode)
     except OSError as exc:  # another owner's file: never a failure
         log.debug("cannot restrict %s: %s", path, exc)
 
