@@ -308,6 +308,13 @@ def test_dense_vectors_read_back_what_was_written(index: SearchIndex) -> None:
     assert index.dense_vectors("w3", [mine.id]) == {}
 
 
+def test_a_readable_workspace_is_never_discarded(index: SearchIndex) -> None:
+    kept = point(facts("w1"), "orders are counted once")
+    index.upsert([kept])
+    assert index.discard_unreadable("w1") is None and index.discard_unreadable("w2") is None
+    assert [r.id for r in index.scroll_ids("w1")] == [kept.id]
+
+
 def test_scroll_pages_through_every_point(index: SearchIndex) -> None:
     points = [point(facts(), f"card {n}") for n in range(1100)]
     index.upsert(points)
