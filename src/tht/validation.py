@@ -28,18 +28,20 @@ def parse_json(text: str, what: str) -> Any:
     except RecursionError:
         raise InvalidInput(f"{what} is nested deeper than {MAX_JSON_DEPTH} levels") from None
     # iterative: a recursive walk is what deep documents break
-    pending: list[tuple[Any, int]] = [(document, 1)]
+    pending: list[tuple[Any, tuple]] = [(document, ())]
     while pending:
-        node, depth = pending.pop()
-        if depth > MAX_JSON_DEPTH:
+        node, path = pending.pop()
+        if len(path) >= MAX_JSON_DEPTH:
             raise InvalidInput(f"{what} is nested deeper than {MAX_JSON_DEPTH} levels")
         if isinstance(node, dict):
             for key, value in node.items():
-                pending += [(key, depth), (value, depth + 1)]
+                pending += [(key, path), (value, (*path, key))]
         elif isinstance(node, list):
-            pending += [(value, depth + 1) for value in node]
+            pending += [(value, (*path, index)) for index, value in enumerate(node)]
         elif isinstance(node, str) and _SURROGATE.search(node):
-            raise InvalidInput(f"{what} holds a lone surrogate escape (\\ud800-\\udfff) that is not text")
+            field = f" in '{_location(path)}'" if path else ""
+            raise InvalidInput(f"{what} holds a lone surrogate escape (\\ud800-\\udfff){field}, which is not text",
+                               details={"field": _location(path)})
     return document
 
 

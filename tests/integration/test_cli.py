@@ -252,4 +252,5 @@ def test_malformed_json_input_is_invalid_input_naming_it(cli, setup, tmp_path):
         assert run.code == 2 and run.document["error"]["code"] == "invalid_input", (named, run.document)
         assert named.strip() in run.document["error"]["message"] or "surrogate.json" in run.document["error"]["message"]
     assert "surrogate" in runs["--data"].document["error"]["message"]
+    assert runs["--data"].document["error"]["details"] == {"field": "content"}
     assert "nested deeper" in runs["--filters"].document["error"]["message"]
