@@ -211,3 +211,15 @@ def test_an_index_written_before_is_made_private(cli, runtime_file, tmp_path):
     assert cli("memory", "search", "shipped order", "-c", config).code == 0
     exposed = [p.name for p in [root, *root.rglob("*")] if p.stat().st_mode & 0o077]
     assert exposed == ["not-ours.txt"]
+
+
+def test_damaged_collection_metadata_is_rewritten_by_the_next_write(cli, runtime_file, tmp_path):
+    config = runtime_file("acme")
+    assert cli("workspace", "create", "acme", "--language", "en").code == 0
+    created = cli("memory", "create", "-c", config, "--data", "-", stdin=json.dumps(card_document()))
+    (tmp_path / "home" / "index" / "thoth_memory" / "layout.json").write_bytes(os.urandom(64))
+    failed = cli("memory", "search", "shipped order", "-c", config)
+    assert failed.code == 8 and "layout.json" in failed.document["error"]["message"]
+    assert cli("memory", "index", "-c", config).code == 0
+    found = cli("memory", "search", "shipped order", "-c", config)
+    assert [r["id"] for r in found.document["results"]] == [created.document["card"]["id"]]

@@ -167,7 +167,15 @@ class EdgeIndex:
             if not self.collection_exists():
                 self.collection_path.mkdir(mode=0o700, parents=True, exist_ok=True)
                 _write_json(self.collection_path / _LAYOUT, {"dimension": dimension})
-            found = self._dimension()
+            try:
+                found = self._dimension()
+            except IndexUnavailable as exc:
+                # Damaged collection metadata must not lock every workspace out of its
+                # rebuild: it is rewritten, and each shard is still checked against it
+                # when opened (a rebuild replaces a shard that does not fit).
+                log.warning("rewriting the embedded index's unreadable %s (%s)", _LAYOUT, exc.message)
+                _write_json(self.collection_path / _LAYOUT, {"dimension": dimension})
+                found = dimension
             if found != dimension:
                 raise IndexIncompatible(
                     f"the embedded index at {self.collection_path} has dense vectors of size {found}, "
