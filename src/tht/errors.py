@@ -237,7 +237,9 @@ EXIT_CODES = {
     5: "permission denied",
     6: "archive unavailable or schema not ready",
     7: "migration refused (changed or unknown applied migration)",
-    8: "search index or embedder unavailable (recall); a save still succeeds with its index update pending",
+    8: "search index or embedder unavailable (recall), the index lost points the archive records"
+       " (index_lost_points), or `memory check` found drift (index_drift); a save still succeeds with its"
+       " index update pending",
     9: "DWH unavailable: a Catalog scan failed (connection, permission, missing schema); nothing was deleted",
     10: "service unavailable: not reachable or startable, lost mid-command, timed out, untrusted socket,"
         " or another version",

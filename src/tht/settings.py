@@ -67,6 +67,42 @@ def find_credentials(node: Any, path: str = "") -> list[str]:
     return found
 
 
+class _NoAliasLoader(yaml.SafeLoader):
+    """YAML without aliases: a few hundred bytes of nested aliases expand into billions
+    of nodes ("billion laughs") that the checks below would walk for minutes, and no
+    setting of ours needs one."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.composer.ComposerError(None, None, "aliases (*name) are not allowed",
+                                              self.peek_event().start_mark)
+        return super().compose_node(parent, index)
+
+
+def load_yaml(text: str) -> Any:
+    """A YAML document of plain data (safe tags only), refusing aliases."""
+    return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader
+
+
+_SETTING_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
+RUNTIME_KEYS = ("workspace", "database", "schema", "sessions_root", "index", "embedding", "dwh")
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """The parser's problem and where, without its snippet of the file's text."""
+    problem = getattr(exc, "problem", None) or type(exc).__name__
+    mark = getattr(exc, "problem_mark", None)
+    return f"{problem} (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else problem
+
+
+def _key_lines(text: str, keys: list[Any]) -> list[int]:
+    """The 1-based lines of these top-level keys."""
+    root = yaml.compose(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader
+    wanted = {str(key) for key in keys}
+    pairs = root.value if isinstance(root, yaml.MappingNode) else []
+    return sorted({key.start_mark.line + 1 for key, _ in pairs if str(key.value) in wanted})
+
+
 MAX_RUNTIME_FILE_BYTES = 1_048_576
 
 
@@ -92,11 +128,21 @@ def load_runtime_config(path: str | Path, *, read: Callable[[str, int], bytes] =
     except UnicodeDecodeError as exc:
         raise ConfigurationError(f"runtime file {path} is not UTF-8 text") from exc
     try:
-        document = yaml.safe_load(text)
+        document = load_yaml(text)
     except yaml.YAMLError as exc:
-        raise ConfigurationError(f"runtime file {path} is not valid YAML: {exc}") from exc
+        raise ConfigurationError(f"runtime file {path} is not valid YAML: {_yaml_problem(exc)}") from exc
     if not isinstance(document, Mapping):
         raise ConfigurationError(f"runtime file {path} must be a mapping of settings")
+    # A file that is not ours (-c /etc/passwd) must not be echoed into the error, which
+    # goes to logs and screens: its keys are named by line, ours by name.
+    foreign = [key for key in document if not (isinstance(key, str) and _SETTING_KEY.match(key))]
+    if foreign:
+        lines = _key_lines(text, foreign)
+        plural = len(lines) > 1
+        where = (f"the key{'s' if plural else ''} on line{'s' if plural else ''} {', '.join(map(str, lines))}"
+                 f" {'are' if plural else 'is'} not a setting") if lines else "it has keys that are not settings"
+        raise ConfigurationError(f"runtime file {path} is not a runtime file: {where}"
+                                 f" (expected {', '.join(RUNTIME_KEYS)})", details={"lines": lines})
     credentials = find_credentials(document)
     if credentials:
         raise ConfigurationError(

@@ -276,3 +276,15 @@ def test_protected_requests_refused_unless_signed_fresh_single_use_and_authorize
     assert code == 5 and "replay" in answer["error"]["message"]
     with world.services.archive.transaction("ws-a") as tx:
         assert sum(1 for c in tx.cards(list(tx.card_revisions())).values() if c.title == "Via backend") == 1
+
+
+@pytest.mark.parametrize("change", [{"title": "\u200b"}, {"title": "\ufeff"}, {"title": "\u0301"},
+                                    {"title": "Invoice \u202eexe.pdf"}, {"content": "C1 \u009b control"},
+                                    {"revision": True}])
+def test_invisible_or_control_text_and_a_boolean_revision_are_refused(world, change):
+    base = "/api/workspaces/ws-a/memory"
+    created = world.client.post(base, headers=world.bearer("admin_a"), json=card_document(**change))
+    assert created.status_code == 422 and created.json()["error"]["code"] == "invalid_input", created.json()
+    card_id = world.cards["ws-a"][0]
+    updated = world.client.put(f"{base}/{card_id}", headers=world.bearer("admin_a"), json=card_document(**change))
+    assert updated.status_code == 422, updated.json()

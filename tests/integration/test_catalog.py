@@ -274,7 +274,9 @@ def test_crash_during_sync_is_completed_by_retry(cli, column_world, pg_dwh, data
         assert _receipts(database) == []
     else:
         assert existing(cli, config, doomed.values()) == set()  # archive done, index not
-        check = cli("memory", "check", "-c", config).document
+        drifted = cli("memory", "check", "-c", config)
+        assert drifted.code == 8 and drifted.document["error"]["code"] == "index_drift"
+        check = drifted.document["error"]["details"]
         assert set(check["orphan"]) == set(doomed.values())
         assert {p["card_id"] for p in cli("memory", "pending", "-c", config).document["items"]} == set(doomed.values())
         assert _open_tombstones(database) == 4

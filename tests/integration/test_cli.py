@@ -130,6 +130,11 @@ def test_every_command_fails_with_a_json_error(cli, setup):
     (card_document(scope=None), "requires scope"),
     (card_document("sql_rule", rationale=None), "requires rationale"),
     (card_document("sql_rule", rationale="  "), "only white space"),
+    (card_document(title="\u200b"), "only white space"),
+    (card_document(title="\u0301"), "only white space"),
+    (card_document(title="Invoice \u202eexe.pdf"), "control characters"),
+    (card_document(title="C1 \u009b control"), "control characters"),
+    (card_document(revision=True), "revision"),
     (card_document(question="why?"), "does not use question"),
     (card_document(dependencies=[{"database": "dwh", "schema": "s", "column": "id"}]), "column dependency needs its table"),
     (card_document(dependencies=[{"database": "dwh", "table": "t"}]), "table dependency needs its schema"),
@@ -228,3 +233,26 @@ def test_a_group_without_its_command_prints_the_json_error_and_the_help_on_stder
     assert code == 2
     assert json.loads(captured.out)["error"]["message"] == "a command is required: see the help on stderr"
     assert "Usage: tht" in captured.err and "Usage" not in captured.out
+
+
+DEEP = "[" * 5000 + "]" * 5000
+
+
+def test_malformed_json_input_is_invalid_input_naming_it(cli, setup, tmp_path):
+    config, write, _ = setup
+    surrogate = json.dumps(card_document())[:-1] + ', "content": "\\ud800"}'
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text('{"question": "q", "expected": ' + DEEP + "}\n")
+    runs = {
+        "--data": cli("memory", "create", "-c", config, "--data", write(surrogate, "surrogate.json")),
+        "standard input": cli("memory", "create", "-c", config, "--data", "-", stdin='{"title": ' + DEEP + "}"),
+        "--filters": cli("memory", "search", "orders", "-c", config, "--filters", '{"scope": ' + DEEP + "}"),
+        "--filters ": cli("memory", "list", "-c", config, "--filters", '{"q": "\\udfff"}'),
+        "cases line 1": cli("memory", "eval", "--cases", str(cases), "-c", config),
+    }
+    for named, run in runs.items():
+        assert run.code == 2 and run.document["error"]["code"] == "invalid_input", (named, run.document)
+        assert named.strip() in run.document["error"]["message"] or "surrogate.json" in run.document["error"]["message"]
+    assert "surrogate" in runs["--data"].document["error"]["message"]
+    assert runs["--data"].document["error"]["details"] == {"field": "content"}
+    assert "nested deeper" in runs["--filters"].document["error"]["message"]

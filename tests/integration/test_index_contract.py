@@ -296,6 +296,25 @@ def test_upsert_delete_count_and_scroll(index: SearchIndex) -> None:
     assert index.scroll_ids("nobody") == [] and index.count("nobody") == 0
 
 
+def test_dense_vectors_read_back_what_was_written(index: SearchIndex) -> None:
+    mine, theirs = point(facts("w1"), "orders are counted once"), point(facts("w2"), "orders")
+    index.upsert([mine, theirs])
+    vectors = index.dense_vectors("w1", [mine.id, theirs.id, uuid.uuid4()])
+    assert set(vectors) == {mine.id}  # another workspace's point and an absent one are left out
+    stored, written = vectors[mine.id], list(mine.dense)
+    cosine = sum(a * b for a, b in zip(stored, written)) / (
+        sum(a * a for a in stored) ** 0.5 * sum(b * b for b in written) ** 0.5)
+    assert len(stored) == DIMENSION and cosine > 0.999
+    assert index.dense_vectors("w3", [mine.id]) == {}
+
+
+def test_a_readable_workspace_is_never_discarded(index: SearchIndex) -> None:
+    kept = point(facts("w1"), "orders are counted once")
+    index.upsert([kept])
+    assert index.discard_unreadable("w1") is None and index.discard_unreadable("w2") is None
+    assert [r.id for r in index.scroll_ids("w1")] == [kept.id]
+
+
 def test_scroll_pages_through_every_point(index: SearchIndex) -> None:
     points = [point(facts(), f"card {n}") for n in range(1100)]
     index.upsert(points)

@@ -24,7 +24,7 @@ from tht.errors import InvalidInput
 from tht.memory.archive.postgres import PostgresArchive
 from tht.memory.embedding import HashingEmbedder
 from tht.memory.embedding.openai_http import OpenAIHttpEmbedder
-from tht.memory.index import EdgeIndex, IndexPoint, IndexUnavailable, QdrantServerIndex
+from tht.memory.index import EdgeIndex, IndexDrift, IndexPoint, IndexUnavailable, QdrantServerIndex
 from tht.memory.index.pgvector import PgVectorIndex
 from tht.memory.model import card_id_to_uuid, uuid_to_card_id
 from tht.memory.projection import card_facts, indexed_text
@@ -335,7 +335,10 @@ def test_check_reports_and_repairs_drift(stack, database):
     orphan = uuid.uuid4()
     plant(stack, "acme", card_facts(b), "orphan text", 1, stack.projector.fingerprint("en"), orphan)
     plant(stack, "acme", card_facts(b), "two", 1, "dense-v0|old", card_id_to_uuid(b.id))  # wrong format
-    report = stack.projector.check("acme")
+    with pytest.raises(IndexDrift) as drifted:
+        stack.projector.check("acme")
+    report = drifted.value.details
+    assert drifted.value.exit_code == 8 and drifted.value.code == "index_drift"
     assert report["missing"] == [a.id] and report["orphan"] == [f"mem-{orphan}"]
     assert report["wrong_fingerprint"] == [b.id]
     repaired = stack.projector.check("acme", repair=True)

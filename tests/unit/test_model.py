@@ -82,3 +82,41 @@ def test_id_prefix_detection():
     assert id_prefix("mem-0a1b") == "0a1b"
     assert id_prefix("0a1b2c3d-11") == "0a1b2c3d-11"
     assert id_prefix("bad") is None and id_prefix("face") is None  # short hex words are words
+
+
+@pytest.mark.parametrize("title", ["\u200b", "\ufeff", "\u0301", " \u200b\u200d\u2060 ", "\u00ad"])
+def test_a_title_needs_a_visible_character(title):
+    with pytest.raises(InvalidInput, match="only white space"):
+        parse_card_input(card_document(title=title))
+
+
+@pytest.mark.parametrize("title", ["Invoice \u202eexe.pdf", "Control \u009b sequence", "Isolate \u2066x\u2069",
+                                   "Half \ud800 pair", "Bell \x07"])
+def test_text_holds_no_control_characters(title):
+    with pytest.raises(InvalidInput, match="control characters"):
+        parse_card_input(card_document(title=title))
+    with pytest.raises(InvalidInput, match="control characters"):
+        parse_card_input(card_document(content=f"content: {title}"))
+
+
+@pytest.mark.parametrize("title", ["Café", "e\u0301", "日本語", "صحيح\u200f", "👩\u200d💻 emoji", "x\ty"])
+def test_visible_text_in_any_script_is_accepted(title):
+    assert parse_card_input(card_document(title=title)).title == title.strip()
+
+
+@pytest.mark.parametrize("revision", [True, False])
+def test_a_boolean_is_not_a_revision(revision):
+    with pytest.raises(InvalidInput, match="revision"):
+        parse_card_input(card_document(revision=revision))
+    assert parse_card_input(card_document(revision=2)).revision == 2
+
+
+def test_the_api_pattern_agrees_with_the_model():
+    import re
+
+    from tht.memory.model import TEXT_PATTERN
+
+    for text in ["\u200b", "\ufeff", "\u0301", "a\u202eb", "a\u009bb", "\u00a0", "\u3000"]:
+        assert not re.match(TEXT_PATTERN, text), repr(text)
+    for text in ["Café", "e\u0301", "日本語", "x\ty"]:
+        assert re.match(TEXT_PATTERN, text), repr(text)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
@@ -56,3 +58,60 @@ def test_incomplete_or_broken_variables_are_clear_errors(tmp_path):
                            "THT_CATALOG_RUNTIME_PASSWORD_FILE": str(tmp_path / "missing")})
     with pytest.raises(ConfigurationError, match="incomplete"):
         database_settings({"THT_CATALOG_DB_PORT": "5432"})
+
+
+def _alias_bomb() -> str:
+    """A few hundred bytes that expand to 9**9 strings ("billion laughs")."""
+    levels = "abcdefghi"
+    lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for previous, level in zip(levels, levels[1:]):
+        lines.append(f"{level}: &{level} [" + ",".join([f"*{previous}"] * 9) + "]")
+    return "workspace: acme\n" + "\n".join(lines) + "\n"
+
+
+def test_yaml_aliases_are_refused_at_once(tmp_path):
+    path = tmp_path / "rt.yaml"
+    path.write_text(_alias_bomb())
+    started = time.monotonic()
+    with pytest.raises(ConfigurationError, match="aliases") as refused:
+        load_runtime_config(path)
+    assert refused.value.code == "invalid_configuration" and refused.value.exit_code == 2
+    assert time.monotonic() - started < 1
+
+
+def test_server_configuration_refuses_yaml_aliases(tmp_path):
+    from tht.web.server import read_server_config
+
+    path = tmp_path / "server.yaml"
+    path.write_text(_alias_bomb())
+    with pytest.raises(ConfigurationError, match="aliases"):
+        read_server_config(path)
+
+
+@pytest.mark.parametrize("text, lines", [
+    ("# User Database\nroot:*:0:0:System Administrator: /var/root\nnobody:*:-2:-2:Unprivileged: x\n", "lines 2, 3"),
+    ("workspace: acme\nsecret-agent:*:7:7:Spy: /var/spy\n", "line 2"),
+])
+def test_a_file_that_is_not_ours_is_named_by_line_not_echoed(tmp_path, text, lines):
+    path = tmp_path / "passwd"
+    path.write_text(text)
+    with pytest.raises(ConfigurationError) as refused:
+        load_runtime_config(path)
+    message = refused.value.message
+    assert f"the key{'s' if ',' in lines else ''} on {lines}" in message
+    assert ":*:" not in message and "Administrator" not in message and "Spy" not in message
+
+
+def test_yaml_syntax_errors_do_not_quote_the_file(tmp_path):
+    path = tmp_path / "rt.yaml"
+    path.write_text("workspace: acme\nroot:x:0:0:the root: /root: classified\n")
+    with pytest.raises(ConfigurationError, match=r"not valid YAML: .*\(line 2, column \d+\)") as refused:
+        load_runtime_config(path)
+    assert "classified" not in refused.value.message and "the root" not in refused.value.message
+
+
+def test_an_unknown_setting_of_ours_is_still_named(tmp_path):
+    path = tmp_path / "rt.yaml"
+    path.write_text("workspace: acme\nworkspase: typo\n")
+    with pytest.raises(ConfigurationError, match="unknown field 'workspase'"):
+        load_runtime_config(path)

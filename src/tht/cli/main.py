@@ -68,10 +68,9 @@ def load_runtime(config: Path) -> RuntimeConfig:
 def _json_argument(text: str | None, option: str) -> Any:
     if text is None:
         return None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidInput(f"{option} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from exc
+    from tht.validation import parse_json
+
+    return parse_json(text, option)
 
 
 def read_text(path: str, limit: int) -> str:
@@ -90,11 +89,9 @@ def read_text(path: str, limit: int) -> str:
 
 def _read_document(path: str) -> Any:
     """A JSON document from a file, or from standard input with '-'."""
-    text = read_text(path, MAX_DOCUMENT_BYTES)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidInput(f"{path} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from exc
+    from tht.validation import parse_json
+
+    return parse_json(read_text(path, MAX_DOCUMENT_BYTES), "standard input" if path == "-" else path)
 
 
 @contextmanager

@@ -22,13 +22,13 @@ A *miss* is a case with an expected card outside the first ``MISS_K`` results.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tht.errors import InvalidInput
 from tht.memory.model import card_id_to_uuid, uuid_to_card_id
+from tht.validation import parse_json
 
 COMMANDS = ("search", "rules", "solved")
 KS = (1, 5, 10)
@@ -54,9 +54,9 @@ def _bad(line: int, message: str) -> InvalidInput:
 
 def parse_case(text: str, line: int) -> EvalCase:
     try:
-        document = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise _bad(line, f"not valid JSON: {exc.msg} (column {exc.colno})") from exc
+        document = parse_json(text, "the case")
+    except InvalidInput as exc:
+        raise _bad(line, exc.message) from exc
     if not isinstance(document, dict):
         raise _bad(line, "a case must be a JSON object")
     unknown = sorted(set(document) - _KEYS)

@@ -54,7 +54,19 @@ FAMILY_FIELDS: dict[str, dict[str, bool]] = {
 TEXT_FIELDS = ("content", "scope", "rationale", "question", "sql", "context")
 
 _CARD_ID = re.compile(r"^mem-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$")
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# What text may not hold: C0 and C1 controls but tab, newline and carriage return; the
+# bidirectional embeddings, overrides and isolates (they make a reader see text in
+# another order than it is stored: "Trojan Source").
+_PATTERN_CONTROL = "\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069"
+# Unpaired surrogates are not text either; no JSON Schema pattern can name them.
+_CONTROL = re.compile(f"[{_PATTERN_CONTROL}\ud800-\udfff]")
+# What shows nothing on its own: white space, zero-width and format characters (BOM,
+# joiners, word joiner, soft hyphen), combining marks without a base, variation
+# selectors, tags and blank fillers. A visible character is any other.
+_INVISIBLE = ("\x00-\x20\x7f-\xa0\xad\u0300-\u036f\u115f\u1160\u1680\u180b-\u180f\u1ab0-\u1aff"
+              "\u1dc0-\u1dff\u2000-\u200f\u2028-\u202f\u205f-\u206f\u20d0-\u20ff\u2800\u3000\u3164"
+              "\ufe00-\ufe0f\ufe20-\ufe2f\ufeff\uffa0\U000e0000-\U000e007f\U000e0100-\U000e01ef")
+_VISIBLE = re.compile(f"[^{_INVISIBLE}]")
 
 
 def card_id_to_uuid(card_id: str) -> uuid.UUID:
@@ -68,13 +80,11 @@ def uuid_to_card_id(value: uuid.UUID) -> str:
     return f"mem-{value}"
 
 
-# What text may hold, exactly as the API's JSON Schema says (tht.web.schemas): no
-# control character but tab, newline and carriage return, and at least one visible
-# character. Lengths count the text as sent; it is stored trimmed.
-TEXT_PATTERN = ("^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f]*"
-                "[^\x00-\x20\x7f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
-                "[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f]*$")
-_VISIBLE = re.compile("[^\x00-\x20\x7f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
+# What text may hold, exactly as the API's JSON Schema says it (tht.web.schemas): no
+# control character, and at least one visible character. Character classes, not
+# Unicode categories, so that every JSON Schema dialect (and the API's own validation)
+# agrees with the model. Lengths count the text as sent; it is stored trimmed.
+TEXT_PATTERN = f"^[^{_PATTERN_CONTROL}]*[^{_INVISIBLE}][^{_PATTERN_CONTROL}]*$"
 
 
 def _bounded(max_length: int) -> Any:
@@ -100,6 +110,17 @@ Title = _bounded(MAX_TITLE)
 Text = _text(MAX_TEXT)
 Identifier = _text(MAX_IDENTIFIER)
 Concept = _bounded(MAX_CONCEPT)
+
+
+def _not_a_boolean(value: Any) -> Any:
+    # JSON's true is not revision 1 (pydantic would take it as 1); 626.0 stays an
+    # integer, as JSON Schema's "integer" says
+    if isinstance(value, bool):
+        raise ValueError("must be an integer, not true or false")
+    return value
+
+
+Revision = Annotated[int, Field(ge=1), BeforeValidator(_not_a_boolean)]
 
 
 def _card_id(value: Any) -> Any:
@@ -165,7 +186,7 @@ class CardInput(_Strict):
     dependencies: list[Dependency] = Field(default_factory=list, max_length=MAX_DEPENDENCIES)
     links: list[LinkInput] = Field(default_factory=list, max_length=MAX_LINKS)
     # The revision the caller edited: when given, a newer stored revision is a conflict.
-    revision: int | None = Field(default=None, ge=1)
+    revision: Revision | None = None
 
     @field_validator("concepts")
     @classmethod

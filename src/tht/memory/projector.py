@@ -11,6 +11,8 @@ the lock only vectors of the text the card still has are written (see ``sync``).
 
 from __future__ import annotations
 
+import math
+import random
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -22,7 +24,7 @@ from tht.errors import NotFound
 from tht.faults import crash_point, simulated_outage
 from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive
 from tht.memory.embedding import Embedder, EmbedderUnavailable, SparseEncoder, SparseVector
-from tht.memory.index import IndexPoint, IndexUnavailable, SearchIndex
+from tht.memory.index import IndexDrift, IndexPoint, IndexUnavailable, SearchIndex
 from tht.memory.index.port import stores_symptoms
 from tht.memory.model import Card, card_id_to_uuid, uuid_to_card_id
 from tht.memory.projection import card_facts, fingerprint, indexed_text
@@ -45,6 +47,10 @@ class _Prepared:
     symptom_dense: list[float] | None
     sparse: SparseVector
     embedded_chars: int | None  # the dense input's length when the embedder cut the text
+# check re-embeds this many indexed cards and compares them with the stored vectors;
+# the same text gives the same vector up to float noise (batching), far above this.
+VECTOR_SAMPLE = 100
+MIN_COSINE = 0.99
 
 
 @dataclass
@@ -278,6 +284,8 @@ class IndexProjector:
         deleted cards, recreate the collection if it is missing. Idempotent."""
         started = time.perf_counter()
         self.ensure_collection()
+        # a damaged shard of this workspace is replaced, never a reason to refuse
+        replaced = self.index.discard_unreadable(workspace)
         with self.archive.transaction(workspace) as tx:
             _workspace_language(tx)
             total = len(tx.card_revisions())
@@ -311,11 +319,16 @@ class IndexProjector:
             "removed_points": report.deleted, "failed": len(report.failed),
             "seconds": round(seconds, 3), "cards_per_second": round(report.indexed / seconds, 1) if seconds else None,
         }
+        if replaced:
+            summary["replaced_unreadable"] = replaced
         _raise_if_failed(report, summary)
         return summary
 
     def check(self, workspace: str, repair: bool = False) -> dict[str, Any]:
-        """Drift between archive and index: missing, stale, orphan and wrong-format points."""
+        """Drift between archive and index: missing, stale, orphan and wrong-format points,
+        and damaged vectors in a sample of the rest.
+        Drift raises ``IndexDrift`` (exit 8) with the report in its details, unless
+        ``repair`` fixed it."""
         with self.archive.transaction(workspace) as tx:
             language = _workspace_language(tx)
             cards = tx.card_revisions()
@@ -328,10 +341,17 @@ class IndexProjector:
             "wrong_fingerprint": sorted(i for i in cards if i in points and points[i].fingerprint != current),
             "orphan": sorted(i for i in points if i not in cards),
         }
+        projected = {i: r for i, r in cards.items()
+                     if i in points and points[i].revision == r and points[i].fingerprint == current}
+        damaged, checked, vector_error = self._damaged_vectors(workspace, projected)
+        drift["damaged"] = damaged
         report: dict[str, Any] = {
             "workspace": workspace, "cards": len(cards), "points": len(points), "pending": len(pending),
             **{kind: [uuid_to_card_id(i) for i in ids] for kind, ids in drift.items()},
+            "vectors_checked": checked,
         }
+        if vector_error:
+            report["vectors_error"] = vector_error
         if repair:
             todo = list(dict.fromkeys([i for ids in drift.values() for i in ids] + sorted(pending)))
             repaired = SyncReport()
@@ -340,7 +360,52 @@ class IndexProjector:
             report["repaired"] = {"indexed": repaired.indexed, "deleted": repaired.deleted,
                                   "failed": len(repaired.failed)}
             _raise_if_failed(repaired, report)
+        elif any(drift.values()):
+            # A drifted index answers recall wrongly: an operator's check (and its exit
+            # code) must not read as healthy. The report travels in the details.
+            found = ", ".join(f"{len(ids)} {kind.replace('_', ' ')}" for kind, ids in drift.items() if ids)
+            raise IndexDrift(f"the search index of workspace '{workspace}' has drifted from the archive ({found});"
+                             " run `tht memory check --repair` or `tht memory index`", details=report)
         return report
+
+    def _damaged_vectors(self, workspace: str,
+                         projected: dict[uuid.UUID, int]) -> tuple[list[uuid.UUID], int, str | None]:
+        """A sample of the cards the index holds at their current projection, whose
+        stored dense vectors do not survive a check: unreadable, not finite, zero, or
+        far from the card's text embedded again (storage overwritten behind the engine's
+        back still answers recall, wrongly). A sample keeps ``check`` cheap; run it
+        again, or ``tht memory index``, to cover more."""
+        sample = sorted(random.sample(sorted(projected), min(VECTOR_SAMPLE, len(projected))))
+        if not sample:
+            return [], 0, None
+        stored = self.index.dense_vectors(workspace, sample)
+        with self.archive.transaction(workspace) as tx:
+            cards = tx.cards(sample)
+        # a card edited since its point was read would compare its new text with the
+        # old vector: left out, not reported
+        sample = [i for i in sample if i in cards and cards[i].revision == projected[i]]
+        fresh: list[list[float]] | None = None
+        error = None
+        try:
+            fresh = self.embedder.embed_passages([indexed_text(cards[i]) for i in sample])
+        except EmbedderUnavailable as exc:  # what needs no embedder is still checked
+            error = f"stored vectors only checked for soundness: {exc.message}"
+        damaged = [i for n, i in enumerate(sample)
+                   if not _sound_vector(stored.get(i), fresh[n] if fresh else None, self.embedder.dimension)]
+        return damaged, len(sample), error
+
+
+def _sound_vector(stored: list[float] | None, fresh: list[float] | None, dimension: int) -> bool:
+    if stored is None or len(stored) != dimension or not all(math.isfinite(x) for x in stored):
+        return False
+    norm = math.sqrt(sum(x * x for x in stored))
+    if norm == 0 or not math.isfinite(norm):
+        return False
+    if fresh is None:
+        return True
+    fresh_norm = math.sqrt(sum(x * x for x in fresh))
+    cosine = sum(a * b for a, b in zip(stored, fresh)) / (norm * fresh_norm) if fresh_norm else 0.0
+    return cosine >= MIN_COSINE
 
 
 def _raise_if_failed(report: SyncReport, summary: dict[str, Any]) -> None:

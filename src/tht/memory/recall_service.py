@@ -20,6 +20,7 @@ from tht.errors import InvalidInput, NotFound
 from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive, RecallFacts, SeedFacts
 from tht.memory.embedding import Embedder, SparseEncoder, SparseVector
 from tht.memory.index import IndexHit, IndexUnavailable, SearchIndex
+from tht.memory.index.errors import IndexLost
 from tht.memory.model import MAX_CONCEPT, Card, Dependency, card_id_to_uuid, uuid_to_card_id
 from tht.memory.projection import indexed_text, searchable
 from tht.memory.projector import IndexProjector
@@ -156,8 +157,22 @@ class RecallService:
         # is held first (one lock order with writers).
         with self.index.session():
             hits = self.index.hybrid_search(dense, sparse, filters, limit=seed_count(query.top))
+            if not hits:
+                self._raise_if_lost(workspace)
             return self._verified(workspace, filters, hits, current, query, exclude,
                                   sparse, self.projector.encoder(language))
+
+    def _raise_if_lost(self, workspace: str) -> None:
+        """Reading never silently falls back: an empty search is an answer only if the
+        index holds what the archive says it does. Checked only when nothing was found
+        (a probe of the archive and a point count), so a search with hits pays nothing."""
+        with self.archive.transaction(workspace) as tx:
+            projected = tx.has_projections()
+        if projected and self.index.count(workspace) == 0:
+            raise IndexLost(
+                f"the search index holds no point of workspace '{workspace}' although the archive records"
+                " indexed cards (its storage was removed or replaced); run `tht memory index` to rebuild it",
+                details={"workspace": workspace})
 
     def _verified(self, workspace: str, filters: RecallFilters, hits: list[IndexHit], current: str,
                   query: RecallQuery, exclude: frozenset[uuid.UUID], sparse: SparseVector,

@@ -23,6 +23,7 @@ from tht.memory.model import (
     Card,
     CardSummary,
     PendingOperation,
+    Revision,
 )
 
 # Text as tht.memory.model accepts it: printable, with at least one visible character.
@@ -146,7 +147,7 @@ class _ExplainedError(_CardBase):
 
 
 class _Revision(BaseModel):
-    revision: Annotated[int, Field(ge=1)] | None = Field(
+    revision: Revision | None = Field(
         default=None, description="The revision edited: a newer stored revision is a conflict (409)")
 
 

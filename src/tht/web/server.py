@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from tht.bootstrap import ProjectionSettings
 from tht.errors import ConfigurationError, Conflict
-from tht.settings import default_home, find_credentials
+from tht.settings import default_home, find_credentials, load_yaml
 from tht.validation import describe_validation_error
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ def read_server_config(path: Path | None) -> ServerConfig:
     if path is None:
         return ServerConfig()
     try:
-        document = yaml.safe_load(Path(path).read_text()) or {}
+        document = load_yaml(Path(path).read_text()) or {}
     except (OSError, yaml.YAMLError) as exc:
         raise ConfigurationError(f"cannot read server configuration {path}: {exc}") from exc
     if not isinstance(document, dict):

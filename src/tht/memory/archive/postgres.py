@@ -492,6 +492,10 @@ class ArchiveTransaction:
         return {r["card_id"]: (r["operation"], r["revision"])
                 for r in self.rows("operations_for", ids=list(card_uuids))}
 
+    def has_projections(self) -> bool:
+        row = self.row("projections_exist")
+        return bool(row and row["present"])
+
     def operation_ids(self, limit: int) -> list[uuid.UUID]:
         return [r["card_id"] for r in self.rows("operation_ids", limit=limit)]
 

@@ -5,7 +5,7 @@ pay for its engine (qdrant-client alone costs 0.6-1 s of imports)."""
 
 from typing import Any
 
-from tht.memory.index.errors import IndexBusy, IndexIncompatible, IndexUnavailable
+from tht.memory.index.errors import IndexBusy, IndexDrift, IndexIncompatible, IndexLost, IndexUnavailable
 from tht.memory.index.port import RRF_K, IndexHit, IndexPoint, PointRecord, SearchIndex
 
 _ADAPTERS = {"EdgeIndex": "tht.memory.index.edge", "QdrantServerIndex": "tht.memory.index.qdrant_server",
@@ -24,8 +24,10 @@ __all__ = [
     "RRF_K",
     "EdgeIndex",
     "IndexBusy",
+    "IndexDrift",
     "IndexHit",
     "IndexIncompatible",
+    "IndexLost",
     "IndexPoint",
     "IndexUnavailable",
     "PgVectorIndex",

@@ -56,6 +56,7 @@ _RETRY_PAUSE = 0.1
 _SCROLL_PAGE = 1000
 _LAYOUT = "layout.json"
 _WORKSPACES = "workspaces"
+_DAMAGED = "damaged"  # unreadable workspace shards a rebuild moved aside
 # What an earlier version's single shard left in the collection directory.
 _LEGACY_SHARD = ("edge_config.json", "segments", "wal", "temp_segments")
 # Dense candidates found with the int8 copies are scored with the original vectors.
@@ -112,12 +113,19 @@ class EdgeIndex:
                 return self._shards[workspace]
             path = self.workspace_path(workspace)
             if (path / "edge_config.json").is_file():
-                with _engine_errors():
-                    shard = qe.EdgeShard.load(str(path))
+                try:
+                    with _engine_errors():
+                        shard = qe.EdgeShard.load(str(path))
+                except IndexUnavailable as exc:
+                    raise IndexUnavailable(
+                        f"the embedded index's shard of workspace '{workspace}' cannot be opened ({exc.message});"
+                        " `tht memory index` for this workspace replaces it",
+                        details={"workspace": workspace, "path": str(path)}) from exc
             elif create:
-                path.parent.mkdir(parents=True, exist_ok=True)
+                path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
                 with _engine_errors():
                     shard = qe.EdgeShard.create(str(path), _config(self._dimension()))
+                _private(path)
             else:
                 return None
             try:
@@ -157,17 +165,51 @@ class EdgeIndex:
         # process's threads from creating the collection twice.
         with self.session(), self._lock:
             if not self.collection_exists():
-                self.collection_path.mkdir(parents=True, exist_ok=True)
+                self.collection_path.mkdir(mode=0o700, parents=True, exist_ok=True)
                 _write_json(self.collection_path / _LAYOUT, {"dimension": dimension})
-            found = self._dimension()
+            try:
+                found = self._dimension()
+            except IndexUnavailable as exc:
+                # Damaged collection metadata must not lock every workspace out of its
+                # rebuild: it is rewritten, and each shard is still checked against it
+                # when opened (a rebuild replaces a shard that does not fit).
+                log.warning("rewriting the embedded index's unreadable %s (%s)", _LAYOUT, exc.message)
+                _write_json(self.collection_path / _LAYOUT, {"dimension": dimension})
+                found = dimension
             if found != dimension:
                 raise IndexIncompatible(
                     f"the embedded index at {self.collection_path} has dense vectors of size {found}, "
                     f"this projection needs size {dimension} with Cosine distance; rebuild the index",
                     details={"found": found, "dimension": dimension},
                 )
-            for workspace in self._workspaces_on_disk():
-                self.shard(workspace)  # checks the shard's vectors and indexes
+            # Workspace shards are checked when first used, never here: nothing of one
+            # workspace may depend on another's files (a damaged shard would otherwise
+            # fail every workspace's saves and rebuilds).
+
+    def discard_unreadable(self, workspace: str) -> str | None:
+        """Before a rebuild of the workspace: a shard that cannot be opened (damaged
+        segment or write-ahead log, lost ``edge_config.json``, incompatible vectors) is
+        moved aside into ``<collection>/damaged/``, so the rebuild recreates it from the
+        archive; kept, not deleted, for whoever investigates. Returns where it went."""
+        with self.session(), self._lock:
+            path = self.workspace_path(workspace)
+            if workspace in self._shards or not path.exists():
+                return None
+            try:
+                if self.shard(workspace) is not None:
+                    return None
+                reason = "it has no edge_config.json"
+            except IndexBusy:
+                raise
+            except IndexUnavailable as exc:
+                reason = exc.message
+            aside = self.collection_path / _DAMAGED / f"{path.name}-{time.strftime('%Y%m%dT%H%M%S')}-" \
+                f"{uuid.uuid4().hex[:8]}"
+            aside.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.replace(path, aside)
+            log.warning("moved the unreadable shard of workspace %s to %s (%s); the rebuild recreates it",
+                        workspace, aside, reason)
+            return str(aside)
 
     def drop_collection(self) -> None:
         with self._lock:
@@ -238,6 +280,17 @@ class EdgeIndex:
             records = _scroll(shard, with_payload=PROJECTION_FIELDS) if shard is not None else []
         return [PointRecord(r.id, *projection(r.payload)) for r in records]
 
+    def dense_vectors(self, workspace: str, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[float]]:
+        if not ids:
+            return {}
+        with self.session():
+            shard = self._existing_shard(workspace)
+            if shard is None:
+                return {}
+            with _engine_errors():
+                records = shard.retrieve(list(ids), False, [DENSE])
+        return {r.id: list((r.vector or {}).get(DENSE) or []) for r in records}
+
     def count(self, workspace: str) -> int:
         with self.session():
             shard = self._existing_shard(workspace)
@@ -256,6 +309,7 @@ class EdgeIndex:
                 if shard is not None:
                     with _engine_errors():
                         shard.optimize()
+                    _private(self.workspace_path(workspace))  # the new segments' files
             self._written -= written
 
     # -- holding the collection -------------------------------------------------------
@@ -276,7 +330,14 @@ class EdgeIndex:
         """Take the collection's lock file, waiting at most ``open_timeout``."""
         if self._held is not None:
             return
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if self.root.stat().st_mode & 0o077:  # an index written before it was kept private
+            # the folder itself and what is ours in it: a configured path may hold more
+            _restrict(self.root, 0o700)
+            _private(self.collection_path)
+            for own in (self._lock_path, self._pid_file):
+                if own.exists():
+                    _restrict(own)
         held = open(self._lock_path, "a+")  # noqa: SIM115 - kept open while held
         deadline = time.monotonic() + self.open_timeout
         while True:
@@ -290,6 +351,8 @@ class EdgeIndex:
                 time.sleep(_RETRY_PAUSE)
         self._held = held
         self._pid_file.write_text(str(os.getpid()))
+        for own in (self._lock_path, self._pid_file):
+            _restrict(own)
 
     def _busy(self) -> IndexBusy:
         holder = _live_pid(self._pid_file)
@@ -301,9 +364,10 @@ class EdgeIndex:
         )
 
     def _close_shards(self) -> None:
-        shards, self._shards = list(self._shards.values()), {}
-        for shard in shards:
+        shards, self._shards = dict(self._shards), {}
+        for workspace, shard in shards.items():
             shard.close()
+            _private(self.workspace_path(workspace))  # closing writes files (the WAL's among them)
 
     def _release(self) -> None:
         try:
@@ -325,13 +389,6 @@ class EdgeIndex:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise IndexUnavailable(f"the embedded index's {layout} is unreadable ({exc}); rebuild the index",
                                    details={"path": str(layout)}) from exc
-
-    def _workspaces_on_disk(self) -> list[str]:
-        folder = self.collection_path / _WORKSPACES
-        if not folder.is_dir():
-            return []
-        return sorted(_workspace_of(entry.name) for entry in folder.iterdir()
-                      if (entry / "edge_config.json").is_file())
 
     def _check_shard(self, shard: qe.EdgeShard, path: Path) -> None:
         # The engine offers no call that reads a shard's vector configuration; it
@@ -393,6 +450,7 @@ class EdgeIndex:
             finally:
                 legacy.close()
             log.warning("moved %d points in %.1f s", moved, time.monotonic() - started)
+            _private(self.collection_path)
             os.replace(self.collection_path / f"{_LAYOUT}.moving", self.collection_path / _LAYOUT)
         for name in _LEGACY_SHARD:
             target = self.collection_path / name
@@ -453,11 +511,28 @@ def _edge_point(point_id: Any, vectors: dict[str, Any], payload: dict[str, Any] 
 def _write_json(path: Path, document: dict[str, Any]) -> None:
     partial = path.with_name(path.name + ".partial")
     partial.write_text(json.dumps(document))
+    os.chmod(partial, 0o600)
     os.replace(partial, path)
 
 
-def _workspace_of(name: str) -> str:
-    return bytes.fromhex(name[1:]).decode() if name.startswith("_") else name
+def _restrict(path: Path, mode: int = 0o600) -> None:
+    try:
+        os.chmod(path, mode)
+    except OSError as exc:  # another owner's file: never a failure
+        log.debug("cannot restrict %s: %s", path, exc)
+
+
+def _private(path: Path) -> None:
+    """Owner only, like the database directory: points hold scopes, concepts and
+    dependency names in plain text. The engine creates its files with the process's
+    umask, and changing the umask would change it for every thread, so the files are
+    restricted after the engine writes them (and the folders keep others out meanwhile)."""
+    for folder, _, files in os.walk(path):
+        for target, mode in [(folder, 0o700), *((os.path.join(folder, name), 0o600) for name in files)]:
+            try:
+                os.chmod(target, mode)
+            except OSError as exc:  # another owner's file, or gone meanwhile: never a failure
+                log.debug("cannot restrict %s: %s", target, exc)
 
 
 def _scroll(shard: qe.EdgeShard, *, with_payload: Any, with_vector: bool = False) -> list[Any]:

@@ -28,3 +28,19 @@ class IndexIncompatible(IndexUnavailable):
 
     code = "index_incompatible"
     default_message = "the search index collection has an incompatible configuration"
+
+
+class IndexLost(IndexUnavailable):
+    """The index lacks points the archive records as projected (a shard deleted or
+    replaced behind the projection's back): an empty answer would be a silent lie."""
+
+    code = "index_lost_points"
+    default_message = "the search index has lost points the archive records as indexed; run `tht memory index`"
+
+
+class IndexDrift(IndexUnavailable):
+    """``tht memory check`` found the index out of step with the archive; the report is
+    in the details."""
+
+    code = "index_drift"
+    default_message = "the search index has drifted from the archive"

@@ -21,6 +21,7 @@ workspace, and every statement also names the workspace itself.
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
@@ -234,11 +235,24 @@ class PgVectorIndex:
                                       {"collection": self.collection, "workspace": workspace}).fetchone()
         return removed
 
+    def discard_unreadable(self, workspace: str) -> str | None:
+        return None  # the points are rows of the archive's database, which owns its storage
+
     def scroll_ids(self, workspace: str) -> list[PointRecord]:
         with self._transaction(workspace) as conn:
             self._dimension(conn)
             rows = conn.execute(_q("points_scroll"), {"collection": self.collection, "workspace": workspace})
             return [PointRecord(point_id, revision, fingerprint) for point_id, revision, fingerprint in rows]
+
+    def dense_vectors(self, workspace: str, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[float]]:
+        if not ids:
+            return {}
+        with self._transaction(workspace) as conn:
+            self._dimension(conn)
+            rows = conn.execute(_q("vectors_text"), {"collection": self.collection, "workspace": workspace,
+                                                     "ids": list(ids)})
+            # pgvector's text form of a vector is a JSON array
+            return {point_id: json.loads(embedding) for point_id, embedding in rows}
 
     def count(self, workspace: str) -> int:
         with self._transaction(workspace) as conn:

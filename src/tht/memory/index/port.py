@@ -127,7 +127,17 @@ class SearchIndex(Protocol):
         """Dense and BM25 candidates (``limit`` each), both filtered before selection
         and with BM25 IDF computed over the workspace, fused by RRF with k=60."""
 
+    def discard_unreadable(self, workspace: str) -> str | None:
+        """Before a rebuild: set aside the workspace's storage if it cannot be opened,
+        so the rebuild recreates it; returns where it went (None: nothing to do). Only
+        the embedded engine owns its files; a server's storage is its operator's."""
+
     def scroll_ids(self, workspace: str) -> list[PointRecord]: ...
+
+    def dense_vectors(self, workspace: str, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[float]]:
+        """The stored dense vector (the card's text) of these points of the workspace,
+        as the engine reads it back; absent points are left out. For ``check``, which
+        compares a sample with fresh embeddings to find damaged storage."""
 
     def count(self, workspace: str) -> int: ...
 

@@ -183,6 +183,9 @@ class QdrantServerIndex:
         """A server serves many processes: nothing to hold."""
         return nullcontext()
 
+    def discard_unreadable(self, workspace: str) -> str | None:
+        return None  # the server owns its storage and recovers its own shards
+
     def scroll_ids(self, workspace: str) -> list[PointRecord]:
         where = _filter(f.workspace_condition(workspace))
         records: list[PointRecord] = []
@@ -199,6 +202,20 @@ class QdrantServerIndex:
             records.extend(PointRecord(uuid.UUID(str(r.id)), *projection(r.payload)) for r in page)
             if offset is None:
                 return records
+
+    def dense_vectors(self, workspace: str, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[float]]:
+        if not ids:
+            return {}
+        with _engine_errors(self.collection):
+            records = self.client.retrieve(self.collection, [str(i) for i in ids], with_payload=[TENANT_FIELD],
+                                           with_vectors=[DENSE])
+        vectors: dict[uuid.UUID, list[float]] = {}
+        for record in records:
+            if (record.payload or {}).get(TENANT_FIELD) != workspace:
+                continue  # another workspace's point of the same id is none of this workspace's
+            stored = record.vector.get(DENSE) if isinstance(record.vector, dict) else None
+            vectors[uuid.UUID(str(record.id))] = list(stored) if isinstance(stored, list) else []
+        return vectors
 
     def count(self, workspace: str) -> int:
         with _engine_errors(self.collection):

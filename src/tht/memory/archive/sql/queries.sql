@@ -243,6 +243,11 @@ SELECT card_id, operation, revision
   FROM thoth_memory.projection_ops
  WHERE workspace_id = %(workspace)s AND card_id = ANY(%(ids)s);
 
+-- name: projections_exist
+-- Whether the index should hold any point of the workspace (recall's lost-index check;
+-- one index probe, only when a search found nothing).
+SELECT EXISTS (SELECT 1 FROM thoth_memory.projections WHERE workspace_id = %(workspace)s) AS present;
+
 -- name: operation_ids
 SELECT card_id FROM thoth_memory.projection_ops
  WHERE workspace_id = %(workspace)s

@@ -149,6 +149,13 @@ SELECT p.id, p.revision, p.fingerprint
  WHERE p.collection = %(collection)s AND p.workspace_id = %(workspace)s
  ORDER BY p.id;
 
+-- name: vectors_text
+-- The card's text vector of these points, as text (check compares them with fresh embeddings).
+SELECT v.point_id, v.embedding::text
+  FROM thoth_memory_pgvector.vectors v
+ WHERE v.collection = %(collection)s AND v.workspace_id = %(workspace)s AND v.kind = 'text'
+   AND v.point_id = ANY (%(ids)s::uuid[]);
+
 -- name: points_count
 SELECT count(*) FROM thoth_memory_pgvector.points p
  WHERE p.collection = %(collection)s AND p.workspace_id = %(workspace)s;
