@@ -66,26 +66,20 @@ log = logging.getLogger(__name__)
 
 
 class EdgeIndex:
-    """``release_after``: a long-running process (the web server) gives the collection
-    up after that many idle seconds, so CLI commands on the same data directory get
-    their turn; a CLI command keeps it until it closes."""
+    """The process that opens it keeps the collection until it closes: the service for
+    every command, or one command run in its own process (THT_SERVICE=off)."""
 
-    def __init__(self, path: Path | str, collection: str = "memory", *, open_timeout: float = 10.0,
-                 release_after: float | None = None) -> None:
+    def __init__(self, path: Path | str, collection: str = "memory", *, open_timeout: float = 10.0) -> None:
         self.root = Path(path)
         self.collection_path = self.root / collection
         self._lock_path = self.root / f"{collection}.lock"
         self._pid_file = self.root / f"{collection}.pid"
         self.open_timeout = open_timeout
-        self.release_after = release_after
         self._held: IO[str] | None = None  # the collection's lock file, while held
         self._layout_checked = False  # an earlier version's layout moved, for this hold
         self._shards: dict[str, qe.EdgeShard] = {}
         self._written: set[str] = set()  # workspaces written since the last optimize
         self._lock = threading.RLock()
-        self._in_use = 0
-        self._last_used = 0.0
-        self._release_timer: threading.Timer | None = None
 
     @contextmanager
     def session(self) -> Iterator[EdgeIndex]:
@@ -96,14 +90,7 @@ class EdgeIndex:
             if not self._layout_checked:  # once per hold: the layout cannot change under it
                 self._upgrade_legacy()
                 self._layout_checked = True
-            self._in_use += 1
-        try:
-            yield self
-        finally:
-            with self._lock:
-                self._in_use -= 1
-                self._last_used = time.monotonic()
-                self._schedule_release()
+        yield self
 
     def shard(self, workspace: str, *, create: bool = False) -> qe.EdgeShard | None:
         """The workspace's shard, opened on first use; None if the workspace has no
@@ -139,21 +126,6 @@ class EdgeIndex:
     def workspace_path(self, workspace: str) -> Path:
         name = workspace if _PLAIN_NAME.match(workspace) else "_" + workspace.encode().hex()
         return self.collection_path / _WORKSPACES / name
-
-    def _schedule_release(self) -> None:
-        if self.release_after is None or self._release_timer is not None or self._held is None:
-            return
-        self._release_timer = threading.Timer(self.release_after, self._release_if_idle)
-        self._release_timer.daemon = True
-        self._release_timer.start()
-
-    def _release_if_idle(self) -> None:
-        with self._lock:
-            self._release_timer = None
-            if self._in_use == 0 and time.monotonic() - self._last_used >= self.release_after:
-                self._release()
-            else:
-                self._schedule_release()
 
     # -- collection ---------------------------------------------------------------
 
@@ -221,9 +193,6 @@ class EdgeIndex:
 
     def close(self) -> None:
         with self._lock:
-            if self._release_timer is not None:
-                self._release_timer.cancel()
-                self._release_timer = None
             self._release()
 
     # -- points -------------------------------------------------------------------
