@@ -210,7 +210,7 @@ def _from_parts(env: Mapping[str, str], role: str) -> str | None:
 def default_home(env: Mapping[str, str] | None = None) -> Path:
     from tht.service.paths import default_home as home
 
-    return home(env)
+    return Path(home(env))
 
 
 def database_settings(env: Mapping[str, str] | None = None) -> DatabaseSettings:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -115,3 +116,21 @@ def test_an_unknown_setting_of_ours_is_still_named(tmp_path):
     path.write_text("workspace: acme\nworkspase: typo\n")
     with pytest.raises(ConfigurationError, match="unknown field 'workspase'"):
         load_runtime_config(path)
+
+
+@pytest.mark.parametrize("xdg", [None, "", "/srv/data"])
+def test_the_clients_default_home_is_platformdirs_user_data_dir(monkeypatch, tmp_path, xdg):
+    """The client computes THT_HOME's default without importing platformdirs; both must
+    name the same directory, or the client would look for the service elsewhere."""
+    import platformdirs
+
+    from tht.service.paths import default_home
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    if xdg is None:
+        monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    else:
+        monkeypatch.setenv("XDG_DATA_HOME", xdg)
+    env = {k: v for k, v in os.environ.items() if k != "THT_HOME"}
+    assert default_home(env) == platformdirs.user_data_dir("thoth-memory", appauthor=False)
+    assert default_home({**env, "THT_HOME": "/opt/tht"}) == "/opt/tht"

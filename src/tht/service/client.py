@@ -20,7 +20,7 @@ session directories.
 
 from __future__ import annotations
 
-import base64
+import binascii
 import errno
 import fcntl
 import json
@@ -29,7 +29,6 @@ import re
 import socket
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from tht.errors import (
@@ -100,7 +99,8 @@ def _token(args: list[str], env: dict[str, str] | os._Environ[str]) -> tuple[lis
             rest.append(arg)
     if path is not None:
         try:
-            return rest, Path(path).read_text().strip()
+            with open(path) as handle:
+                return rest, handle.read().strip()
         except OSError as exc:
             raise InvalidInput(f"cannot read the token file {path}: {exc.strerror}") from exc
     return rest, (env.get("THT_TOKEN") or "").strip() or None
@@ -120,7 +120,7 @@ def _read(path: str, stdin_data: list[bytes | None]) -> dict[str, str]:
                 data = handle.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         return {"error": exc.strerror or str(exc), "errno": exc.errno or 0}
-    return {"data": base64.b64encode(data).decode("ascii")}
+    return {"data": binascii.b2a_base64(data, newline=False).decode("ascii")}
 
 
 def build_request(args: list[str], token: str | None) -> dict[str, Any]:
@@ -142,7 +142,7 @@ def build_request(args: list[str], token: str | None) -> dict[str, Any]:
         files[key] = _read(value, stdin_data)
         data = files[key].get("data")
         if data and (arg in ("-c", "--config") or arg.startswith("--config=")):
-            text = base64.b64decode(data).decode("utf-8", "replace")
+            text = binascii.a2b_base64(data).decode("utf-8", "replace")
             for name in _URL_ENV.findall(text):
                 if name in os.environ:
                     env[name] = os.environ[name]
@@ -153,21 +153,21 @@ def build_request(args: list[str], token: str | None) -> dict[str, Any]:
 # --- talking to the service over its Unix socket -----------------------------------------
 
 
-def _check_trust(home: Path) -> None:
+def _check_trust(home: str) -> None:
     for path, directory in ((paths.run_dir(home), True), (paths.socket_path(home), False)):
         reason = paths.untrusted_reason(path, directory=directory)
         if reason:
             raise ServiceUntrusted(f"refusing the service socket: {reason}", details={"path": str(path)})
 
 
-def _connect(home: Path, timeout: float) -> socket.socket | None:
+def _connect(home: str, timeout: float) -> socket.socket | None:
     """A connection to a live service, or None when none listens (no socket, or a
     stale one left by a killed service)."""
     _check_trust(home)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
-        sock.connect(str(paths.socket_path(home)))
+        sock.connect(paths.socket_path(home))
     except (FileNotFoundError, ConnectionRefusedError):
         sock.close()
         return None
@@ -212,17 +212,7 @@ def _event(line: bytes) -> tuple[int, str] | None:
     return None
 
 
-def service_status(home: Path, timeout: float = 5.0) -> dict[str, Any] | None:
-    sock = _connect(home, timeout)
-    if sock is None:
-        return None
-    with sock:
-        sock.sendall(json.dumps({"op": "status"}).encode() + b"\n")
-        line = sock.makefile("rb").readline()
-    return json.loads(line).get("status") if line else None
-
-
-def stop_service(home: Path, token: str | None = None, timeout: float = 30.0) -> bool:
+def stop_service(home: str, token: str | None = None, timeout: float = 30.0) -> bool:
     """Ask the service to stop and wait for it to go; False if none was running."""
     sock = _connect(home, timeout)
     if sock is None:
@@ -237,8 +227,8 @@ def stop_service(home: Path, token: str | None = None, timeout: float = 30.0) ->
     return True
 
 
-def _wait_gone(home: Path, timeout: float) -> None:
-    lock = paths.run_dir(home) / "service.lock"
+def _wait_gone(home: str, timeout: float) -> None:
+    lock = os.path.join(paths.run_dir(home), "service.lock")
     deadline = time.monotonic() + timeout
     with open(lock, "a+") as handle:
         while True:
@@ -252,7 +242,7 @@ def _wait_gone(home: Path, timeout: float) -> None:
                 time.sleep(0.05)
 
 
-def start_service(home: Path, env: dict[str, str] | os._Environ[str], timeout: float = START_TIMEOUT_SECONDS) -> None:
+def start_service(home: str, env: dict[str, str] | os._Environ[str], timeout: float = START_TIMEOUT_SECONDS) -> None:
     """Start a headless service in the background, unless one is (or just got) running.
 
     ``start.lock`` serializes starters: the second of two racing commands finds the
@@ -260,7 +250,7 @@ def start_service(home: Path, env: dict[str, str] | os._Environ[str], timeout: f
     ``service.lock`` for its life, so a second service refuses to run."""
     folder = paths.make_run_dir(home)
     _check_trust(home)
-    with open(folder / "start.lock", "a+") as starting:
+    with open(os.path.join(folder, "start.lock"), "a+") as starting:
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -277,12 +267,12 @@ def start_service(home: Path, env: dict[str, str] | os._Environ[str], timeout: f
         idle = env.get("THT_SERVICE_IDLE_TIMEOUT", str(DEFAULT_IDLE_SECONDS))
         import subprocess
 
-        log = open(folder / "service.log", "ab")  # noqa: SIM115 - handed to the child
+        log = open(os.path.join(folder, "service.log"), "ab")  # noqa: SIM115 - handed to the child
         with log:
             process = subprocess.Popen(
                 [sys.executable, "-m", "tht.service", "--idle-timeout", idle, "--auto-started"],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
-                env={**env, "THT_HOME": str(home)})
+                env={**env, "THT_HOME": home})
         while time.monotonic() < deadline:
             probe = _connect(home, 5.0)
             if probe is not None:
@@ -291,20 +281,22 @@ def start_service(home: Path, env: dict[str, str] | os._Environ[str], timeout: f
             if process.poll() is not None:
                 break
             time.sleep(0.02)
-        tail = _log_tail(folder / "service.log")
+        log_path = os.path.join(folder, "service.log")
+        tail = _log_tail(log_path)
         raise ServiceUnavailable("the service did not start" + (f": {tail}" if tail else ""),
-                                 details={"log": str(folder / "service.log"), "exit": process.poll()})
+                                 details={"log": log_path, "exit": process.poll()})
 
 
-def _log_tail(log: Path) -> str:
+def _log_tail(log: str) -> str:
     try:
-        lines = log.read_text(errors="replace").strip().splitlines()
+        with open(log, errors="replace") as handle:
+            lines = handle.read().strip().splitlines()
     except OSError:
         return ""
     return lines[-1] if lines else ""
 
 
-def connect_or_start(home: Path, *, auto: bool, env: dict[str, str] | os._Environ[str],
+def connect_or_start(home: str, *, auto: bool, env: dict[str, str] | os._Environ[str],
                      timeout: float) -> socket.socket | None:
     """A connection to the installation's service, starting one when ``auto``; None
     when none runs and none may be started (the command then runs here)."""
@@ -317,7 +309,7 @@ def connect_or_start(home: Path, *, auto: bool, env: dict[str, str] | os._Enviro
     return sock
 
 
-def run_on_socket(home: Path, sock: socket.socket, request: dict[str, Any], *, auto: bool,
+def run_on_socket(home: str, sock: socket.socket, request: dict[str, Any], *, auto: bool,
                   env: dict[str, str] | os._Environ[str], timeout: float) -> tuple[int, str]:
     code, stdout = _exchange(sock, request)
     mismatch = _mismatch(stdout) if code == ServiceVersionMismatch.exit_code else None

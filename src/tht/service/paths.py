@@ -18,48 +18,48 @@ import os
 import stat
 import sys
 from collections.abc import Mapping
-from pathlib import Path
 
 # The client and the service must speak the same protocol and run the same code.
 PROTOCOL = 1
 
 
-def default_home(env: Mapping[str, str] | None = None) -> Path:
+def default_home(env: Mapping[str, str] | None = None) -> str:
     """``THT_HOME``, else the per-user data directory (platformdirs' user_data_dir for
-    "thoth-memory", computed without importing platformdirs)."""
+    "thoth-memory", computed without importing platformdirs). Paths here are strings:
+    pathlib costs the client ~4 ms of imports."""
     env = os.environ if env is None else env
     if env.get("THT_HOME"):
-        return Path(env["THT_HOME"])
+        return env["THT_HOME"]
+    user = os.path.expanduser("~")
     if sys.platform == "darwin":
-        return Path.home() / "Library" / "Application Support" / "thoth-memory"
+        return os.path.join(user, "Library", "Application Support", "thoth-memory")
     if sys.platform == "win32":
-        base = env.get("LOCALAPPDATA") or str(Path.home() / "AppData" / "Local")
-        return Path(base) / "thoth-memory"
-    base = (env.get("XDG_DATA_HOME") or "").strip() or str(Path.home() / ".local" / "share")
-    return Path(base) / "thoth-memory"
+        return os.path.join(env.get("LOCALAPPDATA") or os.path.join(user, "AppData", "Local"), "thoth-memory")
+    base = (env.get("XDG_DATA_HOME") or "").strip() or os.path.join(user, ".local", "share")
+    return os.path.join(base, "thoth-memory")
 
 
-def run_dir(home: Path) -> Path:
-    return home / "run"
+def run_dir(home: str | os.PathLike[str]) -> str:
+    return os.path.join(home, "run")
 
 
-def socket_path(home: Path) -> Path:
-    return run_dir(home) / "service.sock"
+def socket_path(home: str | os.PathLike[str]) -> str:
+    return os.path.join(run_dir(home), "service.sock")
 
 
-def make_run_dir(home: Path) -> Path:
+def make_run_dir(home: str | os.PathLike[str]) -> str:
     """The run directory, created 0700 when missing (never loosened if it exists: a
-    directory with other permissions is refused by ``check_trusted``)."""
+    directory with other permissions is refused by ``untrusted_reason``)."""
     folder = run_dir(home)
-    home.mkdir(parents=True, exist_ok=True)
+    os.makedirs(home, exist_ok=True)
     try:
-        folder.mkdir(mode=0o700)
+        os.mkdir(folder, 0o700)
     except FileExistsError:
         pass
     return folder
 
 
-def untrusted_reason(path: Path, *, directory: bool) -> str | None:
+def untrusted_reason(path: str, *, directory: bool) -> str | None:
     """Why the client must not talk to this run directory or socket, or None.
 
     A client sends its token to whatever listens there and believes its answers, so
@@ -88,7 +88,7 @@ def build_stamp() -> str:
     the code changed (an upgrade, a checkout) is told apart from a current one."""
     from tht import __version__
 
-    package = Path(__file__).resolve().parent.parent
+    package = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
     newest = 0
     for folder, _, files in os.walk(package):
         for name in files:

@@ -61,6 +61,7 @@ class Service:
     def __init__(self, home: Path, *, idle_timeout: float = 0, auto_started: bool = False, web: bool = False,
                  projection: Any = None, sessions_root: Path | None = None) -> None:
         self.home = home
+        self.run_dir = Path(paths.run_dir(home))
         self.idle_timeout = idle_timeout  # 0: never exit when idle
         self.auto_started = auto_started
         self.web = web
@@ -83,8 +84,8 @@ class Service:
 
     def acquire(self) -> None:
         """Become the installation's service, or raise ``ServiceRunning``."""
-        folder = paths.make_run_dir(self.home)
-        reason = paths.untrusted_reason(folder, directory=True)
+        folder = Path(paths.make_run_dir(self.home))
+        reason = paths.untrusted_reason(str(folder), directory=True)
         if reason:
             raise InvalidInput(f"cannot run the service: {reason}")
         handle = open(folder / "service.lock", "a+")  # noqa: SIM115 - held for the process's life
@@ -97,7 +98,7 @@ class Service:
 
     def describe_running(self) -> dict[str, Any] | None:
         try:
-            return json.loads((paths.run_dir(self.home) / "service.json").read_text())
+            return json.loads((self.run_dir / "service.json").read_text())
         except (OSError, ValueError):
             return None
 
@@ -111,7 +112,7 @@ class Service:
         settings = database_settings()
         self._embedded = EmbeddedPostgres(settings.embedded_home) if settings.embedded else None
         self.engines = Engines(max_connections=POOL_CONNECTIONS)
-        path = paths.socket_path(self.home)
+        path = Path(paths.socket_path(self.home))
         path.unlink(missing_ok=True)
         service = self
 
@@ -129,9 +130,9 @@ class Service:
         finally:
             os.umask(old_umask)
         status = self.status()
-        tmp = paths.run_dir(self.home) / "service.json.partial"
+        tmp = self.run_dir / "service.json.partial"
         tmp.write_text(json.dumps(status))
-        os.replace(tmp, paths.run_dir(self.home) / "service.json")
+        os.replace(tmp, self.run_dir / "service.json")
         threading.Thread(target=self._server.serve_forever, name="tht-socket", daemon=True).start()
         if self.idle_timeout > 0:
             threading.Thread(target=self._watch_idle, name="tht-idle", daemon=True).start()
@@ -140,7 +141,7 @@ class Service:
     def status(self) -> dict[str, Any]:
         return {"pid": os.getpid(), "protocol": paths.PROTOCOL, "build": self.build, "web": self.web,
                 "auto_started": self.auto_started, "idle_timeout": self.idle_timeout,
-                "socket": str(paths.socket_path(self.home)), "active": self._active}
+                "socket": paths.socket_path(self.home), "active": self._active}
 
     def request_stop(self) -> None:
         if self.on_stop is not None:
@@ -156,8 +157,8 @@ class Service:
             self._server = None
         with self._state:
             self._state.wait_for(lambda: self._active == 0, timeout=DRAIN_SECONDS)
-        paths.socket_path(self.home).unlink(missing_ok=True)
-        (paths.run_dir(self.home) / "service.json").unlink(missing_ok=True)
+        Path(paths.socket_path(self.home)).unlink(missing_ok=True)
+        (self.run_dir / "service.json").unlink(missing_ok=True)
         try:
             if self.engines is not None:
                 self.engines.close()
@@ -362,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=os.environ.get("THT_LOG_LEVEL", "INFO").upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return run_headless(paths.default_home(), idle_timeout=args.idle_timeout, auto_started=args.auto_started)
+    return run_headless(Path(paths.default_home()), idle_timeout=args.idle_timeout, auto_started=args.auto_started)
 
 
 def run_headless(home: Path, *, idle_timeout: float, auto_started: bool = False,
