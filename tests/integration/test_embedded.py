@@ -13,6 +13,7 @@ import pytest
 
 from tht.db.embedded import EmbeddedPostgres
 from tht.demo import demo_cards
+from tht.service.client import stop_service
 
 
 def run(home, *args, timeout=120):
@@ -25,8 +26,12 @@ def run(home, *args, timeout=120):
 
 @pytest.fixture
 def home(tmp_path):
+    """A fresh THT_HOME on the default path: the commands start a service there
+    (THT_SERVICE unset), which is stopped with the embedded server afterwards."""
     home = tmp_path / "home"
     yield home
+    if (home / "run").is_dir():
+        stop_service(str(home))
     if (home / "postgres" / "postmaster.pid").exists():
         EmbeddedPostgres(home).stop()
 
@@ -36,6 +41,8 @@ def test_first_use_prepares_everything_and_later_runs_reuse_it(home, tmp_path):
     with ThreadPoolExecutor(2) as pool:
         results = list(pool.map(lambda _: run(home, "workspace", "list"), range(2)))
     assert [code for code, _, _ in results] == [0, 0], results
+    # the default on the embedded engines: the commands ran in one auto-started service
+    assert (home / "run" / "service.log").read_text().count("listening on") == 1
     expected = len(demo_cards())
     code, demo, _ = run(home, "demo", timeout=600)
     assert code == 0 and demo["created"] and demo["total"] == expected
