@@ -53,6 +53,7 @@ DEFAULT_IDLE_SECONDS = 900
 DEFAULT_TIMEOUT_SECONDS = 60.0  # silence from the service (it sends a heartbeat every few seconds)
 START_TIMEOUT_SECONDS = 60.0
 # Errors the service's HTTP face answers before running the command.
+_handed_over = False  # the command reached the service: Ctrl-C then detaches rather than cancels
 _HTTP_EXIT = {400: 2, 401: 5, 403: 5, 404: 3, 409: 10, 413: 2, 415: 2, 422: 2, 429: 10, 503: 10}
 _URL_ENV = re.compile(r"url_env\s*:\s*[\"']?([A-Za-z_][A-Za-z0-9_]{0,127})")
 
@@ -181,8 +182,10 @@ def _connect(home: str, timeout: float) -> socket.socket | None:
 
 def _exchange(sock: socket.socket, request: dict[str, Any]) -> tuple[int, str]:
     """Send one request; copy progress to stderr; return the exit code and stdout."""
+    global _handed_over
     with sock:
         sock.sendall(json.dumps(request).encode() + b"\n")
+        _handed_over = True
         reader = sock.makefile("rb")
         while True:
             try:
@@ -336,6 +339,7 @@ def _mismatch(stdout: str) -> dict[str, Any] | None:
 
 
 def run_over_http(url: str, request: dict[str, Any], timeout: float) -> tuple[int, str]:
+    global _handed_over
     import http.client
     from urllib.parse import urlsplit
 
@@ -350,6 +354,7 @@ def run_over_http(url: str, request: dict[str, Any], timeout: float) -> tuple[in
     try:
         connection.request("POST", parts.path.rstrip("/") + "/api/cli", body=body, headers={
             "Content-Type": "application/json", "Authorization": f"Bearer {request['token']}"})
+        _handed_over = True
         response = connection.getresponse()
         if response.status != 200:
             text = response.read().decode("utf-8", "replace")
@@ -409,6 +414,9 @@ def main(argv: list[str] | None = None) -> int:
             code, stdout = run_on_socket(home, sock, build_request(args, token), auto=auto, env=env,
                                          timeout=timeout)
     except KeyboardInterrupt:
+        if not _handed_over:
+            return _fail(Interrupted("interrupted before the command reached the service: nothing ran",
+                                     details={"detached": False}))
         return _fail(Interrupted(
             "interrupted: the command was handed to the service and goes on there (detached); its"
             " result is not shown", details={"detached": True}))
