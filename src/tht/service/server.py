@@ -44,8 +44,8 @@ log = logging.getLogger("tht.service")
 MAX_REQUEST_BYTES = 64 * 1024 * 1024  # a command's files travel base64-encoded inside
 HEARTBEAT_SECONDS = 5.0
 POOL_CONNECTIONS = 16  # concurrent commands that reach PostgreSQL at once
-DRAIN_SECONDS = 30.0
-BUILD_CHECK_SECONDS = 2.0  # how long a stopping service lets running commands finish
+DRAIN_SECONDS = 30.0  # how long a stopping service lets running commands finish
+BUILD_CHECK_SECONDS = 2.0  # how often a request may look at the installed code's stamp
 
 Send = Callable[[dict[str, Any]], None]
 
@@ -59,14 +59,13 @@ class Service:
     """The engines and the socket of one installation (``home``)."""
 
     def __init__(self, home: Path, *, idle_timeout: float = 0, auto_started: bool = False, web: bool = False,
-                 projection: Any = None, sessions_root: Path | None = None) -> None:
+                 sessions_root: Path | None = None) -> None:
         self.home = home
         self.run_dir = Path(paths.run_dir(home))
         self.idle_timeout = idle_timeout  # 0: never exit when idle
         self.auto_started = auto_started
         self.web = web
-        self.projection = projection  # the server configuration's index and embedding (the pages')
-        self.sessions_root = sessions_root
+        self.sessions_root = sessions_root  # the pages' (tht serve -c); a runtime file names its own
         self.build = paths.build_stamp()
         self.build_changed = False
         self.engines: Any = None

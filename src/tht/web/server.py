@@ -110,8 +110,7 @@ def run_server(*, host: str, port: int, demo: bool, config: Path | None, secure:
 
     _check_port_free(host, port)
     projection = ProjectionSettings(server_config.index, server_config.embedding)
-    service = Service(home, idle_timeout=idle_timeout, web=True, projection=projection,
-                      sessions_root=server_config.sessions_root)
+    service = Service(home, idle_timeout=idle_timeout, web=True, sessions_root=server_config.sessions_root)
     take_over(home, service)
     try:
         service.start()
