@@ -54,6 +54,7 @@ DEFAULT_TIMEOUT_SECONDS = 60.0  # silence from the service (it sends a heartbeat
 START_TIMEOUT_SECONDS = 60.0
 # Errors the service's HTTP face answers before running the command.
 _handed_over = False  # the command reached the service: Ctrl-C then detaches rather than cancels
+_ran_here = False  # the command runs in this process: Ctrl-C cancels it
 _HTTP_EXIT = {400: 2, 401: 5, 403: 5, 404: 3, 409: 10, 413: 2, 415: 2, 422: 2, 429: 10, 503: 10}
 _URL_ENV = re.compile(r"url_env\s*:\s*[\"']?([A-Za-z_][A-Za-z0-9_]{0,127})")
 
@@ -384,6 +385,8 @@ def run_over_http(url: str, request: dict[str, Any], timeout: float) -> tuple[in
 
 
 def run_here(args: list[str], token: str | None) -> int:
+    global _ran_here
+    _ran_here = True
     from tht.cli.main import main as cli_main
 
     return cli_main(args, token=token)
@@ -414,6 +417,9 @@ def main(argv: list[str] | None = None) -> int:
             code, stdout = run_on_socket(home, sock, build_request(args, token), auto=auto, env=env,
                                          timeout=timeout)
     except KeyboardInterrupt:
+        if _ran_here:
+            return _fail(Interrupted("interrupted: the command was cancelled (its transaction rolled back)",
+                                     details={"detached": False}))
         if not _handed_over:
             return _fail(Interrupted("interrupted before the command reached the service: nothing ran",
                                      details={"detached": False}))
