@@ -32,8 +32,7 @@ def world(database, tmp_path):
     world = build_world(database, tmp_path, sessions_root=root)
     world.root = root
     yield world
-    world.client.close()
-    world.services.close()
+    world.close()
 
 
 def proposals() -> dict:

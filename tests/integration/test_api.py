@@ -20,8 +20,7 @@ from tht.protected import new_request, sign
 def world(database, tmp_path):
     world = build_world(database, tmp_path)
     yield world
-    world.client.close()
-    world.services.close()
+    world.close()
 
 
 def routes(world, workspace: str, card_id: str) -> list[tuple[str, str, dict | None, str]]:

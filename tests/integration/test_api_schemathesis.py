@@ -21,8 +21,7 @@ def world(cluster, tmp_path_factory):
     database = new_database(cluster)
     world = build_world(database, tmp_path_factory.mktemp("schemathesis"))
     yield world
-    world.client.close()
-    world.services.close()
+    world.close()
     drop_database(database)
 
 

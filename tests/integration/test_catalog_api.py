@@ -20,8 +20,7 @@ def world(database, tmp_path):
     world.services.catalog.bind(Binding("ws-a", "dwh", "main", DWH_ENV))
     world.dwh_path = path
     yield world
-    world.client.close()
-    world.services.close()
+    world.close()
 
 
 def card_on(world, workspace, table, column=None):

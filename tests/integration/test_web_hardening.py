@@ -31,8 +31,7 @@ MIB = 1 << 20
 def world(database, tmp_path):
     world = build_world(database, tmp_path)
     yield world
-    world.client.close()
-    world.services.close()
+    world.close()
 
 
 class RawClient:

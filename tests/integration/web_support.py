@@ -28,6 +28,10 @@ class WebWorld:
     tokens: dict[str, str]
     cards: dict[str, list[str]] = field(default_factory=dict)
 
+    def close(self) -> None:
+        self.client.close()
+        self.services.close()
+
     def bearer(self, actor: str | None) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.tokens[actor]}"} if actor else {}
 
