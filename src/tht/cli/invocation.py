@@ -42,9 +42,8 @@ class Invocation:
     env: Mapping[str, str] = field(default_factory=dict)  # the client's variables that a runtime file names
     stdout: Sink = _write_stdout
     stderr: Sink = _write_stderr
-    # the service's engines: (runtime or None, projection settings) -> Services context
+    # the service's engines (None: a command in its own process): (runtime, projection) -> Services
     services: Callable[..., AbstractContextManager[Any]] | None = None
-    in_service: bool = False
     capability: str | None = None  # what the command needs (tht.cli.capabilities)
     principal: Any = None  # the token's principal once checked (None: the operator)
 
