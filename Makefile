@@ -1,13 +1,13 @@
 # Two entry points for a fresh machine (Python 3.11+, make, git):
 #   make run   - the administration web app on the embedded engines, with a demo workspace
-#   make test  - the whole test suite against real engines (installs Debian's chromium
+#   make test  - the lint and type gates, then the whole test suite against real engines (installs Debian's chromium
 #                for the browser tests when it is missing and we are root)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: run test install lock bench bench-peers clean chromium
+.PHONY: run test lint install lock bench bench-peers clean chromium
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,8 +27,15 @@ chromium:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else echo "chromium is missing: install Debian's chromium package (sudo apt-get install chromium)" >&2; exit 1; fi; }
 
+# The gates run before the tests: lint and format (ruff), types (mypy, with the baseline in
+# pyproject.toml).
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+	$(BIN)/mypy
+
 # pytest exits 5 when it collected no test: that is reported, not hidden as success.
-test: $(STAMP) chromium
+test: $(STAMP) lint chromium
 	@$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 

@@ -21,8 +21,8 @@ import uuid
 from pathlib import Path
 
 import psycopg
-from bench_common import CONCEPTS, FAMILIES, TABLES, percentile, time_list
 
+from bench_common import CONCEPTS, FAMILIES, TABLES, percentile, time_list
 from tht.db.embedded import MIGRATOR, RUNTIME, EmbeddedPostgres
 from tht.memory.archive.postgres import PostgresArchive
 from tht.memory.migrations import migrate
@@ -43,23 +43,50 @@ def vocabulary(rng: random.Random, size: int = 500) -> list[str]:
 def row(rng, words, workspace):
     family = rng.choice(FAMILIES)
     text = " ".join(rng.choices(words, k=30))
-    fields = {"content": None, "scope": None, "rationale": None, "question": None, "sql": None, "context": None}
+    fields = {
+        "content": None,
+        "scope": None,
+        "rationale": None,
+        "question": None,
+        "sql": None,
+        "context": None,
+    }
     if family == "solved_question":
         fields.update(question=text, sql="SELECT 1", context="bench")
     elif family == "explained_error":
         fields.update(context=text, content="fix", rationale="why")
     else:
-        fields.update(content=text, scope=rng.choice(["Sales", "Accounting", "HR"]), rationale="because")
+        fields.update(
+            content=text, scope=rng.choice(["Sales", "Accounting", "HR"]), rationale="because"
+        )
     return {
-        "workspace_id": workspace, "id": uuid.UUID(int=rng.getrandbits(128), version=4), "family": family,
-        "language": "en", "title": " ".join(rng.choices(words, k=5)), **fields,
-        "concepts": rng.sample(CONCEPTS, 3), "origin": "manual",
+        "workspace_id": workspace,
+        "id": uuid.UUID(int=rng.getrandbits(128), version=4),
+        "family": family,
+        "language": "en",
+        "title": " ".join(rng.choices(words, k=5)),
+        **fields,
+        "concepts": rng.sample(CONCEPTS, 3),
+        "origin": "manual",
     }
 
 
 def load(conninfo: str, workspace: str, count: int, rng: random.Random, words: list[str]) -> None:
-    columns = ["workspace_id", "id", "family", "language", "title", "content", "scope", "rationale",
-               "question", "sql", "context", "concepts", "origin"]
+    columns = [
+        "workspace_id",
+        "id",
+        "family",
+        "language",
+        "title",
+        "content",
+        "scope",
+        "rationale",
+        "question",
+        "sql",
+        "context",
+        "concepts",
+        "origin",
+    ]
     started = time.perf_counter()
     with psycopg.connect(conninfo) as conn:
         for start in range(0, count, 5000):
@@ -72,17 +99,26 @@ def load(conninfo: str, workspace: str, count: int, rng: random.Random, words: l
                     cur.executemany(
                         f"INSERT INTO thoth_memory.cards ({', '.join(columns)})"
                         f" VALUES ({', '.join(['%s'] * len(columns))})",
-                        [[r[c] for c in columns] for r in batch])
+                        [[r[c] for c in columns] for r in batch],
+                    )
                     cur.executemany(
                         "INSERT INTO thoth_memory.card_dependencies (workspace_id, card_id, position,"
                         " database_name, schema_name, table_name, column_name) VALUES (%s, %s, 0, 'dwh', 'public', %s, %s)",
-                        [[workspace, r["id"], rng.choice(TABLES), rng.choice(COLUMNS)] for r in batch])
-            print(f"loaded {start + len(batch)}/{count} cards ({time.perf_counter() - started:.0f} s)",
-                  file=sys.stderr)
+                        [
+                            [workspace, r["id"], rng.choice(TABLES), rng.choice(COLUMNS)]
+                            for r in batch
+                        ],
+                    )
+            print(
+                f"loaded {start + len(batch)}/{count} cards ({time.perf_counter() - started:.0f} s)",
+                file=sys.stderr,
+            )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--cards", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--creates", type=int, default=200)
@@ -111,18 +147,36 @@ def main() -> None:
         listing = time_list(memory, "bench", rng, words, args.queries)
         create_ms = []
         for i in range(args.creates):
-            data = parse_card_input({"family": "sql_rule", "title": f"bench {i}", "content": " ".join(rng.choices(words, k=30)),
-                                     "scope": "Sales", "rationale": "r", "concepts": rng.sample(CONCEPTS, 2),
-                                     "dependencies": [{"database": "dwh", "schema": "public", "table": rng.choice(TABLES)}]})
+            data = parse_card_input(
+                {
+                    "family": "sql_rule",
+                    "title": f"bench {i}",
+                    "content": " ".join(rng.choices(words, k=30)),
+                    "scope": "Sales",
+                    "rationale": "r",
+                    "concepts": rng.sample(CONCEPTS, 2),
+                    "dependencies": [
+                        {"database": "dwh", "schema": "public", "table": rng.choice(TABLES)}
+                    ],
+                }
+            )
             t0 = time.perf_counter()
             memory.create_card("bench", data)
             create_ms.append((time.perf_counter() - t0) * 1000)
         archive.close()
-        print(json.dumps({
-            "cards": args.cards,
-            **listing,
-            "create_ms": {"p50": round(statistics.median(create_ms), 2), "p99": round(percentile(create_ms, 0.99), 2)},
-        }, indent=2))
+        print(
+            json.dumps(
+                {
+                    "cards": args.cards,
+                    **listing,
+                    "create_ms": {
+                        "p50": round(statistics.median(create_ms), 2),
+                        "p99": round(percentile(create_ms, 0.99), 2),
+                    },
+                },
+                indent=2,
+            )
+        )
     finally:
         embedded.stop()
         shutil.rmtree(home, ignore_errors=True)

@@ -52,11 +52,26 @@ def analyze(embedded: EmbeddedPostgres, database: str, *, vacuum: bool = False) 
         conn.execute("VACUUM ANALYZE" if vacuum else "ANALYZE")
 
 
-def load_cards(conninfo: str, workspace: str, count: int, rng: random.Random, words: list[str]) -> None:
+def load_cards(
+    conninfo: str, workspace: str, count: int, rng: random.Random, words: list[str]
+) -> None:
     """``count`` cards of the four families, one table dependency each, 2 concepts each
     and a sparse link graph (one card in ten links to two others)."""
-    columns = ["workspace_id", "id", "family", "language", "title", "content", "scope", "rationale",
-               "question", "sql", "context", "concepts", "origin"]
+    columns = [
+        "workspace_id",
+        "id",
+        "family",
+        "language",
+        "title",
+        "content",
+        "scope",
+        "rationale",
+        "question",
+        "sql",
+        "context",
+        "concepts",
+        "origin",
+    ]
     ids = []
     with psycopg.connect(conninfo) as conn:
         for start in range(0, count, 5000):
@@ -64,7 +79,9 @@ def load_cards(conninfo: str, workspace: str, count: int, rng: random.Random, wo
             for _ in range(min(5000, count - start)):
                 family = rng.choice(FAMILIES)
                 text = " ".join(rng.choices(words, k=25))
-                fields = dict.fromkeys(["content", "scope", "rationale", "question", "sql", "context"])
+                fields = dict.fromkeys(
+                    ["content", "scope", "rationale", "question", "sql", "context"]
+                )
                 if family == "solved_question":
                     fields.update(question=text, sql="SELECT 1", context="bench")
                 elif family == "explained_error":
@@ -73,23 +90,49 @@ def load_cards(conninfo: str, workspace: str, count: int, rng: random.Random, wo
                     fields.update(content=text, scope="Sales", rationale="because")
                 card_id = uuid.UUID(int=rng.getrandbits(128), version=4)
                 ids.append(card_id)
-                rows.append([workspace, card_id, family, "en", " ".join(rng.choices(words, k=4)), fields["content"],
-                             fields["scope"], fields["rationale"], fields["question"], fields["sql"],
-                             fields["context"], rng.sample(CONCEPTS, 2), "manual"])
+                rows.append(
+                    [
+                        workspace,
+                        card_id,
+                        family,
+                        "en",
+                        " ".join(rng.choices(words, k=4)),
+                        fields["content"],
+                        fields["scope"],
+                        fields["rationale"],
+                        fields["question"],
+                        fields["sql"],
+                        fields["context"],
+                        rng.sample(CONCEPTS, 2),
+                        "manual",
+                    ]
+                )
                 deps.append([workspace, card_id, rng.choice(TABLES)])
             with conn.transaction():
                 conn.execute("SET LOCAL ROLE thoth_memory_runtime")
                 conn.execute("SELECT set_config('thoth.workspace', %s, true)", (workspace,))
                 with conn.cursor() as cur:
-                    cur.executemany(f"INSERT INTO thoth_memory.cards ({', '.join(columns)})"
-                                    f" VALUES ({', '.join(['%s'] * len(columns))})", rows)
-                    cur.executemany("INSERT INTO thoth_memory.card_dependencies (workspace_id, card_id, position,"
-                                    " database_name, schema_name, table_name) VALUES (%s, %s, 0, 'dwh', 'public', %s)",
-                                    deps)
-                    links = [(workspace, a, b, "related") for a in ids[-len(rows):][::10]
-                             for b in rng.sample(ids, 2) if a != b]
-                    cur.executemany("INSERT INTO thoth_memory.card_links (workspace_id, source_id, target_id, meaning)"
-                                    " VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING", links)
+                    cur.executemany(
+                        f"INSERT INTO thoth_memory.cards ({', '.join(columns)})"
+                        f" VALUES ({', '.join(['%s'] * len(columns))})",
+                        rows,
+                    )
+                    cur.executemany(
+                        "INSERT INTO thoth_memory.card_dependencies (workspace_id, card_id, position,"
+                        " database_name, schema_name, table_name) VALUES (%s, %s, 0, 'dwh', 'public', %s)",
+                        deps,
+                    )
+                    links = [
+                        (workspace, a, b, "related")
+                        for a in ids[-len(rows) :][::10]
+                        for b in rng.sample(ids, 2)
+                        if a != b
+                    ]
+                    cur.executemany(
+                        "INSERT INTO thoth_memory.card_links (workspace_id, source_id, target_id, meaning)"
+                        " VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                        links,
+                    )
     print(f"loaded {count} cards", file=sys.stderr)
 
 
@@ -114,18 +157,32 @@ def percentile(samples: list[float], q: float) -> float:
 
 def ms(samples: list[float]) -> dict[str, float]:
     """p50 and p99 in milliseconds of samples in seconds."""
-    return {"p50": round(statistics.median(samples) * 1000, 2), "p99": round(percentile(samples, 0.99) * 1000, 2)}
+    return {
+        "p50": round(statistics.median(samples) * 1000, 2),
+        "p99": round(percentile(samples, 0.99) * 1000, 2),
+    }
 
 
-def time_list(memory, workspace: str, rng: random.Random, words: list[str], queries: int,
-              families: list[str] = FAMILIES, concepts: list[str] = CONCEPTS,
-              tables: list[str] = TABLES) -> dict:
+def time_list(
+    memory,
+    workspace: str,
+    rng: random.Random,
+    words: list[str],
+    queries: int,
+    families: list[str] = FAMILIES,
+    concepts: list[str] = CONCEPTS,
+    tables: list[str] = TABLES,
+) -> dict:
     """The admin list (``tht memory list``, ``GET .../memory``) through MemoryService:
     text + family + concept + table filters, text only, and a paged family filter."""
     list_ms, totals = [], []
     for _ in range(queries):
-        query = ListQuery(q=rng.choice(words), family=[rng.choice(families)],
-                          concepts=[rng.choice(concepts)], table=rng.choice(tables))
+        query = ListQuery(
+            q=rng.choice(words),
+            family=[rng.choice(families)],
+            concepts=[rng.choice(concepts)],
+            table=rng.choice(tables),
+        )
         t0 = time.perf_counter()
         page = memory.list_cards(workspace, query)
         list_ms.append((time.perf_counter() - t0) * 1000)
@@ -143,12 +200,18 @@ def time_list(memory, workspace: str, rng: random.Random, words: list[str], quer
         memory.list_cards(workspace, query)
         broad_ms.append((time.perf_counter() - t0) * 1000)
     return {
-        "list_text_plus_3_filters_ms": {"p50": round(statistics.median(list_ms), 2),
-                                        "p99": round(percentile(list_ms, 0.99), 2),
-                                        "mean_total_matches": round(statistics.mean(totals), 1)},
-        "list_text_only_ms": {"p50": round(statistics.median(text_ms), 2),
-                              "p99": round(percentile(text_ms, 0.99), 2),
-                              "mean_total_matches": round(statistics.mean(text_totals), 1)},
-        "list_family_filter_paged_ms": {"p50": round(statistics.median(broad_ms), 2),
-                                        "p99": round(percentile(broad_ms, 0.99), 2)},
+        "list_text_plus_3_filters_ms": {
+            "p50": round(statistics.median(list_ms), 2),
+            "p99": round(percentile(list_ms, 0.99), 2),
+            "mean_total_matches": round(statistics.mean(totals), 1),
+        },
+        "list_text_only_ms": {
+            "p50": round(statistics.median(text_ms), 2),
+            "p99": round(percentile(text_ms, 0.99), 2),
+            "mean_total_matches": round(statistics.mean(text_totals), 1),
+        },
+        "list_family_filter_paged_ms": {
+            "p50": round(statistics.median(broad_ms), 2),
+            "p99": round(percentile(broad_ms, 0.99), 2),
+        },
     }

@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 import qdrant_edge as qe
-from bench_common import analyze, load_cards, prepare_database, vocabulary
 
+from bench_common import analyze, load_cards, prepare_database, vocabulary
 from tht.db.embedded import EmbeddedPostgres
 from tht.memory.archive.postgres import PostgresArchive
 from tht.memory.embedding import build_embedder
@@ -49,7 +49,9 @@ def build_shard(home: Path, size: int, embedded: EmbeddedPostgres) -> tuple[Edge
     load_cards(runtime, WORKSPACE, size, rng, words)
     analyze(embedded, f"edge_costs_{size}")
     index = EdgeIndex(home / "edge")
-    IndexProjector(archive, index, build_embedder({"provider": "hashing", "dimension": 384})).rebuild(WORKSPACE)
+    IndexProjector(
+        archive, index, build_embedder({"provider": "hashing", "dimension": 384})
+    ).rebuild(WORKSPACE)
     archive.close()
     return index, words
 
@@ -59,16 +61,22 @@ def variants(where: qe.Filter, limit: int) -> dict:
     read = {"with_payload": PROJECTION_FIELDS}
 
     def dense(vector, **extra):
-        return qe.QueryRequest(limit=limit, query=qe.Query.Nearest(list(vector), using=DENSE),
-                               params=edge_engine.DENSE_PARAMS, **extra)
+        return qe.QueryRequest(
+            limit=limit,
+            query=qe.Query.Nearest(list(vector), using=DENSE),
+            params=edge_engine.DENSE_PARAMS,
+            **extra,
+        )
 
     def bm25(sparse, **extra):
         vector = qe.SparseVector(list(sparse.indices), list(sparse.values))
         return qe.QueryRequest(limit=limit, query=qe.Query.Nearest(vector, using=SPARSE), **extra)
 
     return {
-        "recall's batch: dense + BM25, recall's filters, revision and fingerprint read":
-            lambda d, s: [dense(d, filter=where, **read), bm25(s, filter=where, **read)],
+        "recall's batch: dense + BM25, recall's filters, revision and fingerprint read": lambda d, s: [
+            dense(d, filter=where, **read),
+            bm25(s, filter=where, **read),
+        ],
         "the same, nothing read": lambda d, s: [dense(d, filter=where), bm25(s, filter=where)],
         "dense alone, recall's filters, read": lambda d, s: [dense(d, filter=where, **read)],
         "BM25 alone, recall's filters, read": lambda d, s: [bm25(s, filter=where, **read)],
@@ -77,7 +85,9 @@ def variants(where: qe.Filter, limit: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--size", type=int, default=100_000)
     parser.add_argument("--questions", type=int, default=500)
     parser.add_argument("--warmup", type=int, default=100)
@@ -88,17 +98,31 @@ def main() -> None:
         index, words = build_shard(home, args.size, embedded)
         embedder = build_embedder({"provider": "hashing", "dimension": 384})
         encoder = SparseEncoder("en")
-        filters = RecallFilters(workspace=WORKSPACE, families=REUSABLE_FAMILIES, scope=None, concepts=(),
-                                database="dwh", schema_name="public", table=None, column=None)
-        calls = variants(edge_engine._filter(index_filters.recall_condition(filters, tenant=False)), seed_count(10))
+        filters = RecallFilters(
+            workspace=WORKSPACE,
+            families=REUSABLE_FAMILIES,
+            scope=None,
+            concepts=(),
+            database="dwh",
+            schema_name="public",
+            table=None,
+            column=None,
+        )
+        calls = variants(
+            edge_engine._filter(index_filters.recall_condition(filters, tenant=False)),
+            seed_count(10),
+        )
         names = list(calls)
         samples: dict[str, list[float]] = {name: [] for name in names}
         with index.session():
             shard = index.shard(WORKSPACE)
             for i in range(args.warmup + args.questions):
                 question = " ".join(random.Random(i).choices(words, k=6))
-                dense, sparse = embedder.embed_query(question), encoder.encode_query(searchable(question))
-                for name in names[i % len(names):] + names[:i % len(names)]:
+                dense, sparse = (
+                    embedder.embed_query(question),
+                    encoder.encode_query(searchable(question)),
+                )
+                for name in names[i % len(names) :] + names[: i % len(names)]:
                     request = qe.QueryBatchRequest(calls[name](dense, sparse))
                     started = time.perf_counter()
                     shard.query_batch(request)
@@ -109,7 +133,9 @@ def main() -> None:
         embedded.stop()
         shutil.rmtree(home, ignore_errors=True)
     figures = {name: round(statistics.median(v) * 1000, 2) for name, v in samples.items()}
-    print(json.dumps({"cards": args.size, "questions": args.questions, "p50_ms": figures}, indent=2))
+    print(
+        json.dumps({"cards": args.size, "questions": args.questions, "p50_ms": figures}, indent=2)
+    )
     print("\n| Edge call | p50 ms |\n| --- | --- |")
     print("\n".join(f"| {name} | {value} |" for name, value in figures.items()))
 

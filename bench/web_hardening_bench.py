@@ -58,12 +58,21 @@ def memory_kib(pid: int) -> dict[str, int]:
     return fields
 
 
-def request(conn: http.client.HTTPConnection, method: str, path: str, body: dict | None = None,
-            headers: dict | None = None) -> tuple[int, float]:
+def request(
+    conn: http.client.HTTPConnection,
+    method: str,
+    path: str,
+    body: dict | None = None,
+    headers: dict | None = None,
+) -> tuple[int, float]:
     data = json.dumps(body).encode() if body is not None else None
     started = time.perf_counter()
-    conn.request(method, path, body=data, headers={**({"Content-Type": "application/json"} if data else {}),
-                                                   **(headers or {})})
+    conn.request(
+        method,
+        path,
+        body=data,
+        headers={**({"Content-Type": "application/json"} if data else {}), **(headers or {})},
+    )
     response = conn.getresponse()
     response.read()
     return response.status, (time.perf_counter() - started) * 1000
@@ -87,8 +96,10 @@ def chunked_attack(port: int, pid: int, chunks: int) -> dict:
         closed.set()
 
     threading.Thread(target=read, daemon=True).start()
-    sock.sendall(f"POST /api/session HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
-                 "Transfer-Encoding: chunked\r\n\r\n".encode())
+    sock.sendall(
+        f"POST /api/session HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n".encode()
+    )
     chunk = f"{MIB:x}\r\n".encode() + b" " * MIB + b"\r\n"
     started, sent, peak = time.perf_counter(), 0, before["VmRSS"]
     try:
@@ -105,12 +116,18 @@ def chunked_attack(port: int, pid: int, chunks: int) -> dict:
     time.sleep(0.5)
     after = memory_kib(pid)
     status = bytes(received).split(b"\r\n", 1)[0].decode(errors="replace")
-    return {"status_line": status, "chunks_sent": sent, "chunks": chunks,
-            "answer_after_s": round(answered[0] - started, 3) if answered else None,
-            "sending_stopped_after_s": round(finished_sending - started, 3),
-            "rss_mb_before": round(before["VmRSS"] / 1024), "rss_mb_peak_sampled": round(peak / 1024),
-            "rss_mb_after": round(after["VmRSS"] / 1024), "vmhwm_mb_before": round(before["VmHWM"] / 1024),
-            "vmhwm_mb_after": round(after["VmHWM"] / 1024)}
+    return {
+        "status_line": status,
+        "chunks_sent": sent,
+        "chunks": chunks,
+        "answer_after_s": round(answered[0] - started, 3) if answered else None,
+        "sending_stopped_after_s": round(finished_sending - started, 3),
+        "rss_mb_before": round(before["VmRSS"] / 1024),
+        "rss_mb_peak_sampled": round(peak / 1024),
+        "rss_mb_after": round(after["VmRSS"] / 1024),
+        "vmhwm_mb_before": round(before["VmHWM"] / 1024),
+        "vmhwm_mb_after": round(after["VmHWM"] / 1024),
+    }
 
 
 def forget_failures(superuser: str) -> None:
@@ -120,23 +137,33 @@ def forget_failures(superuser: str) -> None:
 
 
 def login_medians(port: int, superuser: str, attempts: int) -> dict:
-    kinds = {"unknown name": ("nobody", "wrong password!!"), "token-only user": ("token_user", "wrong password!!"),
-             "password user, wrong password": ("pw_user", "wrong password!!"),
-             "password user, right password": ("pw_user", PASSWORD)}
+    kinds = {
+        "unknown name": ("nobody", "wrong password!!"),
+        "token-only user": ("token_user", "wrong password!!"),
+        "password user, wrong password": ("pw_user", "wrong password!!"),
+        "password user, right password": ("pw_user", PASSWORD),
+    }
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     timings: dict[str, list[float]] = {kind: [] for kind in kinds}
     statuses: dict[str, set[int]] = {kind: set() for kind in kinds}
     for i in range(attempts + 3):  # interleaved, the first three rounds are warm-up
         for kind, (name, password) in kinds.items():
             forget_failures(superuser)
-            status, ms = request(conn, "POST", "/api/session", {"name": name, "password": password},
-                                 {"Origin": f"http://127.0.0.1:{port}"})
+            status, ms = request(
+                conn,
+                "POST",
+                "/api/session",
+                {"name": name, "password": password},
+                {"Origin": f"http://127.0.0.1:{port}"},
+            )
             statuses[kind].add(status)
             if i >= 3:
                 timings[kind].append(ms)
     conn.close()
-    return {kind: {"median_ms": round(statistics.median(t), 1), "statuses": sorted(statuses[kind])}
-            for kind, t in timings.items()}
+    return {
+        kind: {"median_ms": round(statistics.median(t), 1), "statuses": sorted(statuses[kind])}
+        for kind, t in timings.items()
+    }
 
 
 def list_latency(port: int, token: str, count: int) -> dict:
@@ -149,7 +176,10 @@ def list_latency(port: int, token: str, count: int) -> dict:
         timings.append(ms)
     conn.close()
     timings.sort()
-    return {"median_ms": round(statistics.median(timings), 1), "p90_ms": round(timings[int(len(timings) * 0.9)], 1)}
+    return {
+        "median_ms": round(statistics.median(timings), 1),
+        "p90_ms": round(timings[int(len(timings) * 0.9)], 1),
+    }
 
 
 def under_flood(port: int, token: str, count: int, spread: bool) -> dict:
@@ -162,10 +192,17 @@ def under_flood(port: int, token: str, count: int, spread: bool) -> dict:
         while not stop.is_set():
             i += 1
             name = f"flood{worker}x{i}" if spread else "pw_user"
-            headers = {"X-Forwarded-For": f"10.{worker}.{i // 250 % 250}.{i % 250 + 1}"} if spread else {}
+            headers = (
+                {"X-Forwarded-For": f"10.{worker}.{i // 250 % 250}.{i % 250 + 1}"} if spread else {}
+            )
             try:
-                status, _ = request(conn, "POST", "/api/session", {"name": name, "password": "wrong password!!"},
-                                    headers)
+                status, _ = request(
+                    conn,
+                    "POST",
+                    "/api/session",
+                    {"name": name, "password": "wrong password!!"},
+                    headers,
+                )
             except (OSError, http.client.HTTPException):
                 conn.close()
                 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
@@ -187,7 +224,11 @@ def under_flood(port: int, token: str, count: int, spread: bool) -> dict:
     while not outcomes.empty():
         status = outcomes.get()
         counted[status] = counted.get(status, 0) + 1
-    return {**latency, "login_answers": counted, "login_rate_per_s": round(sum(counted.values()) / (elapsed + 1), 1)}
+    return {
+        **latency,
+        "login_answers": counted,
+        "login_rate_per_s": round(sum(counted.values()) / (elapsed + 1), 1),
+    }
 
 
 def main() -> None:
@@ -206,14 +247,18 @@ def main() -> None:
         with psycopg.connect(embedded.conninfo(MIGRATOR, "webbench"), autocommit=True) as conn:
             migrate(conn, runtime_login=RUNTIME)
         env = {k: v for k, v in os.environ.items() if not k.startswith("THT_CATALOG_")}
-        env.update(THT_CATALOG_RUNTIME_DATABASE_URL=embedded.conninfo(RUNTIME, "webbench"),
-                   THT_CATALOG_MIGRATOR_DATABASE_URL=embedded.conninfo(MIGRATOR, "webbench"),
-                   THT_HOME=str(home / "home"))
+        env.update(
+            THT_CATALOG_RUNTIME_DATABASE_URL=embedded.conninfo(RUNTIME, "webbench"),
+            THT_CATALOG_MIGRATOR_DATABASE_URL=embedded.conninfo(MIGRATOR, "webbench"),
+            THT_HOME=str(home / "home"),
+        )
         from tht.bootstrap import ProjectionSettings, build_services
         from tht.memory.model import parse_card_input
 
-        projection = ProjectionSettings(index={"engine": "edge", "path": str(home / "index")},
-                                        embedding={"provider": "hashing", "dimension": 64})
+        projection = ProjectionSettings(
+            index={"engine": "edge", "path": str(home / "index")},
+            embedding={"provider": "hashing", "dimension": 64},
+        )
         services = build_services(env=env, projection=projection)
         try:
             services.workspaces.create(WORKSPACE, "en")
@@ -221,16 +266,33 @@ def main() -> None:
             services.accounts.create_user("pw_user", "user", [WORKSPACE], password=PASSWORD)
             services.accounts.create_user("token_user", "user", [WORKSPACE])
             for i in range(60):
-                services.memory.create_card(WORKSPACE, parse_card_input({
-                    "family": "sql_rule", "title": f"Rule {i}", "content": "Filter cancelled rows first.",
-                    "scope": "Sales", "rationale": "They are not revenue.", "concepts": ["revenue"]}))
+                services.memory.create_card(
+                    WORKSPACE,
+                    parse_card_input(
+                        {
+                            "family": "sql_rule",
+                            "title": f"Rule {i}",
+                            "content": "Filter cancelled rows first.",
+                            "scope": "Sales",
+                            "rationale": "They are not revenue.",
+                            "concepts": ["revenue"],
+                        }
+                    ),
+                )
         finally:
             services.close()
         config = home / "serve.yaml"
-        config.write_text(f"index: {{engine: edge, path: {home / 'index'}}}\nembedding: {{provider: hashing, dimension: 64}}\n")
+        config.write_text(
+            f"index: {{engine: edge, path: {home / 'index'}}}\nembedding: {{provider: hashing, dimension: 64}}\n"
+        )
         port = free_port()
-        process = subprocess.Popen([sys.executable, "-m", "tht", "serve", "--port", str(port), "-c", str(config)],
-                                   env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=home)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "tht", "serve", "--port", str(port), "-c", str(config)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            cwd=home,
+        )
         json.loads(process.stdout.readline())
         for _ in range(300):
             try:
@@ -241,7 +303,9 @@ def main() -> None:
         superuser = embedded.superuser_conninfo("webbench")
         report = {"code": str(Path(tht.__file__).parent), "cpus": os.cpu_count()}
         report["list_alone"] = list_latency(port, token, args.lists)
-        report["list_under_flood_one_client_one_name"] = under_flood(port, token, args.lists, spread=False)
+        report["list_under_flood_one_client_one_name"] = under_flood(
+            port, token, args.lists, spread=False
+        )
         forget_failures(superuser)
         report["list_under_flood_spread"] = under_flood(port, token, args.lists, spread=True)
         forget_failures(superuser)

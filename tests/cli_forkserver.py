@@ -17,13 +17,13 @@ import os
 
 os.environ["OPENBLAS_NUM_THREADS"] = "1"  # numpy's BLAS pool would be a second thread
 
-import json  # noqa: E402
-import sys  # noqa: E402
+import json
+import sys
 
-import tht.bootstrap  # noqa: E402,F401  (what the commands import lazily, imported once here)
-import tht.memory.embedding.hashing  # noqa: E402,F401
-import tht.memory.recall_service  # noqa: E402,F401
-from tht.cli.main import main  # noqa: E402
+import tht.bootstrap
+import tht.memory.embedding.hashing
+import tht.memory.recall_service  # noqa: F401
+from tht.cli.main import main
 
 
 def _child(request: dict) -> None:

@@ -76,8 +76,10 @@ class Database:
         return make_conninfo(**params)
 
     def env(self) -> dict[str, str]:
-        return {"THT_CATALOG_RUNTIME_DATABASE_URL": self.runtime,
-                "THT_CATALOG_MIGRATOR_DATABASE_URL": self.migrator}
+        return {
+            "THT_CATALOG_RUNTIME_DATABASE_URL": self.runtime,
+            "THT_CATALOG_MIGRATOR_DATABASE_URL": self.migrator,
+        }
 
 
 def _external_cluster(url: str) -> Cluster:
@@ -86,17 +88,28 @@ def _external_cluster(url: str) -> Cluster:
         for role, extra in ((MIGRATOR, "CREATEROLE"), (RUNTIME, "")):
             exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
             verb = "ALTER" if exists else "CREATE"
-            conn.execute(sql.SQL(f"{verb} ROLE {{}} LOGIN {extra} PASSWORD {{}}").format(
-                sql.Identifier(role), sql.Literal(passwords[role])))
+            conn.execute(
+                sql.SQL(f"{verb} ROLE {{}} LOGIN {extra} PASSWORD {{}}").format(
+                    sql.Identifier(role), sql.Literal(passwords[role])
+                )
+            )
     return Cluster(url, passwords)
 
 
 def build_template(cluster: Cluster) -> None:
     """The database every test database is cloned from: all migration packs applied."""
     with cluster.admin() as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(TEMPLATE)))
-        conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(TEMPLATE), sql.Identifier(MIGRATOR)))
-    with psycopg.connect(make_conninfo(cluster.superuser, dbname=TEMPLATE), autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(TEMPLATE))
+        )
+        conn.execute(
+            sql.SQL("CREATE DATABASE {} OWNER {}").format(
+                sql.Identifier(TEMPLATE), sql.Identifier(MIGRATOR)
+            )
+        )
+    with psycopg.connect(
+        make_conninfo(cluster.superuser, dbname=TEMPLATE), autocommit=True
+    ) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
     with psycopg.connect(cluster.conninfo(MIGRATOR, TEMPLATE), autocommit=True) as conn:
         migrate(conn, runtime_login=RUNTIME)
@@ -120,7 +133,9 @@ def cluster(tmp_path_factory):
     build_template(cluster)
     yield cluster
     with cluster.admin() as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(TEMPLATE)))
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(TEMPLATE))
+        )
     if embedded is not None:
         embedded.stop()
         shutil.rmtree(embedded.home, ignore_errors=True)
@@ -129,14 +144,19 @@ def cluster(tmp_path_factory):
 def new_database(cluster: Cluster, template: str = TEMPLATE) -> Database:
     name = f"t_{uuid.uuid4().hex[:12]}"
     with cluster.admin() as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {} OWNER {}").format(
-            sql.Identifier(name), sql.Identifier(template), sql.Identifier(MIGRATOR)))
+        conn.execute(
+            sql.SQL("CREATE DATABASE {} TEMPLATE {} OWNER {}").format(
+                sql.Identifier(name), sql.Identifier(template), sql.Identifier(MIGRATOR)
+            )
+        )
     return Database(cluster, name)
 
 
 def drop_database(database: Database) -> None:
     with database.cluster.admin() as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database.name)))
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database.name))
+        )
 
 
 @pytest.fixture
@@ -207,8 +227,12 @@ def cli(database, monkeypatch, capsys, tmp_path):
 def runtime_file(tmp_path):
     def write(workspace: str = "acme", **extra: str) -> str:
         path = tmp_path / f"runtime-{workspace}.yaml"
-        lines = [f"workspace: {workspace}", "database: dwh", "schema: sales",
-                 "embedding: {provider: hashing, dimension: 64}"]
+        lines = [
+            f"workspace: {workspace}",
+            "database: dwh",
+            "schema: sales",
+            "embedding: {provider: hashing, dimension: 64}",
+        ]
         lines += [f"{k}: {v}" for k, v in extra.items()]
         path.write_text("\n".join(lines) + "\n")
         return str(path)

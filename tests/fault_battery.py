@@ -113,8 +113,13 @@ class ExecLauncher:
     name = "exec"
 
     def run(self, args: list[str], env: dict[str, str]) -> Run:
-        proc = subprocess.run([sys.executable, "-m", "tht", *args], capture_output=True, text=True,
-                              env=env, timeout=300)
+        proc = subprocess.run(
+            [sys.executable, "-m", "tht", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
         return Run(proc.returncode, _parse(proc.stdout), proc.stderr)
 
     def close(self) -> None:
@@ -129,8 +134,13 @@ class ForkLauncher:
     def __init__(self) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("THT_")}
         env["PYTHONPATH"] = str(ROOT)
-        self._server = subprocess.Popen([sys.executable, str(ROOT / "tests" / "cli_forkserver.py")],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        self._server = subprocess.Popen(
+            [sys.executable, str(ROOT / "tests" / "cli_forkserver.py")],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         self._dir = Path(tempfile.mkdtemp(prefix="tht-fork-"))
         self._lock = threading.Lock()
 
@@ -176,8 +186,12 @@ class Target:
 
     def env(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("THT_")}
-        env.update(THT_CATALOG_RUNTIME_DATABASE_URL=self.runtime, THT_CATALOG_MIGRATOR_DATABASE_URL=self.migrator,
-                   THT_HOME=str(self.home / "home"), **extra)
+        env.update(
+            THT_CATALOG_RUNTIME_DATABASE_URL=self.runtime,
+            THT_CATALOG_MIGRATOR_DATABASE_URL=self.migrator,
+            THT_HOME=str(self.home / "home"),
+            **extra,
+        )
         return env
 
 
@@ -195,7 +209,9 @@ class Stack:
         self.workspaces = WorkspaceService(archive)
         self.recall_service = RecallService(archive, self.index, self.embedder, self.projector)
 
-    def recall(self, workspace: str, question: str, kind: str = "search", top: int = 50) -> list[tuple[str, int]]:
+    def recall(
+        self, workspace: str, question: str, kind: str = "search", top: int = 50
+    ) -> list[tuple[str, int]]:
         results = self.recall_service.recall(workspace, question, kind, query=RecallQuery(top=top))
         return [(r.card.id, r.card.revision) for r in results]
 
@@ -207,9 +223,14 @@ def runtime_file(directory: Path, workspace: str, index_path: Path, **extra: str
     """The trial's runtime file; ``extra`` sets (or overrides) top-level keys (schema,
     sessions_root, dwh)."""
     path = directory / f"runtime-{workspace}.yaml"
-    keys = {"workspace": workspace, "database": "dwh", "schema": "sales",
-            "embedding": f"{{provider: hashing, dimension: {DIMENSION}}}",
-            "index": f"{{engine: edge, path: '{index_path}', open_timeout: 30}}", **extra}
+    keys = {
+        "workspace": workspace,
+        "database": "dwh",
+        "schema": "sales",
+        "embedding": f"{{provider: hashing, dimension: {DIMENSION}}}",
+        "index": f"{{engine: edge, path: '{index_path}', open_timeout: 30}}",
+        **extra,
+    }
     path.write_text("".join(f"{k}: {v}\n" for k, v in keys.items()))
     return str(path)
 
@@ -225,27 +246,48 @@ class Row:
     applied: bool = True  # the crashed command's archive commit happened (False: crash before it)
 
 
-SAVE_POINTS = ["projector.after_embedding", "projector.after_index_write", "projector.after_clear_operation",
-               "projector.after_archive_commit"]
+SAVE_POINTS = [
+    "projector.after_embedding",
+    "projector.after_index_write",
+    "projector.after_clear_operation",
+    "projector.after_archive_commit",
+]
 ROWS: list[Row] = [
     *(Row(op, "save.before_archive_commit", "retry", applied=False) for op in ("create", "update")),
-    *(Row(op, point, "retry") for op in ("create", "update")
-      for point in ["save.after_archive_commit", *SAVE_POINTS, "save.after_index_update"]),
+    *(
+        Row(op, point, "retry")
+        for op in ("create", "update")
+        for point in ["save.after_archive_commit", *SAVE_POINTS, "save.after_index_update"]
+    ),
     Row("delete", "delete.before_archive_commit", "retry", applied=False),
-    *(Row("delete", point, "retry") for point in [
-        "delete.after_archive_commit", "projector.after_index_write", "projector.after_clear_operation",
-        "projector.after_archive_commit", "delete.after_index_update"]),
+    *(
+        Row("delete", point, "retry")
+        for point in [
+            "delete.after_archive_commit",
+            "projector.after_index_write",
+            "projector.after_clear_operation",
+            "projector.after_archive_commit",
+            "delete.after_index_update",
+        ]
+    ),
     *(Row("retry-upsert", point, "retry") for point in SAVE_POINTS),
     *(Row("retry-delete", point, "retry") for point in SAVE_POINTS[1:]),
-    *(Row("index", point, "index") for point in [*SAVE_POINTS, "index.after_batch", "index.before_optimize"]),
+    *(
+        Row("index", point, "index")
+        for point in [*SAVE_POINTS, "index.after_batch", "index.before_optimize"]
+    ),
     *(Row("repair", point, "repair") for point in SAVE_POINTS),
     # tht memory review-apply: both points lie after the memory commit (the receipt's)
-    *(Row("review-apply", point, "redeliver") for point in [
-        "review_apply.after_memory_commit", "review_apply.after_ledger_append"]),
+    *(
+        Row("review-apply", point, "redeliver")
+        for point in ["review_apply.after_memory_commit", "review_apply.after_ledger_append"]
+    ),
     # tht catalog sync with a removed table: after the Catalog's commit (Memory not
     # reached) and after Memory's archive delete (index deletes not done)
-    *(Row("catalog-sync", point, "catalog-retry") for point in [
-        "catalog.after_catalog_commit", "cleanup.after_archive_delete"]),
+    *(
+        Row("catalog-sync", point, "catalog-retry")
+        for point in ["catalog.after_catalog_commit", "cleanup.after_archive_delete"]
+    ),
 ]
 
 
@@ -260,11 +302,17 @@ class Trial:
     operation: str = ""  # the row's (set by run_trial)
     created_marker: str | None = None  # content of the card a create (or a review's add) makes
     create_applied: bool = False
-    deleted: dict[str, str] = field(default_factory=dict)  # id -> content of cards the command deletes
-    env: dict[str, str] = field(default_factory=dict)  # more environment for every command of the trial
+    deleted: dict[str, str] = field(
+        default_factory=dict
+    )  # id -> content of cards the command deletes
+    env: dict[str, str] = field(
+        default_factory=dict
+    )  # more environment for every command of the trial
     config: dict[str, str] = field(default_factory=dict)  # more keys of the runtime file
     runtime: str = ""  # the runtime login (set by run_trial)
-    session: Any = None  # review-apply: the workflow session (tests/integration/workflow_support.Session)
+    session: Any = (
+        None  # review-apply: the workflow session (tests/integration/workflow_support.Session)
+    )
     recovered: Any = None  # what the recovery answered (catalog retry: the completed run)
 
 
@@ -274,10 +322,20 @@ def _content(tag: str, workspace: str) -> str:
 
 def _base(stack: Stack, workspace: str, data_dir: Path) -> Trial:
     stack.workspaces.create(workspace, "en")
-    a = stack.memory.create_card(workspace, card(title="A", content=_content("alpha", workspace))).card
-    b = stack.memory.create_card(workspace, card(title="B", content=_content("beta", workspace),
-                                                 links=[{"target": a.id, "meaning": "refines"}])).card
-    c = stack.memory.create_card(workspace, card(title="C", content=_content("gamma", workspace))).card
+    a = stack.memory.create_card(
+        workspace, card(title="A", content=_content("alpha", workspace))
+    ).card
+    b = stack.memory.create_card(
+        workspace,
+        card(
+            title="B",
+            content=_content("beta", workspace),
+            links=[{"target": a.id, "meaning": "refines"}],
+        ),
+    ).card
+    c = stack.memory.create_card(
+        workspace, card(title="C", content=_content("gamma", workspace))
+    ).card
     expected = {x.id: (x.revision, x.content) for x in (a, b, c)}
     return Trial(workspace, {"A": a.id, "B": b.id, "C": c.id}, expected, [])
 
@@ -291,7 +349,9 @@ def _document(data_dir: Path, workspace: str, document: dict) -> str:
 def _offline_update(stack: Stack, trial: Trial) -> None:
     b = trial.ids["B"]
     content = _content("beta edited", trial.workspace)
-    saved = stack.offline.update_card(trial.workspace, b, card(title="B", content=content, revision=1))
+    saved = stack.offline.update_card(
+        trial.workspace, b, card(title="B", content=content, revision=1)
+    )
     trial.expected[b] = (saved.card.revision, content)
 
 
@@ -302,8 +362,11 @@ def _offline_delete(stack: Stack, trial: Trial) -> None:
 
 def setup_create(stack: Stack, trial: Trial, row: Row, data_dir: Path) -> None:
     trial.created_marker = _content("created", trial.workspace)
-    doc = card_document(title="Created", content=trial.created_marker,
-                        links=[{"target": trial.ids["A"], "meaning": "refines"}])
+    doc = card_document(
+        title="Created",
+        content=trial.created_marker,
+        links=[{"target": trial.ids["A"], "meaning": "refines"}],
+    )
     trial.args = ["memory", "create", "--data", _document(data_dir, trial.workspace, doc)]
     trial.create_applied = row.applied
 
@@ -311,7 +374,12 @@ def setup_create(stack: Stack, trial: Trial, row: Row, data_dir: Path) -> None:
 def setup_update(stack: Stack, trial: Trial, row: Row, data_dir: Path) -> None:
     b = trial.ids["B"]
     content = _content("beta edited", trial.workspace)
-    doc = card_document(title="B", content=content, revision=1, links=[{"target": trial.ids["C"], "meaning": "uses"}])
+    doc = card_document(
+        title="B",
+        content=content,
+        revision=1,
+        links=[{"target": trial.ids["C"], "meaning": "uses"}],
+    )
     trial.args = ["memory", "update", b, "--data", _document(data_dir, trial.workspace, doc)]
     if row.applied:
         trial.expected[b] = (2, content)
@@ -343,7 +411,9 @@ def setup_index(stack: Stack, trial: Trial, row: Row, data_dir: Path) -> None:
 def setup_repair(stack: Stack, trial: Trial, row: Row, data_dir: Path) -> None:
     _offline_update(stack, trial)
     _offline_delete(stack, trial)
-    stack.index.delete(trial.workspace, [card_id_to_uuid(trial.ids["A"])])  # drift: a missing point too
+    stack.index.delete(
+        trial.workspace, [card_id_to_uuid(trial.ids["A"])]
+    )  # drift: a missing point too
     trial.args = ["memory", "check", "--repair"]
 
 
@@ -351,7 +421,14 @@ def setup_review_apply(stack: Stack, trial: Trial, row: Row, data_dir: Path) -> 
     """A workflow session whose recorded proposals add a rule (linking to A) and update
     B (revision 1 -> 2), and the reviewer's signed gate request applying both."""
     from tests.integration.workflow_support import (
-        Session, add, decision, gate_document, join_rule, new_key, update)
+        Session,
+        add,
+        decision,
+        gate_document,
+        join_rule,
+        new_key,
+        update,
+    )
     from tht.accounts import Principal
     from tht.workflow.service import WorkflowService
 
@@ -359,22 +436,41 @@ def setup_review_apply(stack: Stack, trial: Trial, row: Row, data_dir: Path) -> 
     root = data_dir / "sessions"
     session = Session(root, f"s-{workspace}").log(
         decision("d1", "sql_corrected", explanation="A job code repeats across fiscal years."),
-        decision("d2", "concept_clarified", text="B, as the reviewer explained it"))
+        decision("d2", "concept_clarified", text="B, as the reviewer explained it"),
+    )
     trial.created_marker = _content("reviewed rule", workspace)
     edited = _content("beta reviewed", workspace)
-    proposals = [add("p1", ["d1"], join_rule(content=trial.created_marker),
-                     links=[{"target": ids["A"], "meaning": "refines"}]),
-                 update("p2", ["d2"], ids["B"], 1, card_document(title="B", content=edited))]
+    proposals = [
+        add(
+            "p1",
+            ["d1"],
+            join_rule(content=trial.created_marker),
+            links=[{"target": ids["A"], "meaning": "refines"}],
+        ),
+        update("p2", ["d2"], ids["B"], 1, card_document(title="B", content=edited)),
+    ]
     workflow = WorkflowService(stack.archive, stack.projector, None, root)
     workflow.propose(workspace, session.id, {"version": 1, "proposals": proposals})
-    review = {"decision": "apply", "proposals_digest": workflow.summary(workspace, session.id)["proposals_digest"],
-              "selected": [{"proposal": "p1"}, {"proposal": "p2"}]}
+    review = {
+        "decision": "apply",
+        "proposals_digest": workflow.summary(workspace, session.id)["proposals_digest"],
+        "selected": [{"proposal": "p1"}, {"proposal": "p2"}],
+    }
     keys = data_dir / f"gate-{workspace}"
     keys.mkdir()
     key_path, key = new_key(keys)
     request = data_dir / f"gate-request-{workspace}.json"
-    request.write_text(json.dumps(gate_document(key, session.id, review, workspace=workspace,
-                                                principal=Principal("reviewer", "admin", frozenset({workspace})))))
+    request.write_text(
+        json.dumps(
+            gate_document(
+                key,
+                session.id,
+                review,
+                workspace=workspace,
+                principal=Principal("reviewer", "admin", frozenset({workspace})),
+            )
+        )
+    )
     trial.args = ["memory", "review-apply", "--request", str(request)]
     trial.env["THT_PROTECTED_REQUEST_KEY_FILE"] = str(key_path)
     trial.config["sessions_root"] = str(root)
@@ -399,19 +495,36 @@ def setup_catalog_sync(stack: Stack, trial: Trial, row: Row, data_dir: Path) -> 
     path = data_dir / f"dwh-{workspace}.sqlite"
     url = create_sqlite_dwh(path)
 
-    def made(family: str, tag: str, table: str, column: str | None = None, links: list | None = None):
-        return stack.memory.create_card(workspace, card(family, title=tag, content=_content(tag, workspace),
-                                                        dependencies=[dep(table, column, schema="main")],
-                                                        links=links or [])).card
+    def made(
+        family: str, tag: str, table: str, column: str | None = None, links: list | None = None
+    ):
+        return stack.memory.create_card(
+            workspace,
+            card(
+                family,
+                title=tag,
+                content=_content(tag, workspace),
+                dependencies=[dep(table, column, schema="main")],
+                links=links or [],
+            ),
+        ).card
 
-    doomed = [made("sql_rule", "customers deduplicated", "customers"),
-              made("domain_clarification", "customer region", "customers", "region")]
-    survivor = made("sql_rule", "orders status", "orders", "status",
-                    links=[{"target": doomed[0].id, "meaning": "refines"}])
+    doomed = [
+        made("sql_rule", "customers deduplicated", "customers"),
+        made("domain_clarification", "customer region", "customers", "region"),
+    ]
+    survivor = made(
+        "sql_rule",
+        "orders status",
+        "orders",
+        "status",
+        links=[{"target": doomed[0].id, "meaning": "refines"}],
+    )
     trial.expected[survivor.id] = (survivor.revision, survivor.content)
     trial.deleted.update({c.id: c.content for c in doomed})
-    baseline = Catalog(CatalogStore(stack.archive), PhysicalCleanup(stack.archive, stack.projector),
-                       {DWH_ENV: url}).sync(workspace, Binding(workspace, "dwh", "main", DWH_ENV))
+    baseline = Catalog(
+        CatalogStore(stack.archive), PhysicalCleanup(stack.archive, stack.projector), {DWH_ENV: url}
+    ).sync(workspace, Binding(workspace, "dwh", "main", DWH_ENV))
     assert baseline["status"] == "completed", baseline
     sqlite_execute(path, "DROP TABLE customers;")
     trial.args = ["catalog", "sync"]
@@ -421,10 +534,15 @@ def setup_catalog_sync(stack: Stack, trial: Trial, row: Row, data_dir: Path) -> 
 
 Setup = Callable[[Stack, Trial, Row, Path], None]
 OPERATIONS: dict[str, Setup] = {
-    "create": setup_create, "update": setup_update, "delete": setup_delete,
-    "retry-upsert": setup_retry_upsert, "retry-delete": setup_retry_delete,
-    "index": setup_index, "repair": setup_repair,
-    "review-apply": setup_review_apply, "catalog-sync": setup_catalog_sync,
+    "create": setup_create,
+    "update": setup_update,
+    "delete": setup_delete,
+    "retry-upsert": setup_retry_upsert,
+    "retry-delete": setup_retry_delete,
+    "index": setup_index,
+    "repair": setup_repair,
+    "review-apply": setup_review_apply,
+    "catalog-sync": setup_catalog_sync,
 }
 
 
@@ -437,8 +555,12 @@ class Audit:
     notes: list[str] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
-        return {"lost": len(self.lost), "doubled": len(self.doubled), "stale": len(self.stale),
-                "leaked": len(self.leaked)}
+        return {
+            "lost": len(self.lost),
+            "doubled": len(self.doubled),
+            "stale": len(self.stale),
+            "leaked": len(self.leaked),
+        }
 
     def clean(self) -> bool:
         return not any(self.counts().values())
@@ -450,16 +572,32 @@ def audit(stack: Stack, target: Target, launch, config: str, trial: Trial) -> Au
     workspace = trial.workspace
     env = target.env(**trial.env)
     extra = AUDITS.get(trial.operation)
-    if extra is not None:  # first: it may still run commands (a second retry) the model must survive
+    if (
+        extra is not None
+    ):  # first: it may still run commands (a second retry) the model must survive
         extra(target, launch, config, env, trial, found)
     with psycopg.connect(target.superuser) as conn:  # the whole truth, past row-level security
-        cards = {f"mem-{r[0]}": (r[1], r[2]) for r in conn.execute(
-            "SELECT id, revision, content FROM thoth_memory.cards WHERE workspace_id = %s", (workspace,))}
-        ops = [f"mem-{r[0]}" for r in conn.execute(
-            "SELECT card_id FROM thoth_memory.projection_ops WHERE workspace_id = %s", (workspace,))]
-        projections = {f"mem-{r[0]}": (r[1], r[2]) for r in conn.execute(
-            "SELECT card_id, revision, fingerprint FROM thoth_memory.projections WHERE workspace_id = %s",
-            (workspace,))}
+        cards = {
+            f"mem-{r[0]}": (r[1], r[2])
+            for r in conn.execute(
+                "SELECT id, revision, content FROM thoth_memory.cards WHERE workspace_id = %s",
+                (workspace,),
+            )
+        }
+        ops = [
+            f"mem-{r[0]}"
+            for r in conn.execute(
+                "SELECT card_id FROM thoth_memory.projection_ops WHERE workspace_id = %s",
+                (workspace,),
+            )
+        ]
+        projections = {
+            f"mem-{r[0]}": (r[1], r[2])
+            for r in conn.execute(
+                "SELECT card_id, revision, fingerprint FROM thoth_memory.projections WHERE workspace_id = %s",
+                (workspace,),
+            )
+        }
     check = launch.run(["memory", "check", "-c", config], env)
     # drift is what the audit below counts; any other failure of the check is a finding
     if check.code != 0 and check.document.get("error", {}).get("code") != "index_drift":
@@ -467,8 +605,12 @@ def audit(stack: Stack, target: Target, launch, config: str, trial: Trial) -> Au
     fingerprint = stack.projector.fingerprint("en")
     try:
         points = stack.index.scroll_ids(workspace)
-        recalls = {card_id: stack.recall(workspace, content) for card_id, (_, content) in cards.items()}
-        gone = {card_id: stack.recall(workspace, content) for card_id, content in trial.deleted.items()}
+        recalls = {
+            card_id: stack.recall(workspace, content) for card_id, (_, content) in cards.items()
+        }
+        gone = {
+            card_id: stack.recall(workspace, content) for card_id, content in trial.deleted.items()
+        }
     finally:
         stack.release()
 
@@ -483,7 +625,11 @@ def audit(stack: Stack, target: Target, launch, config: str, trial: Trial) -> Au
         elif cards[card_id] != (revision, content):
             found.lost.add(card_id)
             found.notes.append(f"{card_id} at revision {cards[card_id][0]}, expected {revision}")
-    created = [i for i, (_, content) in cards.items() if trial.created_marker and content == trial.created_marker]
+    created = [
+        i
+        for i, (_, content) in cards.items()
+        if trial.created_marker and content == trial.created_marker
+    ]
     if len(created) > 1:
         found.doubled.update(created[1:])
     if trial.create_applied and not created:
@@ -507,7 +653,9 @@ def audit(stack: Stack, target: Target, launch, config: str, trial: Trial) -> Au
             found.notes.append(f"index point of absent card {card_id}")
         elif p.revision != cards[card_id][0] or p.fingerprint != fingerprint:
             found.stale.add(card_id)
-            found.notes.append(f"point of {card_id} at revision {p.revision}, card at {cards[card_id][0]}")
+            found.notes.append(
+                f"point of {card_id} at revision {p.revision}, card at {cards[card_id][0]}"
+            )
     for card_id, (revision, fp) in projections.items():
         if card_id not in cards:
             found.leaked.add(card_id)
@@ -528,7 +676,9 @@ def audit(stack: Stack, target: Target, launch, config: str, trial: Trial) -> Au
         for result_id, revision in results:
             if result_id not in cards:
                 found.leaked.add(result_id)
-                found.notes.append(f"recall by the text of {asked} returned {result_id}, not a card of {workspace}")
+                found.notes.append(
+                    f"recall by the text of {asked} returned {result_id}, not a card of {workspace}"
+                )
             elif revision != cards[result_id][0]:
                 found.stale.add(result_id)
 
@@ -544,14 +694,18 @@ def audit(stack: Stack, target: Target, launch, config: str, trial: Trial) -> Au
     return found
 
 
-def audit_review(target: Target, launch, config: str, env: dict[str, str], trial: Trial, found: Audit) -> None:
+def audit_review(
+    target: Target, launch, config: str, env: dict[str, str], trial: Trial, found: Audit
+) -> None:
     """review-apply: the receipt exists, the session's ledger holds exactly one
     memory_summary_reviewed event (of this receipt, naming the cards it applied), and
     the receipt records that the ledger has it."""
     with psycopg.connect(target.superuser) as conn:
         receipt = conn.execute(
             "SELECT request_digest, ledger_appended_at, result FROM thoth_memory.review_receipts"
-            " WHERE workspace_id = %s AND session_id = %s", (trial.workspace, trial.session.id)).fetchone()
+            " WHERE workspace_id = %s AND session_id = %s",
+            (trial.workspace, trial.session.id),
+        ).fetchone()
     events = trial.session.reviewed_events()
     if receipt is None:
         found.lost.add("review receipt")
@@ -565,8 +719,9 @@ def audit_review(target: Target, launch, config: str, env: dict[str, str], trial
         found.lost.add("memory_summary_reviewed")
         found.notes.append("no memory_summary_reviewed event in the ledger")
     for event in events:
-        if event["request_digest"] != digest or [(c["card"], c["action"]) for c in event["cards"]] != [
-                (c["card"], c["action"]) for c in result["cards"]]:
+        if event["request_digest"] != digest or [
+            (c["card"], c["action"]) for c in event["cards"]
+        ] != [(c["card"], c["action"]) for c in result["cards"]]:
             found.stale.add("memory_summary_reviewed")
             found.notes.append(f"the ledger event differs from the receipt: {event}")
     if appended_at is None:
@@ -578,7 +733,9 @@ def audit_review(target: Target, launch, config: str, env: dict[str, str], trial
         found.notes.append(f"the receipt applied {sorted(applied)}, not the added card and B")
 
 
-def audit_cleanup(target: Target, launch, config: str, env: dict[str, str], trial: Trial, found: Audit) -> None:
+def audit_cleanup(
+    target: Target, launch, config: str, env: dict[str, str], trial: Trial, found: Audit
+) -> None:
     """catalog sync: the run is completed and names exactly the model's deleted cards;
     Memory's cleanup receipt is completed with no open tombstone; a second `tht catalog
     retry` is a no-op (same run, and a card written since on the removed table is
@@ -597,8 +754,16 @@ def audit_cleanup(target: Target, launch, config: str, env: dict[str, str], tria
         found.notes.append(f"the run deleted {sorted(listed)}, the model {sorted(trial.deleted)}")
     late_content = _content("written after the cleanup", trial.workspace)
     path = Path(config).parent / f"late-{trial.workspace}.json"
-    path.write_text(json.dumps(card_document("sql_rule", title="late", content=late_content,
-                                             dependencies=[dep("customers", schema="main")])))
+    path.write_text(
+        json.dumps(
+            card_document(
+                "sql_rule",
+                title="late",
+                content=late_content,
+                dependencies=[dep("customers", schema="main")],
+            )
+        )
+    )
     late = launch.run(["memory", "create", "--data", str(path), "-c", config], env)
     if late.code != 0:
         raise AssertionError(f"tht memory create failed: {late.document} {late.stderr}")
@@ -608,17 +773,26 @@ def audit_cleanup(target: Target, launch, config: str, env: dict[str, str], tria
         found.doubled.add("catalog retry")
         found.notes.append(f"a second retry is not a no-op: {again.code} {again.document}")
     with psycopg.connect(target.superuser) as conn:
-        tombstones = [f"mem-{r[0]}" for r in conn.execute(
-            "SELECT card_id FROM thoth_memory.vector_tombstones WHERE workspace_id = %s AND removed_at IS NULL",
-            (trial.workspace,))]
-        receipts = conn.execute("SELECT status, jsonb_array_length(deleted_cards) FROM thoth_memory.cleanup_receipts"
-                                " WHERE workspace_id = %s", (trial.workspace,)).fetchall()
+        tombstones = [
+            f"mem-{r[0]}"
+            for r in conn.execute(
+                "SELECT card_id FROM thoth_memory.vector_tombstones WHERE workspace_id = %s AND removed_at IS NULL",
+                (trial.workspace,),
+            )
+        ]
+        receipts = conn.execute(
+            "SELECT status, jsonb_array_length(deleted_cards) FROM thoth_memory.cleanup_receipts"
+            " WHERE workspace_id = %s",
+            (trial.workspace,),
+        ).fetchall()
     if tombstones:
         found.leaked.update(tombstones)
         found.notes.append(f"open tombstones: {tombstones}")
     if receipts != [("completed", len(trial.deleted))]:
         found.leaked.add("cleanup receipt")
-        found.notes.append(f"cleanup receipts {receipts}, expected one completed with {len(trial.deleted)} cards")
+        found.notes.append(
+            f"cleanup receipts {receipts}, expected one completed with {len(trial.deleted)} cards"
+        )
 
 
 Check = Callable[[Target, Any, str, dict[str, str], Trial, Audit], None]
@@ -651,6 +825,7 @@ def _once(*args: str) -> Callable[[Any, Trial, str, dict[str, str]], list[str]]:
     def run(launch, trial: Trial, config: str, env: dict[str, str]) -> list[str]:
         done = launch.run([*args, "-c", config], env)
         return [] if done.code == 0 else [f"{' '.join(args)}: {done.document}"]
+
     return run
 
 
@@ -691,8 +866,15 @@ def recover(launch, row: Row, trial: Trial, config: str, env: dict[str, str]) ->
     return RECOVERIES[row.recovery](launch, trial, config, env)
 
 
-def run_trial(row: Row, repetition: int, archive: PostgresArchive, target: Target, launch,
-              index_path: Path, workspace: str) -> TrialResult:
+def run_trial(
+    row: Row,
+    repetition: int,
+    archive: PostgresArchive,
+    target: Target,
+    launch,
+    index_path: Path,
+    workspace: str,
+) -> TrialResult:
     started = time.perf_counter()
     data_dir = target.home / "data"
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -704,19 +886,34 @@ def run_trial(row: Row, repetition: int, archive: PostgresArchive, target: Targe
     finally:
         stack.release()
     config = runtime_file(data_dir, workspace, index_path, **trial.config)
-    crashed = launch.run([*trial.args, "-c", config], target.env(**trial.env, THT_CRASH_AT=row.point))
+    crashed = launch.run(
+        [*trial.args, "-c", config], target.env(**trial.env, THT_CRASH_AT=row.point)
+    )
     failures = recover(launch, row, trial, config, target.env(**trial.env))
     result = audit(stack, target, launch, config, trial)
     if crashed.code != CRASH_EXIT_CODE:
-        result.notes.append(f"the command did not crash at {row.point}: exit {crashed.code} {crashed.document}")
+        result.notes.append(
+            f"the command did not crash at {row.point}: exit {crashed.code} {crashed.document}"
+        )
     result.notes += failures
-    return TrialResult(row, repetition, crashed.code == CRASH_EXIT_CODE, not failures, result,
-                       time.perf_counter() - started)
+    return TrialResult(
+        row,
+        repetition,
+        crashed.code == CRASH_EXIT_CODE,
+        not failures,
+        result,
+        time.perf_counter() - started,
+    )
 
 
-def crash_battery(target: Target, rows: list[Row], repetitions: int, launcher_name: str = "fork",
-                  progress: Callable[[TrialResult], None] | None = None,
-                  shard_per_row: bool = False) -> list[TrialResult]:
+def crash_battery(
+    target: Target,
+    rows: list[Row],
+    repetitions: int,
+    launcher_name: str = "fork",
+    progress: Callable[[TrialResult], None] | None = None,
+    shard_per_row: bool = False,
+) -> list[TrialResult]:
     """Every row ``repetitions`` times, one workspace per trial; one Edge data directory
     for all rows (all trials' workspaces side by side), or one per row."""
     results = []
@@ -740,10 +937,22 @@ def crash_battery(target: Target, rows: list[Row], repetitions: int, launcher_na
 def summarize(results: list[TrialResult]) -> list[dict[str, Any]]:
     table: dict[tuple[str, str], dict[str, Any]] = {}
     for r in results:
-        line = table.setdefault((r.row.operation, r.row.point), {
-            "operation": r.row.operation, "crash_point": r.row.point, "recovery": r.row.recovery,
-            "trials": 0, "crashed": 0, "recovered": 0, "lost": 0, "doubled": 0, "stale": 0, "leaked": 0,
-            "seconds": 0.0})
+        line = table.setdefault(
+            (r.row.operation, r.row.point),
+            {
+                "operation": r.row.operation,
+                "crash_point": r.row.point,
+                "recovery": r.row.recovery,
+                "trials": 0,
+                "crashed": 0,
+                "recovered": 0,
+                "lost": 0,
+                "doubled": 0,
+                "stale": 0,
+                "leaked": 0,
+                "seconds": 0.0,
+            },
+        )
         line["trials"] += 1
         line["crashed"] += r.crashed
         line["recovered"] += r.recovered
@@ -765,8 +974,18 @@ def pooled(conninfo: str, max_connections: int = 2) -> Iterator[PostgresArchive]
 # --- concurrent writers --------------------------------------------------------------
 
 
-def _writer(stack: Stack, workspace: str, worker: int, mutations: int, shared: str, own: str, blind: str,
-            errors: list, conflicts: list, churn: list) -> None:
+def _writer(
+    stack: Stack,
+    workspace: str,
+    worker: int,
+    mutations: int,
+    shared: str,
+    own: str,
+    blind: str,
+    errors: list,
+    conflicts: list,
+    churn: list,
+) -> None:
     from tests.integration.test_concurrency import _append  # the same read-modify-write
 
     try:
@@ -778,14 +997,19 @@ def _writer(stack: Stack, workspace: str, worker: int, mutations: int, shared: s
         for i in range(mutations):
             step = i % 8
             if step in (0, 4):
-                found += _append(stack.memory, shared, f"w{worker}-{i}", conditional=True, workspace=workspace)
+                found += _append(
+                    stack.memory, shared, f"w{worker}-{i}", conditional=True, workspace=workspace
+                )
             elif step in (1, 5):
-                found += _append(stack.memory, own, f"w{worker}-{i}", conditional=True, workspace=workspace)
+                found += _append(
+                    stack.memory, own, f"w{worker}-{i}", conditional=True, workspace=workspace
+                )
             elif step in (2, 6):
                 service.update_card(workspace, blind, card(title="blind", content=f"w{worker}-{i}"))
             elif step == 3:
-                temporary = service.create_card(workspace, card(title=f"temp {worker}",
-                                                                     content=f"temporary w{worker}-{i}")).card
+                temporary = service.create_card(
+                    workspace, card(title=f"temp {worker}", content=f"temporary w{worker}-{i}")
+                ).card
                 churn.append(("created", temporary.id))
             elif temporary is not None:  # step 7: delete what step 3 created, at its revision
                 service.delete_card(workspace, temporary.id, expected_revision=temporary.revision)
@@ -803,21 +1027,41 @@ def writers_battery(target: Target, writers: int = 8, mutations: int = 500) -> d
     of the writers leave their blind saves and churn pending (no index), the others
     propagate. Then pending work is drained and archive and index compared."""
     workspace = "writers"
-    expected_rev = {k: len([i for i in range(mutations) if i % 8 in v])
-                    for k, v in {"shared": (0, 4), "own": (1, 5), "blind": (2, 6)}.items()}
+    expected_rev = {
+        k: len([i for i in range(mutations) if i % 8 in v])
+        for k, v in {"shared": (0, 4), "own": (1, 5), "blind": (2, 6)}.items()
+    }
     started = time.perf_counter()
     with pooled(target.runtime, max_connections=writers + 1) as archive:
         stack = Stack(archive, target.home / "writers-index")
         stack.workspaces.create(workspace, "en")
         shared = stack.memory.create_card(workspace, card(title="shared", content="start")).card.id
         blind = stack.memory.create_card(workspace, card(title="blind", content="start")).card.id
-        own = [stack.memory.create_card(workspace, card(title=f"own {w}", content="start")).card.id
-               for w in range(writers)]
+        own = [
+            stack.memory.create_card(workspace, card(title=f"own {w}", content="start")).card.id
+            for w in range(writers)
+        ]
         errors: list = []
         conflicts: list = []
         churn: list = []
-        threads = [threading.Thread(target=_writer, args=(stack, workspace, w, mutations, shared, own[w], blind,
-                                                          errors, conflicts, churn)) for w in range(writers)]
+        threads = [
+            threading.Thread(
+                target=_writer,
+                args=(
+                    stack,
+                    workspace,
+                    w,
+                    mutations,
+                    shared,
+                    own[w],
+                    blind,
+                    errors,
+                    conflicts,
+                    churn,
+                ),
+            )
+            for w in range(writers)
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -830,12 +1074,14 @@ def writers_battery(target: Target, writers: int = 8, mutations: int = 500) -> d
         if final.revision != 1 + writers * expected_rev["shared"]:
             lost.append(f"shared card at revision {final.revision}")
         if sorted(final.content.splitlines()[1:]) != sorted(
-                f"w{w}-{i}" for w in range(writers) for i in range(mutations) if i % 8 in (0, 4)):
+            f"w{w}-{i}" for w in range(writers) for i in range(mutations) if i % 8 in (0, 4)
+        ):
             lost.append("shared card content lost an append")
         for w in range(writers):
             mine = stack.memory.get_card(workspace, own[w])
             if mine.revision != 1 + expected_rev["own"] or mine.content.splitlines()[1:] != [
-                    f"w{w}-{i}" for i in range(mutations) if i % 8 in (1, 5)]:
+                f"w{w}-{i}" for i in range(mutations) if i % 8 in (1, 5)
+            ]:
                 lost.append(f"own card of writer {w}")
         if stack.memory.get_card(workspace, blind).revision != 1 + writers * expected_rev["blind"]:
             lost.append("blind card revision")
@@ -843,25 +1089,43 @@ def writers_battery(target: Target, writers: int = 8, mutations: int = 500) -> d
         deleted = {i for what, i in churn if what == "deleted"}
         with archive.transaction(workspace) as tx:
             cards = {f"mem-{k}": v for k, v in tx.card_revisions().items()}
-            projections = {f"mem-{r['card_id']}": (r["revision"], r["fingerprint"]) for r in tx.rows("projection_ids")}
+            projections = {
+                f"mem-{r['card_id']}": (r["revision"], r["fingerprint"])
+                for r in tx.rows("projection_ids")
+            }
         expected_ids = {shared, blind, *own, *(created - deleted)}
         if set(cards) != expected_ids:
             lost.append(f"archive cards differ from the model: {sorted(set(cards) ^ expected_ids)}")
-        points = {f"mem-{p.id}": (p.revision, p.fingerprint) for p in stack.index.scroll_ids(workspace)}
+        points = {
+            f"mem-{p.id}": (p.revision, p.fingerprint) for p in stack.index.scroll_ids(workspace)
+        }
         fingerprint = stack.projector.fingerprint("en")
         wanted = {i: (r, fingerprint) for i, r in cards.items()}
         index_differences = sorted(set(points.items()) ^ set(wanted.items()))
         projection_differences = sorted(set(projections.items()) ^ set(wanted.items()))
-        recalled_deleted = [i for i in deleted if i in {c for c, _ in stack.recall(
-            workspace, f"temporary {i}", top=100)}]
+        recalled_deleted = [
+            i
+            for i in deleted
+            if i in {c for c, _ in stack.recall(workspace, f"temporary {i}", top=100)}
+        ]
         stack.release()
     return {
-        "writers": writers, "mutations_per_writer": mutations, "mutations": writers * mutations,
-        "seconds": round(seconds, 2), "mutations_per_second": round(writers * mutations / seconds, 1),
-        "conflicts": sum(conflicts), "errors": [repr(e) for e in errors], "lost_updates": lost,
-        "created": len(created), "deleted": len(deleted), "pending_before_drain": pending_before_drain,
-        "drained": drained["indexed"] + drained["deleted"], "cards": len(cards), "points": len(points),
-        "index_differences": index_differences, "projection_differences": projection_differences,
+        "writers": writers,
+        "mutations_per_writer": mutations,
+        "mutations": writers * mutations,
+        "seconds": round(seconds, 2),
+        "mutations_per_second": round(writers * mutations / seconds, 1),
+        "conflicts": sum(conflicts),
+        "errors": [repr(e) for e in errors],
+        "lost_updates": lost,
+        "created": len(created),
+        "deleted": len(deleted),
+        "pending_before_drain": pending_before_drain,
+        "drained": drained["indexed"] + drained["deleted"],
+        "cards": len(cards),
+        "points": len(points),
+        "index_differences": index_differences,
+        "projection_differences": projection_differences,
         "recalled_deleted": recalled_deleted,
     }
 
@@ -899,24 +1163,33 @@ def pool_leak_battery(target: Target, checkouts: int = 10_000) -> dict[str, Any]
                 workspace = names[(i // 3 + i) % 2]  # not in step with the pool's two connections
                 mode = i % 6
                 try:
-                    with archive.transaction(workspace, lock=(mode == 4), directory=(mode == 5)) as tx:
+                    with archive.transaction(
+                        workspace, lock=(mode == 4), directory=(mode == 5)
+                    ) as tx:
                         setting, role, directory, visible = tx.conn.execute(
                             "SELECT current_setting('thoth.workspace', true), current_user,"
                             " current_setting('thoth.directory', true), count(*) FROM thoth_memory.cards"
                         ).fetchone()
                         if (setting, role, visible) != (workspace, RUNTIME_ROLE, sizes[workspace]):
-                            leaks.append(f"checkout {i}: workspace {setting!r}, role {role!r}, sees {visible} cards"
-                                         f" (expected {workspace!r}, {sizes[workspace]})")
+                            leaks.append(
+                                f"checkout {i}: workspace {setting!r}, role {role!r}, sees {visible} cards"
+                                f" (expected {workspace!r}, {sizes[workspace]})"
+                            )
                         if directory != ("on" if mode == 5 else "off"):
                             leaks.append(f"checkout {i}: directory mode {directory!r}")
                         if mode == 1:
-                            tx.conn.execute("UPDATE thoth_memory.cards SET title = 'leaked write'"
-                                            " WHERE workspace_id = %s", (workspace,))
+                            tx.conn.execute(
+                                "UPDATE thoth_memory.cards SET title = 'leaked write'"
+                                " WHERE workspace_id = %s",
+                                (workspace,),
+                            )
                             raise MidTransactionFailure("after a write")
                         if mode == 2:
                             tx.conn.execute("SELECT 1 / 0")
                         if mode in (4, 5):
-                            raise MidTransactionFailure("holding the workspace lock" if mode == 4 else "directory")
+                            raise MidTransactionFailure(
+                                "holding the workspace lock" if mode == 4 else "directory"
+                            )
                 except MidTransactionFailure:
                     failures += 1
                 except Exception as exc:  # the SQL error, translated by the archive
@@ -926,28 +1199,42 @@ def pool_leak_battery(target: Target, checkouts: int = 10_000) -> dict[str, Any]
                 if mode == 4:  # the failed transaction's workspace lock must be gone with it
                     free = probe.execute(
                         "SELECT pg_try_advisory_lock(hashtextextended('thoth_memory.workspace:' || %s, 0))",
-                        (workspace,)).fetchone()[0]
+                        (workspace,),
+                    ).fetchone()[0]
                     if not free:
                         leaks.append(f"checkout {i}: workspace lock still held after a failure")
                     else:
-                        probe.execute("SELECT pg_advisory_unlock(hashtextextended('thoth_memory.workspace:' || %s, 0))",
-                                      (workspace,))
+                        probe.execute(
+                            "SELECT pg_advisory_unlock(hashtextextended('thoth_memory.workspace:' || %s, 0))",
+                            (workspace,),
+                        )
                 if i % 50 == 0:
-                    with archive._pool.connection() as conn:  # a bare checkout, outside any memory transaction
+                    with (
+                        archive._pool.connection() as conn
+                    ):  # a bare checkout, outside any memory transaction
                         setting, role, visible = conn.execute(
                             "SELECT current_setting('thoth.workspace', true), current_user,"
-                            " (SELECT count(*) FROM thoth_memory.cards)").fetchone()
+                            " (SELECT count(*) FROM thoth_memory.cards)"
+                        ).fetchone()
                         conn.rollback()
                         if setting not in (None, "") or role == RUNTIME_ROLE or visible != 0:
-                            leaks.append(f"bare checkout {i}: workspace {setting!r}, role {role!r}, sees {visible}")
+                            leaks.append(
+                                f"bare checkout {i}: workspace {setting!r}, role {role!r}, sees {visible}"
+                            )
         for workspace in names:
             with archive.transaction(workspace) as tx:
-                if tx.conn.execute("SELECT count(*) FROM thoth_memory.cards WHERE title = 'leaked write'"
-                                   ).fetchone()[0]:
+                if tx.conn.execute(
+                    "SELECT count(*) FROM thoth_memory.cards WHERE title = 'leaked write'"
+                ).fetchone()[0]:
                     leaks.append(f"a write of a failed transaction was committed in {workspace}")
     seconds = time.perf_counter() - started
-    return {"checkouts": checkouts, "failed_mid_transaction": failures, "leaks": len(leaks),
-            "leak_examples": leaks[:5], "seconds": round(seconds, 2)}
+    return {
+        "checkouts": checkouts,
+        "failed_mid_transaction": failures,
+        "leaks": len(leaks),
+        "leak_examples": leaks[:5],
+        "seconds": round(seconds, 2),
+    }
 
 
 # --- the index engine killed mid-write ---------------------------------------------------
@@ -990,20 +1277,34 @@ def kill_battery(target: Target, rounds: int = 3, lines_before_kill: int = 5) ->
     with pooled(target.runtime) as archive:
         stack = Stack(archive, index_path)
         stack.workspaces.create(workspace, "en")
-        keep = [stack.memory.create_card(workspace, card(title=f"keep {i}", content=f"kept card {i} doomed")).card
-                for i in range(5)]
+        keep = [
+            stack.memory.create_card(
+                workspace, card(title=f"keep {i}", content=f"kept card {i} doomed")
+            ).card
+            for i in range(5)
+        ]
         stack.release()
         for _ in range(rounds):
-            proc = subprocess.Popen([sys.executable, "-c", WRITER, target.runtime, str(index_path), workspace],
-                                    stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
-            deleted = [proc.stdout.readline().strip() for _ in range(lines_before_kill + rng.randint(0, 10))]
+            proc = subprocess.Popen(
+                [sys.executable, "-c", WRITER, target.runtime, str(index_path), workspace],
+                stdout=subprocess.PIPE,
+                text=True,
+                env=env,
+                cwd=ROOT,
+            )
+            deleted = [
+                proc.stdout.readline().strip()
+                for _ in range(lines_before_kill + rng.randint(0, 10))
+            ]
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
             deleted += [line.strip() for line in proc.stdout.read().splitlines() if line.strip()]
             deleted_total += len(deleted)
             # reopened by this process: the engine recovers its write-ahead log
             cards = {i: r for i, r in _revisions(archive, workspace).items()}
-            orphan_points_after_kill += len([p for p in stack.index.scroll_ids(workspace) if f"mem-{p.id}" not in cards])
+            orphan_points_after_kill += len(
+                [p for p in stack.index.scroll_ids(workspace) if f"mem-{p.id}" not in cards]
+            )
             for question in ["churn card doomed", "churn card doomed again", "doomed"]:
                 for card_id, revision in stack.recall(workspace, question, top=100):
                     if card_id not in cards or cards[card_id] != revision:
@@ -1016,12 +1317,20 @@ def kill_battery(target: Target, rounds: int = 3, lines_before_kill: int = 5) ->
             if report["orphan"] or report["missing"] or report["stale"]:
                 drift.append(f"drift after repair: {report}")
             stack.release()
-        kept_found = all(c.id in {i for i, _ in stack.recall(workspace, c.content, top=100)} for c in keep)
+        kept_found = all(
+            c.id in {i for i, _ in stack.recall(workspace, c.content, top=100)} for c in keep
+        )
         stack.release()
-    return {"rounds": rounds, "deleted_before_kill": deleted_total, "resurrected": len(resurrected),
-            "resurrected_examples": resurrected[:5], "orphan_points_after_kill": orphan_points_after_kill,
-            "drift_after_repair": len(drift), "drift_examples": drift[:3],
-            "kept_cards_found": kept_found}
+    return {
+        "rounds": rounds,
+        "deleted_before_kill": deleted_total,
+        "resurrected": len(resurrected),
+        "resurrected_examples": resurrected[:5],
+        "orphan_points_after_kill": orphan_points_after_kill,
+        "drift_after_repair": len(drift),
+        "drift_examples": drift[:3],
+        "kept_cards_found": kept_found,
+    }
 
 
 def _revisions(archive: PostgresArchive, workspace: str) -> dict[str, int]:
@@ -1032,8 +1341,20 @@ def _revisions(archive: PostgresArchive, workspace: str) -> dict[str, int]:
 # --- the recall state machine ------------------------------------------------------------
 
 
-VOCABULARY = ["ledger", "invoice", "carrier", "fiscal", "quota", "region", "refund", "tariff", "voucher",
-              "margin", "rebate", "payroll"]
+VOCABULARY = [
+    "ledger",
+    "invoice",
+    "carrier",
+    "fiscal",
+    "quota",
+    "region",
+    "refund",
+    "tariff",
+    "voucher",
+    "margin",
+    "rebate",
+    "payroll",
+]
 
 
 def recall_machine(archive: PostgresArchive, index_path: Path):
@@ -1061,7 +1382,9 @@ def recall_machine(archive: PostgresArchive, index_path: Path):
                 stack.workspaces.create(workspace, "en")
             self.cards: dict[str, dict[str, int]] = {w: {} for w in self.spaces}  # id -> revision
             self.ever: dict[str, dict[str, None]] = {w: {} for w in self.spaces}
-            self.pending: dict[str, dict[str, None]] = {w: {} for w in self.spaces}  # ordered: replayable
+            self.pending: dict[str, dict[str, None]] = {
+                w: {} for w in self.spaces
+            }  # ordered: replayable
             self.links: dict[str, list[str]] = {}
 
         def _service(self, offline: bool) -> MemoryService:
@@ -1079,13 +1402,19 @@ def recall_machine(archive: PostgresArchive, index_path: Path):
                 self.pending[workspace].pop(card_id, None)
 
         def _pick(self, data, workspace: str) -> str:
-            return data.draw(st.sampled_from(list(self.cards[workspace])))  # creation order: replayable
+            return data.draw(
+                st.sampled_from(list(self.cards[workspace]))
+            )  # creation order: replayable
 
         @rule(side=st.integers(0, 1), text=words, offline=st.booleans())
         def create(self, side: int, text: str, offline: bool) -> None:
             steps["create"] += 1
             workspace = self.spaces[side]
-            made = self._service(offline).create_card(workspace, card(title=text[:50], content=text)).card
+            made = (
+                self._service(offline)
+                .create_card(workspace, card(title=text[:50], content=text))
+                .card
+            )
             self._saved(workspace, made.id, made.revision, offline)
             self.links[made.id] = []
 
@@ -1095,9 +1424,25 @@ def recall_machine(archive: PostgresArchive, index_path: Path):
             steps["update"] += 1
             workspace = data.draw(st.sampled_from([w for w in self.spaces if self.cards[w]]))
             card_id = self._pick(data, workspace)
-            links = [{"target": t, "meaning": "refines"} for t in self.links[card_id] if t in self.cards[workspace]]
-            saved = self._service(offline).update_card(workspace, card_id, card(
-                title=text[:50], content=text, links=links, revision=self.cards[workspace][card_id])).card
+            links = [
+                {"target": t, "meaning": "refines"}
+                for t in self.links[card_id]
+                if t in self.cards[workspace]
+            ]
+            saved = (
+                self._service(offline)
+                .update_card(
+                    workspace,
+                    card_id,
+                    card(
+                        title=text[:50],
+                        content=text,
+                        links=links,
+                        revision=self.cards[workspace][card_id],
+                    ),
+                )
+                .card
+            )
             assert saved.revision == self.cards[workspace][card_id] + 1
             self._saved(workspace, card_id, saved.revision, offline)
 
@@ -1105,22 +1450,42 @@ def recall_machine(archive: PostgresArchive, index_path: Path):
         @rule(data=st.data(), offline=st.booleans())
         def link(self, data, offline: bool) -> None:
             steps["link"] += 1
-            workspace = data.draw(st.sampled_from([w for w in self.spaces if len(self.cards[w]) >= 2]))
+            workspace = data.draw(
+                st.sampled_from([w for w in self.spaces if len(self.cards[w]) >= 2])
+            )
             source = self._pick(data, workspace)
             target = data.draw(st.sampled_from([c for c in self.cards[workspace] if c != source]))
             current = stack.memory.get_card(workspace, source)
             other = self.spaces[1 - self.spaces.index(workspace)]
             for stranger in list(self.ever[other])[:1]:  # a link across workspaces is refused
                 try:
-                    stack.offline.update_card(workspace, source, card(
-                        title=current.title, content=current.content, links=[{"target": stranger, "meaning": "uses"}]))
+                    stack.offline.update_card(
+                        workspace,
+                        source,
+                        card(
+                            title=current.title,
+                            content=current.content,
+                            links=[{"target": stranger, "meaning": "uses"}],
+                        ),
+                    )
                     raise AssertionError("a link to another workspace's card was accepted")
                 except NotFound:
                     pass
             targets = [t for t in self.links[source] if t in self.cards[workspace]] + [target]
-            saved = self._service(offline).update_card(workspace, source, card(
-                title=current.title, content=current.content, revision=current.revision,
-                links=[{"target": t, "meaning": "refines"} for t in dict.fromkeys(targets)])).card
+            saved = (
+                self._service(offline)
+                .update_card(
+                    workspace,
+                    source,
+                    card(
+                        title=current.title,
+                        content=current.content,
+                        revision=current.revision,
+                        links=[{"target": t, "meaning": "refines"} for t in dict.fromkeys(targets)],
+                    ),
+                )
+                .card
+            )
             self.links[source] = list(dict.fromkeys(targets))
             self._saved(workspace, source, saved.revision, offline)
 
@@ -1151,14 +1516,21 @@ def recall_machine(archive: PostgresArchive, index_path: Path):
             if not stack.index.collection_exists():
                 return
             results = stack.recall(workspace, question, top=100)
-            current = {i: r for i, r in self.cards[workspace].items() if i not in self.pending[workspace]}
+            current = {
+                i: r for i, r in self.cards[workspace].items() if i not in self.pending[workspace]
+            }
             assert len(results) == len(set(results)), f"a card returned twice: {results}"
             assert dict(results) == current, (
-                f"recall in {workspace} returned {sorted(results)}, current cards are {sorted(current.items())}")
+                f"recall in {workspace} returned {sorted(results)}, current cards are {sorted(current.items())}"
+            )
             dense = stack.embedder.embed_query(question)
             sparse = stack.projector.encoder("en").encode_query(question)
-            raw = stack.index.hybrid_search(dense, sparse, RecallFilters(workspace=workspace,
-                                                                         families=REUSABLE_FAMILIES), limit=200)
+            raw = stack.index.hybrid_search(
+                dense,
+                sparse,
+                RecallFilters(workspace=workspace, families=REUSABLE_FAMILIES),
+                limit=200,
+            )
             foreign = [f"mem-{h.id}" for h in raw if f"mem-{h.id}" not in self.ever[workspace]]
             assert foreign == [], f"the index returned points of another workspace: {foreign}"
 

@@ -21,14 +21,22 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from tht.errors import Conflict, Forbidden, InvalidInput, NotFound, PermissionDenied, TooManyRequests, Unauthenticated
+from tht.errors import (
+    Conflict,
+    Forbidden,
+    InvalidInput,
+    NotFound,
+    PermissionDenied,
+    TooManyRequests,
+    Unauthenticated,
+)
 from tht.memory.archive.postgres import PostgresArchive
 
 Role = Literal["admin", "user", "agent"]
 # Capabilities. The service enforces them (DESIGN.md §3a); faces only ask.
-MANAGE = "memory.manage"    # create, edit, delete, retry; the reviewer's review-apply
-READ = "memory.read"        # browse the archive: list, show, pending, workspaces
-RECALL = "memory.recall"    # search, rules, solved-search
+MANAGE = "memory.manage"  # create, edit, delete, retry; the reviewer's review-apply
+READ = "memory.read"  # browse the archive: list, show, pending, workspaces
+RECALL = "memory.recall"  # search, rules, solved-search
 PROPOSE = "memory.propose"  # propose, summary, solved-index: the workflow's side
 # An agent recalls and proposes but never reads the archive wholesale nor edits it:
 # what it learns reaches the archive only through a reviewer's decision.
@@ -60,8 +68,10 @@ _hashing = threading.BoundedSemaphore(HASHING_SLOTS)
 # The hash of a random password nobody kept. An unknown name or a user without a
 # password is verified against it, so every password login costs exactly one scrypt
 # whoever the name is: the time does not tell which names exist or have a password.
-_DUMMY_HASH = ("scrypt$83ad7982b93e0916d2aa42315bfa26cf$"
-               "7d39551c4269a9e25a7302aa8e063427308fb3e0891bfce4e316ee1b7c0d9c51")
+_DUMMY_HASH = (
+    "scrypt$83ad7982b93e0916d2aa42315bfa26cf$"
+    "7d39551c4269a9e25a7302aa8e063427308fb3e0891bfce4e316ee1b7c0d9c51"
+)
 
 
 @dataclass(frozen=True)
@@ -78,17 +88,23 @@ class Principal:
 
     def can(self, permission: str, workspace: str | None) -> bool:
         """Whether the role holds ``permission`` (in ``workspace``, when one is named)."""
-        return permission in self.permissions and (workspace is None or workspace in self.workspaces)
+        return permission in self.permissions and (
+            workspace is None or workspace in self.workspaces
+        )
 
     def require(self, permission: str, workspace: str | None) -> None:
         """Raise Forbidden unless the role holds ``permission`` and the user belongs to
         ``workspace`` (None: a capability that is not per workspace)."""
         if permission not in self.permissions:
-            raise Forbidden(f"user {self.user} (role {self.role}) does not have {permission}",
-                            details={"permission": permission, "role": self.role})
+            raise Forbidden(
+                f"user {self.user} (role {self.role}) does not have {permission}",
+                details={"permission": permission, "role": self.role},
+            )
         if workspace is not None and workspace not in self.workspaces:
-            raise Forbidden(f"user {self.user} does not belong to workspace '{workspace}'",
-                            details={"permission": permission, "workspace": workspace})
+            raise Forbidden(
+                f"user {self.user} does not belong to workspace '{workspace}'",
+                details={"permission": permission, "workspace": workspace},
+            )
 
     def can_manage(self, workspace: str) -> bool:
         return self.can(MANAGE, workspace)
@@ -97,8 +113,12 @@ class Principal:
         self.require(MANAGE, workspace)
 
     def as_json(self) -> dict:
-        return {"user": self.user, "role": self.role, "workspaces": sorted(self.workspaces),
-                "permissions": sorted(self.permissions)}
+        return {
+            "user": self.user,
+            "role": self.role,
+            "workspaces": sorted(self.workspaces),
+            "permissions": sorted(self.permissions),
+        }
 
 
 def hash_password(password: str) -> str:
@@ -111,7 +131,9 @@ def verify_password(password: str, stored: str | None) -> bool:
     if not stored or not stored.startswith("scrypt$"):
         return False
     _, salt, digest = stored.split("$")
-    candidate = hashlib.scrypt(password.encode("utf-8", "surrogatepass"), salt=bytes.fromhex(salt), **_SCRYPT)
+    candidate = hashlib.scrypt(
+        password.encode("utf-8", "surrogatepass"), salt=bytes.fromhex(salt), **_SCRYPT
+    )
     return hmac.compare_digest(candidate.hex(), digest)
 
 
@@ -140,7 +162,9 @@ class Accounts:
     def __init__(self, archive: PostgresArchive) -> None:
         self.archive = archive
 
-    def create_user(self, name: str, role: str, workspaces: list[str], password: str | None = None) -> dict:
+    def create_user(
+        self, name: str, role: str, workspaces: list[str], password: str | None = None
+    ) -> dict:
         """Create a user; returns its API token, shown this once."""
         if not _NAME.match(name or ""):
             raise InvalidInput("a user name has 1 to 64 letters, digits, '.', '_', '@' or '-'")
@@ -157,8 +181,14 @@ class Accounts:
         token = "tht_" + secrets.token_urlsafe(32)
         user_id = uuid.uuid4()
         with self.archive.transaction(None, accounts=True) as tx:
-            created = tx.row("user_insert", id=user_id, name=name, role=role,
-                              password_hash=hash_password(password) if password else None, token_hash=digest(token))
+            created = tx.row(
+                "user_insert",
+                id=user_id,
+                name=name,
+                role=role,
+                password_hash=hash_password(password) if password else None,
+                token_hash=digest(token),
+            )
             if created is None:
                 raise Conflict(f"user '{name}' already exists")
             for workspace in sorted(set(workspaces)):
@@ -179,11 +209,20 @@ class Accounts:
 
     def list_users(self) -> list[dict]:
         with self.archive.transaction(None, accounts=True) as tx:
-            return [{"user": r["name"], "role": r["role"], "workspaces": r["workspaces"],
-                     "created_at": r["created_at"].isoformat()} for r in tx.rows("users_list")]
+            return [
+                {
+                    "user": r["name"],
+                    "role": r["role"],
+                    "workspaces": r["workspaces"],
+                    "created_at": r["created_at"].isoformat(),
+                }
+                for r in tx.rows("users_list")
+            ]
 
     def _principal(self, tx, row: dict) -> Principal:
-        workspaces = frozenset(r["workspace_id"] for r in tx.rows("user_workspaces", user_id=row["id"]))
+        workspaces = frozenset(
+            r["workspace_id"] for r in tx.rows("user_workspaces", user_id=row["id"])
+        )
         return Principal(user=row["name"], role=row["role"], workspaces=workspaces)
 
     def by_token(self, token: str) -> Principal:
@@ -208,7 +247,12 @@ class Accounts:
             ok = verify_password(password, stored or _DUMMY_HASH) and stored is not None
             if not ok:
                 with self.archive.transaction(None, accounts=True) as tx:
-                    tx.execute("login_failure_record", name=name, client=client, window=LOGIN_WINDOW_SECONDS)
+                    tx.execute(
+                        "login_failure_record",
+                        name=name,
+                        client=client,
+                        window=LOGIN_WINDOW_SECONDS,
+                    )
         if not ok:
             raise Unauthenticated("wrong user name or password")
         with self.archive.transaction(None, accounts=True) as tx:
@@ -219,12 +263,20 @@ class Accounts:
         """The user row of ``name`` (None if there is none), unless the name or the
         client must still wait: TooManyRequests."""
         with self.archive.transaction(None, accounts=True) as tx:
-            failures = tx.row("login_failures", name=name, client=client, window=LOGIN_WINDOW_SECONDS)
+            failures = tx.row(
+                "login_failures", name=name, client=client, window=LOGIN_WINDOW_SECONDS
+            )
             row = tx.row("user_by_name", name=name)
-        wait = max(login_backoff(failures["user_failures"], failures["user_idle"], USER_FREE_FAILURES),
-                   login_backoff(failures["client_failures"], failures["client_idle"], CLIENT_FREE_FAILURES))
+        wait = max(
+            login_backoff(failures["user_failures"], failures["user_idle"], USER_FREE_FAILURES),
+            login_backoff(
+                failures["client_failures"], failures["client_idle"], CLIENT_FREE_FAILURES
+            ),
+        )
         if wait > 0:
-            raise TooManyRequests("too many failed logins: wait before trying again", retry_after=math.ceil(wait))
+            raise TooManyRequests(
+                "too many failed logins: wait before trying again", retry_after=math.ceil(wait)
+            )
         return row
 
     def open_session(self, principal_name: str, *, one_time: bool = False) -> str:
@@ -235,8 +287,13 @@ class Accounts:
             row = tx.row("user_by_name", name=principal_name)
             if row is None:
                 raise NotFound(f"user '{principal_name}' does not exist")
-            tx.execute("session_insert", id_hash=digest(session), user_id=row["id"], one_time=one_time,
-                       seconds=ONE_TIME_SECONDS if one_time else SESSION_SECONDS)
+            tx.execute(
+                "session_insert",
+                id_hash=digest(session),
+                user_id=row["id"],
+                one_time=one_time,
+                seconds=ONE_TIME_SECONDS if one_time else SESSION_SECONDS,
+            )
         return session
 
     def by_session(self, session: str) -> Principal:
@@ -265,4 +322,3 @@ class Accounts:
         with self.archive.transaction(None, accounts=True) as tx:
             if tx.row("nonce_use", nonce=nonce, expires_at=expires_at) is None:
                 raise PermissionDenied("this protected request was already used (replay refused)")
-

@@ -7,12 +7,10 @@ import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-
-import psycopg
-
 from pathlib import Path
 from typing import Literal
 
+import psycopg
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tht.accounts import Accounts
@@ -20,10 +18,10 @@ from tht.catalog.migrations import PACK as CATALOG_PACK
 from tht.catalog.service import Catalog
 from tht.catalog.store import CatalogStore
 from tht.errors import ArchiveUnavailable, ConfigurationError
-from tht.memory.archive.postgres import PostgresArchive
-from tht.memory.embedding import Embedder, build_embedder
 from tht.memory.admin import MemoryAdmin
+from tht.memory.archive.postgres import PostgresArchive
 from tht.memory.cleanup import PhysicalCleanup
+from tht.memory.embedding import Embedder, build_embedder
 from tht.memory.index import SearchIndex
 from tht.memory.index.pgvector_migrations import PACK as PGVECTOR_PACK
 from tht.memory.migrations import migrate
@@ -31,11 +29,13 @@ from tht.memory.projector import IndexProjector
 from tht.memory.recall_service import RecallService
 from tht.memory.service import MemoryService, WorkspaceService
 from tht.settings import DatabaseSettings, RuntimeConfig, database_settings, default_home
-from tht.workflow.service import WorkflowService
 from tht.validation import describe_validation_error
+from tht.workflow.service import WorkflowService
 
 
-def resolve_database(env: Mapping[str, str] | None = None, *, pgvector: bool = False) -> DatabaseSettings:
+def resolve_database(
+    env: Mapping[str, str] | None = None, *, pgvector: bool = False
+) -> DatabaseSettings:
     """External settings as given, or the embedded server started and prepared (with
     the pgvector engine's tables when asked)."""
     settings = database_settings(env)
@@ -77,15 +77,23 @@ def run_migrations(env: Mapping[str, str] | None = None, *, engine: str | None =
             " THT_CATALOG_DB_NAME and THT_CATALOG_MIGRATOR_USER (with THT_CATALOG_MIGRATOR_PASSWORD_FILE)"
         )
     try:
-        with psycopg.connect(settings.migrator_conninfo, autocommit=True, connect_timeout=10) as conn:
+        with psycopg.connect(
+            settings.migrator_conninfo, autocommit=True, connect_timeout=10
+        ) as conn:
             report = migrate(conn, runtime_login=settings.runtime_login)
-            report["catalog"] = migrate(conn, runtime_login=settings.runtime_login, pack=CATALOG_PACK)
+            report["catalog"] = migrate(
+                conn, runtime_login=settings.runtime_login, pack=CATALOG_PACK
+            )
             if pgvector:
                 # needs the extension, which only a superuser can create: the pack's
                 # first migration refuses with that instruction when it is missing
-                report["pgvector"] = migrate(conn, runtime_login=settings.runtime_login, pack=PGVECTOR_PACK)
+                report["pgvector"] = migrate(
+                    conn, runtime_login=settings.runtime_login, pack=PGVECTOR_PACK
+                )
     except psycopg.OperationalError as exc:
-        raise ArchiveUnavailable(f"cannot reach the database to migrate: {str(exc).strip().splitlines()[0]}") from exc
+        raise ArchiveUnavailable(
+            f"cannot reach the database to migrate: {str(exc).strip().splitlines()[0]}"
+        ) from exc
     return {"database": "external", **report}
 
 
@@ -97,9 +105,13 @@ class IndexSettings(BaseModel):
     # pgvector: tables in the installation's PostgreSQL (the runtime login's database)
     engine: Literal["edge", "qdrant", "pgvector"] = "edge"
     path: Path | None = None  # edge: the data directory (default $THT_HOME/index)
-    url: str | None = None  # qdrant: the server or cluster URL; the key comes from THT_QDRANT_API_KEY
+    url: str | None = (
+        None  # qdrant: the server or cluster URL; the key comes from THT_QDRANT_API_KEY
+    )
     collection: str = Field(default="thoth_memory", pattern=r"^[A-Za-z0-9_-]{1,64}$")
-    timeout: float = Field(default=10.0, gt=0, le=300)  # qdrant, pgvector: request / connection timeout (s)
+    timeout: float = Field(
+        default=10.0, gt=0, le=300
+    )  # qdrant, pgvector: request / connection timeout (s)
     open_timeout: float = Field(default=10.0, ge=0, le=300)  # edge: wait for another process (s)
 
     @model_validator(mode="after")
@@ -109,7 +121,9 @@ class IndexSettings(BaseModel):
         if self.engine == "edge" and self.url:
             raise ValueError("engine edge takes a path, not a url")
         if self.engine == "pgvector" and (self.url or self.path):
-            raise ValueError("engine pgvector uses the catalog database (THT_CATALOG_*), not a url or path")
+            raise ValueError(
+                "engine pgvector uses the catalog database (THT_CATALOG_*), not a url or path"
+            )
         return self
 
 
@@ -174,8 +188,9 @@ class Engines:
 
     def __init__(self, env: Mapping[str, str] | None = None, *, max_connections: int = 4) -> None:
         self.env = env
-        self.archive = PostgresArchive(_runtime_conninfo(resolve_database(env)),
-                                       max_connections=max_connections).open()
+        self.archive = PostgresArchive(
+            _runtime_conninfo(resolve_database(env)), max_connections=max_connections
+        ).open()
         self._indexes: dict[str, SearchIndex] = {}
         self._embedders: dict[str, Embedder] = {}
         self._projections: dict[tuple[str, str], tuple[IndexProjector, RecallService]] = {}
@@ -195,11 +210,17 @@ class Engines:
                 index, embedder = self._indexes[index_key], self._embedders[embedding_key]
                 projector = IndexProjector(self.archive, index, embedder)
                 self._projections[(index_key, embedding_key)] = (
-                    projector, RecallService(self.archive, index, embedder, projector))
+                    projector,
+                    RecallService(self.archive, index, embedder, projector),
+                )
             return self._projections[(index_key, embedding_key)]
 
-    def services(self, projection: ProjectionSettings | None = None, sessions_root: Path | None = None,
-                 env: Mapping[str, str] | None = None) -> Services:
+    def services(
+        self,
+        projection: ProjectionSettings | None = None,
+        sessions_root: Path | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> Services:
         """The application services on these engines; ``env`` is where the Catalog finds
         the DWH URL variable the runtime file names."""
         projector = recall = None
@@ -210,9 +231,18 @@ class Engines:
         cleanup = PhysicalCleanup(archive, projector)
         # the Catalog connects on first use: memory commands never depend on its schema
         catalog = Catalog(CatalogStore(archive), cleanup, env if env is not None else self.env)
-        return Services(archive, memory, WorkspaceService(archive), Accounts(archive),
-                        MemoryAdmin(memory, projector), projector, recall, cleanup, catalog,
-                        WorkflowService(archive, projector, recall, sessions_root))
+        return Services(
+            archive,
+            memory,
+            WorkspaceService(archive),
+            Accounts(archive),
+            MemoryAdmin(memory, projector),
+            projector,
+            recall,
+            cleanup,
+            catalog,
+            WorkflowService(archive, projector, recall, sessions_root),
+        )
 
     def close(self) -> None:
         with self._lock:
@@ -234,12 +264,23 @@ def _index_key(settings: dict | None, env: Mapping[str, str] | None) -> str:
     index = dict(settings or {})
     if index.get("engine", "edge") == "edge":
         path = Path(index.get("path") or default_home(env) / "index").resolve()
-        return _key({"engine": "edge", "path": str(path), "collection": index.get("collection", "thoth_memory")})
+        return _key(
+            {
+                "engine": "edge",
+                "path": str(path),
+                "collection": index.get("collection", "thoth_memory"),
+            }
+        )
     return _key(index)
 
 
-def build_services(runtime: RuntimeConfig | None = None, env: Mapping[str, str] | None = None, *,
-                   projection: ProjectionSettings | None = None, sessions_root: Path | None = None) -> Services:
+def build_services(
+    runtime: RuntimeConfig | None = None,
+    env: Mapping[str, str] | None = None,
+    *,
+    projection: ProjectionSettings | None = None,
+    sessions_root: Path | None = None,
+) -> Services:
     """Engines of their own with their services, closed together: the archive alone,
     or (with a runtime file or projection settings) the archive and its projection."""
     if runtime is not None:

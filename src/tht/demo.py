@@ -50,11 +50,20 @@ def _link_solved_questions(memory: MemoryService, ids: dict[str, list[str]]) -> 
     rules = set(ids.get("sql_rule", []))
     for question_id in ids.get("solved_question", []):
         question = memory.get_card(DEMO_WORKSPACE, question_id)
-        targets = list(dict.fromkeys(
-            c for dep in question.dependencies for c in ids.get(f"table:{dep.table}", []) if c in rules))
+        targets = list(
+            dict.fromkeys(
+                c
+                for dep in question.dependencies
+                for c in ids.get(f"table:{dep.table}", [])
+                if c in rules
+            )
+        )
         if not targets:
             continue
         document = question.as_json()
         document["links"] = [{"target": t, "meaning": "uses the rule"} for t in targets[:3]]
-        memory.update_card(DEMO_WORKSPACE, question_id,
-                           parse_card_input(document, card_id=question_id, workspace=DEMO_WORKSPACE))
+        memory.update_card(
+            DEMO_WORKSPACE,
+            question_id,
+            parse_card_input(document, card_id=question_id, workspace=DEMO_WORKSPACE),
+        )

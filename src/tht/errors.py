@@ -81,7 +81,9 @@ class ApprovedSqlReadOnly(InvalidInput):
     """The Memory review cannot change the approved SQL: that is SQL review's decision."""
 
     code = "approved_sql_read_only"
-    default_message = "the approved SQL cannot be changed in the Memory review: return to SQL review"
+    default_message = (
+        "the approved SQL cannot be changed in the Memory review: return to SQL review"
+    )
 
 
 class PermissionDenied(ThothError):
@@ -112,7 +114,9 @@ class TooManyRequests(PermissionDenied):
     http_status = 429
     default_message = "too many attempts: retry later"
 
-    def __init__(self, message: str | None = None, *, retry_after: int, details: Any = None) -> None:
+    def __init__(
+        self, message: str | None = None, *, retry_after: int, details: Any = None
+    ) -> None:
         self.retry_after = max(1, int(retry_after))
         super().__init__(message, details={"retry_after": self.retry_after, **(details or {})})
 
@@ -214,13 +218,6 @@ class ServiceVersionMismatch(ServiceUnavailable):
     default_message = "the running service is another version of thoth-memory"
 
 
-class Forbidden(PermissionDenied):
-    """Authenticated, but the principal lacks the capability or the workspace."""
-
-    code = "forbidden"
-    default_message = "forbidden"
-
-
 class Interrupted(ThothError):
     code = "interrupted"
     exit_code = 130
@@ -238,11 +235,11 @@ EXIT_CODES = {
     6: "archive unavailable or schema not ready",
     7: "migration refused (changed or unknown applied migration)",
     8: "search index or embedder unavailable (recall), the index lost points the archive records"
-       " (index_lost_points), or `memory check` found drift (index_drift); a save still succeeds with its"
-       " index update pending",
+    " (index_lost_points), or `memory check` found drift (index_drift); a save still succeeds with its"
+    " index update pending",
     9: "DWH unavailable: a Catalog scan failed (connection, permission, missing schema); nothing was deleted",
     10: "service unavailable: not reachable or startable, lost mid-command, timed out, untrusted socket,"
-        " or another version",
+    " or another version",
     130: "interrupted (Ctrl-C); through the service the command goes on there (detached)",
 }
 

@@ -15,7 +15,7 @@ import json
 import os
 import secrets
 from collections.abc import Mapping
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -40,7 +40,9 @@ def load_key(env: Mapping[str, str] | None = None) -> bytes:
     try:
         key = Path(path).read_bytes().strip()
     except OSError as exc:
-        raise ConfigurationError(f"{KEY_ENV} names {path}, which cannot be read ({exc.strerror})") from exc
+        raise ConfigurationError(
+            f"{KEY_ENV} names {path}, which cannot be read ({exc.strerror})"
+        ) from exc
     if len(key) < 32:
         raise ConfigurationError(f"the key in {KEY_ENV} is shorter than 32 bytes")
     return key
@@ -51,20 +53,36 @@ def _canonical(request: Mapping[str, Any]) -> bytes:
 
 
 def sign(request: Mapping[str, Any], key: bytes) -> dict[str, Any]:
-    return {"request": dict(request), "signature": hmac.new(key, _canonical(request), hashlib.sha256).hexdigest()}
+    return {
+        "request": dict(request),
+        "signature": hmac.new(key, _canonical(request), hashlib.sha256).hexdigest(),
+    }
 
 
-def new_request(principal: Principal, admin: AdminRequest, *, lifetime: timedelta = timedelta(minutes=2),
-                now: datetime | None = None) -> dict[str, Any]:
+def new_request(
+    principal: Principal,
+    admin: AdminRequest,
+    *,
+    lifetime: timedelta = timedelta(minutes=2),
+    now: datetime | None = None,
+) -> dict[str, Any]:
     """The request snapshot a backend signs (see `sign`)."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     return {
         "version": VERSION,
         "workspace": admin.workspace,
-        "principal": {"user": principal.user, "role": principal.role, "workspaces": sorted(principal.workspaces)},
-        "operation": admin.operation, "card_id": admin.card_id, "body": admin.body,
-        "filters": admin.filters, "revision": admin.revision,
-        "issued_at": now.isoformat(), "expires_at": (now + lifetime).isoformat(),
+        "principal": {
+            "user": principal.user,
+            "role": principal.role,
+            "workspaces": sorted(principal.workspaces),
+        },
+        "operation": admin.operation,
+        "card_id": admin.card_id,
+        "body": admin.body,
+        "filters": admin.filters,
+        "revision": admin.revision,
+        "issued_at": now.isoformat(),
+        "expires_at": (now + lifetime).isoformat(),
         "nonce": secrets.token_urlsafe(24),
     }
 
@@ -88,7 +106,9 @@ class SignedRequest(BaseModel):
     nonce: str = Field(min_length=16, max_length=128)
 
     def trusted_principal(self) -> Principal:
-        return Principal(self.principal.user, self.principal.role, frozenset(self.principal.workspaces))
+        return Principal(
+            self.principal.user, self.principal.role, frozenset(self.principal.workspaces)
+        )
 
 
 class _Request(SignedRequest):
@@ -102,13 +122,20 @@ class _Request(SignedRequest):
 Signed = TypeVar("Signed", bound=SignedRequest)
 
 
-def verify_signed(document: Any, key: bytes, model: type[Signed], *, kind: str, workspace: str,
-                  now: datetime | None = None) -> Signed:
+def verify_signed(
+    document: Any,
+    key: bytes,
+    model: type[Signed],
+    *,
+    kind: str,
+    workspace: str,
+    now: datetime | None = None,
+) -> Signed:
     """Check a signed request's signature, shape, version, lifetime, workspace and role
     (``kind`` names it in errors: "protected request", "gate request")."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     if not isinstance(document, dict) or set(document) != {"request", "signature"}:
-        raise PermissionDenied(f"not a {kind}: expected {{\"request\": ..., \"signature\": ...}}")
+        raise PermissionDenied(f'not a {kind}: expected {{"request": ..., "signature": ...}}')
     request, signature = document["request"], document["signature"]
     if not isinstance(request, dict) or not isinstance(signature, str):
         raise PermissionDenied(f"not a {kind}")
@@ -129,19 +156,30 @@ def verify_signed(document: Any, key: bytes, model: type[Signed], *, kind: str, 
     if issued > now + CLOCK_SKEW or expires - issued > MAX_LIFETIME:
         raise PermissionDenied(f"the {kind}'s lifetime is not acceptable")
     if parsed.workspace != workspace:
-        raise PermissionDenied(f"the {kind} is for workspace '{parsed.workspace}', not '{workspace}'")
+        raise PermissionDenied(
+            f"the {kind} is for workspace '{parsed.workspace}', not '{workspace}'"
+        )
     if parsed.principal.role not in ROLE_PERMISSIONS:
         raise PermissionDenied(f"unknown role '{parsed.principal.role}'")
     return parsed
 
 
-def verify(document: Any, key: bytes, *, workspace: str,
-           now: datetime | None = None) -> tuple[Principal, AdminRequest, str, datetime]:
+def verify(
+    document: Any, key: bytes, *, workspace: str, now: datetime | None = None
+) -> tuple[Principal, AdminRequest, str, datetime]:
     """Check signature, version, lifetime and workspace; returns the principal, the
     request, and the nonce with its expiry (to be spent by the caller)."""
-    parsed = verify_signed(document, key, _Request, kind="protected request", workspace=workspace, now=now)
+    parsed = verify_signed(
+        document, key, _Request, kind="protected request", workspace=workspace, now=now
+    )
     if parsed.operation not in OPERATIONS:
         raise InvalidInput(f"unknown operation '{parsed.operation}'")
-    admin = AdminRequest(parsed.workspace, parsed.operation, parsed.card_id, parsed.body, parsed.filters,
-                         parsed.revision)
+    admin = AdminRequest(
+        parsed.workspace,
+        parsed.operation,
+        parsed.card_id,
+        parsed.body,
+        parsed.filters,
+        parsed.revision,
+    )
     return parsed.trusted_principal(), admin, parsed.nonce, parsed.expires_at

@@ -24,8 +24,9 @@ from tht.errors import ConfigurationError
 from tht.validation import describe_validation_error, validation_details
 
 WORKSPACE_ID_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
-_CREDENTIAL_KEY = re.compile(r"pass(word|wd)?|secret|token|api[_-]?key|credential|private[_-]?key|dsn",
-                             re.IGNORECASE)
+_CREDENTIAL_KEY = re.compile(
+    r"pass(word|wd)?|secret|token|api[_-]?key|credential|private[_-]?key|dsn", re.IGNORECASE
+)
 
 
 class _Section(BaseModel):
@@ -74,14 +75,15 @@ class _NoAliasLoader(yaml.SafeLoader):
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
-            raise yaml.composer.ComposerError(None, None, "aliases (*name) are not allowed",
-                                              self.peek_event().start_mark)
+            raise yaml.composer.ComposerError(
+                None, None, "aliases (*name) are not allowed", self.peek_event().start_mark
+            )
         return super().compose_node(parent, index)
 
 
 def load_yaml(text: str) -> Any:
     """A YAML document of plain data (safe tags only), refusing aliases."""
-    return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader
+    return yaml.load(text, Loader=_NoAliasLoader)
 
 
 _SETTING_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
@@ -92,12 +94,16 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     """The parser's problem and where, without its snippet of the file's text."""
     problem = getattr(exc, "problem", None) or type(exc).__name__
     mark = getattr(exc, "problem_mark", None)
-    return f"{problem} (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else problem
+    return (
+        f"{problem} (line {mark.line + 1}, column {mark.column + 1})"
+        if mark is not None
+        else problem
+    )
 
 
 def _key_lines(text: str, keys: list[Any]) -> list[int]:
     """The 1-based lines of these top-level keys."""
-    root = yaml.compose(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader
+    root = yaml.compose(text, Loader=_NoAliasLoader)
     wanted = {str(key) for key in keys}
     pairs = root.value if isinstance(root, yaml.MappingNode) else []
     return sorted({key.start_mark.line + 1 for key, _ in pairs if str(key.value) in wanted})
@@ -111,7 +117,9 @@ def _read_file(path: str, limit: int) -> bytes:
         return handle.read(limit + 1)
 
 
-def load_runtime_config(path: str | Path, *, read: Callable[[str, int], bytes] = _read_file) -> RuntimeConfig:
+def load_runtime_config(
+    path: str | Path, *, read: Callable[[str, int], bytes] = _read_file
+) -> RuntimeConfig:
     """The runtime file at ``path``; ``read`` fetches its bytes (the CLI passes the
     client's copy when the command runs in the service)."""
     path = Path(path)
@@ -122,7 +130,9 @@ def load_runtime_config(path: str | Path, *, read: Callable[[str, int], bytes] =
     except OSError as exc:
         raise ConfigurationError(f"cannot read runtime file {path}: {exc.strerror}") from exc
     if len(raw) > MAX_RUNTIME_FILE_BYTES:
-        raise ConfigurationError(f"runtime file {path} is larger than {MAX_RUNTIME_FILE_BYTES} bytes")
+        raise ConfigurationError(
+            f"runtime file {path} is larger than {MAX_RUNTIME_FILE_BYTES} bytes"
+        )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -130,7 +140,9 @@ def load_runtime_config(path: str | Path, *, read: Callable[[str, int], bytes] =
     try:
         document = load_yaml(text)
     except yaml.YAMLError as exc:
-        raise ConfigurationError(f"runtime file {path} is not valid YAML: {_yaml_problem(exc)}") from exc
+        raise ConfigurationError(
+            f"runtime file {path} is not valid YAML: {_yaml_problem(exc)}"
+        ) from exc
     if not isinstance(document, Mapping):
         raise ConfigurationError(f"runtime file {path} must be a mapping of settings")
     # A file that is not ours (-c /etc/passwd) must not be echoed into the error, which
@@ -139,10 +151,19 @@ def load_runtime_config(path: str | Path, *, read: Callable[[str, int], bytes] =
     if foreign:
         lines = _key_lines(text, foreign)
         plural = len(lines) > 1
-        where = (f"the key{'s' if plural else ''} on line{'s' if plural else ''} {', '.join(map(str, lines))}"
-                 f" {'are' if plural else 'is'} not a setting") if lines else "it has keys that are not settings"
-        raise ConfigurationError(f"runtime file {path} is not a runtime file: {where}"
-                                 f" (expected {', '.join(RUNTIME_KEYS)})", details={"lines": lines})
+        where = (
+            (
+                f"the key{'s' if plural else ''} on line{'s' if plural else ''} {', '.join(map(str, lines))}"
+                f" {'are' if plural else 'is'} not a setting"
+            )
+            if lines
+            else "it has keys that are not settings"
+        )
+        raise ConfigurationError(
+            f"runtime file {path} is not a runtime file: {where}"
+            f" (expected {', '.join(RUNTIME_KEYS)})",
+            details={"lines": lines},
+        )
     credentials = find_credentials(document)
     if credentials:
         raise ConfigurationError(
@@ -186,7 +207,9 @@ def _read_password(env: Mapping[str, str], variable: str) -> str:
     try:
         return Path(path).read_text().rstrip("\r\n")
     except OSError as exc:
-        raise ConfigurationError(f"{variable} names {path}, which cannot be read ({exc.strerror})") from exc
+        raise ConfigurationError(
+            f"{variable} names {path}, which cannot be read ({exc.strerror})"
+        ) from exc
 
 
 def _from_parts(env: Mapping[str, str], role: str) -> str | None:

@@ -24,7 +24,9 @@ def parse_json(text: str, what: str) -> Any:
     try:
         document = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InvalidInput(f"{what} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from exc
+        raise InvalidInput(
+            f"{what} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
+        ) from exc
     except RecursionError:
         raise InvalidInput(f"{what} is nested deeper than {MAX_JSON_DEPTH} levels") from None
     # iterative: a recursive walk is what deep documents break
@@ -40,8 +42,10 @@ def parse_json(text: str, what: str) -> Any:
             pending += [(value, (*path, index)) for index, value in enumerate(node)]
         elif isinstance(node, str) and _SURROGATE.search(node):
             field = f" in '{_location(path)}'" if path else ""
-            raise InvalidInput(f"{what} holds a lone surrogate escape (\\ud800-\\udfff){field}, which is not text",
-                               details={"field": _location(path)})
+            raise InvalidInput(
+                f"{what} holds a lone surrogate escape (\\ud800-\\udfff){field}, which is not text",
+                details={"field": _location(path)},
+            )
     return document
 
 
@@ -71,6 +75,10 @@ def describe_validation_error(exc: ValidationError) -> str:
 
 def validation_details(exc: ValidationError) -> list[dict]:
     return [
-        {"field": _location(e["loc"]), "type": e["type"], "message": e["msg"].removeprefix("Value error, ")}
+        {
+            "field": _location(e["loc"]),
+            "type": e["type"],
+            "message": e["msg"].removeprefix("Value error, "),
+        }
         for e in exc.errors(include_url=False, include_input=False)
     ]

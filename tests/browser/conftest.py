@@ -25,11 +25,18 @@ from pathlib import Path
 import pytest
 
 CHROMIUM = os.environ.get("THT_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+]
 REPO = Path(__file__).resolve().parents[2]
 SCREENSHOTS = REPO / "test-output" / "screenshots"
-SERVER_CONFIG = "index: {engine: edge, open_timeout: 1}\nembedding: {provider: hashing, dimension: 64}\n"
+SERVER_CONFIG = (
+    "index: {engine: edge, open_timeout: 1}\nembedding: {provider: hashing, dimension: 64}\n"
+)
 PROJECTION = {"index": {"engine": "edge"}, "embedding": {"provider": "hashing", "dimension": 64}}
 
 OUTAGE_FILE = "outage"  # lists the components the running server sees down
@@ -38,9 +45,38 @@ OTHER_WORKSPACE = "beta"
 FOREIGN_WORKSPACE = "gamma"  # the test user does not belong to it
 USER = "ui-admin"
 PASSWORD = "correct horse battery staple"
-WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliett",
-         "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango",
-         "uniform", "victor", "whiskey", "xray", "yankee", "zulu", "amber", "basalt", "cobalt", "dune"]
+WORDS = [
+    "alpha",
+    "bravo",
+    "charlie",
+    "delta",
+    "echo",
+    "foxtrot",
+    "golf",
+    "hotel",
+    "india",
+    "juliett",
+    "kilo",
+    "lima",
+    "mike",
+    "november",
+    "oscar",
+    "papa",
+    "quebec",
+    "romeo",
+    "sierra",
+    "tango",
+    "uniform",
+    "victor",
+    "whiskey",
+    "xray",
+    "yankee",
+    "zulu",
+    "amber",
+    "basalt",
+    "cobalt",
+    "dune",
+]
 FAMILY_ORDER = ["domain_clarification", "sql_rule", "solved_question", "explained_error"]
 
 
@@ -52,16 +88,35 @@ def seed_document(i: int) -> dict:
         "family": family,
         "title": f"Card {i:02d} {WORDS[i]}",
         "concepts": ["revenue" if i % 2 == 0 else "churn"],
-        "dependencies": [{"database": "dwh", "schema": "sales", "table": "orders" if i % 3 == 0 else "customers",
-                          "column": "id"}],
+        "dependencies": [
+            {
+                "database": "dwh",
+                "schema": "sales",
+                "table": "orders" if i % 3 == 0 else "customers",
+                "column": "id",
+            }
+        ],
     }
     texts = {
-        "domain_clarification": {"content": "A definition used by the sales team.", "scope": "Sales"},
-        "sql_rule": {"content": "Filter cancelled rows first.", "scope": "Sales", "rationale": "They are not revenue."},
-        "solved_question": {"question": "How many customers bought something?",
-                            "sql": "SELECT count(DISTINCT customer_id) FROM sales.orders", "context": "Approved."},
-        "explained_error": {"context": "column amount does not exist", "content": "Use total_amount.",
-                            "rationale": "The column was renamed."},
+        "domain_clarification": {
+            "content": "A definition used by the sales team.",
+            "scope": "Sales",
+        },
+        "sql_rule": {
+            "content": "Filter cancelled rows first.",
+            "scope": "Sales",
+            "rationale": "They are not revenue.",
+        },
+        "solved_question": {
+            "question": "How many customers bought something?",
+            "sql": "SELECT count(DISTINCT customer_id) FROM sales.orders",
+            "context": "Approved.",
+        },
+        "explained_error": {
+            "context": "column amount does not exist",
+            "content": "Use total_amount.",
+            "rationale": "The column was renamed.",
+        },
     }
     document.update(texts[family])
     return document
@@ -82,9 +137,16 @@ class Server:
     def api(self, method: str, path: str, body: dict | None = None) -> dict:
         """Call the API with the admin's bearer token (outside the browser)."""
         data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(self.url.rstrip("/") + path, data=data, method=method, headers={
-            "Authorization": f"Bearer {self.admin_token}", "Accept": "application/json",
-            **({"Content-Type": "application/json"} if data else {})})
+        request = urllib.request.Request(
+            self.url.rstrip("/") + path,
+            data=data,
+            method=method,
+            headers={
+                "Authorization": f"Bearer {self.admin_token}",
+                "Accept": "application/json",
+                **({"Content-Type": "application/json"} if data else {}),
+            },
+        )
         with urllib.request.urlopen(request, timeout=30) as response:
             return json.loads(response.read() or b"null")
 
@@ -120,7 +182,9 @@ def _seed(env: dict[str, str]) -> dict[int, str]:
         services.workspaces.create(WORKSPACE, "en", "Acme sales")
         services.workspaces.create(OTHER_WORKSPACE, "it", "Beta vendite")
         services.workspaces.create(FOREIGN_WORKSPACE, "en", "Gamma (not mine)")
-        services.accounts.create_user(USER, "admin", [WORKSPACE, OTHER_WORKSPACE], password=PASSWORD)
+        services.accounts.create_user(
+            USER, "admin", [WORKSPACE, OTHER_WORKSPACE], password=PASSWORD
+        )
         ids = {}
         for i in range(SEED_COUNT):
             result = services.memory.create_card(WORKSPACE, parse_card_input(seed_document(i)))
@@ -132,8 +196,13 @@ def _seed(env: dict[str, str]) -> dict[int, str]:
 
 
 @contextmanager
-def running_server(env: dict[str, str], config_text: str, tmp_path: Path, home: Path,
-                   cards: dict[int, str] | None = None) -> Iterator[Server]:
+def running_server(
+    env: dict[str, str],
+    config_text: str,
+    tmp_path: Path,
+    home: Path,
+    cards: dict[int, str] | None = None,
+) -> Iterator[Server]:
     """`tht serve` as a real process, until the block ends; yields once it answers /healthz."""
     config = tmp_path / "serve.yaml"
     config.write_text(config_text)
@@ -141,7 +210,12 @@ def running_server(env: dict[str, str], config_text: str, tmp_path: Path, home: 
     with open(log, "wb") as stderr:
         process = subprocess.Popen(
             [sys.executable, "-m", "tht", "serve", "--port", str(_free_port()), "-c", str(config)],
-            env=env, stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL, cwd=tmp_path)
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            stdin=subprocess.DEVNULL,
+            cwd=tmp_path,
+        )
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=lambda: lines.put(process.stdout.readline()), daemon=True).start()
     try:
@@ -150,7 +224,9 @@ def running_server(env: dict[str, str], config_text: str, tmp_path: Path, home: 
         except queue.Empty:
             first = b""
         if not first.strip():
-            pytest.fail(f"tht serve printed nothing (exit {process.poll()}):\n{log.read_text()[-4000:]}")
+            pytest.fail(
+                f"tht serve printed nothing (exit {process.poll()}):\n{log.read_text()[-4000:]}"
+            )
         ready = json.loads(first)
         assert ready["admin_user"] == "admin" and "admin_token" not in ready, ready
         token_file = Path(ready["admin_token_file"])
@@ -166,10 +242,13 @@ def running_server(env: dict[str, str], config_text: str, tmp_path: Path, home: 
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
             if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"tht serve did not start (exit {process.poll()}):\n{log.read_text()[-4000:]}")
+                pytest.fail(
+                    f"tht serve did not start (exit {process.poll()}):\n{log.read_text()[-4000:]}"
+                )
             time.sleep(0.1)
-        yield Server(url=url, home=home, admin_token=admin_token, process=process, log=log,
-                     cards=cards or {})
+        yield Server(
+            url=url, home=home, admin_token=admin_token, process=process, log=log, cards=cards or {}
+        )
     finally:
         process.terminate()
         try:
@@ -189,6 +268,7 @@ def server(database, tmp_path):
     cards = _seed(env)
     with running_server(env, SERVER_CONFIG, tmp_path, home, cards) as running:
         yield running
+
 
 class IndexBlocker:
     """The server's search index down (an outage the service sees through
@@ -225,11 +305,15 @@ def index_blocker(server):
 @pytest.fixture(scope="session")
 def chromium():
     if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: install Debian's Chromium (apt-get install -y chromium)")
+        pytest.fail(
+            f"{CHROMIUM} is missing: install Debian's Chromium (apt-get install -y chromium)"
+        )
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+        )
         yield browser
         browser.close()
 

@@ -27,9 +27,18 @@ def test_memory_management_page(server: Server, chromium, index_blocker, screens
     page.set_default_timeout(15_000)
     problems: list[str] = []
     page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-    page.on("dialog", lambda dialog: (problems.append(f"unexpected dialog: {dialog.message}"), dialog.dismiss()))
-    page.on("console", lambda message: problems.append(f"console: {message.text}")
-            if message.type == "error" and "Content Security Policy" in message.text else None)
+    page.on(
+        "dialog",
+        lambda dialog: (problems.append(f"unexpected dialog: {dialog.message}"), dialog.dismiss()),
+    )
+    page.on(
+        "console",
+        lambda message: (
+            problems.append(f"console: {message.text}")
+            if message.type == "error" and "Content Security Policy" in message.text
+            else None
+        ),
+    )
 
     step = {"n": 0}
 
@@ -51,7 +60,10 @@ def test_memory_management_page(server: Server, chromium, index_blocker, screens
         expect(page.locator(f'[data-page="{name}"][data-ready="true"]')).to_have_count(1)
 
     def row_titles() -> list[str]:
-        return [t.strip() for t in page.locator('[data-testid="card-row"] a.card-link').all_text_contents()]
+        return [
+            t.strip()
+            for t in page.locator('[data-testid="card-row"] a.card-link').all_text_contents()
+        ]
 
     try:
         # --- login ------------------------------------------------------------------
@@ -86,7 +98,9 @@ def test_memory_management_page(server: Server, chromium, index_blocker, screens
         # --- database management --------------------------------------------------------
         page.get_by_role("link", name="Database management").click()
         expect(page.get_by_role("heading", name="Database management", level=1)).to_be_visible()
-        expect(page.get_by_test_id("catalog-note")).to_contain_text("their DWH bindings and sync runs")
+        expect(page.get_by_test_id("catalog-note")).to_contain_text(
+            "their DWH bindings and sync runs"
+        )
         ws_rows = page.locator('[data-testid="workspace-table"] tbody tr')
         expect(ws_rows).to_have_count(2)
         expect(ws_rows.nth(0)).to_contain_text(WORKSPACE)
@@ -163,29 +177,47 @@ def test_memory_management_page(server: Server, chromium, index_blocker, screens
         # only the family's fields, required ones marked
         expect(page.get_by_role("textbox", name="Rule", exact=True)).to_be_visible()
         expect(page.locator('#family-fields [data-field="question"]')).to_be_hidden()
-        for name, required in (("content", True), ("scope", True), ("rationale", True), ("sql", False), ("context", False)):
+        for name, required in (
+            ("content", True),
+            ("scope", True),
+            ("rationale", True),
+            ("sql", False),
+            ("context", False),
+        ):
             box = page.locator(f'#family-fields [data-field="{name}"]')
             expect(box).to_be_visible()
             if required:
                 expect(box.locator(".req")).to_be_visible()
             else:
                 expect(box.locator(".req")).to_be_hidden()
-        page.get_by_test_id("save-card").click()  # nothing filled: refused next to the form, nothing sent
+        page.get_by_test_id(
+            "save-card"
+        ).click()  # nothing filled: refused next to the form, nothing sent
         errors = page.get_by_test_id("editor-errors")
         expect(errors).to_contain_text("Title is required")
         expect(errors).to_contain_text("Rule is required")
         page.get_by_role("textbox", name="Title", exact=True).fill("Net revenue excludes refunds")
-        page.get_by_role("textbox", name="Rule", exact=True).fill("Subtract\u0001refunds")  # the API refuses it
+        page.get_by_role("textbox", name="Rule", exact=True).fill(
+            "Subtract\u0001refunds"
+        )  # the API refuses it
         page.get_by_role("textbox", name="Scope", exact=True).fill("Finance reports")
-        page.get_by_role("textbox", name="Rationale", exact=True).fill("Finance reports net figures.")
+        page.get_by_role("textbox", name="Rationale", exact=True).fill(
+            "Finance reports net figures."
+        )
         page.get_by_test_id("save-card").click()
         expect(errors).to_contain_text("the server refused the card")
         expect(errors).to_contain_text("Rule: must be text with a visible character")
-        expect(page.get_by_role("textbox", name="Rule", exact=True)).to_have_attribute("aria-invalid", "true")
+        expect(page.get_by_role("textbox", name="Rule", exact=True)).to_have_attribute(
+            "aria-invalid", "true"
+        )
         expect(count).to_have_text(f"{SEED_COUNT} cards")  # nothing was created
-        page.get_by_role("textbox", name="Rule", exact=True).fill("Subtract refunds from gross revenue.")
+        page.get_by_role("textbox", name="Rule", exact=True).fill(
+            "Subtract refunds from gross revenue."
+        )
         page.get_by_role("textbox", name="Scope", exact=True).fill("Finance reports")
-        page.get_by_role("textbox", name="Rationale", exact=True).fill("Finance reports net figures.")
+        page.get_by_role("textbox", name="Rationale", exact=True).fill(
+            "Finance reports net figures."
+        )
         page.get_by_test_id("concept-input").fill("revenue, refunds, temporary, <b>gross</b>")
         page.get_by_test_id("concept-input").press("Enter")
         chips = page.get_by_test_id("concept-chips").locator("li")
@@ -225,8 +257,12 @@ def test_memory_management_page(server: Server, chromium, index_blocker, screens
         assert re.fullmatch(r"mem-[0-9a-f-]{36}", new_id)
         dependencies = page.get_by_test_id("detail-dependencies").locator("tbody tr")
         expect(dependencies).to_have_count(2)
-        expect(dependencies.filter(has_text="refund_amount")).to_have_text(re.compile(r"dwh\s*sales\s*orders\s*refund_amount"))
-        expect(dependencies.filter(has_text="finance")).to_have_text(re.compile(r"finance\s*—\s*—\s*—"))
+        expect(dependencies.filter(has_text="refund_amount")).to_have_text(
+            re.compile(r"dwh\s*sales\s*orders\s*refund_amount")
+        )
+        expect(dependencies.filter(has_text="finance")).to_have_text(
+            re.compile(r"finance\s*—\s*—\s*—")
+        )
         links = page.get_by_test_id("detail-links").locator("li")
         expect(links).to_have_count(1)
         expect(links.first).to_contain_text("refines")
@@ -234,7 +270,9 @@ def test_memory_management_page(server: Server, chromium, index_blocker, screens
         expect(links.first).to_contain_text(seed[5])
         expect(page.locator('[data-detail="origin"]')).to_have_text("Manual")
         expect(page.locator('[data-detail="source"]')).to_contain_text("created manually")
-        expect(page.locator('[data-detail="concepts"] li')).to_have_text(["revenue", "refunds", "<b>gross</b>"])
+        expect(page.locator('[data-detail="concepts"] li')).to_have_text(
+            ["revenue", "refunds", "<b>gross</b>"]
+        )
         assert page.locator('[data-detail="concepts"] b').count() == 0
         expect(page.get_by_test_id("detail-index")).to_contain_text("Current")
         expect(count).to_have_text(f"{SEED_COUNT + 1} cards")
@@ -271,17 +309,23 @@ def test_memory_management_page(server: Server, chromium, index_blocker, screens
         ready("memory")
         expect(detail_title).to_have_text("Net revenue excludes refunds")
         expect(revision).to_have_text("1")
-        expect(page.locator('[data-detail="content"]')).to_have_text("Subtract refunds from gross revenue.")
+        expect(page.locator('[data-detail="content"]')).to_have_text(
+            "Subtract refunds from gross revenue."
+        )
         shot("edit-cancelled")
 
         # --- edit and save ----------------------------------------------------------------
         page.get_by_test_id("edit-card").click()
-        page.get_by_role("textbox", name="Rule", exact=True).fill("Subtract refunds and chargebacks from gross revenue.")
+        page.get_by_role("textbox", name="Rule", exact=True).fill(
+            "Subtract refunds and chargebacks from gross revenue."
+        )
         page.get_by_test_id("save-card").click()
         expect(feedback).to_have_attribute("data-status", "saved")
         expect(feedback).to_have_text("Saved")
         expect(revision).to_have_text("2")
-        expect(page.locator('[data-detail="content"]')).to_have_text("Subtract refunds and chargebacks from gross revenue.")
+        expect(page.locator('[data-detail="content"]')).to_have_text(
+            "Subtract refunds and chargebacks from gross revenue."
+        )
         # the dependency and the link were kept by the form
         expect(page.get_by_test_id("detail-dependencies").locator("tbody tr")).to_have_count(2)
         expect(page.get_by_test_id("detail-links").locator("li")).to_have_count(1)
@@ -291,11 +335,29 @@ def test_memory_management_page(server: Server, chromium, index_blocker, screens
         page.get_by_test_id("edit-card").click()
         page.get_by_role("textbox", name="Scope", exact=True).fill("Finance and controlling")
         current = server.api("GET", f"/api/workspaces/{WORKSPACE}/memory/{new_id}")
-        body = {k: current[k] for k in ("family", "title", "content", "scope", "rationale", "sql", "context",
-                                        "concepts", "dependencies", "revision") if current[k] is not None}
-        body["links"] = [{"target": link["target"], "meaning": link["meaning"]} for link in current["links"]]
+        body = {
+            k: current[k]
+            for k in (
+                "family",
+                "title",
+                "content",
+                "scope",
+                "rationale",
+                "sql",
+                "context",
+                "concepts",
+                "dependencies",
+                "revision",
+            )
+            if current[k] is not None
+        }
+        body["links"] = [
+            {"target": link["target"], "meaning": link["meaning"]} for link in current["links"]
+        ]
         body["scope"] = "Changed elsewhere"
-        server.api("PUT", f"/api/workspaces/{WORKSPACE}/memory/{new_id}", body)  # another administrator
+        server.api(
+            "PUT", f"/api/workspaces/{WORKSPACE}/memory/{new_id}", body
+        )  # another administrator
         page.get_by_test_id("save-card").click()
         expect(errors).to_be_visible()
         expect(errors).to_contain_text("someone changed this card")
@@ -344,15 +406,21 @@ def test_memory_management_page(server: Server, chromium, index_blocker, screens
         # --- index back: retry empties the pending list ------------------------------------
         blocker.release()
         pending_new.get_by_test_id("pending-retry").click()
-        expect(page.get_by_test_id("pending-feedback")).to_contain_text("Index updated for “Net revenue excludes refunds”")
+        expect(page.get_by_test_id("pending-feedback")).to_contain_text(
+            "Index updated for “Net revenue excludes refunds”"
+        )
         expect(pending_new).to_have_count(0)
         expect(pending_items).to_have_count(1)
         pending_deleted.get_by_test_id("pending-retry").click()
-        expect(page.get_by_test_id("pending-feedback")).to_contain_text(f"Index updated for {seed[7]} (deleted card)")
+        expect(page.get_by_test_id("pending-feedback")).to_contain_text(
+            f"Index updated for {seed[7]} (deleted card)"
+        )
         expect(pending_items).to_have_count(0)
         expect(page.get_by_test_id("pending-count")).to_contain_text("No pending index updates")
         expect(page.get_by_test_id("pending-jump")).to_be_hidden()
-        expect(feedback).to_have_attribute("data-status", "saved")  # the deletion's warning is resolved
+        expect(feedback).to_have_attribute(
+            "data-status", "saved"
+        )  # the deletion's warning is resolved
         shot("retried")
 
         # --- delete with confirmation (keyboard: Escape keeps the card) -----------------------
@@ -375,7 +443,9 @@ def test_memory_management_page(server: Server, chromium, index_blocker, screens
         expect(feedback).to_have_text("Deleted “Net revenue excludes refunds”")
         expect(page.get_by_test_id("card-detail")).to_be_hidden()
         expect(count).to_have_text(f"{SEED_COUNT - 1} cards")
-        expect(page.locator(f'[data-testid="card-row"] a[data-card-id="{new_id}"]')).to_have_count(0)
+        expect(page.locator(f'[data-testid="card-row"] a[data-card-id="{new_id}"]')).to_have_count(
+            0
+        )
         page.get_by_label("Search text or ID").fill(new_id)
         page.get_by_label("Search text or ID").press("Enter")
         expect(count).to_have_text(re.compile(r"^0 cards"))

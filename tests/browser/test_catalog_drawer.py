@@ -27,8 +27,10 @@ def bound_server(dwh_path, server, database):
     from tht.bootstrap import ProjectionSettings, build_services
     from tht.catalog.model import Binding
 
-    services = build_services(env={**database.env(), "THT_HOME": str(server.home)},
-                              projection=ProjectionSettings(**PROJECTION))
+    services = build_services(
+        env={**database.env(), "THT_HOME": str(server.home)},
+        projection=ProjectionSettings(**PROJECTION),
+    )
     try:
         services.catalog.bind(Binding(WORKSPACE, "dwh", "main", DWH_ENV))
     finally:
@@ -40,12 +42,19 @@ def card(title: str, table: str, column: str | None = None) -> dict:
     dependency = {"database": "dwh", "schema": "main", "table": table}
     if column:
         dependency["column"] = column
-    return {"family": "sql_rule", "title": title, "content": "A rule.", "scope": "Sales", "rationale": "Because.",
-            "dependencies": [dependency]}
+    return {
+        "family": "sql_rule",
+        "title": title,
+        "content": "A rule.",
+        "scope": "Sales",
+        "rationale": "Because.",
+        "dependencies": [dependency],
+    }
 
 
-def test_run_drawer_reports_deleted_cards_errors_and_retry(bound_server: Server, dwh_path, chromium, index_blocker,
-                                                         screenshots):
+def test_run_drawer_reports_deleted_cards_errors_and_retry(
+    bound_server: Server, dwh_path, chromium, index_blocker, screenshots
+):
     from playwright.sync_api import expect
 
     server = bound_server
@@ -53,22 +62,36 @@ def test_run_drawer_reports_deleted_cards_errors_and_retry(bound_server: Server,
     baseline = server.api("POST", f"/api/workspaces/{WORKSPACE}/catalog/sync")
     assert baseline["status"] == "completed"
     memory = f"/api/workspaces/{WORKSPACE}/memory"
-    doomed = {server.api("POST", memory, card("Customer names are legal names", "customers", "name"))["card"]["id"],
-              server.api("POST", memory, card("Customers are deduplicated", "customers"))["card"]["id"]}
-    kept = server.api("POST", memory, card("Order status is lower case", "orders", "status"))["card"]["id"]
+    doomed = {
+        server.api("POST", memory, card("Customer names are legal names", "customers", "name"))[
+            "card"
+        ]["id"],
+        server.api("POST", memory, card("Customers are deduplicated", "customers"))["card"]["id"],
+    }
+    kept = server.api("POST", memory, card("Order status is lower case", "orders", "status"))[
+        "card"
+    ]["id"]
 
     context = chromium.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
     page.set_default_timeout(20_000)
     problems: list[str] = []
     page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-    page.on("console", lambda message: problems.append(f"console: {message.text}")
-            if message.type == "error" and "Content Security Policy" in message.text else None)
+    page.on(
+        "console",
+        lambda message: (
+            problems.append(f"console: {message.text}")
+            if message.type == "error" and "Content Security Policy" in message.text
+            else None
+        ),
+    )
     step = {"n": 0}
 
     def shot(name: str) -> None:
         step["n"] += 1
-        page.screenshot(path=str(screenshots / f"catalog-{step['n']:02d}-{name}.png"), full_page=False)
+        page.screenshot(
+            path=str(screenshots / f"catalog-{step['n']:02d}-{name}.png"), full_page=False
+        )
 
     try:
         page.goto(server.url + "login")
@@ -117,7 +140,9 @@ def test_run_drawer_reports_deleted_cards_errors_and_retry(bound_server: Server,
 
         blocker.release()
         page.get_by_test_id("run-retry").click()
-        expect(page.get_by_test_id("run-feedback")).to_contain_text("Cleanup completed: 2 Memory cards deleted")
+        expect(page.get_by_test_id("run-feedback")).to_contain_text(
+            "Cleanup completed: 2 Memory cards deleted"
+        )
         expect(drawer).to_have_attribute("data-status", "completed")
         expect(page.get_by_test_id("run-status")).to_have_text("Completed")
         expect(page.get_by_test_id("run-retry")).to_be_hidden()

@@ -20,7 +20,15 @@ from tests.browser.conftest import (
     _server_env,
     running_server,
 )
-from tests.integration.workflow_support import APPROVED_SQL, Session, add, decision, join_rule, solved, update
+from tests.integration.workflow_support import (
+    APPROVED_SQL,
+    Session,
+    add,
+    decision,
+    join_rule,
+    solved,
+    update,
+)
 
 SESSION = "s-review"
 DECLINED = "s-decline"
@@ -30,31 +38,82 @@ def _seed(env: dict[str, str], root: Path) -> dict[str, str]:
     from tht.bootstrap import ProjectionSettings, build_services
     from tht.memory.model import parse_card_input
 
-    services = build_services(env=env, projection=ProjectionSettings(**PROJECTION), sessions_root=root)
+    services = build_services(
+        env=env, projection=ProjectionSettings(**PROJECTION), sessions_root=root
+    )
     try:
         services.workspaces.create(WORKSPACE, "en", "Acme sales")
         services.accounts.create_user(USER, "admin", [WORKSPACE], password=PASSWORD)
-        manual = services.memory.create_card(WORKSPACE, parse_card_input(
-            join_rule(title="Job join (manual)", content="Join movements and jobs on job_code."))).card
-        target = services.memory.create_card(WORKSPACE, parse_card_input(
-            {"family": "domain_clarification", "title": "Fiscal year", "content": "The year of the books.",
-             "scope": "Accounting"})).card
+        manual = services.memory.create_card(
+            WORKSPACE,
+            parse_card_input(
+                join_rule(title="Job join (manual)", content="Join movements and jobs on job_code.")
+            ),
+        ).card
+        target = services.memory.create_card(
+            WORKSPACE,
+            parse_card_input(
+                {
+                    "family": "domain_clarification",
+                    "title": "Fiscal year",
+                    "content": "The year of the books.",
+                    "scope": "Accounting",
+                }
+            ),
+        ).card
         Session(root, SESSION).log(
             decision("d1", "sql_corrected", explanation="A job code repeats across fiscal years."),
             decision("d2", "concept_clarified", text="a commessa is a job"),
-            decision("d3", "sql_approved", sql=APPROVED_SQL))
-        services.workflow.propose(WORKSPACE, SESSION, {"proposals": [
-            update("fix", ["d1"], manual.id, 1, join_rule(title="Job join"), change="add fiscal_year to the join",
-                   links=[{"target": target.id, "meaning": "uses"}]),
-            add("job", ["d2"], {"family": "domain_clarification", "title": "Commessa",
-                                "content": "A commessa is a job.", "scope": "Accounting"},
-                links=[{"proposal": "fix", "meaning": "explained by"}]),
-            add("q", ["d3"], solved()),
-        ]})
+            decision("d3", "sql_approved", sql=APPROVED_SQL),
+        )
+        services.workflow.propose(
+            WORKSPACE,
+            SESSION,
+            {
+                "proposals": [
+                    update(
+                        "fix",
+                        ["d1"],
+                        manual.id,
+                        1,
+                        join_rule(title="Job join"),
+                        change="add fiscal_year to the join",
+                        links=[{"target": target.id, "meaning": "uses"}],
+                    ),
+                    add(
+                        "job",
+                        ["d2"],
+                        {
+                            "family": "domain_clarification",
+                            "title": "Commessa",
+                            "content": "A commessa is a job.",
+                            "scope": "Accounting",
+                        },
+                        links=[{"proposal": "fix", "meaning": "explained by"}],
+                    ),
+                    add("q", ["d3"], solved()),
+                ]
+            },
+        )
         Session(root, DECLINED).log(decision("d1", "concept_clarified", text="x"))
-        services.workflow.propose(WORKSPACE, DECLINED, {"proposals": [
-            add("c", ["d1"], {"family": "domain_clarification", "title": "Backlog", "content": "Open orders.",
-                              "scope": "Sales"})]})
+        services.workflow.propose(
+            WORKSPACE,
+            DECLINED,
+            {
+                "proposals": [
+                    add(
+                        "c",
+                        ["d1"],
+                        {
+                            "family": "domain_clarification",
+                            "title": "Backlog",
+                            "content": "Open orders.",
+                            "scope": "Sales",
+                        },
+                    )
+                ]
+            },
+        )
         return {"manual": manual.id, "target": target.id}
     finally:
         services.close()
@@ -68,8 +127,10 @@ def review_server(database, tmp_path):
     root.mkdir()
     env = _server_env(database, home)
     cards = _seed(env, root)
-    config = ("index: {engine: edge, open_timeout: 1}\nembedding: {provider: hashing, dimension: 64}\n"
-              f"sessions_root: {root}\n")
+    config = (
+        "index: {engine: edge, open_timeout: 1}\nembedding: {provider: hashing, dimension: 64}\n"
+        f"sessions_root: {root}\n"
+    )
     with running_server(env, config, tmp_path, home) as server:
         yield server, cards, root
 
@@ -83,13 +144,21 @@ def test_reviewer_page_chooses_edits_applies_and_declines(review_server, chromiu
     page.set_default_timeout(15_000)
     problems: list[str] = []
     page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-    page.on("console", lambda m: problems.append(f"console: {m.text}") if m.type == "error"
-            and "Content Security Policy" in m.text else None)
+    page.on(
+        "console",
+        lambda m: (
+            problems.append(f"console: {m.text}")
+            if m.type == "error" and "Content Security Policy" in m.text
+            else None
+        ),
+    )
     step = {"n": 0}
 
     def shot(name: str) -> None:
         step["n"] += 1
-        page.screenshot(path=str(screenshots / f"review-{step['n']:02d}-{name}.png"), full_page=True)
+        page.screenshot(
+            path=str(screenshots / f"review-{step['n']:02d}-{name}.png"), full_page=True
+        )
 
     blocker = None
     try:
@@ -98,11 +167,15 @@ def test_reviewer_page_chooses_edits_applies_and_declines(review_server, chromiu
         page.get_by_label("Password").fill(PASSWORD)
         page.get_by_role("button", name="Log in", exact=True).click()
         expect(page).to_have_url(re.compile(r"/admin/memory$"))
-        page.get_by_role("navigation", name="Main").get_by_role("link", name="Memory review").click()
+        page.get_by_role("navigation", name="Main").get_by_role(
+            "link", name="Memory review"
+        ).click()
         expect(page).to_have_url(re.compile(r"/admin/review$"))
         expect(page.locator("#nav-review")).to_have_attribute("aria-current", "page")
         expect(page.locator('#review-app[data-review-ready="true"]')).to_have_count(1)
-        expect(page.get_by_role("heading", name=re.compile("Memory review"), level=1)).to_be_visible()
+        expect(
+            page.get_by_role("heading", name=re.compile("Memory review"), level=1)
+        ).to_be_visible()
         page.get_by_test_id("review-workspace").select_option(WORKSPACE)
         sessions = page.get_by_test_id("session-item")
         expect(sessions).to_have_count(2)
@@ -114,9 +187,13 @@ def test_reviewer_page_chooses_edits_applies_and_declines(review_server, chromiu
         update_item = page.locator('[data-testid=review-item][data-proposal="fix"]')
         content_change = update_item.get_by_test_id("change-row").filter(has_text="content")
         expect(content_change).to_contain_text("Join movements and jobs on job_code.")
-        expect(content_change).to_contain_text("Join movements and jobs on job_code and fiscal_year.")
+        expect(content_change).to_contain_text(
+            "Join movements and jobs on job_code and fiscal_year."
+        )
         expect(page.get_by_test_id("approved-sql")).to_have_text(APPROVED_SQL)
-        expect(page.get_by_test_id("field-q-sql")).to_have_count(0)  # no editor for the approved SQL
+        expect(page.get_by_test_id("field-q-sql")).to_have_count(
+            0
+        )  # no editor for the approved SQL
         shot("summary")
 
         # --- edit, choose, apply while the index is down -----------------------------------
@@ -131,16 +208,29 @@ def test_reviewer_page_chooses_edits_applies_and_declines(review_server, chromiu
         expect(page.get_by_test_id("result-status")).to_contain_text("applied")
         expect(page.get_by_test_id("result-status")).to_contain_text("Declined proposals: q")
         expect(page.get_by_test_id("result-card")).to_have_count(2)
-        expect(page.get_by_test_id("pending-card")).to_have_count(2)  # saved, index update incomplete
-        expect(page.get_by_test_id("reviewed-banner")).to_contain_text("reviewed (applied) by " + USER)
+        expect(page.get_by_test_id("pending-card")).to_have_count(
+            2
+        )  # saved, index update incomplete
+        expect(page.get_by_test_id("reviewed-banner")).to_contain_text(
+            "reviewed (applied) by " + USER
+        )
         expect(page.get_by_test_id("apply-review")).to_be_disabled()
         shot("applied-pending")
 
         # the archive holds the reviewer's edits; the update kept identity and origin
-        new_id = page.locator('[data-testid=result-card]').filter(has_text="proposal job").get_attribute("data-card")
+        new_id = (
+            page.locator("[data-testid=result-card]")
+            .filter(has_text="proposal job")
+            .get_attribute("data-card")
+        )
         job = server.api("GET", f"/api/workspaces/{WORKSPACE}/memory/{new_id}")
-        assert job["content"] == "A commessa is a job (Italian ledgers)." and job["scope"] == "Accounting (Italy)"
-        assert job["dependencies"] == [{"database": "dwh", "schema": "acc", "table": "jobs", "column": None}]
+        assert (
+            job["content"] == "A commessa is a job (Italian ledgers)."
+            and job["scope"] == "Accounting (Italy)"
+        )
+        assert job["dependencies"] == [
+            {"database": "dwh", "schema": "acc", "table": "jobs", "column": None}
+        ]
         assert [link["target"] for link in job["links"]] == [cards["manual"]]
         fixed = server.api("GET", f"/api/workspaces/{WORKSPACE}/memory/{cards['manual']}")
         assert fixed["origin"] == "manual" and fixed["revision"] == 2 and fixed["links"] == []

@@ -42,8 +42,12 @@ def sqlalchemy_url(conninfo: str) -> str:
     if params.get("port") and host is None:
         query["port"] = str(params["port"])
     return URL.create(
-        "postgresql+psycopg", username=params.get("user"), password=params.get("password"), host=host,
-        port=int(params["port"]) if params.get("port") and host else None, database=params["dbname"],
+        "postgresql+psycopg",
+        username=params.get("user"),
+        password=params.get("password"),
+        host=host,
+        port=int(params["port"]) if params.get("port") and host else None,
+        database=params["dbname"],
         query=query,
     ).render_as_string(hide_password=False)
 
@@ -73,7 +77,9 @@ def create_postgres_dwh(cluster) -> PostgresDwh:
 
 def drop_postgres_dwh(cluster, dwh: PostgresDwh) -> None:
     with cluster.admin() as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dwh.name)))
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dwh.name))
+        )
 
 
 def create_sqlite_dwh(path: Path) -> str:
@@ -95,8 +101,13 @@ def sqlite_execute(path: Path, script: str) -> None:
         conn.close()
 
 
-def dep(table: str | None = None, column: str | None = None, *, schema: str | None = "sales",
-        database: str = "dwh") -> dict:
+def dep(
+    table: str | None = None,
+    column: str | None = None,
+    *,
+    schema: str | None = "sales",
+    database: str = "dwh",
+) -> dict:
     found = {"database": database}
     if schema:
         found["schema"] = schema
@@ -107,23 +118,38 @@ def dep(table: str | None = None, column: str | None = None, *, schema: str | No
     return found
 
 
-def make_card(cli, config: str, tmp_path: Path, family: str, title: str, deps: list[dict],
-              links: list[dict] | None = None) -> str:
+def make_card(
+    cli,
+    config: str,
+    tmp_path: Path,
+    family: str,
+    title: str,
+    deps: list[dict],
+    links: list[dict] | None = None,
+) -> str:
     path = tmp_path / f"card-{uuid.uuid4().hex[:8]}.json"
-    path.write_text(json.dumps(card_document(family, title=title, dependencies=deps, links=links or [])))
+    path.write_text(
+        json.dumps(card_document(family, title=title, dependencies=deps, links=links or []))
+    )
     result = cli("memory", "create", "-c", config, "--data", str(path))
     assert result.code == 0 and result.document["status"] == "saved", result.document
     return result.document["card"]["id"]
 
 
-def recall_ids(cli, config: str, command: str, question: str = "orders amount status customers") -> set[str]:
+def recall_ids(
+    cli, config: str, command: str, question: str = "orders amount status customers"
+) -> set[str]:
     result = cli("memory", command, question, "-c", config, "--filters", '{"top": 100}')
     assert result.code == 0, result.document
     return {r["id"] for r in result.document["results"]}
 
 
 def every_recall(cli, config: str) -> set[str]:
-    return recall_ids(cli, config, "search") | recall_ids(cli, config, "rules") | recall_ids(cli, config, "solved-search")
+    return (
+        recall_ids(cli, config, "search")
+        | recall_ids(cli, config, "rules")
+        | recall_ids(cli, config, "solved-search")
+    )
 
 
 def existing(cli, config: str, ids) -> set[str]:
@@ -136,14 +162,17 @@ def existing(cli, config: str, ids) -> set[str]:
     return found
 
 
-def tht_process(args: list[str], env: dict[str, str], crash_at: str | None = None) -> tuple[int, dict | None, str]:
+def tht_process(
+    args: list[str], env: dict[str, str], crash_at: str | None = None
+) -> tuple[int, dict | None, str]:
     """A real `tht` process (crash points end the process, as a kill would)."""
     full = dict(env)
     full.pop("THT_CRASH_AT", None)
     if crash_at:
         full["THT_CRASH_AT"] = crash_at
-    done = subprocess.run([sys.executable, "-m", "tht", *args], env=full, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "tht", *args], env=full, capture_output=True, text=True, timeout=300
+    )
     lines = [line for line in done.stdout.splitlines() if line.strip()]
     assert len(lines) <= 1, done.stdout
     return done.returncode, (json.loads(lines[0]) if lines else None), done.stderr

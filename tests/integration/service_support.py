@@ -36,20 +36,39 @@ class Installation:
         path.write_text(text)
         return str(path)
 
-    def run(self, *args: str, token: str | None = None, stdin: str | None = None, timeout: float = 120,
-            **env: str) -> Result:
+    def run(
+        self,
+        *args: str,
+        token: str | None = None,
+        stdin: str | None = None,
+        timeout: float = 120,
+        **env: str,
+    ) -> Result:
         environment = {**self.env, **env}
         if token is not None:
             environment["THT_TOKEN"] = token
-        done = subprocess.run([sys.executable, "-m", "tht", *args], env=environment, input=stdin,
-                              capture_output=True, text=True, timeout=timeout, cwd=self.home)
+        done = subprocess.run(
+            [sys.executable, "-m", "tht", *args],
+            env=environment,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=self.home,
+        )
         lines = done.stdout.strip().splitlines()
         assert len(lines) == 1, (done.returncode, done.stdout, done.stderr)
         return Result(done.returncode, json.loads(lines[0]), done.stderr)
 
     def start(self, *args: str, **env: str) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "tht", *args], env={**self.env, **env},
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=self.home)
+        return subprocess.Popen(
+            [sys.executable, "-m", "tht", *args],
+            env={**self.env, **env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=self.home,
+        )
 
     @property
     def run_dir(self) -> Path:

@@ -11,7 +11,14 @@ from fastapi.testclient import TestClient
 
 from tests.factories import card, card_document
 from tests.integration.web_support import ORIGIN, build_world
-from tests.integration.workflow_support import APPROVED_SQL, Session, add, decision, join_rule, solved
+from tests.integration.workflow_support import (
+    APPROVED_SQL,
+    Session,
+    add,
+    decision,
+    join_rule,
+    solved,
+)
 from tht.accounts import MANAGE, PROPOSE, READ, RECALL, ROLE_PERMISSIONS, Principal
 from tht.bootstrap import ProjectionSettings, build_services
 from tht.catalog.model import Binding
@@ -42,15 +49,25 @@ def proposals() -> dict:
 def prepare_sessions(world) -> None:
     """s-propose: a corrected join to propose; s-solved: a reviewed solved question
     (its receipt is what solved-index retries)."""
-    Session(world.root, "s-propose").log(decision(
-        "d1", "sql_corrected", explanation="A job code repeats across fiscal years: join on code and year.",
-        before="... ON j.job_code = m.job_code", after="... AND j.fiscal_year = m.fiscal_year"))
+    Session(world.root, "s-propose").log(
+        decision(
+            "d1",
+            "sql_corrected",
+            explanation="A job code repeats across fiscal years: join on code and year.",
+            before="... ON j.job_code = m.job_code",
+            after="... AND j.fiscal_year = m.fiscal_year",
+        )
+    )
     Session(world.root, "s-solved").log(decision("d1", "sql_approved", sql=APPROVED_SQL))
     workflow = world.services.workflow
     workflow.propose("ws-a", "s-solved", {"version": 1, "proposals": [add("q", ["d1"], solved())]})
     digest = workflow.summary("ws-a", "s-solved")["proposals_digest"]
-    review = Review.model_validate({"decision": "apply", "proposals_digest": digest, "selected": [{"proposal": "q"}]})
-    applied = workflow.review_apply(Principal("reviewer", "admin", frozenset({"ws-a"})), "ws-a", "s-solved", review)
+    review = Review.model_validate(
+        {"decision": "apply", "proposals_digest": digest, "selected": [{"proposal": "q"}]}
+    )
+    applied = workflow.review_apply(
+        Principal("reviewer", "admin", frozenset({"ws-a"})), "ws-a", "s-solved", review
+    )
     assert applied["status"] == "applied", applied
 
 
@@ -68,8 +85,22 @@ def memory_routes(world) -> list[tuple[str, str, str, dict | None, str, int]]:
         ("POST", BASE + "/{cardId}/retry", f"/{card_id}/retry", None, MANAGE, 200),
         ("POST", BASE + "/search", "/search", {"question": "shipped order"}, RECALL, 200),
         ("POST", BASE + "/rules", "/rules", {"question": "join jobs on code"}, RECALL, 200),
-        ("POST", BASE + "/solved-search", "/solved-search", {"question": "orders per customer"}, RECALL, 200),
-        ("POST", BASE + "/propose", "/propose", {"session": "s-propose", "data": proposals()}, PROPOSE, 200),
+        (
+            "POST",
+            BASE + "/solved-search",
+            "/solved-search",
+            {"question": "orders per customer"},
+            RECALL,
+            200,
+        ),
+        (
+            "POST",
+            BASE + "/propose",
+            "/propose",
+            {"session": "s-propose", "data": proposals()},
+            PROPOSE,
+            200,
+        ),
         ("POST", BASE + "/summary", "/summary", {"session": "s-propose"}, PROPOSE, 200),
         ("POST", BASE + "/solved-index", "/solved-index", {"session": "s-solved"}, PROPOSE, 200),
     ]
@@ -84,7 +115,9 @@ def test_capability_matrix_over_every_memory_route(world):
     for actor in actors:
         for method, _, suffix, body, permission, status in memory_routes(world):
             if "{fresh}" in suffix:  # a card of its own for each deletion
-                suffix = "/" + world.services.memory.create_card("ws-a", card(title="to delete")).card.id
+                suffix = (
+                    "/" + world.services.memory.create_card("ws-a", card(title="to delete")).card.id
+                )
             path = BASE.format(workspaceId="ws-a") + suffix
             headers = {"Authorization": f"Bearer {world.tokens[actor]}"} if actor else {}
             before = world.snapshot(), proposals_file.exists()
@@ -93,70 +126,122 @@ def test_capability_matrix_over_every_memory_route(world):
                 expected = (401, "unauthenticated")
             elif MEMBERSHIP[actor] == "ws-a" and permission in ROLE_PERMISSIONS[ROLE[actor]]:
                 expected = (status, None)
-                allowed_by_role.setdefault(ROLE[actor], set()).add(f"{method} {suffix.split('/')[-1] or '/'}")
+                allowed_by_role.setdefault(ROLE[actor], set()).add(
+                    f"{method} {suffix.split('/')[-1] or '/'}"
+                )
             else:
                 expected = (403, "forbidden")
             got = response.json()
-            assert (response.status_code, got.get("error", {}).get("code") if isinstance(got, dict) else None) == \
-                expected, (actor, method, path, got)
+            assert (
+                response.status_code,
+                got.get("error", {}).get("code") if isinstance(got, dict) else None,
+            ) == expected, (actor, method, path, got)
             if expected[0] >= 400:
                 assert set(got["error"]) == {"code", "message", "details"}
                 assert (world.snapshot(), proposals_file.exists()) == before, (actor, method, path)
     # what each role did, as the capability table says (DESIGN.md §3a)
-    assert allowed_by_role["agent"] == {"POST search", "POST rules", "POST solved-search", "POST propose",
-                                        "POST summary", "POST solved-index"}
-    assert allowed_by_role["user"] == {"GET /", "GET pending", f"GET {world.cards['ws-a'][0]}", "POST search",
-                                       "POST rules", "POST solved-search"}
+    assert allowed_by_role["agent"] == {
+        "POST search",
+        "POST rules",
+        "POST solved-search",
+        "POST propose",
+        "POST summary",
+        "POST solved-index",
+    }
+    assert allowed_by_role["user"] == {
+        "GET /",
+        "GET pending",
+        f"GET {world.cards['ws-a'][0]}",
+        "POST search",
+        "POST rules",
+        "POST solved-search",
+    }
     assert len({"/".join(r) for r in allowed_by_role["admin"]}) == len(memory_routes(world))
     assert proposals_file.exists()  # written by the allowed proposals only
 
 
 def test_the_matrix_covers_every_memory_route_of_the_openapi_document(world):
     document = world.client.get("/api/docs").json()
-    documented = {(method.upper(), path) for path, operations in document["paths"].items()
-                  if path.startswith(BASE) for method in operations}
+    documented = {
+        (method.upper(), path)
+        for path, operations in document["paths"].items()
+        if path.startswith(BASE)
+        for method in operations
+    }
     assert documented == {(method, path) for method, path, *_ in memory_routes(world)}
 
 
 def test_openapi_documents_the_agent_routes_with_their_models_and_errors(world):
     document = world.client.get("/api/docs").json()
     components = document["components"]["schemas"]
-    expected = {"search": "SearchIn", "rules": "RulesIn", "solved-search": "SolvedSearchIn", "propose": "ProposeIn",
-                "summary": "SessionIn", "solved-index": "SessionIn"}
+    expected = {
+        "search": "SearchIn",
+        "rules": "RulesIn",
+        "solved-search": "SolvedSearchIn",
+        "propose": "ProposeIn",
+        "summary": "SessionIn",
+        "solved-index": "SessionIn",
+    }
     for route, model in expected.items():
         operation = document["paths"][f"{BASE}/{route}"]["post"]
         body = operation["requestBody"]["content"]["application/json"]["schema"]
         assert body["$ref"] == f"#/components/schemas/{model}", route
         assert {"200", "401", "403", "404", "422", "503"} <= set(operation["responses"]), route
-        assert operation["responses"]["403"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorOut")
-        assert "$ref" in operation["responses"]["200"]["content"]["application/json"]["schema"], route
+        assert operation["responses"]["403"]["content"]["application/json"]["schema"][
+            "$ref"
+        ].endswith("/ErrorOut")
+        assert "$ref" in operation["responses"]["200"]["content"]["application/json"]["schema"], (
+            route
+        )
     for model in ("SearchIn", "RulesIn", "SolvedSearchIn"):
         assert {"question", "filters", "top"} <= set(components[model]["properties"])
-        assert not {"database", "schema"} & set(components[model]["properties"])  # the binding is not the caller's
+        assert not {"database", "schema"} & set(
+            components[model]["properties"]
+        )  # the binding is not the caller's
     assert {"session", "error"} <= set(components["RulesIn"]["properties"])
 
 
 def _cards_for_recall(world) -> dict[str, str]:
     memory = world.services.memory
     made = {
-        "sales_rule": card("sql_rule", title="Order totals exclude cancelled orders",
-                           content="Sum orders.total only where status is not cancelled.", scope="Sales",
-                           dependencies=[{"database": "dwh", "schema": "sales", "table": "orders"}]),
-        "other_rule": card("sql_rule", title="Order totals in the archive database",
-                           content="Sum orders.total of the archived orders where status is not cancelled.",
-                           scope="Sales", dependencies=[{"database": "archive", "schema": "old", "table": "orders"}]),
-        "error": card("explained_error", title="total was renamed", context="column total does not exist",
-                      content="Use total_amount.", rationale="Renamed in 2023.",
-                      error_signature='ERROR:  column "total" does not exist',
-                      dependencies=[{"database": "dwh", "schema": "sales", "table": "orders"}]),
-        "solved": card("solved_question", title="Order totals per customer",
-                       question="Total of the orders per customer", sql=APPROVED_SQL, context="All years."),
+        "sales_rule": card(
+            "sql_rule",
+            title="Order totals exclude cancelled orders",
+            content="Sum orders.total only where status is not cancelled.",
+            scope="Sales",
+            dependencies=[{"database": "dwh", "schema": "sales", "table": "orders"}],
+        ),
+        "other_rule": card(
+            "sql_rule",
+            title="Order totals in the archive database",
+            content="Sum orders.total of the archived orders where status is not cancelled.",
+            scope="Sales",
+            dependencies=[{"database": "archive", "schema": "old", "table": "orders"}],
+        ),
+        "error": card(
+            "explained_error",
+            title="total was renamed",
+            context="column total does not exist",
+            content="Use total_amount.",
+            rationale="Renamed in 2023.",
+            error_signature='ERROR:  column "total" does not exist',
+            dependencies=[{"database": "dwh", "schema": "sales", "table": "orders"}],
+        ),
+        "solved": card(
+            "solved_question",
+            title="Order totals per customer",
+            question="Total of the orders per customer",
+            sql=APPROVED_SQL,
+            context="All years.",
+        ),
     }
     return {name: memory.create_card("ws-a", c).card.id for name, c in made.items()}
 
 
 def _http(world, route: str, body: dict, actor: str = "agent_a"):
-    return world.client.post(f"/api/workspaces/ws-a/memory/{route}", json=body, headers=world.bearer(actor))
+    return world.client.post(
+        f"/api/workspaces/ws-a/memory/{route}", json=body, headers=world.bearer(actor)
+    )
 
 
 def test_http_recall_answers_what_the_cli_answers(world, cli, runtime_file, tmp_path):
@@ -165,13 +250,36 @@ def test_http_recall_answers_what_the_cli_answers(world, cli, runtime_file, tmp_
     config = runtime_file("ws-a", index=f"{{engine: edge, path: '{tmp_path / 'index'}'}}")
     cases = [
         ("search", {"question": "order totals cancelled"}, ["search", "order totals cancelled"]),
-        ("search", {"question": "order totals", "filters": {"scope": "Sales", "table": "orders"}, "top": 2},
-         ["search", "order totals", "--filters", json.dumps({"scope": "Sales", "table": "orders", "top": 2})]),
+        (
+            "search",
+            {
+                "question": "order totals",
+                "filters": {"scope": "Sales", "table": "orders"},
+                "top": 2,
+            },
+            [
+                "search",
+                "order totals",
+                "--filters",
+                json.dumps({"scope": "Sales", "table": "orders", "top": 2}),
+            ],
+        ),
         ("rules", {"question": "order totals"}, ["rules", "order totals"]),
-        ("rules", {"error": 'ERROR: column "total" does not exist at character 8', "question": "totals"},
-         ["rules", "totals", "--error", 'ERROR: column "total" does not exist at character 8']),
-        ("solved-search", {"question": "orders per customer"}, ["solved-search", "orders per customer"]),
-        ("rules", {"error": 'column "total" does not exist'}, ["rules", "--error", 'column "total" does not exist']),
+        (
+            "rules",
+            {"error": 'ERROR: column "total" does not exist at character 8', "question": "totals"},
+            ["rules", "totals", "--error", 'ERROR: column "total" does not exist at character 8'],
+        ),
+        (
+            "solved-search",
+            {"question": "orders per customer"},
+            ["solved-search", "orders per customer"],
+        ),
+        (
+            "rules",
+            {"error": 'column "total" does not exist'},
+            ["rules", "--error", 'column "total" does not exist'],
+        ),
     ]
     answers = []
     for route, body, _ in cases:
@@ -179,7 +287,7 @@ def test_http_recall_answers_what_the_cli_answers(world, cli, runtime_file, tmp_
         assert response.status_code == 200, (route, response.json())
         answers.append(response.json())
     world.services.projector.index.close()  # the CLI's own process would take the embedded index in turn
-    for (route, body, args), answer in zip(cases, answers):
+    for (route, _body, args), answer in zip(cases, answers, strict=True):
         run = cli("memory", *args, "-c", config)
         assert run.code == 0, run.document
         assert answer == run.document, route
@@ -188,20 +296,30 @@ def test_http_recall_answers_what_the_cli_answers(world, cli, runtime_file, tmp_
     assert made["sales_rule"] in ids[0] and made["other_rule"] not in ids[0]  # bound to dwh.sales
     assert answers[3]["exact"] == 1 and ids[3][0] == made["error"]
     assert ids[4] == [made["solved"]]
-    assert answers[5]["exact"] == 1 and ids[5][0] == made["error"]  # an error alone: no question needed
+    assert (
+        answers[5]["exact"] == 1 and ids[5][0] == made["error"]
+    )  # an error alone: no question needed
 
 
 def test_recall_is_bound_by_the_workspace_configuration_never_the_request(world):
     made = _cards_for_recall(world)
     question = {"question": "order totals cancelled", "top": 20}
     unbound = [r["id"] for r in _http(world, "search", question).json()["results"]]
-    assert {made["sales_rule"], made["other_rule"]} <= set(unbound)  # no binding: the whole workspace
+    assert {made["sales_rule"], made["other_rule"]} <= set(
+        unbound
+    )  # no binding: the whole workspace
     world.services.catalog.bind(Binding("ws-a", "dwh", "sales", "DWH_URL"))
     bound = _http(world, "search", question).json()
     assert made["sales_rule"] in [r["id"] for r in bound["results"]]
     assert made["other_rule"] not in [r["id"] for r in bound["results"]]
-    expected = recall_command(world.services, "ws-a", "search", question["question"], parse_recall_query({"top": 20}),
-                              binding=DwhBinding("dwh", "sales"))
+    expected = recall_command(
+        world.services,
+        "ws-a",
+        "search",
+        question["question"],
+        parse_recall_query({"top": 20}),
+        binding=DwhBinding("dwh", "sales"),
+    )
     assert bound == json.loads(json.dumps(expected))
     refused = [
         {**question, "database": "archive"},
@@ -235,20 +353,35 @@ def test_recall_requests_are_validated_like_the_cli(world):
         assert response.status_code == 422, (route, body, response.json())
         assert set(response.json()["error"]) == {"code", "message", "details"}
     assert _http(world, "search", {"question": "x", "top": 2}).status_code == 200
-    assert _http(world, "search", {"question": "x", "filters": {"top": 2, "table": "t", "column": "c"}}).status_code == 200
+    assert (
+        _http(
+            world, "search", {"question": "x", "filters": {"top": 2, "table": "t", "column": "c"}}
+        ).status_code
+        == 200
+    )
 
 
 def test_sessions_come_from_the_service_configuration(world, database, tmp_path):
     prepare_sessions(world)
     Session(world.root, "s-propose").log(  # decided in the session: left out of its recall
-        {"event": "memory_decided", "card": world.cards["ws-a"][0], "status": "approved", "gate": "F2"})
+        {
+            "event": "memory_decided",
+            "card": world.cards["ws-a"][0],
+            "status": "approved",
+            "gate": "F2",
+        }
+    )
     everything = _http(world, "search", {"question": "ws-a card", "top": 20}).json()["results"]
-    in_session = _http(world, "search", {"question": "ws-a card", "top": 20, "session": "s-propose"}).json()
+    in_session = _http(
+        world, "search", {"question": "ws-a card", "top": 20, "session": "s-propose"}
+    ).json()
     assert world.cards["ws-a"][0] in [r["id"] for r in everything]
     assert world.cards["ws-a"][0] not in [r["id"] for r in in_session["results"]]
     proposed = _http(world, "propose", {"session": "s-propose", "data": proposals()})
     assert proposed.status_code == 200, proposed.json()
-    assert proposed.json()["proposals"] == [{"id": "p1", "action": "add", "family": "sql_rule", "card_id": None}]
+    assert proposed.json()["proposals"] == [
+        {"id": "p1", "action": "add", "family": "sql_rule", "card_id": None}
+    ]
     summary = _http(world, "summary", {"session": "s-propose"}).json()
     assert summary == world.services.workflow.summary("ws-a", "s-propose")
     assert [a["proposal"] for a in summary["additions"]] == ["p1"]
@@ -257,19 +390,32 @@ def test_sessions_come_from_the_service_configuration(world, database, tmp_path)
 
     # a service started without sessions_root: a clear 404, never a traceback
     world.services.projector.index.close()
-    bare = build_services(env=database.env(), projection=ProjectionSettings(
-        index={"engine": "edge", "path": str(tmp_path / "index")}, embedding={"provider": "hashing", "dimension": 64}))
+    bare = build_services(
+        env=database.env(),
+        projection=ProjectionSettings(
+            index={"engine": "edge", "path": str(tmp_path / "index")},
+            embedding={"provider": "hashing", "dimension": 64},
+        ),
+    )
     try:
         with TestClient(create_app(bare, WebSettings()), base_url=ORIGIN) as client:
-            for route, body in [("propose", {"session": "s-propose", "data": proposals()}),
-                                ("summary", {"session": "s-propose"}),
-                                ("search", {"question": "x", "session": "s-propose"}),
-                                ("rules", {"question": "x", "session": "s-propose"})]:
-                response = client.post(f"/api/workspaces/ws-a/memory/{route}", json=body,
-                                       headers=world.bearer("agent_a"))
+            for route, body in [
+                ("propose", {"session": "s-propose", "data": proposals()}),
+                ("summary", {"session": "s-propose"}),
+                ("search", {"question": "x", "session": "s-propose"}),
+                ("rules", {"question": "x", "session": "s-propose"}),
+            ]:
+                response = client.post(
+                    f"/api/workspaces/ws-a/memory/{route}",
+                    json=body,
+                    headers=world.bearer("agent_a"),
+                )
                 assert response.status_code == 404, (route, response.text)
                 error = response.json()["error"]
-                assert error["details"]["reason"] == "no_sessions_root" and "sessions_root" in error["message"]
+                assert (
+                    error["details"]["reason"] == "no_sessions_root"
+                    and "sessions_root" in error["message"]
+                )
     finally:
         bare.close()
 
@@ -284,9 +430,11 @@ def test_the_service_checks_the_principal_again(world):
         recall_command(world.services, "ws-a", "search", "x", query, principal=outsider)
     from tht.memory.agent import propose_command, solved_index_command, summary_command
 
-    for call in (lambda: propose_command(world.services, "ws-a", "s-1", proposals(), principal=user),
-                 lambda: summary_command(world.services, "ws-a", "s-1", principal=user),
-                 lambda: solved_index_command(world.services, "ws-a", "s-1", principal=user)):
+    for call in (
+        lambda: propose_command(world.services, "ws-a", "s-1", proposals(), principal=user),
+        lambda: summary_command(world.services, "ws-a", "s-1", principal=user),
+        lambda: solved_index_command(world.services, "ws-a", "s-1", principal=user),
+    ):
         with pytest.raises(Forbidden):
             call()
 

@@ -4,7 +4,7 @@ CSRF, content types, sizes, protected requests."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -45,22 +45,36 @@ def test_bola_matrix_allows_only_the_capability_in_the_members_workspace(world):
     # reads (memory.read): the admin and the user of the workspace; edits
     # (memory.manage): its admin only; the agent (recall, propose) neither
     actors = [None, "user_a", "agent_a", "admin_a", "admin_b"]
-    objects = [("ws-a", world.cards["ws-a"][0]), ("ws-a", world.cards["ws-b"][0]), ("ws-b", world.cards["ws-b"][1])]
+    objects = [
+        ("ws-a", world.cards["ws-a"][0]),
+        ("ws-a", world.cards["ws-b"][0]),
+        ("ws-b", world.cards["ws-b"][1]),
+    ]
     unauthorized_successes, authorized, reads_by_user = [], 0, 0
     for actor in actors:
         for workspace, card_id in objects:
             owner = "ws-a" if card_id in world.cards["ws-a"] else "ws-b"
             for method, path, body, permission in routes(world, workspace, card_id):
-                allowed = (actor is not None and MEMBERSHIP[actor] == workspace
-                           and permission in ROLE_PERMISSIONS[ROLE[actor]])
+                allowed = (
+                    actor is not None
+                    and MEMBERSHIP[actor] == workspace
+                    and permission in ROLE_PERMISSIONS[ROLE[actor]]
+                )
                 if allowed and card_id in path and owner != workspace:
                     allowed = False  # another workspace's card through an allowed workspace
                 if method == "DELETE" and allowed:
                     continue  # deletion is exercised last, below
                 before = world.snapshot()
-                headers = {**world.bearer(actor), **({"Content-Type": "application/json"} if body else {})}
-                response = world.client.request(method, path, headers=headers,
-                                                 content=json.dumps(body) if body is not None else None)
+                headers = {
+                    **world.bearer(actor),
+                    **({"Content-Type": "application/json"} if body else {}),
+                }
+                response = world.client.request(
+                    method,
+                    path,
+                    headers=headers,
+                    content=json.dumps(body) if body is not None else None,
+                )
                 if allowed:
                     authorized += 1
                     reads_by_user += actor == "user_a"
@@ -68,19 +82,37 @@ def test_bola_matrix_allows_only_the_capability_in_the_members_workspace(world):
                 else:
                     if response.status_code < 300:
                         unauthorized_successes.append((actor, method, path))
-                    assert response.status_code in (401, 403, 404), (actor, method, path, response.status_code)
+                    assert response.status_code in (401, 403, 404), (
+                        actor,
+                        method,
+                        path,
+                        response.status_code,
+                    )
                     assert set(response.json()["error"]) == {"code", "message", "details"}
-                    lacking = actor is not None and (MEMBERSHIP[actor] != workspace
-                                                     or permission not in ROLE_PERMISSIONS[ROLE[actor]])
-                    expected = (401, "unauthenticated") if actor is None else (403, "forbidden") if lacking else (
-                        404, "not_found")
+                    lacking = actor is not None and (
+                        MEMBERSHIP[actor] != workspace
+                        or permission not in ROLE_PERMISSIONS[ROLE[actor]]
+                    )
+                    expected = (
+                        (401, "unauthenticated")
+                        if actor is None
+                        else (403, "forbidden")
+                        if lacking
+                        else (404, "not_found")
+                    )
                     assert (response.status_code, response.json()["error"]["code"]) == expected, (
-                        actor, method, path, response.json())
+                        actor,
+                        method,
+                        path,
+                        response.json(),
+                    )
                     assert world.snapshot() == before, (actor, method, path)
     assert unauthorized_successes == []
     # list and pending (twice: once per object of ws-a) and show of its own card
     assert authorized > 0 and reads_by_user == 5
-    deleted = world.client.delete(f"/api/workspaces/ws-a/memory/{world.cards['ws-a'][2]}", headers=world.bearer("admin_a"))
+    deleted = world.client.delete(
+        f"/api/workspaces/ws-a/memory/{world.cards['ws-a'][2]}", headers=world.bearer("admin_a")
+    )
     assert deleted.status_code == 200 and deleted.json()["deleted"] == world.cards["ws-a"][2]
 
 
@@ -102,15 +134,42 @@ def test_bad_credentials_and_malformed_requests(world):
         ("GET", f"{base}?page_size=1000", admin, None, 422),
         ("GET", f"{base}?family=recipe", admin, None, 422),
         ("POST", base, {**admin, "Content-Type": "application/json"}, "{not json", 422),
-        ("POST", base, {**admin, "Content-Type": "application/json"}, json.dumps({"family": "sql_rule"}), 422),
-        ("POST", base, {**admin, "Content-Type": "application/json"},
-         json.dumps(card_document(colour="red")), 422),
+        (
+            "POST",
+            base,
+            {**admin, "Content-Type": "application/json"},
+            json.dumps({"family": "sql_rule"}),
+            422,
+        ),
+        (
+            "POST",
+            base,
+            {**admin, "Content-Type": "application/json"},
+            json.dumps(card_document(colour="red")),
+            422,
+        ),
         ("POST", base, {**admin, "Content-Type": "text/plain"}, json.dumps(card_document()), 415),
-        ("POST", base, {**admin, "Content-Type": "application/x-www-form-urlencoded"}, "title=x", 415),
-        ("POST", base, {**admin, "Content-Type": "application/json"},
-         json.dumps(card_document(content="x" * 1_100_000)), 413),
-        ("POST", base, {**admin, "Content-Type": "application/json"},
-         json.dumps(card_document(links=[{"target": world.cards["ws-b"][0], "meaning": "x"}])), 404),
+        (
+            "POST",
+            base,
+            {**admin, "Content-Type": "application/x-www-form-urlencoded"},
+            "title=x",
+            415,
+        ),
+        (
+            "POST",
+            base,
+            {**admin, "Content-Type": "application/json"},
+            json.dumps(card_document(content="x" * 1_100_000)),
+            413,
+        ),
+        (
+            "POST",
+            base,
+            {**admin, "Content-Type": "application/json"},
+            json.dumps(card_document(links=[{"target": world.cards["ws-b"][0], "meaning": "x"}])),
+            404,
+        ),
         ("GET", "/api/workspaces/ghost/memory", admin, None, 403),
     ]
     before = world.snapshot()
@@ -122,20 +181,35 @@ def test_bad_credentials_and_malformed_requests(world):
 
 
 def test_save_reports_index_state(world):
-    created = world.client.post("/api/workspaces/ws-a/memory", json=card_document(title="Fresh"),
-                                headers=world.bearer("admin_a"))
+    created = world.client.post(
+        "/api/workspaces/ws-a/memory",
+        json=card_document(title="Fresh"),
+        headers=world.bearer("admin_a"),
+    )
     assert created.status_code == 201 and created.json()["status"] == "saved"
     card = created.json()["card"]
-    shown = world.client.get(f"/api/workspaces/ws-a/memory/{card['id']}", headers=world.bearer("admin_a")).json()
-    assert shown["index"]["revision"] == 1 and shown["index"]["current"] and shown["index"]["embedded_chars"] is None
-    stale = world.client.put(f"/api/workspaces/ws-a/memory/{card['id']}",
-                             json=card_document(title="Late", revision=7), headers=world.bearer("admin_a"))
+    shown = world.client.get(
+        f"/api/workspaces/ws-a/memory/{card['id']}", headers=world.bearer("admin_a")
+    ).json()
+    assert (
+        shown["index"]["revision"] == 1
+        and shown["index"]["current"]
+        and shown["index"]["embedded_chars"] is None
+    )
+    stale = world.client.put(
+        f"/api/workspaces/ws-a/memory/{card['id']}",
+        json=card_document(title="Late", revision=7),
+        headers=world.bearer("admin_a"),
+    )
     assert stale.status_code == 409 and stale.json()["error"]["code"] == "stale_revision"
 
 
 def login(world, name="admin_a"):
-    response = world.client.post("/api/session", json={"name": name, "password": "correct horse battery"},
-                                 headers={"Origin": ORIGIN})
+    response = world.client.post(
+        "/api/session",
+        json={"name": name, "password": "correct horse battery"},
+        headers={"Origin": ORIGIN},
+    )
     assert response.status_code == 200, response.text
     return response.json()["csrf_token"]
 
@@ -149,8 +223,17 @@ def test_csrf_battery(world, database, tmp_path):
     attempts = {
         "missing token": {**json_type, "Origin": ORIGIN},
         "another session's token": {**json_type, "Origin": ORIGIN, "X-CSRF-Token": other},
-        "cross-site fetch": {**json_type, "Origin": ORIGIN, "Sec-Fetch-Site": "cross-site", "X-CSRF-Token": token},
-        "foreign origin without fetch metadata": {**json_type, "Origin": "https://evil.example", "X-CSRF-Token": token},
+        "cross-site fetch": {
+            **json_type,
+            "Origin": ORIGIN,
+            "Sec-Fetch-Site": "cross-site",
+            "X-CSRF-Token": token,
+        },
+        "foreign origin without fetch metadata": {
+            **json_type,
+            "Origin": "https://evil.example",
+            "X-CSRF-Token": token,
+        },
         "no origin at all": {**json_type, "X-CSRF-Token": token},
         "text/plain body": {"Content-Type": "text/plain", "Origin": ORIGIN, "X-CSRF-Token": token},
     }
@@ -160,11 +243,21 @@ def test_csrf_battery(world, database, tmp_path):
         assert response.status_code in (403, 415), (name, response.status_code)
     # a cookie injected by an attacker (cookie tossing) with a matching header
     world.client.cookies.set("csrf_token", "forged")
-    response = world.client.post(path, content=body, headers={**json_type, "Origin": ORIGIN, "X-CSRF-Token": "forged"})
+    response = world.client.post(
+        path, content=body, headers={**json_type, "Origin": ORIGIN, "X-CSRF-Token": "forged"}
+    )
     assert response.status_code == 403
     assert world.snapshot() == before
-    accepted = world.client.post(path, content=body, headers={**json_type, "Origin": ORIGIN, "Sec-Fetch-Site": "same-origin",
-                                                              "X-CSRF-Token": token})
+    accepted = world.client.post(
+        path,
+        content=body,
+        headers={
+            **json_type,
+            "Origin": ORIGIN,
+            "Sec-Fetch-Site": "same-origin",
+            "X-CSRF-Token": token,
+        },
+    )
     assert accepted.status_code == 201  # the positive control: the same request, correctly made
 
 
@@ -173,21 +266,37 @@ def build_world_session_token(world) -> str:
     from fastapi.testclient import TestClient
 
     with TestClient(world.client.app, base_url=ORIGIN) as other:
-        response = other.post("/api/session", json={"name": "user_a", "password": "correct horse battery"},
-                              headers={"Origin": ORIGIN})
+        response = other.post(
+            "/api/session",
+            json={"name": "user_a", "password": "correct horse battery"},
+            headers={"Origin": ORIGIN},
+        )
         return response.json()["csrf_token"]
 
 
 def test_session_cookie_attributes_and_logout(world):
-    response = world.client.post("/api/session", json={"token": world.tokens["admin_a"]}, headers={"Origin": ORIGIN})
+    response = world.client.post(
+        "/api/session", json={"token": world.tokens["admin_a"]}, headers={"Origin": ORIGIN}
+    )
     cookie = response.headers["set-cookie"].lower()
     assert "httponly" in cookie and "samesite=strict" in cookie
     assert world.client.get("/api/session").json()["principal"]["user"] == "admin_a"
     token = response.json()["csrf_token"]
-    assert world.client.delete("/api/session", headers={"Origin": ORIGIN, "X-CSRF-Token": token}).status_code == 204
+    assert (
+        world.client.delete(
+            "/api/session", headers={"Origin": ORIGIN, "X-CSRF-Token": token}
+        ).status_code
+        == 204
+    )
     assert world.client.get("/api/session").status_code == 401
-    assert world.client.post("/api/session", json={"name": "admin_a", "password": "wrong password!!"},
-                             headers={"Origin": ORIGIN}).status_code == 401
+    assert (
+        world.client.post(
+            "/api/session",
+            json={"name": "admin_a", "password": "wrong password!!"},
+            headers={"Origin": ORIGIN},
+        ).status_code
+        == 401
+    )
 
 
 def test_secure_cookie_over_https(database, tmp_path):
@@ -196,17 +305,26 @@ def test_secure_cookie_over_https(database, tmp_path):
     from tht.web.app import WebSettings, create_app
 
     world = build_world(database, tmp_path)
-    with TestClient(create_app(world.services, WebSettings(secure=True)), base_url="https://testserver") as client:
-        response = client.post("/api/session", json={"token": world.tokens["admin_a"]},
-                               headers={"Origin": "https://testserver"})
+    with TestClient(
+        create_app(world.services, WebSettings(secure=True)), base_url="https://testserver"
+    ) as client:
+        response = client.post(
+            "/api/session",
+            json={"token": world.tokens["admin_a"]},
+            headers={"Origin": "https://testserver"},
+        )
         cookie = response.headers["set-cookie"]
-        assert cookie.startswith("__Host-tht_session=") and "Secure" in cookie and "Path=/" in cookie
+        assert (
+            cookie.startswith("__Host-tht_session=") and "Secure" in cookie and "Path=/" in cookie
+        )
     world.services.close()
 
 
 def test_one_time_login_link(world):
     link = world.services.accounts.open_session("admin_a", one_time=True)
-    assert world.client.get("/api/session", cookies={"tht_session": link}).status_code == 401  # not a session yet
+    assert (
+        world.client.get("/api/session", cookies={"tht_session": link}).status_code == 401
+    )  # not a session yet
     response = world.client.get(f"/login/once/{link}", follow_redirects=False)
     assert response.status_code == 303 and response.headers["location"] == "/admin/memory"
     assert world.client.get("/api/session").json()["principal"]["user"] == "admin_a"
@@ -245,27 +363,54 @@ def world_env(world):
 
 def test_protected_requests_refused_unless_signed_fresh_single_use_and_authorized(world, protected):
     run, admin, key = protected
-    request = new_request(admin, AdminRequest("ws-a", "create", body=card_document(title="Via backend")))
+    request = new_request(
+        admin, AdminRequest("ws-a", "create", body=card_document(title="Via backend"))
+    )
     signed = sign(request, key)
     refused = {
         "unsigned": {"request": request, "signature": ""},
-        "tampered": {"request": {**request, "body": card_document(title="Tampered")}, "signature": signed["signature"]},
+        "tampered": {
+            "request": {**request, "body": card_document(title="Tampered")},
+            "signature": signed["signature"],
+        },
         "wrong key": sign(request, b"x" * 48),
-        "expired": sign(new_request(admin, AdminRequest("ws-a", "list"),
-                                    now=datetime.now(timezone.utc) - timedelta(minutes=10)), key),
-        "too long-lived": sign(new_request(admin, AdminRequest("ws-a", "list"), lifetime=timedelta(hours=1)), key),
+        "expired": sign(
+            new_request(
+                admin, AdminRequest("ws-a", "list"), now=datetime.now(UTC) - timedelta(minutes=10)
+            ),
+            key,
+        ),
+        "too long-lived": sign(
+            new_request(admin, AdminRequest("ws-a", "list"), lifetime=timedelta(hours=1)), key
+        ),
         # a user reads (memory.read) but never edits, not even through the backend
-        "user without memory.manage": sign(new_request(Principal("user_a", "user", frozenset({"ws-a"})),
-                                                       AdminRequest("ws-a", "create", body=card_document())), key),
-        "agent reading the archive": sign(new_request(Principal("agent_a", "agent", frozenset({"ws-a"})),
-                                                      AdminRequest("ws-a", "list")), key),
-        "admin of another workspace": sign(new_request(Principal("admin_b", "admin", frozenset({"ws-b"})),
-                                                       AdminRequest("ws-a", "list")), key),
+        "user without memory.manage": sign(
+            new_request(
+                Principal("user_a", "user", frozenset({"ws-a"})),
+                AdminRequest("ws-a", "create", body=card_document()),
+            ),
+            key,
+        ),
+        "agent reading the archive": sign(
+            new_request(
+                Principal("agent_a", "agent", frozenset({"ws-a"})), AdminRequest("ws-a", "list")
+            ),
+            key,
+        ),
+        "admin of another workspace": sign(
+            new_request(
+                Principal("admin_b", "admin", frozenset({"ws-b"})), AdminRequest("ws-a", "list")
+            ),
+            key,
+        ),
     }
     before = world.snapshot()
     for name, document in refused.items():
         code, answer = run(document)
-        assert code == 5 and answer["error"]["code"] in ("permission_denied", "forbidden"), (name, answer)
+        assert code == 5 and answer["error"]["code"] in ("permission_denied", "forbidden"), (
+            name,
+            answer,
+        )
     code, answer = run(signed, workspace="ws-b")
     assert code == 5  # for another workspace than the command names
     assert world.snapshot() == before
@@ -274,16 +419,31 @@ def test_protected_requests_refused_unless_signed_fresh_single_use_and_authorize
     code, answer = run(signed)  # replayed
     assert code == 5 and "replay" in answer["error"]["message"]
     with world.services.archive.transaction("ws-a") as tx:
-        assert sum(1 for c in tx.cards(list(tx.card_revisions())).values() if c.title == "Via backend") == 1
+        assert (
+            sum(1 for c in tx.cards(list(tx.card_revisions())).values() if c.title == "Via backend")
+            == 1
+        )
 
 
-@pytest.mark.parametrize("change", [{"title": "\u200b"}, {"title": "\ufeff"}, {"title": "\u0301"},
-                                    {"title": "Invoice \u202eexe.pdf"}, {"content": "C1 \u009b control"},
-                                    {"revision": True}])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"title": "\u200b"},
+        {"title": "\ufeff"},
+        {"title": "\u0301"},
+        {"title": "Invoice \u202eexe.pdf"},
+        {"content": "C1 \u009b control"},
+        {"revision": True},
+    ],
+)
 def test_invisible_or_control_text_and_a_boolean_revision_are_refused(world, change):
     base = "/api/workspaces/ws-a/memory"
     created = world.client.post(base, headers=world.bearer("admin_a"), json=card_document(**change))
-    assert created.status_code == 422 and created.json()["error"]["code"] == "invalid_input", created.json()
+    assert created.status_code == 422 and created.json()["error"]["code"] == "invalid_input", (
+        created.json()
+    )
     card_id = world.cards["ws-a"][0]
-    updated = world.client.put(f"{base}/{card_id}", headers=world.bearer("admin_a"), json=card_document(**change))
+    updated = world.client.put(
+        f"{base}/{card_id}", headers=world.bearer("admin_a"), json=card_document(**change)
+    )
     assert updated.status_code == 422, updated.json()

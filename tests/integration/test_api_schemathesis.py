@@ -9,7 +9,6 @@ from __future__ import annotations
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
-
 from schemathesis.checks import CHECKS
 
 from tests.conftest import drop_database, new_database
@@ -38,16 +37,21 @@ def test_api_conforms_to_its_schema(world):
     for operation in found:
 
         @given(case=operation.as_strategy())
-        @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        @settings(
+            max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None
+        )
         def conforms(case):
             if "workspaceId" in (case.path_parameters or {}):
                 case.path_parameters["workspaceId"] = "ws-a"
             if (case.path_parameters or {}).get("cardId", "").startswith("mem-"):
                 case.path_parameters["cardId"] = world.cards["ws-a"][0]
-            case.call_and_validate(headers={"Authorization": f"Bearer {world.tokens['admin_a']}"},
-                                   checks=all_checks)
+            case.call_and_validate(
+                headers={"Authorization": f"Bearer {world.tokens['admin_a']}"}, checks=all_checks
+            )
 
         conforms()
         checked.append(operation.label)
     assert len(checked) >= 10, checked
-    assert {"positive_data_acceptance", "negative_data_rejection", "ignored_auth"} <= {c.__name__ for c in all_checks}
+    assert {"positive_data_acceptance", "negative_data_rejection", "ignored_auth"} <= {
+        c.__name__ for c in all_checks
+    }

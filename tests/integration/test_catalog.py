@@ -54,18 +54,32 @@ def column_world(cli, acme, runtime_file, tmp_path):
     c = lambda *a, **k: make_card(cli, config, tmp_path, *a, **k)  # noqa: E731
     doomed = {
         "rule": c("sql_rule", "Amount is net of tax", [dep("orders", "amount")]),
-        "clarification": c("domain_clarification", "Amount means order value", [dep("orders", "amount")]),
-        "solved": c("solved_question", "Revenue per order", [dep("orders", "id"), dep("orders", "amount")]),
+        "clarification": c(
+            "domain_clarification", "Amount means order value", [dep("orders", "amount")]
+        ),
+        "solved": c(
+            "solved_question", "Revenue per order", [dep("orders", "id"), dep("orders", "amount")]
+        ),
         "error": c("explained_error", "Amount summed twice", [dep("orders", "amount")]),
     }
     survivors = {
-        "table": c("sql_rule", "Orders are final after a day", [dep("orders")],
-                   links=[{"target": doomed["rule"], "meaning": "refines"}]),
+        "table": c(
+            "sql_rule",
+            "Orders are final after a day",
+            [dep("orders")],
+            links=[{"target": doomed["rule"], "meaning": "refines"}],
+        ),
         "global": c("domain_clarification", "A customer is a buyer", []),
         "other_column": c("sql_rule", "Order ids are unique", [dep("orders", "id")]),
-        "other_schema": c("sql_rule", "Other orders amount is gross", [dep("orders", "amount", schema="other")]),
-        "other_database": c("sql_rule", "Archive amount", [dep("orders", "amount", database="archive")]),
-        "database_level": c("domain_clarification", "The DWH is loaded nightly", [dep(schema=None)]),
+        "other_schema": c(
+            "sql_rule", "Other orders amount is gross", [dep("orders", "amount", schema="other")]
+        ),
+        "other_database": c(
+            "sql_rule", "Archive amount", [dep("orders", "amount", database="archive")]
+        ),
+        "database_level": c(
+            "domain_clarification", "The DWH is loaded nightly", [dep(schema=None)]
+        ),
         "schema_level": c("domain_clarification", "Sales schema is curated", [dep()]),
         "view": c("solved_question", "Orders by status", [dep("order_status", "status")]),
         "status": c("explained_error", "Status is lower case", [dep("orders", "status")]),
@@ -75,9 +89,15 @@ def column_world(cli, acme, runtime_file, tmp_path):
     path = tmp_path / "edit.json"
     import json
 
-    path.write_text(json.dumps({k: edited[k] for k in ("family", "title", "content", "scope", "rationale",
-                                                       "dependencies")}
-                               | {"links": [{"target": survivors["other_column"], "meaning": "uses"}]}))
+    path.write_text(
+        json.dumps(
+            {
+                k: edited[k]
+                for k in ("family", "title", "content", "scope", "rationale", "dependencies")
+            }
+            | {"links": [{"target": survivors["other_column"], "meaning": "uses"}]}
+        )
+    )
     assert cli("memory", "update", doomed["rule"], "-c", config, "--data", str(path)).code == 0
     beta = runtime_file("beta")
     beta_card = make_card(cli, beta, tmp_path, "sql_rule", "Beta amount", [dep("orders", "amount")])
@@ -88,10 +108,17 @@ def test_drop_column_deletes_exactly_the_dependent_cards(cli, column_world, pg_d
     config, doomed, survivors, beta, beta_card = column_world
     baseline = sync(cli, config)
     assert baseline.code == 0, baseline.document
-    assert baseline.document["status"] == "completed" and baseline.document["removed"] == {"tables": [], "columns": []}
-    assert baseline.document["tables_scanned"] == 3  # orders, customers and the view; not other.orders
+    assert baseline.document["status"] == "completed" and baseline.document["removed"] == {
+        "tables": [],
+        "columns": [],
+    }
+    assert (
+        baseline.document["tables_scanned"] == 3
+    )  # orders, customers and the view; not other.orders
     before = every_recall(cli, config)
-    assert set(doomed.values()) <= before  # each doomed card was recallable (so its absence below means something)
+    assert (
+        set(doomed.values()) <= before
+    )  # each doomed card was recallable (so its absence below means something)
     assert recall_ids(cli, config, "solved-search") >= {doomed["solved"]}
     assert recall_ids(cli, config, "rules") >= {doomed["rule"], doomed["error"]}
 
@@ -102,7 +129,10 @@ def test_drop_column_deletes_exactly_the_dependent_cards(cli, column_world, pg_d
     assert run.code == 0, run.document
     document = run.document
     assert document["status"] == "completed" and document["phase"] == "done"
-    assert document["removed"] == {"tables": [], "columns": [{"table": "orders", "column": "amount"}]}
+    assert document["removed"] == {
+        "tables": [],
+        "columns": [{"table": "orders", "column": "amount"}],
+    }
     assert {c["id"] for c in document["deleted_cards"]} == set(doomed.values())
     assert document["links_removed"] == 2 and document["errors"] == []
     assert existing(cli, config, doomed.values()) == set()
@@ -117,7 +147,10 @@ def test_drop_column_deletes_exactly_the_dependent_cards(cli, column_world, pg_d
     # incident links went with the card; archive and index agree
     table_card = cli("memory", "show", survivors["table"], "-c", config).document
     assert table_card["links"] == []
-    assert cli("memory", "show", survivors["other_column"], "-c", config).document["incoming_links"] == []
+    assert (
+        cli("memory", "show", survivors["other_column"], "-c", config).document["incoming_links"]
+        == []
+    )
     check = cli("memory", "check", "-c", config).document
     assert (check["orphan"], check["missing"], check["stale"], check["pending"]) == ([], [], [], 0)
     assert cli("memory", "pending", "-c", config).document == {"items": []}
@@ -125,20 +158,26 @@ def test_drop_column_deletes_exactly_the_dependent_cards(cli, column_world, pg_d
     assert [r["run_id"] for r in listed] == [document["run_id"], baseline.document["run_id"]]
 
 
-def test_drop_table_in_sqlite_deletes_cards_on_the_table_and_its_columns(cli, runtime_file, tmp_path, monkeypatch):
+def test_drop_table_in_sqlite_deletes_cards_on_the_table_and_its_columns(
+    cli, runtime_file, tmp_path, monkeypatch
+):
     path = tmp_path / "dwh.sqlite"
     monkeypatch.setenv(DWH_ENV, create_sqlite_dwh(path))
     assert cli("workspace", "create", "acme", "--language", "en").code == 0
     config = runtime_file("acme", dwh=f"{{url_env: {DWH_ENV}}}", schema="main")
     main = lambda table=None, column=None: dep(table, column, schema="main")  # noqa: E731
     c = lambda *a, **k: make_card(cli, config, tmp_path, *a, **k)  # noqa: E731
-    doomed = {c("sql_rule", "Customers table is deduplicated", [main("customers")]),
-              c("domain_clarification", "Customer name is legal name", [main("customers", "name")]),
-              c("solved_question", "Customers per region", [main("customers", "region")])}
-    survivors = {c("sql_rule", "Orders status values", [main("orders", "status")]),
-                 c("domain_clarification", "Orders table", [main("orders")]),
-                 c("domain_clarification", "Whole DWH", [dep(schema=None)]),
-                 c("sql_rule", "Global rule on customers", [])}
+    doomed = {
+        c("sql_rule", "Customers table is deduplicated", [main("customers")]),
+        c("domain_clarification", "Customer name is legal name", [main("customers", "name")]),
+        c("solved_question", "Customers per region", [main("customers", "region")]),
+    }
+    survivors = {
+        c("sql_rule", "Orders status values", [main("orders", "status")]),
+        c("domain_clarification", "Orders table", [main("orders")]),
+        c("domain_clarification", "Whole DWH", [dep(schema=None)]),
+        c("sql_rule", "Global rule on customers", []),
+    }
     assert sync(cli, config).code == 0
     assert doomed <= every_recall(cli, config)
 
@@ -156,51 +195,73 @@ def test_drop_table_in_sqlite_deletes_cards_on_the_table_and_its_columns(cli, ru
 
 
 def test_unreachable_dwh_fails_the_run_and_deletes_nothing(cli, column_world, pg_dwh, monkeypatch):
-    config, doomed, survivors, *_ = column_world
+    config, doomed, _survivors, *_ = column_world
     baseline = sync(cli, config)
     assert baseline.code == 0
     pg_dwh.execute("ALTER TABLE sales.orders DROP COLUMN amount")
 
-    monkeypatch.setenv(DWH_ENV, "postgresql+psycopg://nobody@127.0.0.1:1/nothing")  # nothing listens there
+    monkeypatch.setenv(
+        DWH_ENV, "postgresql+psycopg://nobody@127.0.0.1:1/nothing"
+    )  # nothing listens there
     failed = sync(cli, config)
 
-    assert failed.code == 9 and failed.document["error"]["code"] == "dwh_unavailable", failed.document
+    assert failed.code == 9 and failed.document["error"]["code"] == "dwh_unavailable", (
+        failed.document
+    )
     run_id = failed.document["error"]["details"]["run_id"]
     run = cli("catalog", "show", run_id, "-c", config).document
     assert (run["status"], run["phase"], run["removed"], run["deleted_cards"]) == (
-        "failed", "scan", {"tables": [], "columns": []}, [])
+        "failed",
+        "scan",
+        {"tables": [], "columns": []},
+        [],
+    )
     assert run["errors"][0]["code"] == "dwh_unavailable"
     assert existing(cli, config, doomed.values()) == set(doomed.values())
     # the failed scan did not replace the snapshot: the next successful sync sees the removal
     status = cli("catalog", "status", "-c", config).document
-    assert status["snapshot"]["run_id"] == baseline.document["run_id"] and status["pending_run"] is None
+    assert (
+        status["snapshot"]["run_id"] == baseline.document["run_id"]
+        and status["pending_run"] is None
+    )
     assert cli("catalog", "retry", run_id, "-c", config).code == 2  # nothing to retry
 
     monkeypatch.setenv(DWH_ENV, pg_dwh.url)
     recovered = sync(cli, config)
-    assert recovered.code == 0 and {c["id"] for c in recovered.document["deleted_cards"]} == set(doomed.values())
+    assert recovered.code == 0 and {c["id"] for c in recovered.document["deleted_cards"]} == set(
+        doomed.values()
+    )
 
 
-def test_missing_schema_or_permission_is_a_failed_scan_not_a_removal(cli, column_world, pg_dwh, monkeypatch,
-                                                                     cluster):
-    config, doomed, survivors, *_ = column_world
+def test_missing_schema_or_permission_is_a_failed_scan_not_a_removal(
+    cli, column_world, pg_dwh, monkeypatch, cluster
+):
+    config, doomed, _survivors, *_ = column_world
     assert sync(cli, config).code == 0
-    pg_dwh.execute("ALTER TABLE sales.orders DROP COLUMN amount; ALTER SCHEMA sales RENAME TO sales_old")
+    pg_dwh.execute(
+        "ALTER TABLE sales.orders DROP COLUMN amount; ALTER SCHEMA sales RENAME TO sales_old"
+    )
     missing = sync(cli, config)
-    assert missing.code == 9 and "does not exist" in missing.document["error"]["message"], missing.document
+    assert missing.code == 9 and "does not exist" in missing.document["error"]["message"], (
+        missing.document
+    )
 
     pg_dwh.execute("ALTER SCHEMA sales_old RENAME TO sales")
     password = "reader-secret-1"
     pg_dwh.execute(f"DROP ROLE IF EXISTS dwh_reader_{pg_dwh.name}")
     role = f"dwh_reader_{pg_dwh.name}"
-    pg_dwh.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{password}'; REVOKE ALL ON SCHEMA sales FROM PUBLIC")
+    pg_dwh.execute(
+        f"CREATE ROLE {role} LOGIN PASSWORD '{password}'; REVOKE ALL ON SCHEMA sales FROM PUBLIC"
+    )
     from sqlalchemy.engine import make_url
 
     reader = make_url(pg_dwh.url).set(username=role, password=password)
     monkeypatch.setenv(DWH_ENV, reader.render_as_string(hide_password=False))
     try:
         denied = sync(cli, config)
-        assert denied.code == 9 and "permission denied" in denied.document["error"]["message"], denied.document
+        assert denied.code == 9 and "permission denied" in denied.document["error"]["message"], (
+            denied.document
+        )
         assert existing(cli, config, doomed.values()) == set(doomed.values())
         runs = cli("catalog", "runs", "-c", config).document["items"]
         assert [r["status"] for r in runs] == ["failed", "failed", "completed"]
@@ -208,7 +269,9 @@ def test_missing_schema_or_permission_is_a_failed_scan_not_a_removal(cli, column
         pg_dwh.execute(f"DROP OWNED BY {role}; DROP ROLE {role}")
 
 
-def test_missing_dwh_variable_or_url_in_yaml_is_a_configuration_error(cli, acme, runtime_file, monkeypatch, tmp_path):
+def test_missing_dwh_variable_or_url_in_yaml_is_a_configuration_error(
+    cli, acme, runtime_file, monkeypatch, tmp_path
+):
     monkeypatch.delenv(DWH_ENV)
     result = sync(cli, acme)
     assert result.code == 2 and DWH_ENV in result.document["error"]["message"]
@@ -225,7 +288,9 @@ def test_manual_forget_deletes_no_memory(cli, column_world, pg_dwh):
     assert sync(cli, config).code == 0
     everything = set(doomed.values()) | set(survivors.values())
 
-    column = cli("catalog", "forget", "-c", config, "--table", "orders", "--column", "amount", "--yes")
+    column = cli(
+        "catalog", "forget", "-c", config, "--table", "orders", "--column", "amount", "--yes"
+    )
     table = cli("catalog", "forget", "-c", config, "--table", "customers", "--yes")
     whole = cli("catalog", "forget", "-c", config, "--all", "--yes")
 
@@ -245,17 +310,25 @@ def test_manual_forget_deletes_no_memory(cli, column_world, pg_dwh):
 
 def _receipts(database) -> list[tuple]:
     with psycopg.connect(database.superuser) as conn:
-        return conn.execute("SELECT run_id, status, jsonb_array_length(deleted_cards) FROM"
-                            " thoth_memory.cleanup_receipts ORDER BY created_at").fetchall()
+        return conn.execute(
+            "SELECT run_id, status, jsonb_array_length(deleted_cards) FROM"
+            " thoth_memory.cleanup_receipts ORDER BY created_at"
+        ).fetchall()
 
 
 def _open_tombstones(database) -> int:
     with psycopg.connect(database.superuser) as conn:
-        return conn.execute("SELECT count(*) FROM thoth_memory.vector_tombstones WHERE removed_at IS NULL").fetchone()[0]
+        return conn.execute(
+            "SELECT count(*) FROM thoth_memory.vector_tombstones WHERE removed_at IS NULL"
+        ).fetchone()[0]
 
 
-@pytest.mark.parametrize("crash_at", ["catalog.after_catalog_commit", "cleanup.after_archive_delete"])
-def test_crash_during_sync_is_completed_by_retry(cli, column_world, pg_dwh, database, tmp_path, crash_at):
+@pytest.mark.parametrize(
+    "crash_at", ["catalog.after_catalog_commit", "cleanup.after_archive_delete"]
+)
+def test_crash_during_sync_is_completed_by_retry(
+    cli, column_world, pg_dwh, database, tmp_path, crash_at
+):
     config, doomed, survivors, *_ = column_world
     assert sync(cli, config).code == 0
     pg_dwh.execute("ALTER TABLE sales.orders DROP COLUMN amount")
@@ -270,7 +343,9 @@ def test_crash_during_sync_is_completed_by_retry(cli, column_world, pg_dwh, data
     removals = {"tables": [], "columns": [{"table": "orders", "column": "amount"}]}
     assert pending["removed"] == removals
     if crash_at == "catalog.after_catalog_commit":
-        assert existing(cli, config, doomed.values()) == set(doomed.values())  # Memory not reached yet
+        assert existing(cli, config, doomed.values()) == set(
+            doomed.values()
+        )  # Memory not reached yet
         assert _receipts(database) == []
     else:
         assert existing(cli, config, doomed.values()) == set()  # archive done, index not
@@ -278,9 +353,13 @@ def test_crash_during_sync_is_completed_by_retry(cli, column_world, pg_dwh, data
         assert drifted.code == 8 and drifted.document["error"]["code"] == "index_drift"
         check = drifted.document["error"]["details"]
         assert set(check["orphan"]) == set(doomed.values())
-        assert {p["card_id"] for p in cli("memory", "pending", "-c", config).document["items"]} == set(doomed.values())
+        assert {
+            p["card_id"] for p in cli("memory", "pending", "-c", config).document["items"]
+        } == set(doomed.values())
         assert _open_tombstones(database) == 4
-        assert not every_recall(cli, config) & set(doomed.values())  # verified recall never returns them
+        assert not every_recall(cli, config) & set(
+            doomed.values()
+        )  # verified recall never returns them
 
     # a new sync is refused, naming the run
     code, refused, _ = tht_process(["catalog", "sync", "-c", config], env)
@@ -300,7 +379,9 @@ def test_crash_during_sync_is_completed_by_retry(cli, column_world, pg_dwh, data
     assert not every_recall(cli, config) & set(doomed.values())
 
     # a second retry is a no-op: a new card on the removed column is not touched
-    late = make_card(cli, config, tmp_path, "sql_rule", "Written after the cleanup", [dep("orders", "amount")])
+    late = make_card(
+        cli, config, tmp_path, "sql_rule", "Written after the cleanup", [dep("orders", "amount")]
+    )
     again = cli("catalog", "retry", pending["run_id"], "-c", config)
     assert again.code == 0 and again.document == retried
     assert existing(cli, config, [late]) == {late}
@@ -308,7 +389,9 @@ def test_crash_during_sync_is_completed_by_retry(cli, column_world, pg_dwh, data
     assert sync(cli, config).code == 0  # no longer blocked
 
 
-def test_index_failure_keeps_the_run_pending_until_retry(cli, column_world, pg_dwh, database, tmp_path, monkeypatch):
+def test_index_failure_keeps_the_run_pending_until_retry(
+    cli, column_world, pg_dwh, database, tmp_path, monkeypatch
+):
     from types import SimpleNamespace
 
     from tests.browser.conftest import OUTAGE_FILE, IndexBlocker
@@ -353,20 +436,31 @@ def test_cleanup_receipt_is_idempotent_and_refuses_other_removals(database, tmp_
     from tht.memory.cleanup import PhysicalRemovals
 
     env = {**database.env(), "THT_HOME": str(tmp_path / "home")}
-    services = build_services(env=env, projection=ProjectionSettings(embedding={"provider": "hashing",
-                                                                                 "dimension": 64}))
+    services = build_services(
+        env=env, projection=ProjectionSettings(embedding={"provider": "hashing", "dimension": 64})
+    )
     try:
         services.workspaces.create("acme", "en")
-        doomed = services.memory.create_card("acme", card(dependencies=[dep("orders", "amount")])).card.id
+        doomed = services.memory.create_card(
+            "acme", card(dependencies=[dep("orders", "amount")])
+        ).card.id
         run = PhysicalRemovals(uuid.uuid4(), "dwh", "sales", columns=(("orders", "amount"),))
         first = services.cleanup.apply("acme", run)
-        late = services.memory.create_card("acme", card(dependencies=[dep("orders", "amount")])).card.id
+        late = services.memory.create_card(
+            "acme", card(dependencies=[dep("orders", "amount")])
+        ).card.id
         second = services.cleanup.apply("acme", run)
-        assert first.completed and [c["id"] for c in first.deleted_cards] == [doomed] and not first.repeated
+        assert (
+            first.completed
+            and [c["id"] for c in first.deleted_cards] == [doomed]
+            and not first.repeated
+        )
         assert second.completed and second.deleted_cards == first.deleted_cards and second.repeated
         assert services.memory.get_card("acme", late).id == late
         with pytest.raises(Conflict):
-            services.cleanup.apply("acme", PhysicalRemovals(run.run_id, "dwh", "sales", tables=("orders",)))
+            services.cleanup.apply(
+                "acme", PhysicalRemovals(run.run_id, "dwh", "sales", tables=("orders",))
+            )
         assert services.memory.get_card("acme", late).id == late
     finally:
         services.close()
@@ -381,17 +475,27 @@ def test_catalog_tables_are_isolated_and_reference_nothing_in_memory(database):
                                     JOIN pg_class s ON s.oid = k.conrelid JOIN pg_namespace sn ON sn.oid = s.relnamespace
                                     JOIN pg_class t ON t.oid = k.confrelid JOIN pg_namespace tn ON tn.oid = t.relnamespace
                                    WHERE k.contype = 'f' AND sn.nspname <> tn.nspname
-                                     AND 'thoth_catalog' IN (sn.nspname, tn.nspname)""").fetchone()[0]
-    assert rows == [("bindings", True, True), ("runs", True, True), ("schema_migrations", True, True),
-                    ("snapshots", True, True)]
+                                     AND 'thoth_catalog' IN (sn.nspname, tn.nspname)""").fetchone()[
+            0
+        ]
+    assert rows == [
+        ("bindings", True, True),
+        ("runs", True, True),
+        ("schema_migrations", True, True),
+        ("snapshots", True, True),
+    ]
     assert foreign == 0
     with psycopg.connect(database.runtime) as conn:
         conn.execute("SET ROLE thoth_memory_runtime")
         conn.execute("SELECT set_config('thoth.workspace', 'acme', false)")
-        conn.execute("INSERT INTO thoth_catalog.bindings (workspace_id, database_name, schema_name, url_env)"
-                     " VALUES ('acme', 'dwh', 'sales', 'X')")
+        conn.execute(
+            "INSERT INTO thoth_catalog.bindings (workspace_id, database_name, schema_name, url_env)"
+            " VALUES ('acme', 'dwh', 'sales', 'X')"
+        )
         conn.execute("SELECT set_config('thoth.workspace', 'beta', false)")
         assert conn.execute("SELECT count(*) FROM thoth_catalog.bindings").fetchone()[0] == 0
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            conn.execute("INSERT INTO thoth_catalog.bindings (workspace_id, database_name, schema_name, url_env)"
-                         " VALUES ('acme', 'dwh', 'sales', 'Y')")
+            conn.execute(
+                "INSERT INTO thoth_catalog.bindings (workspace_id, database_name, schema_name, url_env)"
+                " VALUES ('acme', 'dwh', 'sales', 'Y')"
+            )

@@ -9,7 +9,9 @@ from tests.integration.catalog_support import DWH_ENV, create_sqlite_dwh
 from tht.cli.main import main
 from tht.errors import EXIT_CODES
 
-COMMANDS = [["catalog", name] for name in ("bind", "sync", "retry", "runs", "show", "status", "forget")]
+COMMANDS = [
+    ["catalog", name] for name in ("bind", "sync", "retry", "runs", "show", "status", "forget")
+]
 RUN = "run-00000000-0000-4000-8000-000000000000"
 
 
@@ -28,18 +30,28 @@ def bound(cli, runtime_file, tmp_path, monkeypatch):
 
 
 def test_every_catalog_command_succeeds_with_one_json_document(cli, bound):
-    runs = {"bind": cli("catalog", "bind", "-c", bound), "sync": cli("catalog", "sync", "-c", bound)}
+    runs = {
+        "bind": cli("catalog", "bind", "-c", bound),
+        "sync": cli("catalog", "sync", "-c", bound),
+    }
     run_id = runs["sync"].document["run_id"]
     runs |= {
         "retry": cli("catalog", "retry", run_id, "-c", bound),
         "runs": cli("catalog", "runs", "-c", bound, "--limit", "5"),
         "show": cli("catalog", "show", run_id, "-c", bound),
         "status": cli("catalog", "status", "-c", bound),
-        "forget": cli("catalog", "forget", "-c", bound, "--table", "orders", "--column", "status", "--yes"),
+        "forget": cli(
+            "catalog", "forget", "-c", bound, "--table", "orders", "--column", "status", "--yes"
+        ),
     }
     for name, run in runs.items():
         assert run.code == 0 and "error" not in run.document, (name, run.document)
-    assert runs["bind"].document == {**runs["bind"].document, "database": "dwh", "schema": "main", "url_env": DWH_ENV}
+    assert runs["bind"].document == {
+        **runs["bind"].document,
+        "database": "dwh",
+        "schema": "main",
+        "url_env": DWH_ENV,
+    }
     assert runs["retry"].document == runs["show"].document == runs["sync"].document
     assert [r["run_id"] for r in runs["runs"].document["items"]] == [run_id]
     assert runs["status"].document["snapshot"]["tables"] == 2
@@ -56,7 +68,9 @@ def test_every_catalog_command_fails_with_a_json_error(cli, bound, tmp_path, mon
         "runs": cli("catalog", "runs", "-c", bound, "--limit", "0"),
         "show": cli("catalog", "show", "run-42", "-c", bound),
         "status": cli("catalog", "status", "-c", "/nonexistent.yaml"),
-        "forget": cli("catalog", "forget", "-c", bound, "--table", "orders", "--yes"),  # no snapshot yet
+        "forget": cli(
+            "catalog", "forget", "-c", bound, "--table", "orders", "--yes"
+        ),  # no snapshot yet
         "forget without --yes": cli("catalog", "forget", "-c", bound, "--all"),
         "usage": cli("catalog", "retry", "-c", bound),
     }
@@ -80,5 +94,7 @@ def test_missing_catalog_schema_is_reported_and_memory_migrate_applies_it(cli, b
     assert "tht memory migrate" in missing.document["error"]["message"]
     assert cli("memory", "list", "-c", bound).code == 0  # Memory does not depend on the Catalog
     migrated = cli("memory", "migrate")
-    assert migrated.code == 0 and migrated.document["catalog"]["applied"] == ["001_catalog"], migrated.document
+    assert migrated.code == 0 and migrated.document["catalog"]["applied"] == ["001_catalog"], (
+        migrated.document
+    )
     assert cli("catalog", "runs", "-c", bound).document == {"items": []}

@@ -38,15 +38,32 @@ def count_cards(cli, config):
 def test_every_command_succeeds_with_one_json_document(cli, setup, runtime_file):
     config, write, first = setup
     other = runtime_file("other")
-    second = cli("memory", "create", "-c", config, "--data",
-                 write(card_document("sql_rule", links=[{"target": first["id"], "meaning": "uses"}]), "b.json"))
+    second = cli(
+        "memory",
+        "create",
+        "-c",
+        config,
+        "--data",
+        write(
+            card_document("sql_rule", links=[{"target": first["id"], "meaning": "uses"}]), "b.json"
+        ),
+    )
     assert second.code == 0 and second.document["status"] == "saved"
     card_b = second.document["card"]
     runs = {
-        "memory list": cli("memory", "list", "-c", config, "--filters", '{"family": "sql_rule", "page": 1}'),
+        "memory list": cli(
+            "memory", "list", "-c", config, "--filters", '{"family": "sql_rule", "page": 1}'
+        ),
         "memory show": cli("memory", "show", first["id"], "-c", config),
-        "memory update": cli("memory", "update", card_b["id"], "-c", config, "--data",
-                             write({**card_b, "title": "Edited"}, "edit.json")),
+        "memory update": cli(
+            "memory",
+            "update",
+            card_b["id"],
+            "-c",
+            config,
+            "--data",
+            write({**card_b, "title": "Edited"}, "edit.json"),
+        ),
         "memory pending": cli("memory", "pending", "-c", config),
         "memory delete": cli("memory", "delete", first["id"], "--yes", "-c", config),
         "memory migrate": cli("memory", "migrate"),
@@ -57,7 +74,9 @@ def test_every_command_succeeds_with_one_json_document(cli, setup, runtime_file)
         "memory index": cli("memory", "index", "-c", config),
         "memory check": cli("memory", "check", "-c", config),
         "memory search": cli("memory", "search", "edited", "-c", config, "--json"),
-        "memory rules": cli("memory", "rules", "join jobs", "-c", config, "--filters", '{"top": 3}'),
+        "memory rules": cli(
+            "memory", "rules", "join jobs", "-c", config, "--filters", '{"top": 3}'
+        ),
         "memory solved-search": cli("memory", "solved-search", "orders", "-c", config),
     }
     for name, run in runs.items():
@@ -66,25 +85,45 @@ def test_every_command_succeeds_with_one_json_document(cli, setup, runtime_file)
     assert set(runs["memory list"].document) == {"items", "total", "page", "page_size"}
     assert runs["memory show"].document["incoming_links"][0]["source"] == card_b["id"]
     shown_index = runs["memory show"].document["index"]  # what the search index holds of it
-    assert shown_index["revision"] == 1 and shown_index["embedded_chars"] is None and shown_index["indexed_chars"] > 0
+    assert (
+        shown_index["revision"] == 1
+        and shown_index["embedded_chars"] is None
+        and shown_index["indexed_chars"] > 0
+    )
     assert runs["memory update"].document["card"]["revision"] == 2  # show output fed back to update
     assert runs["memory delete"].document["links_removed"] == 1
     assert set(runs["memory pending"].document) == {"items"}
     assert runs["memory migrate"].document["applied"] == []
     assert runs["memory list (other)"].document["total"] == 0
     assert runs["memory retry"].document["index"]["status"] == "current"
-    assert runs["memory index"].document["indexed"] == 1 and runs["memory check"].document["missing"] == []
+    assert (
+        runs["memory index"].document["indexed"] == 1
+        and runs["memory check"].document["missing"] == []
+    )
     assert [r["id"] for r in runs["memory rules"].document["results"]] == [card_b["id"]]
     assert runs["memory solved-search"].document == {"results": []}
 
 
 COMMANDS = [
-    ["memory", "list"], ["memory", "show"], ["memory", "create"], ["memory", "update"],
-    ["memory", "delete"], ["memory", "pending"], ["memory", "migrate"], ["memory", "retry"],
-    ["memory", "index"], ["memory", "check"], ["memory", "search"], ["memory", "solved-search"],
+    ["memory", "list"],
+    ["memory", "show"],
+    ["memory", "create"],
+    ["memory", "update"],
+    ["memory", "delete"],
+    ["memory", "pending"],
+    ["memory", "migrate"],
+    ["memory", "retry"],
+    ["memory", "index"],
+    ["memory", "check"],
+    ["memory", "search"],
+    ["memory", "solved-search"],
     ["memory", "rules"],
-    ["workspace", "create"], ["workspace", "list"], ["workspace", "show"],
-    ["db", "status"], ["db", "stop"], ["demo"],
+    ["workspace", "create"],
+    ["workspace", "list"],
+    ["workspace", "show"],
+    ["db", "status"],
+    ["db", "stop"],
+    ["demo"],
 ]
 
 
@@ -101,7 +140,9 @@ def test_every_command_fails_with_a_json_error(cli, setup):
         "memory list": cli("memory", "list", "-c", config, "--filters", "{nope"),
         "memory show": cli("memory", "show", ID, "-c", config),
         "memory create": cli("memory", "create", "-c", config, "--data", write("{", "bad.json")),
-        "memory update": cli("memory", "update", ID, "-c", config, "--data", write(card_document())),
+        "memory update": cli(
+            "memory", "update", ID, "-c", config, "--data", write(card_document())
+        ),
         "memory delete": cli("memory", "delete", first["id"], "-c", config),
         "memory pending": cli("memory", "pending", "-c", "/nonexistent.yaml"),
         "workspace create": cli("workspace", "create", "acme", "--language", "en"),
@@ -109,13 +150,21 @@ def test_every_command_fails_with_a_json_error(cli, setup):
         "db status": cli("db", "status"),  # only for the embedded database
         "memory retry": cli("memory", "retry", ID, "-c", config),
         "memory search": cli("memory", "search", "", "-c", config),
-        "memory rules": cli("memory", "rules", "x", "-c", config, "--filters", '{"database": "other"}'),
+        "memory rules": cli(
+            "memory", "rules", "x", "-c", config, "--filters", '{"database": "other"}'
+        ),
         "memory solved-search": cli("memory", "solved-search", "x" * 2001, "-c", config),
         "memory check": cli("memory", "check", "-c", "/nonexistent.yaml"),
         "usage": cli("memory", "show"),
         "unknown command": cli("memory", "frobnicate"),
     }
-    expected = {"memory show": 3, "memory update": 3, "workspace create": 4, "workspace show": 3, "memory retry": 3}
+    expected = {
+        "memory show": 3,
+        "memory update": 3,
+        "workspace create": 4,
+        "workspace show": 3,
+        "memory retry": 3,
+    }
     for name, run in failures.items():
         error = run.document.get("error")
         assert error and set(error) == {"code", "message", "details"}, (name, run.document)
@@ -124,28 +173,37 @@ def test_every_command_fails_with_a_json_error(cli, setup):
     assert count_cards(cli, config) == 1
 
 
-@pytest.mark.parametrize("document, message", [
-    ({"family": "recipe", "title": "x"}, "family"),
-    (card_document(colour="red"), "unknown field 'colour'"),
-    (card_document(scope=None), "requires scope"),
-    (card_document("sql_rule", rationale=None), "requires rationale"),
-    (card_document("sql_rule", rationale="  "), "only white space"),
-    (card_document(title="\u200b"), "only white space"),
-    (card_document(title="\u0301"), "only white space"),
-    (card_document(title="Invoice \u202eexe.pdf"), "control characters"),
-    (card_document(title="C1 \u009b control"), "control characters"),
-    (card_document(revision=True), "revision"),
-    (card_document(question="why?"), "does not use question"),
-    (card_document(dependencies=[{"database": "dwh", "schema": "s", "column": "id"}]), "column dependency needs its table"),
-    (card_document(dependencies=[{"database": "dwh", "table": "t"}]), "table dependency needs its schema"),
-    (card_document(links=[{"target": "mem-42", "meaning": "x"}]), "not a card id"),
-    (card_document(links=[{"target": ID}]), "missing field 'links[0].meaning'"),
-    (card_document(content="x" * 20_001), "at most 20000 are allowed"),
-    (card_document(title=""), "title"),
-    (card_document(concepts=["a"] * 0 + [f"c{i}" for i in range(51)]), "concepts"),
-    (card_document(id=ID), "cannot be set on a new card"),
-    ([1, 2], "JSON object"),
-])
+@pytest.mark.parametrize(
+    "document, message",
+    [
+        ({"family": "recipe", "title": "x"}, "family"),
+        (card_document(colour="red"), "unknown field 'colour'"),
+        (card_document(scope=None), "requires scope"),
+        (card_document("sql_rule", rationale=None), "requires rationale"),
+        (card_document("sql_rule", rationale="  "), "only white space"),
+        (card_document(title="\u200b"), "only white space"),
+        (card_document(title="\u0301"), "only white space"),
+        (card_document(title="Invoice \u202eexe.pdf"), "control characters"),
+        (card_document(title="C1 \u009b control"), "control characters"),
+        (card_document(revision=True), "revision"),
+        (card_document(question="why?"), "does not use question"),
+        (
+            card_document(dependencies=[{"database": "dwh", "schema": "s", "column": "id"}]),
+            "column dependency needs its table",
+        ),
+        (
+            card_document(dependencies=[{"database": "dwh", "table": "t"}]),
+            "table dependency needs its schema",
+        ),
+        (card_document(links=[{"target": "mem-42", "meaning": "x"}]), "not a card id"),
+        (card_document(links=[{"target": ID}]), "missing field 'links[0].meaning'"),
+        (card_document(content="x" * 20_001), "at most 20000 are allowed"),
+        (card_document(title=""), "title"),
+        (card_document(concepts=["a"] * 0 + [f"c{i}" for i in range(51)]), "concepts"),
+        (card_document(id=ID), "cannot be set on a new card"),
+        ([1, 2], "JSON object"),
+    ],
+)
 def test_bad_card_input_is_refused_and_nothing_is_written(cli, setup, document, message):
     config, write, _ = setup
     run = cli("memory", "create", "-c", config, "--data", write(document, "bad.json"))
@@ -157,26 +215,69 @@ def test_bad_card_input_is_refused_and_nothing_is_written(cli, setup, document, 
 def test_links_to_another_workspace_or_itself_are_refused(cli, setup, runtime_file):
     config, write, first = setup
     other = runtime_file("other")
-    foreign = cli("memory", "create", "-c", other, "--data", write(card_document(), "f.json")).document["card"]
-    run = cli("memory", "create", "-c", config, "--data",
-              write(card_document(links=[{"target": foreign["id"], "meaning": "x"}])))
-    assert run.code == 3 and "does not exist in workspace 'acme'" in run.document["error"]["message"]
-    run = cli("memory", "update", first["id"], "-c", config, "--data",
-              write(card_document(links=[{"target": first["id"], "meaning": "x"}])))
+    foreign = cli(
+        "memory", "create", "-c", other, "--data", write(card_document(), "f.json")
+    ).document["card"]
+    run = cli(
+        "memory",
+        "create",
+        "-c",
+        config,
+        "--data",
+        write(card_document(links=[{"target": foreign["id"], "meaning": "x"}])),
+    )
+    assert (
+        run.code == 3 and "does not exist in workspace 'acme'" in run.document["error"]["message"]
+    )
+    run = cli(
+        "memory",
+        "update",
+        first["id"],
+        "-c",
+        config,
+        "--data",
+        write(card_document(links=[{"target": first["id"], "meaning": "x"}])),
+    )
     assert run.code == 4 and "itself" in run.document["error"]["message"]
-    run = cli("memory", "create", "-c", config, "--data",
-              write(card_document(links=[{"target": ID, "meaning": "x"}])))
+    run = cli(
+        "memory",
+        "create",
+        "-c",
+        config,
+        "--data",
+        write(card_document(links=[{"target": ID, "meaning": "x"}])),
+    )
     assert run.code == 3 and "does not exist in workspace" in run.document["error"]["message"]
-    run = cli("memory", "create", "-c", config, "--data", write(card_document(
-        links=[{"target": first["id"], "meaning": "a"}, {"target": first["id"], "meaning": "b"}])))
+    run = cli(
+        "memory",
+        "create",
+        "-c",
+        config,
+        "--data",
+        write(
+            card_document(
+                links=[
+                    {"target": first["id"], "meaning": "a"},
+                    {"target": first["id"], "meaning": "b"},
+                ]
+            )
+        ),
+    )
     assert run.code == 4 and "more than one link" in run.document["error"]["message"]
     assert cli("memory", "show", first["id"], "-c", config).document["revision"] == 1
 
 
 def test_stale_update_is_a_conflict(cli, setup):
     config, write, first = setup
-    assert cli("memory", "update", first["id"], "-c", config, "--data", write({**first, "title": "v2"})).code == 0
-    run = cli("memory", "update", first["id"], "-c", config, "--data", write({**first, "title": "v3"}))
+    assert (
+        cli(
+            "memory", "update", first["id"], "-c", config, "--data", write({**first, "title": "v2"})
+        ).code
+        == 0
+    )
+    run = cli(
+        "memory", "update", first["id"], "-c", config, "--data", write({**first, "title": "v3"})
+    )
     assert run.code == 4 and run.document["error"]["code"] == "stale_revision"
 
 
@@ -186,15 +287,18 @@ def test_unknown_workspace_in_runtime_file(cli, setup, runtime_file):
     assert run.code == 3 and "workspace 'ghost' does not exist" in run.document["error"]["message"]
 
 
-@pytest.mark.parametrize("content, message", [
-    ("workspace: acme\npassword: hunter2\n", "credential"),
-    ("workspace: acme\nindex:\n  url: http://user:secret@qdrant:6333\n", "credential"),
-    ("workspace: acme\napi_key: x\n", "credential"),
-    ("workspace: acme\nflavour: vanilla\n", "unknown field 'flavour'"),
-    ("workspace: Not Valid\n", "workspace"),
-    ("- a list\n", "mapping"),
-    ("workspace: [unclosed\n", "not valid YAML"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("workspace: acme\npassword: hunter2\n", "credential"),
+        ("workspace: acme\nindex:\n  url: http://user:secret@qdrant:6333\n", "credential"),
+        ("workspace: acme\napi_key: x\n", "credential"),
+        ("workspace: acme\nflavour: vanilla\n", "unknown field 'flavour'"),
+        ("workspace: Not Valid\n", "workspace"),
+        ("- a list\n", "mapping"),
+        ("workspace: [unclosed\n", "not valid YAML"),
+    ],
+)
 def test_runtime_file_is_validated(cli, setup, tmp_path, content, message):
     path = tmp_path / "bad.yaml"
     path.write_text(content)
@@ -205,7 +309,10 @@ def test_runtime_file_is_validated(cli, setup, tmp_path, content, message):
 
 def test_archive_down_is_an_operational_error_not_an_empty_list(cli, setup, monkeypatch):
     config, _, _ = setup
-    monkeypatch.setenv("THT_CATALOG_RUNTIME_DATABASE_URL", "postgresql://thoth_runtime@127.0.0.1:1/thoth?connect_timeout=2")
+    monkeypatch.setenv(
+        "THT_CATALOG_RUNTIME_DATABASE_URL",
+        "postgresql://thoth_runtime@127.0.0.1:1/thoth?connect_timeout=2",
+    )
     run = cli("memory", "list", "-c", config)
     assert run.code == 6 and run.document["error"]["code"] == "archive_unavailable"
     assert "items" not in run.document
@@ -213,11 +320,19 @@ def test_archive_down_is_an_operational_error_not_an_empty_list(cli, setup, monk
 
 def test_subprocess_keeps_stdout_pure_json(database, setup, tmp_path):
     """The real console entry point: JSON on stdout, nothing else; logs would go to stderr."""
-    config, write, first = setup
+    config, _write, first = setup
     env = {"PATH": "/usr/bin:/bin", **database.env(), "THT_LOG_LEVEL": "DEBUG"}
-    for args, code in ((["memory", "show", first["id"], "-c", config], 0),
-                       (["memory", "show", "nonsense", "-c", config], 2)):
-        proc = subprocess.run([sys.executable, "-m", "tht", *args], capture_output=True, text=True, env=env, timeout=60)
+    for args, code in (
+        (["memory", "show", first["id"], "-c", config], 0),
+        (["memory", "show", "nonsense", "-c", config], 2),
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "tht", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
         assert proc.returncode == code
         document = json.loads(proc.stdout)
         assert ("error" in document) == (code != 0)
@@ -231,7 +346,10 @@ def test_a_group_without_its_command_prints_the_json_error_and_the_help_on_stder
     code = main(group)
     captured = capsys.readouterr()
     assert code == 2
-    assert json.loads(captured.out)["error"]["message"] == "a command is required: see the help on stderr"
+    assert (
+        json.loads(captured.out)["error"]["message"]
+        == "a command is required: see the help on stderr"
+    )
     assert "Usage: tht" in captured.err and "Usage" not in captured.out
 
 
@@ -244,15 +362,27 @@ def test_malformed_json_input_is_invalid_input_naming_it(cli, setup, tmp_path):
     cases = tmp_path / "cases.jsonl"
     cases.write_text('{"question": "q", "expected": ' + DEEP + "}\n")
     runs = {
-        "--data": cli("memory", "create", "-c", config, "--data", write(surrogate, "surrogate.json")),
-        "standard input": cli("memory", "create", "-c", config, "--data", "-", stdin='{"title": ' + DEEP + "}"),
-        "--filters": cli("memory", "search", "orders", "-c", config, "--filters", '{"scope": ' + DEEP + "}"),
+        "--data": cli(
+            "memory", "create", "-c", config, "--data", write(surrogate, "surrogate.json")
+        ),
+        "standard input": cli(
+            "memory", "create", "-c", config, "--data", "-", stdin='{"title": ' + DEEP + "}"
+        ),
+        "--filters": cli(
+            "memory", "search", "orders", "-c", config, "--filters", '{"scope": ' + DEEP + "}"
+        ),
         "--filters ": cli("memory", "list", "-c", config, "--filters", '{"q": "\\udfff"}'),
         "cases line 1": cli("memory", "eval", "--cases", str(cases), "-c", config),
     }
     for named, run in runs.items():
-        assert run.code == 2 and run.document["error"]["code"] == "invalid_input", (named, run.document)
-        assert named.strip() in run.document["error"]["message"] or "surrogate.json" in run.document["error"]["message"]
+        assert run.code == 2 and run.document["error"]["code"] == "invalid_input", (
+            named,
+            run.document,
+        )
+        assert (
+            named.strip() in run.document["error"]["message"]
+            or "surrogate.json" in run.document["error"]["message"]
+        )
     assert "surrogate" in runs["--data"].document["error"]["message"]
     assert runs["--data"].document["error"]["details"] == {"field": "content"}
     assert "nested deeper" in runs["--filters"].document["error"]["message"]

@@ -16,12 +16,20 @@ def workspace(cli, runtime_file, tmp_path):
     assert cli("workspace", "create", "acme", "--language", "en").code == 0
     config = runtime_file("acme")
     documents = {
-        "shipped": card_document(title="Shipped order", content="An order is shipped when all its lines are shipped."),
-        "carrier": card_document(title="Carrier codes", content="Carriers are identified by three letter codes."),
-        "fiscal": card_document("sql_rule", title="Fiscal year join",
-                                content="Join movements and jobs on job_code and fiscal_year."),
-        "solved": card_document("solved_question", title="Orders per customer",
-                                question="How many orders per customer?"),
+        "shipped": card_document(
+            title="Shipped order", content="An order is shipped when all its lines are shipped."
+        ),
+        "carrier": card_document(
+            title="Carrier codes", content="Carriers are identified by three letter codes."
+        ),
+        "fiscal": card_document(
+            "sql_rule",
+            title="Fiscal year join",
+            content="Join movements and jobs on job_code and fiscal_year.",
+        ),
+        "solved": card_document(
+            "solved_question", title="Orders per customer", question="How many orders per customer?"
+        ),
     }
     ids = {}
     for name, document in documents.items():
@@ -33,7 +41,9 @@ def workspace(cli, runtime_file, tmp_path):
 
     def cases(*lines):
         path = tmp_path / "cases.jsonl"
-        path.write_text("\n".join(line if isinstance(line, str) else json.dumps(line) for line in lines) + "\n")
+        path.write_text(
+            "\n".join(line if isinstance(line, str) else json.dumps(line) for line in lines) + "\n"
+        )
         return str(path)
 
     return config, ids, cases
@@ -44,8 +54,12 @@ def test_eval_reports_recall_mrr_and_misses(cli, workspace):
     path = cases(
         {"question": "when is an order shipped", "expected": [ids["shipped"]]},
         "",
-        {"question": "fiscal year join of movements and jobs", "expected": [ids["fiscal"]], "command": "rules",
-         "id": "join"},
+        {
+            "question": "fiscal year join of movements and jobs",
+            "expected": [ids["fiscal"]],
+            "command": "rules",
+            "id": "join",
+        },
         # a solved question is never a `search` result: a miss, whatever the ranking
         {"question": "orders per customer", "expected": [ids["solved"]], "filters": {"top": 3}},
         {"question": "orders per customer", "expected": [ids["solved"]], "family": "solved"},
@@ -55,27 +69,63 @@ def test_eval_reports_recall_mrr_and_misses(cli, workspace):
     document = run.document
     assert document["workspace"] == "acme" and document["cases"] == 4
     # each case's ranking is the one the recall commands give
-    for question, command, expected in [("when is an order shipped", "search", "shipped"),
-                                        ("fiscal year join of movements and jobs", "rules", "fiscal"),
-                                        ("orders per customer", "solved-search", "solved")]:
+    for question, command, expected in [
+        ("when is an order shipped", "search", "shipped"),
+        ("fiscal year join of movements and jobs", "rules", "fiscal"),
+        ("orders per customer", "solved-search", "solved"),
+    ]:
         results = cli("memory", command, question, "-c", config).document["results"]
         assert results[0]["id"] == ids[expected], (command, results)
-    assert document["metrics"] == {"recall@1": 0.75, "recall@5": 0.75, "recall@10": 0.75, "mrr": 0.75}
-    assert document["by_command"]["rules"] == {"cases": 1, "recall@1": 1, "recall@5": 1, "recall@10": 1, "mrr": 1}
-    assert document["by_command"]["search"]["cases"] == 2 and document["by_command"]["search"]["mrr"] == 0.5
+    assert document["metrics"] == {
+        "recall@1": 0.75,
+        "recall@5": 0.75,
+        "recall@10": 0.75,
+        "mrr": 0.75,
+    }
+    assert document["by_command"]["rules"] == {
+        "cases": 1,
+        "recall@1": 1,
+        "recall@5": 1,
+        "recall@10": 1,
+        "mrr": 1,
+    }
+    assert (
+        document["by_command"]["search"]["cases"] == 2
+        and document["by_command"]["search"]["mrr"] == 0.5
+    )
     [miss] = document["misses"]
-    assert miss["line"] == 4 and miss["missing"] == [ids["solved"]] and miss["ranks"] == {ids["solved"]: None}
-    assert ids["solved"] not in miss["returned"] and len(miss["returned"]) == 3  # the three other cards
+    assert (
+        miss["line"] == 4
+        and miss["missing"] == [ids["solved"]]
+        and miss["ranks"] == {ids["solved"]: None}
+    )
+    assert (
+        ids["solved"] not in miss["returned"] and len(miss["returned"]) == 3
+    )  # the three other cards
 
 
-@pytest.mark.parametrize("lines, line, message", [
-    (['{"question": "a", "expected": ["%(shipped)s"]}', "{not json"], 2, "not valid JSON"),
-    (['{"question": "a", "expected": ["mem-42"]}'], 1, "not a card id"),
-    (['{"question": "a", "expected": ["%(shipped)s"]}', "",
-      '{"question": "a", "expected": ["%(shipped)s"], "filters": {"database": "other"}}'], 3, "cannot be overridden"),
-    (['{"question": "a", "expected": ["%(shipped)s"], "filters": {"top": 0}}'], 1, "top"),
-    (['{"question": "a", "expected": ["%(shipped)s"], "command": "list"}'], 1, "command must be one of"),
-])
+@pytest.mark.parametrize(
+    "lines, line, message",
+    [
+        (['{"question": "a", "expected": ["%(shipped)s"]}', "{not json"], 2, "not valid JSON"),
+        (['{"question": "a", "expected": ["mem-42"]}'], 1, "not a card id"),
+        (
+            [
+                '{"question": "a", "expected": ["%(shipped)s"]}',
+                "",
+                '{"question": "a", "expected": ["%(shipped)s"], "filters": {"database": "other"}}',
+            ],
+            3,
+            "cannot be overridden",
+        ),
+        (['{"question": "a", "expected": ["%(shipped)s"], "filters": {"top": 0}}'], 1, "top"),
+        (
+            ['{"question": "a", "expected": ["%(shipped)s"], "command": "list"}'],
+            1,
+            "command must be one of",
+        ),
+    ],
+)
 def test_bad_lines_are_a_json_error_naming_the_line(cli, workspace, lines, line, message):
     config, ids, cases = workspace
     run = cli("memory", "eval", "--cases", cases(*(text % ids for text in lines)), "-c", config)

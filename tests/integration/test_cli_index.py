@@ -23,27 +23,40 @@ def env(database, tmp_path):
 
 
 def tht(env, *args, stdin=None):
-    proc = subprocess.run([sys.executable, "-m", "tht", *args], capture_output=True, text=True, env=env,
-                          input=stdin, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tht", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        input=stdin,
+        timeout=120,
+    )
     return proc.returncode, json.loads(proc.stdout), proc.stderr
 
 
 def write_config(tmp_path, open_timeout=10):
     path = tmp_path / "rt.yaml"
-    path.write_text("workspace: acme\ndatabase: dwh\nschema: sales\n"
-                    "embedding: {provider: hashing, dimension: 64}\n"
-                    f"index: {{engine: edge, open_timeout: {open_timeout}}}\n")
+    path.write_text(
+        "workspace: acme\ndatabase: dwh\nschema: sales\n"
+        "embedding: {provider: hashing, dimension: 64}\n"
+        f"index: {{engine: edge, open_timeout: {open_timeout}}}\n"
+    )
     return str(path)
 
 
 def test_concurrent_commands_on_the_embedded_index_all_succeed(env, tmp_path):
     config = write_config(tmp_path)
     assert tht(env, "workspace", "create", "acme", "--language", "en")[0] == 0
-    code, created, _ = tht(env, "memory", "create", "-c", config, "--data", "-", stdin=json.dumps(card_document()))
+    code, created, _ = tht(
+        env, "memory", "create", "-c", config, "--data", "-", stdin=json.dumps(card_document())
+    )
     assert code == 0 and created["status"] == "saved", created
-    commands = [("memory", "search", "shipped order", "-c", config)] * 3 + \
-               [("memory", "create", "-c", config, "--data", "-")] * 2
-    other = json.dumps(card_document(title="Carrier codes", content="three letter carrier identifiers"))
+    commands = [("memory", "search", "shipped order", "-c", config)] * 3 + [
+        ("memory", "create", "-c", config, "--data", "-")
+    ] * 2
+    other = json.dumps(
+        card_document(title="Carrier codes", content="three letter carrier identifiers")
+    )
     with ThreadPoolExecutor(len(commands)) as pool:
         runs = list(pool.map(lambda c: tht(env, *c, stdin=other), commands))
     for code, document, stderr in runs:
@@ -58,13 +71,24 @@ def test_a_held_index_gives_a_clear_outcome(env, tmp_path):
     assert tht(env, "workspace", "create", "acme", "--language", "en")[0] == 0
     assert tht(env, "memory", "index", "-c", config)[0] == 0  # creates the collection
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from tht.memory.index import EdgeIndex; "
-         "i = EdgeIndex(sys.argv[1], 'thoth_memory'); i.ensure_collection(64); print('held', flush=True); "
-         "sys.stdin.read(); i.close()", str(tmp_path / "home" / "index")],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        [
+            sys.executable,
+            "-c",
+            "import sys; from tht.memory.index import EdgeIndex; "
+            "i = EdgeIndex(sys.argv[1], 'thoth_memory'); i.ensure_collection(64); print('held', flush=True); "
+            "sys.stdin.read(); i.close()",
+            str(tmp_path / "home" / "index"),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
-        code, saved, _ = tht(env, "memory", "create", "-c", config, "--data", "-", stdin=json.dumps(card_document()))
+        code, saved, _ = tht(
+            env, "memory", "create", "-c", config, "--data", "-", stdin=json.dumps(card_document())
+        )
         assert code == 0 and saved["status"] == "saved_index_incomplete"
         assert "held by another process" in saved["index"]["error"]
         code, failed, _ = tht(env, "memory", "search", "shipped", "-c", config)
@@ -83,10 +107,14 @@ def _shard(tmp_path, workspace="acme"):
 
 
 @pytest.mark.parametrize("loss", ["workspace folder", "edge_config.json"])
-def test_a_lost_workspace_shard_fails_recall_and_check_until_rebuilt(cli, runtime_file, tmp_path, loss):
+def test_a_lost_workspace_shard_fails_recall_and_check_until_rebuilt(
+    cli, runtime_file, tmp_path, loss
+):
     config = runtime_file("acme")
     assert cli("workspace", "create", "acme", "--language", "en").code == 0
-    created = cli("memory", "create", "-c", config, "--data", "-", stdin=json.dumps(card_document()))
+    created = cli(
+        "memory", "create", "-c", config, "--data", "-", stdin=json.dumps(card_document())
+    )
     assert created.document["status"] == "saved"
     card_id = created.document["card"]["id"]
     shard = _shard(tmp_path)
@@ -114,9 +142,14 @@ def test_a_lost_workspace_shard_fails_recall_and_check_until_rebuilt(cli, runtim
 def test_an_empty_search_of_an_intact_index_is_an_answer(cli, runtime_file):
     config = runtime_file("acme")
     assert cli("workspace", "create", "acme", "--language", "en").code == 0
-    assert cli("memory", "create", "-c", config, "--data", "-", stdin=json.dumps(card_document())).code == 0
+    assert (
+        cli("memory", "create", "-c", config, "--data", "-", stdin=json.dumps(card_document())).code
+        == 0
+    )
     # nothing matches the filter: the index holds the workspace's points, so [] is true
-    searched = cli("memory", "search", "shipped order", "-c", config, "--filters", '{"scope": "Nowhere"}')
+    searched = cli(
+        "memory", "search", "shipped order", "-c", config, "--filters", '{"scope": "Nowhere"}'
+    )
     assert searched.code == 0 and searched.document == {"results": []}
 
 
@@ -132,23 +165,41 @@ def _garble_wal(shard):
 
 
 @pytest.mark.parametrize("damage", [_garble_segment, _garble_wal], ids=["segment", "wal"])
-def test_a_corrupt_shard_blocks_only_its_own_workspace_and_its_rebuild_replaces_it(cli, runtime_file, tmp_path,
-                                                                                   damage):
+def test_a_corrupt_shard_blocks_only_its_own_workspace_and_its_rebuild_replaces_it(
+    cli, runtime_file, tmp_path, damage
+):
     mine, theirs = runtime_file("acme"), runtime_file("other")
     for workspace in ("acme", "other"):
         assert cli("workspace", "create", workspace, "--language", "en").code == 0
-    assert cli("memory", "create", "-c", mine, "--data", "-", stdin=json.dumps(card_document())).code == 0
-    damaged = cli("memory", "create", "-c", theirs, "--data", "-", stdin=json.dumps(card_document()))
+    assert (
+        cli("memory", "create", "-c", mine, "--data", "-", stdin=json.dumps(card_document())).code
+        == 0
+    )
+    damaged = cli(
+        "memory", "create", "-c", theirs, "--data", "-", stdin=json.dumps(card_document())
+    )
     assert damaged.document["status"] == "saved"
     assert cli("memory", "index", "-c", theirs).code == 0  # optimized: segment files on disk
     damage(_shard(tmp_path, "other"))
 
     # nothing of acme depends on other's files
     assert cli("memory", "index", "-c", mine).code == 0
-    saved = cli("memory", "create", "-c", mine, "--data", "-",
-                stdin=json.dumps(card_document(title="Carrier codes", content="three letter carrier identifiers")))
+    saved = cli(
+        "memory",
+        "create",
+        "-c",
+        mine,
+        "--data",
+        "-",
+        stdin=json.dumps(
+            card_document(title="Carrier codes", content="three letter carrier identifiers")
+        ),
+    )
     assert saved.code == 0 and saved.document["status"] == "saved", saved.document
-    assert cli("memory", "search", "carrier", "-c", mine).document["results"][0]["id"] == saved.document["card"]["id"]
+    assert (
+        cli("memory", "search", "carrier", "-c", mine).document["results"][0]["id"]
+        == saved.document["card"]["id"]
+    )
 
     # the damaged workspace's own recall says so; its rebuild replaces the shard
     failed = cli("memory", "search", "shipped order", "-c", theirs)
@@ -168,8 +219,18 @@ def test_check_finds_damaged_dense_vectors_and_repair_rewrites_them(cli, runtime
     config = runtime_file("acme")
     assert cli("workspace", "create", "acme", "--language", "en").code == 0
     titles = ["Shipped orders", "Carrier codes", "Fiscal years"]
-    ids = sorted(cli("memory", "create", "-c", config, "--data", "-",
-                     stdin=json.dumps(card_document(title=t))).document["card"]["id"] for t in titles)
+    ids = sorted(
+        cli(
+            "memory",
+            "create",
+            "-c",
+            config,
+            "--data",
+            "-",
+            stdin=json.dumps(card_document(title=t)),
+        ).document["card"]["id"]
+        for t in titles
+    )
     assert cli("memory", "index", "-c", config).code == 0
     assert cli("memory", "check", "-c", config).document["vectors_checked"] == 3
     stores = list(_shard(tmp_path).glob("segments/*/vector_storage-dense/vectors/chunk_*.mmap"))
@@ -191,7 +252,10 @@ def test_the_index_is_private_to_its_owner(cli, runtime_file, tmp_path):
     # points hold scopes, concepts and dependency names in plain text
     config = runtime_file("acme")
     assert cli("workspace", "create", "acme", "--language", "en").code == 0
-    assert cli("memory", "create", "-c", config, "--data", "-", stdin=json.dumps(card_document())).code == 0
+    assert (
+        cli("memory", "create", "-c", config, "--data", "-", stdin=json.dumps(card_document())).code
+        == 0
+    )
     assert cli("memory", "index", "-c", config).code == 0
     root = tmp_path / "home" / "index"
     assert root.stat().st_mode & 0o777 == 0o700
@@ -202,7 +266,10 @@ def test_the_index_is_private_to_its_owner(cli, runtime_file, tmp_path):
 def test_an_index_written_before_is_made_private(cli, runtime_file, tmp_path):
     config = runtime_file("acme")
     assert cli("workspace", "create", "acme", "--language", "en").code == 0
-    assert cli("memory", "create", "-c", config, "--data", "-", stdin=json.dumps(card_document())).code == 0
+    assert (
+        cli("memory", "create", "-c", config, "--data", "-", stdin=json.dumps(card_document())).code
+        == 0
+    )
     root = tmp_path / "home" / "index"
     for path in [root, *root.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
@@ -216,7 +283,9 @@ def test_an_index_written_before_is_made_private(cli, runtime_file, tmp_path):
 def test_damaged_collection_metadata_is_rewritten_by_the_next_write(cli, runtime_file, tmp_path):
     config = runtime_file("acme")
     assert cli("workspace", "create", "acme", "--language", "en").code == 0
-    created = cli("memory", "create", "-c", config, "--data", "-", stdin=json.dumps(card_document()))
+    created = cli(
+        "memory", "create", "-c", config, "--data", "-", stdin=json.dumps(card_document())
+    )
     (tmp_path / "home" / "index" / "thoth_memory" / "layout.json").write_bytes(os.urandom(64))
     failed = cli("memory", "search", "shipped order", "-c", config)
     assert failed.code == 8 and "layout.json" in failed.document["error"]["message"]

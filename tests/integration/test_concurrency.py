@@ -13,13 +13,18 @@ PROCESSES = 8
 UPDATES = 100
 
 
-def _append(memory: MemoryService, card_id: str, mark: str, conditional: bool, workspace: str = "acme") -> int:
+def _append(
+    memory: MemoryService, card_id: str, mark: str, conditional: bool, workspace: str = "acme"
+) -> int:
     """Read-modify-write; with `conditional` the save names the revision it read."""
     conflicts = 0
     while True:
         current = memory.get_card(workspace, card_id)
-        data = card(title=current.title, content=f"{current.content}\n{mark}",
-                    revision=current.revision if conditional else None)
+        data = card(
+            title=current.title,
+            content=f"{current.content}\n{mark}",
+            revision=current.revision if conditional else None,
+        )
         try:
             memory.update_card(workspace, card_id, data)
             return conflicts
@@ -46,12 +51,17 @@ def test_eight_processes_lose_no_update(database, memory, workspaces):
     workspaces.create("acme", "en")
     shared = memory.create_card("acme", card(title="shared", content="start")).card.id
     blind = memory.create_card("acme", card(title="blind", content="start")).card.id
-    own = [memory.create_card("acme", card(title=f"own {w}", content="start")).card.id for w in range(PROCESSES)]
+    own = [
+        memory.create_card("acme", card(title=f"own {w}", content="start")).card.id
+        for w in range(PROCESSES)
+    ]
 
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
-    workers = [ctx.Process(target=_writer, args=(database.runtime, w, shared, own[w], blind, queue))
-               for w in range(PROCESSES)]
+    workers = [
+        ctx.Process(target=_writer, args=(database.runtime, w, shared, own[w], blind, queue))
+        for w in range(PROCESSES)
+    ]
     for p in workers:
         p.start()
     for p in workers:
@@ -66,7 +76,9 @@ def test_eight_processes_lose_no_update(database, memory, workspaces):
     final = memory.get_card("acme", shared)
     marks = final.content.splitlines()[1:]
     assert final.revision == 1 + PROCESSES * per_worker_shared
-    assert sorted(marks) == sorted(f"w{w}-{i}" for w in range(PROCESSES) for i in range(0, UPDATES, 2))
+    assert sorted(marks) == sorted(
+        f"w{w}-{i}" for w in range(PROCESSES) for i in range(0, UPDATES, 2)
+    )
     for w in range(PROCESSES):
         mine = memory.get_card("acme", own[w])
         assert mine.revision == 1 + per_worker_own

@@ -19,8 +19,13 @@ from tht.service.client import stop_service
 def run(home, *args, timeout=120):
     env = {k: v for k, v in os.environ.items() if not k.startswith("THT_")}
     env["THT_HOME"] = str(home)
-    proc = subprocess.run([sys.executable, "-m", "tht", *args], capture_output=True, text=True,
-                          env=env, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tht", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
     return proc.returncode, json.loads(proc.stdout), proc.stderr
 
 
@@ -51,12 +56,16 @@ def test_first_use_prepares_everything_and_later_runs_reuse_it(home, tmp_path):
 
     config = tmp_path / "runtime.yaml"
     config.write_text("workspace: demo\n")
-    code, listing, _ = run(home, "memory", "list", "-c", str(config), "--filters", '{"q": "excellence rate"}')
+    code, listing, _ = run(
+        home, "memory", "list", "-c", str(config), "--filters", '{"q": "excellence rate"}'
+    )
     assert code == 0 and listing["total"] >= 1
 
     embedded = EmbeddedPostgres(home)
     with psycopg.connect(embedded.superuser_conninfo("thoth")) as conn:
-        row = conn.execute("SELECT rolsuper, rolbypassrls FROM pg_roles WHERE rolname = 'thoth_runtime'").fetchone()
+        row = conn.execute(
+            "SELECT rolsuper, rolbypassrls FROM pg_roles WHERE rolname = 'thoth_runtime'"
+        ).fetchone()
         assert row == (False, False)
         versions = conn.execute("SELECT version FROM thoth_memory.schema_migrations").fetchall()
         assert versions
@@ -66,15 +75,22 @@ def test_first_use_prepares_everything_and_later_runs_reuse_it(home, tmp_path):
     assert code == 0 and stopped["stopped"] is True
     code, listing, _ = run(home, "memory", "list", "-c", str(config))  # starts again on demand
     assert code == 0 and listing["total"] == expected
-    code, found, _ = run(home, "memory", "search", "what is the excellence rate of a school", "-c", str(config))
+    code, found, _ = run(
+        home, "memory", "search", "what is the excellence rate of a school", "-c", str(config)
+    )
     assert code == 0 and found["results"], found  # the demo was indexed with the default embedder
 
 
 def test_migrate_module_entry_point(home):
     env = {k: v for k, v in os.environ.items() if not k.startswith("THT_")}
     env["THT_HOME"] = str(home)
-    proc = subprocess.run([sys.executable, "-m", "tht.memory.migrate"], capture_output=True, text=True,
-                          env=env, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tht.memory.migrate"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)
     assert report["database"] == "embedded" and report["runtime_login"] == "thoth_runtime"

@@ -98,7 +98,7 @@ def in_thread(target, *args) -> tuple[threading.Thread, list]:
     def run() -> None:
         try:
             outcome.append(target(*args))
-        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+        except BaseException as exc:
             outcome.append(exc)
 
     thread = threading.Thread(target=run, daemon=True)
@@ -117,24 +117,36 @@ def finished(thread: threading.Thread, outcome: list) -> Any:
 def big_card(**overrides: Any):
     """The measured card: content, rationale and context of 20 000 characters and SQL
     of 49 000 (109 KB), one family that has all four."""
-    fields = {"title": "Big rule", "content": ("revenue " * 2500)[:20_000], "rationale": ("refunds " * 2500)[:20_000],
-              "context": ("ledger " * 3000)[:20_000],
-              "sql": ("SELECT sum(net_amount) FROM sales.orders GROUP BY month;\n" * 900)[:49_000]}
+    fields = {
+        "title": "Big rule",
+        "content": ("revenue " * 2500)[:20_000],
+        "rationale": ("refunds " * 2500)[:20_000],
+        "context": ("ledger " * 3000)[:20_000],
+        "sql": ("SELECT sum(net_amount) FROM sales.orders GROUP BY month;\n" * 900)[:49_000],
+    }
     return card("sql_rule", **{**fields, **overrides})
 
 
 def test_a_cut_embedding_is_recorded_shown_and_bm25_keeps_the_whole_text(make_stack):
     stack = make_stack(HashingEmbedder(64, max_chars=100))
-    long = stack.memory.create_card("acme", card(title="Long", content="fiscal " * 60 + "zanzibar")).card
+    long = stack.memory.create_card(
+        "acme", card(title="Long", content="fiscal " * 60 + "zanzibar")
+    ).card
     short = stack.memory.create_card("acme", card(title="Short", content="fiscal year")).card
 
     shown = stack.memory.get_card("acme", long.id)
-    assert shown.index == CardIndex(revision=1, current=True, indexed_chars=len(indexed_text(long)),
-                                    embedded_chars=100)
-    assert shown.as_json()["index"] == {"revision": 1, "current": True, "indexed_chars": len(indexed_text(long)),
-                                        "embedded_chars": 100}
+    assert shown.index == CardIndex(
+        revision=1, current=True, indexed_chars=len(indexed_text(long)), embedded_chars=100
+    )
+    assert shown.as_json()["index"] == {
+        "revision": 1,
+        "current": True,
+        "indexed_chars": len(indexed_text(long)),
+        "embedded_chars": 100,
+    }
     assert stack.memory.get_card("acme", short.id).index == CardIndex(
-        revision=1, current=True, indexed_chars=len(indexed_text(short)), embedded_chars=None)
+        revision=1, current=True, indexed_chars=len(indexed_text(short)), embedded_chars=None
+    )
     # the point's dense vector is the bounded prefix's; BM25 still holds the whole text
     (point,) = [p for p in stack.index.written if p.id == card_id_to_uuid(long.id)]
     assert point.dense == stack.embedder.embed_passages([indexed_text(long)[:100]])[0]
@@ -155,7 +167,9 @@ def test_a_109_kb_card_saves_with_its_projection_current(make_stack):
     text = indexed_text(saved.card)
     assert len(text) > 109_000
     shown = stack.memory.get_card("acme", saved.card.id)
-    assert shown.index == CardIndex(revision=1, current=True, indexed_chars=len(text), embedded_chars=8192)
+    assert shown.index == CardIndex(
+        revision=1, current=True, indexed_chars=len(text), embedded_chars=8192
+    )
     assert stack.recall_ids("acme", "ledger refunds") == [saved.card.id]
     assert stack.projector.check("acme")["stale"] == []
 
@@ -166,13 +180,21 @@ def test_a_held_embedding_blocks_neither_other_workspaces_nor_its_own(make_stack
     workspace lock, the last two waited for it)."""
     embedder = HeldEmbedder("BIG-A")
     stack = make_stack(embedder)
-    existing = stack.memory.create_card("acme", card(title="Fiscal year", content="fiscal year starts in April")).card
+    existing = stack.memory.create_card(
+        "acme", card(title="Fiscal year", content="fiscal year starts in April")
+    ).card
 
     big, big_outcome = in_thread(stack.memory.create_card, "acme", big_card(title="BIG-A rule"))
     assert embedder.entered.wait(WAIT)
 
-    other = finished(*in_thread(stack.memory.create_card, "beta", card(title="Beta", content="beta fiscal")))
-    same = finished(*in_thread(stack.memory.create_card, "acme", card(title="Calendar", content="fiscal calendar")))
+    other = finished(
+        *in_thread(stack.memory.create_card, "beta", card(title="Beta", content="beta fiscal"))
+    )
+    same = finished(
+        *in_thread(
+            stack.memory.create_card, "acme", card(title="Calendar", content="fiscal calendar")
+        )
+    )
     found = finished(*in_thread(stack.recall_ids, "acme", "fiscal year"))
     assert other.index.status == same.index.status == "current"
     assert existing.id in found and same.card.id in found
@@ -184,17 +206,25 @@ def test_a_held_embedding_blocks_neither_other_workspaces_nor_its_own(make_stack
     assert stack.memory.get_card("acme", saved.card.id).index.current
 
 
-@pytest.mark.parametrize("edit_propagates", [True, False], ids=["edit-indexed-first", "edit-left-pending"])
-def test_a_card_edited_while_embedded_ends_with_the_newer_revision(make_stack, archive, edit_propagates):
+@pytest.mark.parametrize(
+    "edit_propagates", [True, False], ids=["edit-indexed-first", "edit-left-pending"]
+)
+def test_a_card_edited_while_embedded_ends_with_the_newer_revision(
+    make_stack, archive, edit_propagates
+):
     """The first save's embedding is held while the card is edited. Whether the edit's
     own propagation indexed it first or it was left pending, the card ends projected
     at the newer revision with the newer text's vector: never the older one."""
     embedder = HeldEmbedder("VERSION-ONE")
     stack = make_stack(embedder)
-    created, outcome = in_thread(stack.memory.create_card, "acme", card(title="Rule", content="VERSION-ONE text"))
+    created, outcome = in_thread(
+        stack.memory.create_card, "acme", card(title="Rule", content="VERSION-ONE text")
+    )
     assert embedder.entered.wait(WAIT)
     card_id = _only_card(archive)  # committed before its propagation began
-    editor = stack.memory if edit_propagates else MemoryService(archive)  # without a projector: left pending
+    editor = (
+        stack.memory if edit_propagates else MemoryService(archive)
+    )  # without a projector: left pending
     edited = editor.update_card("acme", card_id, card(title="Rule", content="VERSION-TWO text"))
     assert edited.card.revision == 2
 
@@ -208,7 +238,9 @@ def test_a_card_edited_while_embedded_ends_with_the_newer_revision(make_stack, a
     last = [p for p in stack.index.written if p.id == card_id_to_uuid(card_id)][-1]
     assert (last.revision, last.dense) == (2, stack.embedder.embed_passages([newer])[0])
     assert all(p.revision == 2 for p in stack.index.written if p.id == card_id_to_uuid(card_id))
-    assert {p.id: p.revision for p in stack.index.scroll_ids("acme")} == {card_id_to_uuid(card_id): 2}
+    assert {p.id: p.revision for p in stack.index.scroll_ids("acme")} == {
+        card_id_to_uuid(card_id): 2
+    }
     assert stack.memory.pending("acme") == []
     assert stack.recall_ids("acme", "VERSION-TWO") == [card_id]
 

@@ -32,8 +32,11 @@ def target(database, tmp_path):
 
 def test_crash_at_every_step_is_recovered_without_lost_doubled_stale_or_leaked_cards(target):
     results = crash_battery(target, ROWS, repetitions=1)
-    failures = [(r.row, r.audit.counts(), r.audit.notes) for r in results
-                if not (r.crashed and r.recovered and r.audit.clean())]
+    failures = [
+        (r.row, r.audit.counts(), r.audit.notes)
+        for r in results
+        if not (r.crashed and r.recovered and r.audit.clean())
+    ]
     assert failures == [], "\n".join(map(str, failures))
     table = summarize(results)
     assert len(table) == len(ROWS) and all(line["crashed"] == line["trials"] for line in table)
@@ -42,7 +45,9 @@ def test_crash_at_every_step_is_recovered_without_lost_doubled_stale_or_leaked_c
 def test_the_fork_server_stands_for_python_m_tht(target):
     """The battery forks each command from a pre-imported parent for speed; the same
     kind of row through `python -m tht` (a fresh interpreter per command) holds too."""
-    row = next(r for r in ROWS if (r.operation, r.point) == ("delete", "delete.after_archive_commit"))
+    row = next(
+        r for r in ROWS if (r.operation, r.point) == ("delete", "delete.after_archive_commit")
+    )
     (result,) = crash_battery(target, [row], repetitions=1, launcher_name="exec")
     assert result.crashed and result.recovered and result.audit.clean(), result.audit.notes
 
@@ -51,7 +56,10 @@ def test_eight_writers_lose_no_update_and_leave_the_index_equal_to_the_archive(t
     figures = writers_battery(target, writers=8, mutations=40)
     assert figures["errors"] == [] and figures["lost_updates"] == []
     assert figures["conflicts"] > 0  # the writers really did race
-    assert figures["pending_before_drain"] > 0 and figures["drained"] >= figures["pending_before_drain"]
+    assert (
+        figures["pending_before_drain"] > 0
+        and figures["drained"] >= figures["pending_before_drain"]
+    )
     assert figures["index_differences"] == [] and figures["projection_differences"] == []
     assert figures["recalled_deleted"] == []
 
@@ -60,7 +68,9 @@ def test_pool_checkouts_never_leak_role_workspace_or_lock(target):
     figures = pool_leak_battery(target, checkouts=1_000)
     assert figures["leaks"] == 0, figures["leak_examples"]
     # the failures really happened: modes 1, 2, 4 and 5 of every six checkouts
-    assert figures["failed_mid_transaction"] == sum(1 for i in range(1_000) if i % 6 in (1, 2, 4, 5))
+    assert figures["failed_mid_transaction"] == sum(
+        1 for i in range(1_000) if i % 6 in (1, 2, 4, 5)
+    )
 
 
 def test_index_engine_killed_mid_write_never_brings_a_deleted_card_back(target):
@@ -78,9 +88,16 @@ def test_recall_state_machine_in_two_workspaces(target):
     with pooled(target.runtime) as archive:
         machine, stack = recall_machine(archive, target.home / "machine-index")
         try:
-            run_state_machine_as_test(machine, settings=settings(
-                max_examples=15, stateful_step_count=25, deadline=None, derandomize=True,
-                suppress_health_check=list(HealthCheck)))
+            run_state_machine_as_test(
+                machine,
+                settings=settings(
+                    max_examples=15,
+                    stateful_step_count=25,
+                    deadline=None,
+                    derandomize=True,
+                    suppress_health_check=list(HealthCheck),
+                ),
+            )
         finally:
             stack.release()
 
@@ -88,8 +105,12 @@ def test_recall_state_machine_in_two_workspaces(target):
 def test_every_crash_point_in_the_product_has_a_row():
     """A crash point added to the product without a row in the battery fails here:
     add a Row (and, for a new operation, its setup in OPERATIONS) to tests/fault_battery.py."""
-    calls = [m.group(1) for path in (ROOT / "src" / "tht").rglob("*.py")
-             for m in re.finditer(r"crash_point\(([^)]*)\)", path.read_text()) if path.name != "faults.py"]
+    calls = [
+        m.group(1)
+        for path in (ROOT / "src" / "tht").rglob("*.py")
+        for m in re.finditer(r"crash_point\(([^)]*)\)", path.read_text())
+        if path.name != "faults.py"
+    ]
     points = {name for call in calls for name in re.findall(r"\"([a-z_]+\.[a-z_.]+)\"", call)}
     assert len(points) >= 12
     assert points - {row.point for row in ROWS} == set()

@@ -66,7 +66,9 @@ def _edge(tmp_path: Path) -> Engine:
     shard_path = EdgeIndex(tmp_path).workspace_path("w1")
 
     def create_dense_only(dimension: int) -> None:
-        config = qe.EdgeConfig(vectors={"dense": qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine)})
+        config = qe.EdgeConfig(
+            vectors={"dense": qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine)}
+        )
         shard_path.parent.mkdir(parents=True)
         (tmp_path / "memory" / "layout.json").write_text(json.dumps({"dimension": dimension}))
         qe.EdgeShard.create(str(shard_path), config).close()
@@ -77,11 +79,16 @@ def _edge(tmp_path: Path) -> Engine:
         payload = {"workspace": "w1", "family": "sql_rule", "deps": []}
         writer = EdgeIndex(tmp_path)
         with writer.session():
-            writer.shard("w1", create=True).update(qe.UpdateOperation.upsert_points([qe.Point(point_id, vectors, payload)]))
+            writer.shard("w1", create=True).update(
+                qe.UpdateOperation.upsert_points([qe.Point(point_id, vectors, payload)])
+            )
         writer.close()
 
-    return Engine(open=lambda: EdgeIndex(tmp_path, open_timeout=2.0), create_dense_only=create_dense_only,
-                  write_old_format=write_old_format)
+    return Engine(
+        open=lambda: EdgeIndex(tmp_path, open_timeout=2.0),
+        create_dense_only=create_dense_only,
+        write_old_format=write_old_format,
+    )
 
 
 def _qdrant_local(tmp_path: Path) -> Engine:
@@ -90,39 +97,53 @@ def _qdrant_local(tmp_path: Path) -> Engine:
     def create_dense_only(dimension: int) -> None:
         client = QdrantClient(path=location)
         client.create_collection(
-            "memory", vectors_config={"dense": qm.VectorParams(size=dimension, distance=qm.Distance.COSINE)}
+            "memory",
+            vectors_config={"dense": qm.VectorParams(size=dimension, distance=qm.Distance.COSINE)},
         )
         client.close()
 
     def write_old_format(point_id: uuid.UUID, text: str) -> None:
         client = QdrantClient(path=location)
         sparse = ENCODER.encode_document(text)
-        vectors = {"dense": EMBEDDER.embed_passages([text])[0],
-                   "bm25": qm.SparseVector(indices=sparse.indices, values=sparse.values)}
+        vectors = {
+            "dense": EMBEDDER.embed_passages([text])[0],
+            "bm25": qm.SparseVector(indices=sparse.indices, values=sparse.values),
+        }
         payload = {"workspace": "w1", "family": "sql_rule", "deps": []}
         client.upsert("memory", [qm.PointStruct(id=str(point_id), vector=vectors, payload=payload)])
         client.close()
 
-    return Engine(open=lambda: QdrantServerIndex(QdrantClient(path=location)), create_dense_only=create_dense_only,
-                  write_old_format=write_old_format)
+    return Engine(
+        open=lambda: QdrantServerIndex(QdrantClient(path=location)),
+        create_dense_only=create_dense_only,
+        write_old_format=write_old_format,
+    )
 
 
 def _pgvector(database) -> Engine:
     def create_dense_only(dimension: int) -> None:
         # a collection created earlier, by the engine's own SQL, with this dimension
         with psycopg.connect(database.migrator) as conn:
-            conn.execute("SELECT thoth_memory_pgvector.create_collection('memory', %s)", (dimension,))
+            conn.execute(
+                "SELECT thoth_memory_pgvector.create_collection('memory', %s)", (dimension,)
+            )
 
     def write_old_format(point_id: uuid.UUID, text: str) -> None:
         legacy = PgVectorIndex(database.runtime, "memory")
         legacy.upsert([point(facts(), text, point_id=point_id)])
         legacy.close()
         with psycopg.connect(database.migrator) as conn:
-            conn.execute("UPDATE thoth_memory_pgvector.points SET revision = NULL, fingerprint = NULL"
-                         " WHERE id = %s", (point_id,))
+            conn.execute(
+                "UPDATE thoth_memory_pgvector.points SET revision = NULL, fingerprint = NULL"
+                " WHERE id = %s",
+                (point_id,),
+            )
 
-    return Engine(open=lambda: PgVectorIndex(database.runtime, "memory", timeout=5),
-                  create_dense_only=create_dense_only, write_old_format=write_old_format)
+    return Engine(
+        open=lambda: PgVectorIndex(database.runtime, "memory", timeout=5),
+        create_dense_only=create_dense_only,
+        write_old_format=write_old_format,
+    )
 
 
 @pytest.fixture(params=["edge", "qdrant_local", "pgvector"])
@@ -140,14 +161,31 @@ def index(engine: Engine) -> Iterator[SearchIndex]:
     opened.close()
 
 
-def facts(workspace: str = "w1", family: str = "sql_rule", scope: str | None = None,
-          concepts: tuple[str, ...] = (), deps: tuple[dict, ...] = ()) -> CardFacts:
+def facts(
+    workspace: str = "w1",
+    family: str = "sql_rule",
+    scope: str | None = None,
+    concepts: tuple[str, ...] = (),
+    deps: tuple[dict, ...] = (),
+) -> CardFacts:
     dependencies = tuple(Dependency.model_validate(d) for d in deps)
-    return CardFacts(workspace=workspace, family=family, scope=scope, concepts=concepts, dependencies=dependencies)
+    return CardFacts(
+        workspace=workspace,
+        family=family,
+        scope=scope,
+        concepts=concepts,
+        dependencies=dependencies,
+    )
 
 
-def point(card: CardFacts, text: str, *, revision: int = 1, fingerprint: str = "fp-1",
-          point_id: uuid.UUID | None = None) -> IndexPoint:
+def point(
+    card: CardFacts,
+    text: str,
+    *,
+    revision: int = 1,
+    fingerprint: str = "fp-1",
+    point_id: uuid.UUID | None = None,
+) -> IndexPoint:
     return IndexPoint(
         id=point_id or uuid.uuid4(),
         dense=EMBEDDER.embed_passages([text])[0],
@@ -158,8 +196,12 @@ def point(card: CardFacts, text: str, *, revision: int = 1, fingerprint: str = "
     )
 
 
-def search(index: SearchIndex, text: str, filters: RecallFilters, limit: int = 20) -> list[IndexHit]:
-    return index.hybrid_search(EMBEDDER.embed_query(text), ENCODER.encode_query(text), filters, limit)
+def search(
+    index: SearchIndex, text: str, filters: RecallFilters, limit: int = 20
+) -> list[IndexHit]:
+    return index.hybrid_search(
+        EMBEDDER.embed_query(text), ENCODER.encode_query(text), filters, limit
+    )
 
 
 def everything(workspace: str = "w1", **narrowing: object) -> RecallFilters:
@@ -278,12 +320,17 @@ def test_old_format_points_report_no_projection(engine: Engine) -> None:
 def test_upsert_delete_count_and_scroll(index: SearchIndex) -> None:
     mine = [point(facts(), f"rule number {n}") for n in range(3)]
     other = point(facts(workspace="w2"), "rule number 0")
-    index.upsert(mine + [other])
+    index.upsert([*mine, other])
     assert index.count("w1") == 3 and index.count("w2") == 1
     assert {r.id for r in index.scroll_ids("w1")} == {p.id for p in mine}
 
     # Upserting the same ids again replaces, never duplicates.
-    index.upsert([point(p.card, "rule rewritten", revision=2, fingerprint="fp-2", point_id=p.id) for p in mine])
+    index.upsert(
+        [
+            point(p.card, "rule rewritten", revision=2, fingerprint="fp-2", point_id=p.id)
+            for p in mine
+        ]
+    )
     assert index.count("w1") == 3
     assert set(index.scroll_ids("w1")) == {PointRecord(p.id, 2, "fp-2") for p in mine}
 
@@ -302,8 +349,9 @@ def test_dense_vectors_read_back_what_was_written(index: SearchIndex) -> None:
     vectors = index.dense_vectors("w1", [mine.id, theirs.id, uuid.uuid4()])
     assert set(vectors) == {mine.id}  # another workspace's point and an absent one are left out
     stored, written = vectors[mine.id], list(mine.dense)
-    cosine = sum(a * b for a, b in zip(stored, written)) / (
-        sum(a * a for a in stored) ** 0.5 * sum(b * b for b in written) ** 0.5)
+    cosine = sum(a * b for a, b in zip(stored, written, strict=True)) / (
+        sum(a * a for a in stored) ** 0.5 * sum(b * b for b in written) ** 0.5
+    )
     assert len(stored) == DIMENSION and cosine > 0.999
     assert index.dense_vectors("w3", [mine.id]) == {}
 
@@ -396,40 +444,69 @@ def test_family_filter(index: SearchIndex) -> None:
     by_family = {family: point(facts(family=family), "revenue definition") for family in FAMILIES}
     index.upsert(list(by_family.values()))
     rules = RecallFilters(workspace="w1", families=("sql_rule", "explained_error"))
-    assert ids(search(index, "revenue", rules)) == {by_family["sql_rule"].id, by_family["explained_error"].id}
+    assert ids(search(index, "revenue", rules)) == {
+        by_family["sql_rule"].id,
+        by_family["explained_error"].id,
+    }
     assert search(index, "revenue", RecallFilters(workspace="w1", families=())) == []
 
 
 def test_scope_is_an_exact_string(index: SearchIndex) -> None:
     sales = point(facts(scope="sales"), "revenue")
-    index.upsert([sales, point(facts(scope="sales EU"), "revenue"), point(facts(scope="Sales"), "revenue"),
-                  point(facts(), "revenue")])
+    index.upsert(
+        [
+            sales,
+            point(facts(scope="sales EU"), "revenue"),
+            point(facts(scope="Sales"), "revenue"),
+            point(facts(), "revenue"),
+        ]
+    )
     assert ids(search(index, "revenue", everything(scope="sales"))) == {sales.id}
 
 
 def test_every_requested_concept_must_be_present(index: SearchIndex) -> None:
     both = point(facts(concepts=("revenue", "refund", "tax")), "net revenue")
-    index.upsert([both, point(facts(concepts=("revenue",)), "net revenue"), point(facts(), "net revenue")])
+    index.upsert(
+        [both, point(facts(concepts=("revenue",)), "net revenue"), point(facts(), "net revenue")]
+    )
     assert ids(search(index, "revenue", everything(concepts=("revenue", "refund")))) == {both.id}
 
 
 def test_physical_context_needs_one_dependency_for_all_levels(index: SearchIndex) -> None:
-    pair = point(facts(deps=(
-        {"database": "dwh", "schema": "sales", "table": "orders", "column": "id"},
-        {"database": "dwh", "schema": "sales", "table": "customers", "column": "name"},
-    )), "order identifiers")
-    table_level = point(facts(deps=({"database": "dwh", "schema": "sales", "table": "orders"},)), "orders table")
+    pair = point(
+        facts(
+            deps=(
+                {"database": "dwh", "schema": "sales", "table": "orders", "column": "id"},
+                {"database": "dwh", "schema": "sales", "table": "customers", "column": "name"},
+            )
+        ),
+        "order identifiers",
+    )
+    table_level = point(
+        facts(deps=({"database": "dwh", "schema": "sales", "table": "orders"},)), "orders table"
+    )
     database_level = point(facts(deps=({"database": "dwh"},)), "warehouse wide")
     workspace_wide = point(facts(), "workspace wide")
     elsewhere = point(facts(deps=({"database": "crm"},)), "other database")
     index.upsert([pair, table_level, database_level, workspace_wide, elsewhere])
 
     def found(**levels: str) -> set[uuid.UUID]:
-        return ids(search(index, "orders", everything(database="dwh", schema_name="sales", **levels)))
+        return ids(
+            search(index, "orders", everything(database="dwh", schema_name="sales", **levels))
+        )
 
     # orders.id and customers.name must not combine into orders.name.
-    assert found(table="orders", column="name") == {table_level.id, database_level.id, workspace_wide.id}
-    assert found(table="orders", column="id") == {pair.id, table_level.id, database_level.id, workspace_wide.id}
+    assert found(table="orders", column="name") == {
+        table_level.id,
+        database_level.id,
+        workspace_wide.id,
+    }
+    assert found(table="orders", column="id") == {
+        pair.id,
+        table_level.id,
+        database_level.id,
+        workspace_wide.id,
+    }
     assert found() == {pair.id, table_level.id, database_level.id, workspace_wide.id}
 
 
@@ -479,7 +556,9 @@ def test_random_filters_select_exactly_what_card_matches_selects(index: SearchIn
     for _ in range(80):
         filters = _random_filters(rng)
         expected = {p.id for p in points if card_matches(p.card, filters)}
-        non_trivial += 0 < len(expected) < sum(p.card.workspace == filters.workspace for p in points)
+        non_trivial += (
+            0 < len(expected) < sum(p.card.workspace == filters.workspace for p in points)
+        )
         assert ids(search(index, "revenue", filters, limit=len(points))) == expected, filters
     assert non_trivial > 20  # the generator exercises selective filters, not only all-or-nothing
 
@@ -502,8 +581,12 @@ finally:
 
 
 def _open_in_another_process(path: Path, timeout: float) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-c", _OPENER, str(path), str(timeout)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", _OPENER, str(path), str(timeout)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _result(process: subprocess.Popen[str]) -> dict:
@@ -554,16 +637,29 @@ def _legacy_single_shard(tmp_path: Path, points: list[IndexPoint]) -> None:
         sparse_vectors={"bm25": qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
     )
     shard = qe.EdgeShard.create(str(tmp_path / "memory"), config)
-    shard.update(qe.UpdateOperation.upsert_points([
-        qe.Point(p.id, {"dense": list(p.dense), "bm25": qe.SparseVector(*p.sparse)}, p.payload()) for p in points]))
+    shard.update(
+        qe.UpdateOperation.upsert_points(
+            [
+                qe.Point(
+                    p.id, {"dense": list(p.dense), "bm25": qe.SparseVector(*p.sparse)}, p.payload()
+                )
+                for p in points
+            ]
+        )
+    )
     shard.close()
 
 
 def test_each_workspace_has_its_own_shard(tmp_path: Path) -> None:
     index = EdgeIndex(tmp_path)
     index.ensure_collection(DIMENSION)
-    index.upsert([point(facts("w1"), "net revenue"), point(facts("w2"), "net revenue"),
-                  point(facts("w2"), "gross margin")])
+    index.upsert(
+        [
+            point(facts("w1"), "net revenue"),
+            point(facts("w2"), "net revenue"),
+            point(facts("w2"), "gross margin"),
+        ]
+    )
     index.close()
     shards = sorted(p.name for p in (tmp_path / "memory" / "workspaces").iterdir())
     assert shards == ["w1", "w2"]
@@ -581,16 +677,25 @@ def test_a_legacy_single_shard_is_moved_into_workspace_shards(tmp_path: Path) ->
     (tmp_path / "memory" / "layout.json.moving").write_text(json.dumps({"dimension": DIMENSION}))
     moved = EdgeIndex(tmp_path).workspace_path("w1")
     moved.parent.mkdir(parents=True)
-    partial = qe.EdgeShard.create(str(moved), qe.EdgeConfig(
-        vectors={"dense": qe.EdgeVectorParams(size=DIMENSION, distance=qe.Distance.Cosine)},
-        sparse_vectors={"bm25": qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)}))
-    partial.update(qe.UpdateOperation.upsert_points(
-        [qe.Point(mine[0].id, {"dense": list(mine[0].dense)}, mine[0].payload())]))
+    partial = qe.EdgeShard.create(
+        str(moved),
+        qe.EdgeConfig(
+            vectors={"dense": qe.EdgeVectorParams(size=DIMENSION, distance=qe.Distance.Cosine)},
+            sparse_vectors={"bm25": qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+        ),
+    )
+    partial.update(
+        qe.UpdateOperation.upsert_points(
+            [qe.Point(mine[0].id, {"dense": list(mine[0].dense)}, mine[0].payload())]
+        )
+    )
     partial.close()
 
     index = EdgeIndex(tmp_path)
     assert index.collection_exists()
-    assert set(index.scroll_ids("w1")) == {PointRecord(p.id, p.revision, p.fingerprint) for p in mine}
+    assert set(index.scroll_ids("w1")) == {
+        PointRecord(p.id, p.revision, p.fingerprint) for p in mine
+    }
     assert index.count("w2") == 3
     (hit, *_) = search(index, "revenue rule 3", everything())
     assert hit.id == mine[3].id and hit.bm25_rank == 1 and hit.revision == 4

@@ -56,7 +56,9 @@ def test_schema_built_from_migrations_matches_the_snapshot(database):
     actual = schema_description(database.superuser)
     if os.environ.get("THT_UPDATE_SNAPSHOT") == "1":
         SNAPSHOT.write_text(actual)
-    assert actual == SNAPSHOT.read_text(), "schema changed: review it, then rerun with THT_UPDATE_SNAPSHOT=1"
+    assert actual == SNAPSHOT.read_text(), (
+        "schema changed: review it, then rerun with THT_UPDATE_SNAPSHOT=1"
+    )
 
 
 def test_fresh_database_from_migrations_equals_the_template(empty_database, database):
@@ -78,7 +80,9 @@ def test_second_run_is_a_noop(database):
 
 def test_tampered_applied_migration_is_refused(database):
     with psycopg.connect(database.migrator, autocommit=True) as conn:
-        conn.execute("UPDATE thoth_memory.schema_migrations SET checksum = 'tampered' WHERE version = 1")
+        conn.execute(
+            "UPDATE thoth_memory.schema_migrations SET checksum = 'tampered' WHERE version = 1"
+        )
         with pytest.raises(MigrationRefused, match="001_archive differs from its file"):
             migrate(conn, runtime_login=RUNTIME)
     with pytest.raises(SchemaNotReady, match="differs"):
@@ -87,7 +91,9 @@ def test_tampered_applied_migration_is_refused(database):
 
 def test_unknown_applied_migration_is_refused(database):
     with psycopg.connect(database.migrator, autocommit=True) as conn:
-        conn.execute("INSERT INTO thoth_memory.schema_migrations (version, name, checksum) VALUES (999, 'future', 'x')")
+        conn.execute(
+            "INSERT INTO thoth_memory.schema_migrations (version, name, checksum) VALUES (999, 'future', 'x')"
+        )
         with pytest.raises(MigrationRefused, match="999_future is unknown"):
             migrate(conn, runtime_login=RUNTIME)
 
@@ -97,11 +103,19 @@ def test_runtime_never_migrates_a_missing_schema(empty_database):
         PostgresArchive(empty_database.runtime).open()
     assert "migrate" in raised.value.message
     with psycopg.connect(empty_database.superuser) as conn:
-        assert conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = 'thoth_memory'").fetchone()[0] == 0
+        assert (
+            conn.execute(
+                "SELECT count(*) FROM pg_namespace WHERE nspname = 'thoth_memory'"
+            ).fetchone()[0]
+            == 0
+        )
 
 
 def test_runtime_reports_a_missing_migration_version(database):
     with psycopg.connect(database.migrator, autocommit=True) as conn:
         conn.execute("DELETE FROM thoth_memory.schema_migrations WHERE version = 1")
-    with psycopg.connect(database.runtime) as conn, pytest.raises(SchemaNotReady, match="001_archive"):
+    with (
+        psycopg.connect(database.runtime) as conn,
+        pytest.raises(SchemaNotReady, match="001_archive"),
+    ):
         check_schema(conn)

@@ -9,6 +9,7 @@ strongest sense), so distances can be computed here and compared.
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import re
@@ -54,9 +55,18 @@ def facts(workspace="w1", family="sql_rule", scope=None, concepts=()):
     return CardFacts(workspace=workspace, family=family, scope=scope, concepts=concepts)
 
 
-def point(dense, *, workspace="w1", family="sql_rule", text=None, symptom=None, revision=1, point_id=None):
-    return IndexPoint(point_id or uuid.uuid4(), dense, ENCODER.encode_document(text) if text else NO_TERMS,
-                      facts(workspace, family), revision, "fp-1", symptom)
+def point(
+    dense, *, workspace="w1", family="sql_rule", text=None, symptom=None, revision=1, point_id=None
+):
+    return IndexPoint(
+        point_id or uuid.uuid4(),
+        dense,
+        ENCODER.encode_document(text) if text else NO_TERMS,
+        facts(workspace, family),
+        revision,
+        "fp-1",
+        symptom,
+    )
 
 
 def everything(workspace="w1", families=FAMILIES):
@@ -64,7 +74,7 @@ def everything(workspace="w1", families=FAMILIES):
 
 
 def cosine_distance(a, b):
-    dot = sum(x * y for x, y in zip(a, b))
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
     return 1 - dot / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
 
 
@@ -78,8 +88,17 @@ def superuser_rows(database, query, params=()):
 
 def _snapshot(database):
     """Every projection row with its row version (xmin): a rewrite changes xmin."""
-    return {table: sorted(superuser_rows(database, sql.SQL("SELECT xmin::text, t::text FROM {} t").format(
-                sql.Identifier("thoth_memory_pgvector", table)))) for table in TABLES}
+    return {
+        table: sorted(
+            superuser_rows(
+                database,
+                sql.SQL("SELECT xmin::text, t::text FROM {} t").format(
+                    sql.Identifier("thoth_memory_pgvector", table)
+                ),
+            )
+        )
+        for table in TABLES
+    }
 
 
 def test_a1_upserting_the_same_point_twice_leaves_one_row_and_rewrites_nothing(database, index):
@@ -90,11 +109,14 @@ def test_a1_upserting_the_same_point_twice_leaves_one_row_and_rewrites_nothing(d
     index.upsert([same])
     index.upsert([same, same])  # twice in one batch as well
     assert superuser_rows(database, "SELECT count(*) FROM thoth_memory_pgvector.points") == [(1,)]
-    assert superuser_rows(database, "SELECT kind FROM thoth_memory_pgvector.vectors ORDER BY kind") == [
-        ("symptom",), ("text",)]
+    assert superuser_rows(
+        database, "SELECT kind FROM thoth_memory_pgvector.vectors ORDER BY kind"
+    ) == [("symptom",), ("text",)]
     assert _snapshot(database) == before  # same rows, same row versions: no churn
 
-    index.upsert([point([1.0, 0.0, 0.0], text="revenue is net of refunds", revision=2, point_id=same.id)])
+    index.upsert(
+        [point([1.0, 0.0, 0.0], text="revenue is net of refunds", revision=2, point_id=same.id)]
+    )
     assert superuser_rows(database, "SELECT revision FROM thoth_memory_pgvector.points") == [(2,)]
     # the new version has no symptom: the old symptom vector is gone with it
     assert superuser_rows(database, "SELECT kind FROM thoth_memory_pgvector.vectors") == [("text",)]
@@ -120,7 +142,9 @@ def test_a1_rebuild_is_safe_at_any_time_and_produces_the_same_rows(database, arc
 
 
 def _runtime_transaction(conn, workspace):
-    conn.execute(pv.queries()["set_context"], {"workspace": workspace, "lock": True, "collection": "memory"})
+    conn.execute(
+        pv.queries()["set_context"], {"workspace": workspace, "lock": True, "collection": "memory"}
+    )
 
 
 def test_a2_vectors_before_their_point_are_rejected_and_the_adapter_order_succeeds(database, index):
@@ -133,7 +157,9 @@ def test_a2_vectors_before_their_point_are_rejected_and_the_adapter_order_succee
         # single pass, vectors first: the foreign key to the point rejects them
         with pytest.raises(psycopg.errors.ForeignKeyViolation), conn.transaction():
             _runtime_transaction(conn, "w1")
-            conn.execute(pv.queries()["vectors_upsert"], {**scope, "dimension": 3, "vectors": vectors})
+            conn.execute(
+                pv.queries()["vectors_upsert"], {**scope, "dimension": 3, "vectors": vectors}
+            )
         with pytest.raises(psycopg.errors.ForeignKeyViolation), conn.transaction():
             _runtime_transaction(conn, "w1")
             conn.execute(pv.queries()["bm25_upsert"], {**scope, "points": Jsonb([row])})
@@ -143,15 +169,30 @@ def test_a2_vectors_before_their_point_are_rejected_and_the_adapter_order_succee
             conn.execute(pv.queries()["frequencies_apply"], {**scope, "points": Jsonb([row])})
             conn.execute(pv.queries()["points_upsert"], {**scope, "points": Jsonb([row])})
             conn.execute(pv.queries()["bm25_upsert"], {**scope, "points": Jsonb([row])})
-            conn.execute(pv.queries()["vectors_upsert"], {**scope, "dimension": 3, "vectors": vectors})
+            conn.execute(
+                pv.queries()["vectors_upsert"], {**scope, "dimension": 3, "vectors": vectors}
+            )
     assert index.dense_search([1.0, 2.0, 3.0], everything(), 5)[0][0] == target.id
-    assert [hit.id for hit in index.bm25_search(ENCODER.encode_query("orders"), everything(), 5)] == [target.id]
+    assert [
+        hit.id for hit in index.bm25_search(ENCODER.encode_query("orders"), everything(), 5)
+    ] == [target.id]
     # a vector must also have its collection's dimension
-    with psycopg.connect(database.runtime) as conn, pytest.raises(psycopg.errors.ForeignKeyViolation):
+    with (
+        psycopg.connect(database.runtime) as conn,
+        pytest.raises(psycopg.errors.ForeignKeyViolation),
+    ):
         with conn.transaction():
             _runtime_transaction(conn, "w1")
-            conn.execute(pv.queries()["vectors_upsert"], {**scope, "dimension": 2, "vectors": Jsonb(
-                [{"point_id": str(target.id), "kind": "symptom", "embedding": "[1,2]"}])})
+            conn.execute(
+                pv.queries()["vectors_upsert"],
+                {
+                    **scope,
+                    "dimension": 2,
+                    "vectors": Jsonb(
+                        [{"point_id": str(target.id), "kind": "symptom", "embedding": "[1,2]"}]
+                    ),
+                },
+            )
 
 
 # -- a3: nearest first, raw cosine distance ---------------------------------------
@@ -159,7 +200,12 @@ def test_a2_vectors_before_their_point_are_rejected_and_the_adapter_order_succee
 
 def test_a3_search_orders_by_hand_computed_cosine_distance(index):
     index.ensure_collection(3)
-    vectors = {"a": [1.0, 0.0, 0.0], "b": [1.0, 1.0, 0.0], "c": [0.0, 1.0, 1.0], "d": [-1.0, 0.5, 0.0]}
+    vectors = {
+        "a": [1.0, 0.0, 0.0],
+        "b": [1.0, 1.0, 0.0],
+        "c": [0.0, 1.0, 1.0],
+        "d": [-1.0, 0.5, 0.0],
+    }
     points = {name: point(vector) for name, vector in vectors.items()}
     index.upsert(list(points.values()))
     query = [0.9, 0.4, 0.1]
@@ -168,13 +214,17 @@ def test_a3_search_orders_by_hand_computed_cosine_distance(index):
 
     found = index.dense_search(query, everything(), 10)
     assert [point_id for point_id, _, _ in found] == [points[name].id for name in expected]
-    for (_, kind, distance), name in zip(found, expected):
+    for (_, kind, distance), name in zip(found, expected, strict=True):
         assert kind == "text"
-        assert distance == pytest.approx(cosine_distance(vectors[name], query), abs=1e-6)  # raw, not a similarity
+        assert distance == pytest.approx(
+            cosine_distance(vectors[name], query), abs=1e-6
+        )  # raw, not a similarity
 
     hits = index.hybrid_search(query, NO_TERMS, everything(), 10)
     assert [hit.id for hit in hits] == [points[name].id for name in expected]
-    assert [hit.dense_rank for hit in hits] == [1, 2, 3, 4] and all(hit.bm25_rank is None for hit in hits)
+    assert [hit.dense_rank for hit in hits] == [1, 2, 3, 4] and all(
+        hit.bm25_rank is None for hit in hits
+    )
     assert [hit.distance for hit in hits] == [distance for _, _, distance in found]
 
 
@@ -193,15 +243,23 @@ def test_a4_each_kind_query_searches_only_its_kind_and_hits_say_which_matched(da
         params.update(collection="memory", workspace="w1", limit=10, query=pv._vector_text(query))
         with psycopg.connect(database.runtime) as conn, conn.transaction():
             _runtime_transaction(conn, "w1")
-            return [(row[0], row[1]) for row in conn.execute(pv.DENSE_QUERIES[kind](3, where), params)]
+            return [
+                (row[0], row[1]) for row in conn.execute(pv.DENSE_QUERIES[kind](3, where), params)
+            ]
 
     # the symptom query sees only symptom vectors, the text query only text vectors
     assert kind_rows("symptom") == [(explained.id, pytest.approx(0.0, abs=1e-6))]
-    assert kind_rows("text") == [(topical.id, pytest.approx(cosine_distance([0, 1, 0.5], query), abs=1e-6)),
-                                 (explained.id, pytest.approx(1.0, abs=1e-6))]
+    assert kind_rows("text") == [
+        (topical.id, pytest.approx(cosine_distance([0, 1, 0.5], query), abs=1e-6)),
+        (explained.id, pytest.approx(1.0, abs=1e-6)),
+    ]
     first, second = index.hybrid_search(query, NO_TERMS, everything(), 10)
     assert (first.id, first.matched_kind, second.id, second.matched_kind) == (
-        explained.id, "symptom", topical.id, "text")
+        explained.id,
+        "symptom",
+        topical.id,
+        "text",
+    )
     # the filters hold inside the symptom branch too
     rules_only = index.hybrid_search(query, NO_TERMS, everything(families=["sql_rule"]), 10)
     assert [hit.id for hit in rules_only] == [topical.id]
@@ -215,16 +273,26 @@ def test_a5_identical_text_in_two_workspaces_never_crosses(index):
     embedder = HashingEmbedder(16)
     text = "net revenue excludes refunds"
     vector = embedder.embed_passages([text])[0]
-    mine = [point(vector, workspace="w1", family="explained_error", text=text, symptom=vector) for _ in range(3)]
-    theirs = [point(vector, workspace="w2", family="explained_error", text=text, symptom=vector) for _ in range(3)]
+    mine = [
+        point(vector, workspace="w1", family="explained_error", text=text, symptom=vector)
+        for _ in range(3)
+    ]
+    theirs = [
+        point(vector, workspace="w2", family="explained_error", text=text, symptom=vector)
+        for _ in range(3)
+    ]
     index.upsert(mine + theirs)
     query, terms = embedder.embed_query(text), ENCODER.encode_query(text)
     for workspace, expected in (("w1", mine), ("w2", theirs)):
         hits = index.hybrid_search(query, terms, everything(workspace), 50)
         assert {hit.id for hit in hits} == {p.id for p in expected}
         assert all(hit.bm25_rank and hit.dense_rank for hit in hits)
-        assert {p.id for p in index.bm25_search(terms, everything(workspace), 50)} == {p.id for p in expected}
-        assert {i for i, _, _ in index.dense_search(query, everything(workspace), 50)} == {p.id for p in expected}
+        assert {p.id for p in index.bm25_search(terms, everything(workspace), 50)} == {
+            p.id for p in expected
+        }
+        assert {i for i, _, _ in index.dense_search(query, everything(workspace), 50)} == {
+            p.id for p in expected
+        }
     assert index.hybrid_search(query, terms, everything("w3"), 50) == []
 
 
@@ -237,25 +305,49 @@ def test_a6_clearing_one_workspace_leaves_the_other_intact_and_no_orphans(databa
     texts = [f"fiscal year rule {n}" for n in range(4)]
 
     def points_of(workspace):
-        return [point(embedder.embed_passages([t])[0], workspace=workspace, family="explained_error", text=t,
-                      symptom=embedder.embed_passages(["error " + t])[0]) for t in texts]
+        return [
+            point(
+                embedder.embed_passages([t])[0],
+                workspace=workspace,
+                family="explained_error",
+                text=t,
+                symptom=embedder.embed_passages(["error " + t])[0],
+            )
+            for t in texts
+        ]
 
     index.upsert(points_of("w1") + points_of("w2"))
     query, terms = embedder.embed_query("fiscal year"), ENCODER.encode_query("fiscal year")
     before = index.hybrid_search(query, terms, everything("w2"), 10)
-    frequencies = superuser_rows(database, "SELECT term, df FROM thoth_memory_pgvector.document_frequencies"
-                                           " WHERE workspace_id = 'w2' ORDER BY term")
+    frequencies = superuser_rows(
+        database,
+        "SELECT term, df FROM thoth_memory_pgvector.document_frequencies"
+        " WHERE workspace_id = 'w2' ORDER BY term",
+    )
 
     assert index.clear_workspace("w1") == 4
     assert index.count("w1") == 0 and index.hybrid_search(query, terms, everything("w1"), 10) == []
-    assert index.count("w2") == 4 and index.hybrid_search(query, terms, everything("w2"), 10) == before
+    assert (
+        index.count("w2") == 4 and index.hybrid_search(query, terms, everything("w2"), 10) == before
+    )
     for table in TABLES:
-        assert superuser_rows(database, sql.SQL("SELECT count(*) FROM {} WHERE workspace_id = 'w1'").format(
-            sql.Identifier("thoth_memory_pgvector", table))) == [(0,)]
-    assert superuser_rows(database, "SELECT term, df FROM thoth_memory_pgvector.document_frequencies"
-                                    " WHERE workspace_id = 'w2' ORDER BY term") == frequencies
-    assert superuser_rows(database, "SELECT count(*) FROM thoth_memory_pgvector.vectors WHERE workspace_id = 'w2'"
-                          ) == [(8,)]
+        assert superuser_rows(
+            database,
+            sql.SQL("SELECT count(*) FROM {} WHERE workspace_id = 'w1'").format(
+                sql.Identifier("thoth_memory_pgvector", table)
+            ),
+        ) == [(0,)]
+    assert (
+        superuser_rows(
+            database,
+            "SELECT term, df FROM thoth_memory_pgvector.document_frequencies"
+            " WHERE workspace_id = 'w2' ORDER BY term",
+        )
+        == frequencies
+    )
+    assert superuser_rows(
+        database, "SELECT count(*) FROM thoth_memory_pgvector.vectors WHERE workspace_id = 'w2'"
+    ) == [(8,)]
 
 
 # -- a7: embedding batches across cards and kinds --------------------------------
@@ -270,13 +362,17 @@ def test_a7_embedding_batches_of_32_run_across_cards_and_both_kinds(database, ar
     for i in range(72):
         memory.create_card("acme", card(title=f"Card {i}"))
     for i in range(28):  # a symptom projection each: 100 + 28 = 128 texts
-        memory.create_card("acme", card("explained_error", title=f"Error {i}", context=f"division by zero {i}"))
+        memory.create_card(
+            "acme", card("explained_error", title=f"Error {i}", context=f"division by zero {i}")
+        )
     embedder.calls = 0
     summary = projector.rebuild("acme")
     # 4 = ceil(128 / 32); a batch per kind would take 4 + 1, per card 128
     assert summary["indexed"] == 100 and embedder.calls == 4
-    assert superuser_rows(database, "SELECT kind, count(*) FROM thoth_memory_pgvector.vectors"
-                                    " GROUP BY kind ORDER BY kind") == [("symptom", 28), ("text", 100)]
+    assert superuser_rows(
+        database,
+        "SELECT kind, count(*) FROM thoth_memory_pgvector.vectors GROUP BY kind ORDER BY kind",
+    ) == [("symptom", 28), ("text", 100)]
     index.close()
 
 
@@ -297,19 +393,31 @@ def test_a8_a_two_level_link_graph_is_walked_from_pgvector_hits(database, archiv
 
     grandchild = add(title="Carrier lookup table", content="use the carriers dimension")
     hidden = add(title="Payroll carriers", content="carrier benefit codes", scope="HR")
-    child = add(title="Carrier codes", content="carrier identifiers are three letters",
-                links=[{"target": grandchild.id, "meaning": "stored in"}])
-    root = add(title="Shipped order", content="an order is shipped when every line shipped",
-               links=[{"target": child.id, "meaning": "uses"}, {"target": hidden.id, "meaning": "see"}])
-    results = {r.card.id: r for r in recall.recall("acme", "when is an order shipped", "search",
-                                                   query=RecallQuery(top=20, scope="Sales"))}
+    child = add(
+        title="Carrier codes",
+        content="carrier identifiers are three letters",
+        links=[{"target": grandchild.id, "meaning": "stored in"}],
+    )
+    root = add(
+        title="Shipped order",
+        content="an order is shipped when every line shipped",
+        links=[{"target": child.id, "meaning": "uses"}, {"target": hidden.id, "meaning": "see"}],
+    )
+    results = {
+        r.card.id: r
+        for r in recall.recall(
+            "acme", "when is an order shipped", "search", query=RecallQuery(top=20, scope="Sales")
+        )
+    }
     assert hidden.id not in results  # out of scope: neither returned nor a bridge
     assert results[root.id].ranked.path == (root.id,) and results[root.id].ranked.seed_rank == 1
     path = results[grandchild.id].ranked.path
     # the strongest path to the grandchild is a chain of real links ending at it
     links = {root.id: {child.id: "uses", hidden.id: "see"}, child.id: {grandchild.id: "stored in"}}
     assert path[-2:] == (child.id, grandchild.id)
-    assert list(results[grandchild.id].ranked.meanings) == [links[a][b] for a, b in zip(path, path[1:])]
+    assert list(results[grandchild.id].ranked.meanings) == [
+        links[a][b] for a, b in itertools.pairwise(path)
+    ]
     assert results[root.id].as_json()["retrieval"]["matched_kind"] == "text"
     index.close()
 
@@ -342,19 +450,30 @@ def populated(database, index):
     for n in range(2000):
         text = " ".join(rng.choices(words, k=8))
         family = FAMILIES[n % 4]
-        symptom = embedder.embed_passages(["error " + text])[0] if family == "explained_error" else None
-        points.append(point(embedder.embed_passages([text])[0], family=family, text=text, symptom=symptom))
+        symptom = (
+            embedder.embed_passages(["error " + text])[0] if family == "explained_error" else None
+        )
+        points.append(
+            point(embedder.embed_passages([text])[0], family=family, text=text, symptom=symptom)
+        )
     for start in range(0, len(points), 500):
-        index.upsert(points[start:start + 500])
+        index.upsert(points[start : start + 500])
     index.optimize()  # the planner's statistics, as after a rebuild
     return embedder, points
 
 
 @pytest.mark.parametrize("kind", ["text", "symptom"])
-def test_each_kind_uses_its_partial_hnsw_index_and_a_bind_parameter_would_not(database, populated, kind):
+def test_each_kind_uses_its_partial_hnsw_index_and_a_bind_parameter_would_not(
+    database, populated, kind
+):
     embedder, _ = populated
     where, params = pv._Where().build(f.recall_condition(everything()))
-    params.update(collection="memory", workspace="w1", limit=20, query=pv._vector_text(embedder.embed_query("x")))
+    params.update(
+        collection="memory",
+        workspace="w1",
+        limit=20,
+        query=pv._vector_text(embedder.embed_query("x")),
+    )
     with psycopg.connect(database.runtime) as conn, conn.transaction():
         _runtime_transaction(conn, "w1")
         adapter_query = pv.DENSE_QUERIES[kind](64, where)
@@ -395,7 +514,9 @@ def test_filtered_search_returns_full_lists_thanks_to_iterative_scans(database, 
     params.update(collection="memory", workspace="w1", limit=100, query=pv._vector_text(query))
     with psycopg.connect(database.runtime) as conn, conn.transaction():
         _runtime_transaction(conn, "w1")
-        plan = "\n".join(r[0] for r in conn.execute(sql.SQL("EXPLAIN ") + pv.text_query(64, where), params))
+        plan = "\n".join(
+            r[0] for r in conn.execute(sql.SQL("EXPLAIN ") + pv.text_query(64, where), params)
+        )
         assert "vectors_text_hnsw_64" in plan  # the case iterative scans are for
         conn.execute("SET LOCAL hnsw.iterative_scan = off")
         assert len(conn.execute(pv.text_query(64, where), params).fetchall()) < 100
@@ -407,7 +528,8 @@ def test_filtered_search_returns_full_lists_thanks_to_iterative_scans(database, 
 def test_idf_is_qdrants_formula():
     for documents, df in [(1, 1), (4, 1), (4, 3), (10, 0), (1000, 7), (3, 3)]:
         assert pv.bm25_idf(documents, df) == pytest.approx(
-            math.log((documents - df + 0.5) / (df + 0.5) + 1), rel=1e-6)
+            math.log((documents - df + 0.5) / (df + 0.5) + 1), rel=1e-6
+        )
 
 
 def test_bm25_scores_equal_hand_computed_values(index):
@@ -427,7 +549,7 @@ def test_bm25_scores_equal_hand_computed_values(index):
                 score += idf * document.values[document.indices.index(term)]
         return score
 
-    expected = {p.id: by_hand(d) for p, d in zip(points, documents) if by_hand(d) > 0}
+    expected = {p.id: by_hand(d) for p, d in zip(points, documents, strict=True) if by_hand(d) > 0}
     found = {hit.id: hit.score for hit in index.bm25_search(query, everything(), 10)}
     assert found.keys() == expected.keys() and len(found) == 3  # not "the": stop words only
     for point_id, score in found.items():
@@ -436,14 +558,33 @@ def test_bm25_scores_equal_hand_computed_values(index):
 
 def test_bm25_scores_equal_qdrant_edges_over_the_workspace_after_updates(index, tmp_path):
     rng = random.Random(8)
-    words = ["revenue", "refund", "order", "invoice", "fiscal", "year", "customer", "churn", "margin", "the"]
+    words = [
+        "revenue",
+        "refund",
+        "order",
+        "invoice",
+        "fiscal",
+        "year",
+        "customer",
+        "churn",
+        "margin",
+        "the",
+    ]
     edge = EdgeIndex(tmp_path / "edge")
     edge.ensure_collection(2)
     index.ensure_collection(2)
-    points = [point([1.0, rng.random()], workspace=rng.choice(["w1", "w1", "w2"]),
-                    text=" ".join(rng.choices(words, k=rng.randint(1, 12)))) for _ in range(60)]
-    replaced = [point([1.0, 0.0], workspace=p.card.workspace, text="refund refund margin", point_id=p.id)
-                for p in points[:10]]
+    points = [
+        point(
+            [1.0, rng.random()],
+            workspace=rng.choice(["w1", "w1", "w2"]),
+            text=" ".join(rng.choices(words, k=rng.randint(1, 12))),
+        )
+        for _ in range(60)
+    ]
+    replaced = [
+        point([1.0, 0.0], workspace=p.card.workspace, text="refund refund margin", point_id=p.id)
+        for p in points[:10]
+    ]
     index.upsert(points)
     index.upsert(replaced)  # document frequencies follow replacements...
     for workspace in ("w1", "w2"):  # ...and deletes
@@ -454,8 +595,10 @@ def test_bm25_scores_equal_qdrant_edges_over_the_workspace_after_updates(index, 
     for question in ["refund margin", "fiscal year revenue", "the churn", "invoice"]:
         query = ENCODER.encode_query(question)
         # Edge keeps one shard per workspace: its IDF is the workspace's
-        request = qe.QueryRequest(limit=100, query=qe.Query.Nearest(qe.SparseVector(query.indices, query.values),
-                                                                    using="bm25"))
+        request = qe.QueryRequest(
+            limit=100,
+            query=qe.Query.Nearest(qe.SparseVector(query.indices, query.values), using="bm25"),
+        )
         with edge.session():
             qdrant = {p.id: p.score for p in edge.shard("w1").query(request)}
         ours = {hit.id: hit.score for hit in index.bm25_search(query, everything(), 100)}
@@ -473,12 +616,20 @@ def test_document_frequencies_always_equal_a_recount(database, index):
     for _ in range(40):
         action = rng.choice(["new", "new", "replace", "same", "delete"])
         if action == "new" or not live:
-            p = point([1.0, 1.0], workspace=rng.choice(["w1", "w2"]), text=" ".join(rng.choices(words, k=3)))
+            p = point(
+                [1.0, 1.0],
+                workspace=rng.choice(["w1", "w2"]),
+                text=" ".join(rng.choices(words, k=3)),
+            )
             index.upsert([p])
         elif action == "replace":
             old = rng.choice(list(live.values()))
-            p = point([1.0, 1.0], workspace=old.card.workspace, text=" ".join(rng.choices(words, k=4)),
-                      point_id=old.id)
+            p = point(
+                [1.0, 1.0],
+                workspace=old.card.workspace,
+                text=" ".join(rng.choices(words, k=4)),
+                point_id=old.id,
+            )
             index.upsert([p])
         elif action == "same":
             p = rng.choice(list(live.values()))
@@ -489,17 +640,26 @@ def test_document_frequencies_always_equal_a_recount(database, index):
             continue
         live[p.id] = p
         # term -1 counts every point: the workspace's point count
-        recount = superuser_rows(database, "SELECT workspace_id, term, count(*)::int"
-                                           " FROM thoth_memory_pgvector.bm25_vectors,"
-                                           " unnest(array_append(terms, -1)) AS term GROUP BY 1, 2 ORDER BY 1, 2")
-        stored = superuser_rows(database, "SELECT workspace_id, term, df"
-                                          " FROM thoth_memory_pgvector.document_frequencies ORDER BY 1, 2")
+        recount = superuser_rows(
+            database,
+            "SELECT workspace_id, term, count(*)::int"
+            " FROM thoth_memory_pgvector.bm25_vectors,"
+            " unnest(array_append(terms, -1)) AS term GROUP BY 1, 2 ORDER BY 1, 2",
+        )
+        stored = superuser_rows(
+            database,
+            "SELECT workspace_id, term, df"
+            " FROM thoth_memory_pgvector.document_frequencies ORDER BY 1, 2",
+        )
         assert stored == recount
-    expected = sorted({(p.card.workspace, t) for p in live.values() for t in [*p.sparse.indices, -1]})
+    expected = sorted(
+        {(p.card.workspace, t) for p in live.values() for t in [*p.sparse.indices, -1]}
+    )
     assert [(w, t) for w, t, _ in stored] == expected
     workspaces = sorted({p.card.workspace for p in live.values()})
     assert [(w, df) for w, t, df in stored if t == -1] == [
-        (w, sum(p.card.workspace == w for p in live.values())) for w in workspaces]
+        (w, sum(p.card.workspace == w for p in live.values())) for w in workspaces
+    ]
 
 
 # -- tenancy: forced row-level security on the projection tables -----------------
@@ -507,34 +667,78 @@ def test_document_frequencies_always_equal_a_recount(database, index):
 
 def test_projection_tables_have_forced_rls_and_see_only_the_transactions_workspace(database, index):
     index.ensure_collection(2)
-    index.upsert([point([1.0, 0.0], workspace=w, family="explained_error", text="revenue", symptom=[0.0, 1.0])
-                  for w in ("w1", "w2")])
-    flags = superuser_rows(database, "SELECT c.relname, c.relrowsecurity, c.relforcerowsecurity FROM pg_class c"
-                                     " JOIN pg_namespace n ON n.oid = c.relnamespace"
-                                     " WHERE n.nspname = 'thoth_memory_pgvector' AND c.relkind = 'r' ORDER BY 1")
-    assert flags == [(name, True, True) for name in
-                     ("bm25_vectors", "collections", "document_frequencies", "points", "schema_migrations", "vectors")]
+    index.upsert(
+        [
+            point(
+                [1.0, 0.0],
+                workspace=w,
+                family="explained_error",
+                text="revenue",
+                symptom=[0.0, 1.0],
+            )
+            for w in ("w1", "w2")
+        ]
+    )
+    flags = superuser_rows(
+        database,
+        "SELECT c.relname, c.relrowsecurity, c.relforcerowsecurity FROM pg_class c"
+        " JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = 'thoth_memory_pgvector' AND c.relkind = 'r' ORDER BY 1",
+    )
+    assert flags == [
+        (name, True, True)
+        for name in (
+            "bm25_vectors",
+            "collections",
+            "document_frequencies",
+            "points",
+            "schema_migrations",
+            "vectors",
+        )
+    ]
     with psycopg.connect(database.runtime) as conn:
         for table in TABLES:
             name = sql.Identifier("thoth_memory_pgvector", table)
             for workspace, visible in (("w1", {"w1"}), ("w2", {"w2"}), ("", set())):
                 with conn.transaction():
                     _runtime_transaction(conn, workspace)
-                    seen = {w for (w,) in conn.execute(sql.SQL("SELECT workspace_id FROM {}").format(name))}
+                    seen = {
+                        w
+                        for (w,) in conn.execute(
+                            sql.SQL("SELECT workspace_id FROM {}").format(name)
+                        )
+                    }
                     assert seen == visible, (table, workspace)
                     if workspace != "w2":  # another workspace's rows cannot be changed or removed
-                        assert conn.execute(sql.SQL("UPDATE {} SET workspace_id = workspace_id"
-                                                    " WHERE workspace_id = 'w2'").format(name)).rowcount == 0
-                        assert conn.execute(sql.SQL("DELETE FROM {} WHERE workspace_id = 'w2'").format(name)
-                                            ).rowcount == 0
+                        assert (
+                            conn.execute(
+                                sql.SQL(
+                                    "UPDATE {} SET workspace_id = workspace_id"
+                                    " WHERE workspace_id = 'w2'"
+                                ).format(name)
+                            ).rowcount
+                            == 0
+                        )
+                        assert (
+                            conn.execute(
+                                sql.SQL("DELETE FROM {} WHERE workspace_id = 'w2'").format(name)
+                            ).rowcount
+                            == 0
+                        )
             # moving a row into another workspace is refused by the policy's WITH CHECK
             with pytest.raises(psycopg.errors.InsufficientPrivilege), conn.transaction():
                 _runtime_transaction(conn, "w1")
-                conn.execute(sql.SQL("UPDATE {} SET workspace_id = 'w2' WHERE workspace_id = 'w1'").format(name))
+                conn.execute(
+                    sql.SQL("UPDATE {} SET workspace_id = 'w2' WHERE workspace_id = 'w1'").format(
+                        name
+                    )
+                )
         # and the runtime has no DDL
-        for ddl in ("CREATE TABLE thoth_memory_pgvector.intruder (x int)",
-                    "CREATE INDEX intruder ON thoth_memory_pgvector.points (scope)",
-                    "DROP TABLE thoth_memory_pgvector.points"):
+        for ddl in (
+            "CREATE TABLE thoth_memory_pgvector.intruder (x int)",
+            "CREATE INDEX intruder ON thoth_memory_pgvector.points (scope)",
+            "DROP TABLE thoth_memory_pgvector.points",
+        ):
             with pytest.raises(psycopg.errors.InsufficientPrivilege), conn.transaction():
                 _runtime_transaction(conn, "w1")
                 conn.execute(ddl)
@@ -589,13 +793,20 @@ def test_unreachable_database_is_index_unavailable():
 def test_missing_extension_is_refused_with_the_dba_step(empty_database):
     from tht.bootstrap import run_migrations
 
-    with pytest.raises(MigrationRefused, match=r"a superuser \(the DBA\) must first run \"CREATE EXTENSION vector;\""):
+    with pytest.raises(
+        MigrationRefused,
+        match=r"a superuser \(the DBA\) must first run \"CREATE EXTENSION vector;\"",
+    ):
         run_migrations(empty_database.env(), engine="pgvector")
     # the archive's pack was applied, the pgvector pack rolled back entirely
     with psycopg.connect(empty_database.superuser) as conn:
-        assert conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = 'thoth_memory'").fetchone() == (1,)
-        assert conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = 'thoth_memory_pgvector'"
-                            " AND tablename <> 'schema_migrations'").fetchone() == (0,)
+        assert conn.execute(
+            "SELECT count(*) FROM pg_namespace WHERE nspname = 'thoth_memory'"
+        ).fetchone() == (1,)
+        assert conn.execute(
+            "SELECT count(*) FROM pg_tables WHERE schemaname = 'thoth_memory_pgvector'"
+            " AND tablename <> 'schema_migrations'"
+        ).fetchone() == (0,)
     with psycopg.connect(empty_database.superuser, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION vector")  # what the DBA does
     report = run_migrations(empty_database.env(), engine="pgvector")
@@ -606,8 +817,9 @@ def test_missing_extension_is_refused_with_the_dba_step(empty_database):
 def test_the_pgvector_pack_is_its_own_ledger_and_a_second_run_is_a_noop(database):
     with psycopg.connect(database.migrator, autocommit=True) as conn:
         report = migrate(conn, runtime_login=RUNTIME, pack=PACK)
-        archive = conn.execute("SELECT count(*) FROM thoth_memory.schema_migrations"
-                               " WHERE name = 'projection'").fetchone()
+        archive = conn.execute(
+            "SELECT count(*) FROM thoth_memory.schema_migrations WHERE name = 'projection'"
+        ).fetchone()
     assert report["applied"] == [] and report["already_applied"] == ["001_projection"]
     assert archive == (0,)
 
@@ -617,18 +829,25 @@ def test_engine_pgvector_in_the_runtime_file(cli, runtime_file, tmp_path):
 
     assert cli("workspace", "create", "acme", "--language", "en").code == 0
     migrated = cli("memory", "migrate", "--engine", "pgvector")
-    assert migrated.code == 0 and migrated.document["pgvector"]["already_applied"] == ["001_projection"]
+    assert migrated.code == 0 and migrated.document["pgvector"]["already_applied"] == [
+        "001_projection"
+    ]
     config = runtime_file("acme", index="{engine: pgvector}")
     error = tmp_path / "error.json"
-    error.write_text('{"family": "explained_error", "title": "Ratio of empty months",'
-                     ' "context": "division by zero in the revenue ratio", "content": "guard the denominator",'
-                     ' "rationale": "months without orders"}')
+    error.write_text(
+        '{"family": "explained_error", "title": "Ratio of empty months",'
+        ' "context": "division by zero in the revenue ratio", "content": "guard the denominator",'
+        ' "rationale": "months without orders"}'
+    )
     created = cli("memory", "create", "-c", config, "--data", str(error))
     assert created.code == 0 and created.document["index"]["status"] == "current"
     found = cli("memory", "rules", "division by zero", "-c", config)
     assert found.code == 0
     (result,) = found.document["results"]
-    assert result["id"] == created.document["card"]["id"] and result["retrieval"]["matched_kind"] == "symptom"
+    assert (
+        result["id"] == created.document["card"]["id"]
+        and result["retrieval"]["matched_kind"] == "symptom"
+    )
     with pytest.raises(ConfigurationError, match="pgvector"):
         build_index({"engine": "pgvector", "url": "http://localhost:6333"})
 
@@ -639,10 +858,17 @@ def test_the_embedded_server_prepares_pgvector_when_asked(tmp_path):
         settings, report = embedded.prepare()
         assert "pgvector" not in (report or {})
         with psycopg.connect(embedded.superuser_conninfo("thoth")) as conn:
-            assert conn.execute("SELECT count(*) FROM pg_extension WHERE extname = 'vector'").fetchone() == (0,)
+            assert conn.execute(
+                "SELECT count(*) FROM pg_extension WHERE extname = 'vector'"
+            ).fetchone() == (0,)
         settings, report = embedded.prepare(pgvector=True)
-        assert report == {"pgvector": {"applied": ["001_projection"], "already_applied": [],
-                                       "runtime_login": RUNTIME}}
+        assert report == {
+            "pgvector": {
+                "applied": ["001_projection"],
+                "already_applied": [],
+                "runtime_login": RUNTIME,
+            }
+        }
         assert embedded.prepare(pgvector=True) == (settings, None)  # prepared once
         index = PgVectorIndex(settings.runtime_conninfo)
         index.ensure_collection(8)
@@ -658,11 +884,18 @@ def test_recall_results_report_the_matched_kind(database, archive):
     embedder = HashingEmbedder(64)
     projector = IndexProjector(archive, index, embedder)
     memory = MemoryService(archive, projector)
-    error = memory.create_card("acme", card("explained_error", title="Totals multiplied",
-                                            context="ERROR: division by zero in margin ratio")).card
+    error = memory.create_card(
+        "acme",
+        card(
+            "explained_error",
+            title="Totals multiplied",
+            context="ERROR: division by zero in margin ratio",
+        ),
+    ).card
     rule = memory.create_card("acme", card("sql_rule", title="Margin ratio per product")).card
     results = RecallService(archive, index, embedder, projector).recall(
-        "acme", "ERROR: division by zero", "rules", query=RecallQuery(top=10))
+        "acme", "ERROR: division by zero", "rules", query=RecallQuery(top=10)
+    )
     kinds = {r.card.id: r.as_json()["retrieval"]["matched_kind"] for r in results}
     assert kinds[error.id] == "symptom" and kinds[rule.id] == "text"
     assert results[0].card.id == error.id

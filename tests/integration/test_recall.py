@@ -8,6 +8,7 @@ family) never are; links, cycles, deleted targets; leaks of planted points; faul
 
 from __future__ import annotations
 
+import itertools
 import random
 import subprocess
 import sys
@@ -29,8 +30,8 @@ from tht.memory.index.pgvector import PgVectorIndex
 from tht.memory.model import card_id_to_uuid, uuid_to_card_id
 from tht.memory.projection import card_facts, indexed_text
 from tht.memory.projector import IndexProjector
-from tht.memory.recall_service import RecallQuery, RecallService, parse_recall_query
 from tht.memory.recall_filters import CardFacts
+from tht.memory.recall_service import RecallQuery, RecallService, parse_recall_query
 from tht.memory.service import MemoryService, WorkspaceService
 
 DWH = {"database": "dwh", "schema": "sales"}
@@ -52,11 +53,15 @@ class Stack:
         return result.card
 
     def recall(self, question, kind="search", workspace="acme", binding=DWH, **query):
-        results = self.recall_service.recall(workspace, question, kind, query=RecallQuery(**query), **binding)
+        results = self.recall_service.recall(
+            workspace, question, kind, query=RecallQuery(**query), **binding
+        )
         return [r.card.id for r in results]
 
     def results(self, question, kind="search", workspace="acme", **query):
-        return self.recall_service.recall(workspace, question, kind, query=RecallQuery(**query), **DWH)
+        return self.recall_service.recall(
+            workspace, question, kind, query=RecallQuery(**query), **DWH
+        )
 
 
 def open_index(engine: str, path: Path, database=None):
@@ -77,40 +82,85 @@ def stack(request, archive, tmp_path):
 
 
 def test_needed_cards_found_and_out_of_scope_cards_never(stack):
-    wanted = stack.add(title="Fiscal year of a job", content="job codes restart every fiscal year",
-                       dependencies=[{**DWH, "table": "jobs", "column": "code"}])
-    workspace_wide = stack.add(title="Fiscal year definition", content="the fiscal year starts in April")
-    db_level = stack.add(title="Fiscal calendar", content="fiscal year calendar table", dependencies=[{"database": "dwh"}])
-    other_db = stack.add(title="Fiscal year elsewhere", content="fiscal year in the other warehouse",
-                         dependencies=[{"database": "crm", "schema": "sales", "table": "jobs"}])
-    other_scope = stack.add(title="Fiscal year for HR", content="fiscal year of payroll", scope="HR")
-    other_table = stack.add(title="Fiscal year on invoices", content="fiscal year of invoices",
-                            dependencies=[{**DWH, "table": "invoices", "column": "code"}])
-    split = stack.add(title="Fiscal year split", content="fiscal year code split",
-                      dependencies=[{**DWH, "table": "jobs", "column": "name"},
-                                    {**DWH, "table": "invoices", "column": "code"}])
-    solved = stack.add(family="solved_question", title="Jobs per fiscal year",
-                       question="How many jobs per fiscal year?", sql="SELECT 1", context="fiscal year")
-    stack.add(workspace="other", title="Fiscal year of a job", content="job codes restart every fiscal year")
+    wanted = stack.add(
+        title="Fiscal year of a job",
+        content="job codes restart every fiscal year",
+        dependencies=[{**DWH, "table": "jobs", "column": "code"}],
+    )
+    workspace_wide = stack.add(
+        title="Fiscal year definition", content="the fiscal year starts in April"
+    )
+    db_level = stack.add(
+        title="Fiscal calendar",
+        content="fiscal year calendar table",
+        dependencies=[{"database": "dwh"}],
+    )
+    other_db = stack.add(
+        title="Fiscal year elsewhere",
+        content="fiscal year in the other warehouse",
+        dependencies=[{"database": "crm", "schema": "sales", "table": "jobs"}],
+    )
+    other_scope = stack.add(
+        title="Fiscal year for HR", content="fiscal year of payroll", scope="HR"
+    )
+    other_table = stack.add(
+        title="Fiscal year on invoices",
+        content="fiscal year of invoices",
+        dependencies=[{**DWH, "table": "invoices", "column": "code"}],
+    )
+    split = stack.add(
+        title="Fiscal year split",
+        content="fiscal year code split",
+        dependencies=[
+            {**DWH, "table": "jobs", "column": "name"},
+            {**DWH, "table": "invoices", "column": "code"},
+        ],
+    )
+    solved = stack.add(
+        family="solved_question",
+        title="Jobs per fiscal year",
+        question="How many jobs per fiscal year?",
+        sql="SELECT 1",
+        context="fiscal year",
+    )
+    stack.add(
+        workspace="other",
+        title="Fiscal year of a job",
+        content="job codes restart every fiscal year",
+    )
 
     found = set(stack.recall("fiscal year job code", top=50))
     assert {wanted.id, workspace_wide.id, db_level.id, other_table.id, split.id} <= found
-    assert {other_db.id, solved.id} & found == set()          # other database, other family
-    assert set(stack.recall("fiscal year", top=50, scope="Sales")) == {wanted.id, workspace_wide.id, db_level.id,
-                                                                         other_table.id, split.id}
+    assert {other_db.id, solved.id} & found == set()  # other database, other family
+    assert set(stack.recall("fiscal year", top=50, scope="Sales")) == {
+        wanted.id,
+        workspace_wide.id,
+        db_level.id,
+        other_table.id,
+        split.id,
+    }
     assert other_scope.id in stack.recall("fiscal year payroll", top=50, scope="HR")
     narrowed = set(stack.recall("fiscal year job code", top=50, table="jobs", column="code"))
     # split's two dependencies are unrelated pairs; cards without dependencies are workspace-wide
     assert narrowed == {wanted.id, workspace_wide.id, db_level.id, other_scope.id}
     assert stack.recall("fiscal year", kind="solved", top=50) == [solved.id]
-    for result in stack.results("fiscal year", top=50) + stack.results("fiscal year", kind="solved", top=50):
+    for result in stack.results("fiscal year", top=50) + stack.results(
+        "fiscal year", kind="solved", top=50
+    ):
         assert result.card.workspace == "acme"
 
 
 def test_rules_return_only_rules_and_explained_errors(stack):
-    rule = stack.add(family="sql_rule", title="Join orders on both keys", content="join orders on order and year")
-    error = stack.add(family="explained_error", title="Orders counted twice", context="orders joined to lines",
-                      content="count orders once", rationale="lines repeat orders")
+    rule = stack.add(
+        family="sql_rule", title="Join orders on both keys", content="join orders on order and year"
+    )
+    error = stack.add(
+        family="explained_error",
+        title="Orders counted twice",
+        context="orders joined to lines",
+        content="count orders once",
+        rationale="lines repeat orders",
+    )
     stack.add(title="Orders", content="orders are customer purchases")
     assert set(stack.recall("orders join", kind="rules", top=10)) == {rule.id, error.id}
 
@@ -126,20 +176,41 @@ def test_links_expand_within_filters_and_report_their_path(stack):
     linked = stack.add(title="Carrier codes", content="carrier identifiers are three letters")
     hidden = stack.add(title="Payroll carriers", content="carrier benefit codes", scope="HR")
     second_hop = stack.add(title="Carrier lookup table", content="use the carriers dimension")
-    stack.memory.update_card("acme", seed.id, card(title=seed.title, content=seed.content,
-                                                   links=[{"target": linked.id, "meaning": "uses"},
-                                                          {"target": hidden.id, "meaning": "see"}]))
-    stack.memory.update_card("acme", linked.id, card(title=linked.title, content=linked.content,
-                                                     links=[{"target": second_hop.id, "meaning": "stored in"}]))
-    results = {r.card.id: r for r in stack.results("when is an order shipped", top=20, scope="Sales")}
+    stack.memory.update_card(
+        "acme",
+        seed.id,
+        card(
+            title=seed.title,
+            content=seed.content,
+            links=[
+                {"target": linked.id, "meaning": "uses"},
+                {"target": hidden.id, "meaning": "see"},
+            ],
+        ),
+    )
+    stack.memory.update_card(
+        "acme",
+        linked.id,
+        card(
+            title=linked.title,
+            content=linked.content,
+            links=[{"target": second_hop.id, "meaning": "stored in"}],
+        ),
+    )
+    results = {
+        r.card.id: r for r in stack.results("when is an order shipped", top=20, scope="Sales")
+    }
     assert hidden.id not in results  # out of scope: neither returned nor a bridge
     # with few cards every card is also a direct hit; the strongest path is reported,
     # and it is a chain of real links ending at the card
     via_link = results[second_hop.id].as_json()["retrieval"]
-    links = {seed.id: {linked.id: "uses", hidden.id: "see"}, linked.id: {second_hop.id: "stored in"}}
+    links = {
+        seed.id: {linked.id: "uses", hidden.id: "see"},
+        linked.id: {second_hop.id: "stored in"},
+    }
     chain = via_link["path"]
     assert chain[-1] == second_hop.id and len(chain) >= 2 and chain[-2] == linked.id
-    assert via_link["meanings"] == [links[x][y] for x, y in zip(chain, chain[1:])]
+    assert via_link["meanings"] == [links[x][y] for x, y in itertools.pairwise(chain)]
     direct = results[seed.id].as_json()
     assert direct["retrieval"]["path"] == [seed.id] and direct["retrieval"]["seed_rank"] == 1
     assert direct["score"] == pytest.approx(1 / 61)  # strongest seed, nothing links to it
@@ -149,8 +220,11 @@ def test_links_expand_within_filters_and_report_their_path(stack):
 def test_linked_only_card_scores_half_per_hop(stack):
     seed = stack.add(title="zebra quagga", content="zebra quagga okapi")
     target = stack.add(title="Unrelated words", content="lorem ipsum dolor")
-    stack.memory.update_card("acme", seed.id, card(title=seed.title, content=seed.content,
-                                                   links=[{"target": target.id, "meaning": "m"}]))
+    stack.memory.update_card(
+        "acme",
+        seed.id,
+        card(title=seed.title, content=seed.content, links=[{"target": target.id, "meaning": "m"}]),
+    )
     results = {r.card.id: r for r in stack.results("zebra quagga okapi", top=100)}
     seed_rank = results[seed.id].ranked.seed_rank
     linked = results[target.id]
@@ -160,13 +234,24 @@ def test_linked_only_card_scores_half_per_hop(stack):
 
 def test_cycles_and_links_to_deleted_cards(stack):
     a = stack.add(title="Alpha cycle", content="alpha beta gamma")
-    b = stack.add(title="Beta cycle", content="delta epsilon", links=[{"target": a.id, "meaning": "back"}])
-    stack.memory.update_card("acme", a.id, card(title=a.title, content=a.content,
-                                                links=[{"target": b.id, "meaning": "forth"}]))
+    b = stack.add(
+        title="Beta cycle", content="delta epsilon", links=[{"target": a.id, "meaning": "back"}]
+    )
+    stack.memory.update_card(
+        "acme",
+        a.id,
+        card(title=a.title, content=a.content, links=[{"target": b.id, "meaning": "forth"}]),
+    )
     c = stack.add(title="Gamma", content="zeta eta", links=[{"target": a.id, "meaning": "x"}])
-    stack.memory.update_card("acme", b.id, card(title="Beta cycle", content="delta epsilon",
-                                                links=[{"target": a.id, "meaning": "back"},
-                                                       {"target": c.id, "meaning": "to c"}]))
+    stack.memory.update_card(
+        "acme",
+        b.id,
+        card(
+            title="Beta cycle",
+            content="delta epsilon",
+            links=[{"target": a.id, "meaning": "back"}, {"target": c.id, "meaning": "to c"}],
+        ),
+    )
     found = stack.recall("alpha beta gamma", top=10)
     assert len(found) == len(set(found)) and {a.id, b.id, c.id} <= set(found)
     stack.memory.delete_card("acme", b.id)
@@ -180,7 +265,10 @@ def test_mutations_reach_recall_and_deleted_cards_never_come_back(stack):
     a = stack.add(title="Quokka rule", content="quokka wallaby")
     assert stack.recall("quokka wallaby") == [a.id]
     stack.memory.update_card("acme", a.id, card(title="Renamed", content="numbat bilby"))
-    assert stack.recall("quokka wallaby") in ([], [a.id])  # hashing still may match; content is current
+    assert stack.recall("quokka wallaby") in (
+        [],
+        [a.id],
+    )  # hashing still may match; content is current
     results = stack.results("numbat bilby")
     assert results[0].card.content == "numbat bilby" and results[0].card.revision == 2
     stack.memory.delete_card("acme", a.id)
@@ -191,17 +279,31 @@ def test_mutations_reach_recall_and_deleted_cards_never_come_back(stack):
 
 def plant(stack, workspace, facts_card, text, revision, fingerprint, point_id=None):
     encoder = stack.projector.encoder("en")
-    stack.index.upsert([IndexPoint(point_id or uuid.uuid4(), stack.embedder.embed_passages([text])[0],
-                                   encoder.encode_document(text), facts_card, revision, fingerprint)])
+    stack.index.upsert(
+        [
+            IndexPoint(
+                point_id or uuid.uuid4(),
+                stack.embedder.embed_passages([text])[0],
+                encoder.encode_document(text),
+                facts_card,
+                revision,
+                fingerprint,
+            )
+        ]
+    )
 
 
 def test_leak_fuzz_planted_points_are_never_returned(stack, database):
     rng = random.Random(11)
     words = ["orders", "lines", "shipped", "carrier", "invoice", "customer", "fiscal", "year"]
-    legit = [stack.add(title=f"Legit {i}", content=" ".join(rng.choices(words, k=6))) for i in range(6)]
+    legit = [
+        stack.add(title=f"Legit {i}", content=" ".join(rng.choices(words, k=6))) for i in range(6)
+    ]
     foreign = stack.add(workspace="other", title="Foreign", content=" ".join(words))
     victim = stack.add(title="Victim", content="shipped orders carrier")
-    stack.memory.update_card("acme", victim.id, card(title="Victim v2", content="shipped orders carrier v2"))
+    stack.memory.update_card(
+        "acme", victim.id, card(title="Victim v2", content="shipped orders carrier v2")
+    )
     deleted = stack.add(title="Deleted", content="invoice customer fiscal")
     stale_point = stack.index.scroll_ids("acme")
     current = stack.projector.fingerprint("en")
@@ -209,11 +311,16 @@ def test_leak_fuzz_planted_points_are_never_returned(stack, database):
     # a deleted card whose point survived (as if its delete never reached the index)
     with psycopg.connect(database.migrator) as conn:
         conn.execute("DELETE FROM thoth_memory.cards WHERE id = %s", (card_id_to_uuid(deleted.id),))
-        conn.execute("DELETE FROM thoth_memory.projection_ops WHERE card_id = %s", (card_id_to_uuid(deleted.id),))
+        conn.execute(
+            "DELETE FROM thoth_memory.projection_ops WHERE card_id = %s",
+            (card_id_to_uuid(deleted.id),),
+        )
     planted = {card_id_to_uuid(deleted.id)}
     for _ in range(40):
         text = " ".join(rng.choices(words, k=6))
-        kind = rng.choice(["stale", "orphan", "other_workspace", "old_fingerprint", "no_projection_fields"])
+        kind = rng.choice(
+            ["stale", "orphan", "other_workspace", "old_fingerprint", "no_projection_fields"]
+        )
         if kind == "stale":
             plant(stack, "acme", card_facts(victim), text, 1, current, card_id_to_uuid(victim.id))
             planted.add(card_id_to_uuid(victim.id))
@@ -226,7 +333,15 @@ def test_leak_fuzz_planted_points_are_never_returned(stack, database):
             planted.add(card_id_to_uuid(foreign.id))
         elif kind == "old_fingerprint":
             target = rng.choice(legit)
-            plant(stack, "acme", card_facts(target), text, target.revision, "dense-v0|old", card_id_to_uuid(target.id))
+            plant(
+                stack,
+                "acme",
+                card_facts(target),
+                text,
+                target.revision,
+                "dense-v0|old",
+                card_id_to_uuid(target.id),
+            )
             planted.add(card_id_to_uuid(target.id))
         else:
             target = rng.choice(legit)
@@ -250,13 +365,17 @@ def test_index_down_during_save_leaves_pending_and_excludes_the_old_vector(archi
     stack.index.close()
     holder = _hold_edge(path)  # the index engine is unavailable to us
     try:
-        result = stack.memory.update_card("acme", a.id, card(title="Numbat", content="numbat bilby"))
+        result = stack.memory.update_card(
+            "acme", a.id, card(title="Numbat", content="numbat bilby")
+        )
         assert result.status == "saved_index_incomplete" and result.card.revision == 2
         assert "held by another process" in result.index.error
         pending = stack.memory.pending("acme")
         assert [(p.card_id, p.revision, p.attempts) for p in pending] == [(a.id, 2, 1)]
         with pytest.raises(IndexUnavailable):
-            stack.recall("quokka wallaby kangaroo")  # recall with the index down is an error, not []
+            stack.recall(
+                "quokka wallaby kangaroo"
+            )  # recall with the index down is an error, not []
     finally:
         holder.stdin.close()
         holder.wait(timeout=30)
@@ -268,10 +387,16 @@ def test_index_down_during_save_leaves_pending_and_excludes_the_old_vector(archi
 
 
 def _hold_edge(path: Path) -> subprocess.Popen:
-    code = ("import sys; from tht.memory.index import EdgeIndex; i = EdgeIndex(sys.argv[1]); "
-            "i.ensure_collection(64); print('held', flush=True); sys.stdin.read(); i.close()")
-    proc = subprocess.Popen([sys.executable, "-c", code, str(path)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+    code = (
+        "import sys; from tht.memory.index import EdgeIndex; i = EdgeIndex(sys.argv[1]); "
+        "i.ensure_collection(64); print('held', flush=True); sys.stdin.read(); i.close()"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout.readline().strip() == "held"
     return proc
 
@@ -293,7 +418,9 @@ def test_racing_saves_leave_the_newest_revision_in_the_index(stack):
     def save(i):
         try:
             for j in range(10):
-                stack.memory.update_card("acme", a.id, card(title="Race", content=f"writer {i} save {j}"))
+                stack.memory.update_card(
+                    "acme", a.id, card(title="Race", content=f"writer {i} save {j}")
+                )
         except Exception as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
@@ -334,7 +461,9 @@ def test_check_reports_and_repairs_drift(stack, database):
     stack.index.delete("acme", [card_id_to_uuid(a.id)])  # missing
     orphan = uuid.uuid4()
     plant(stack, "acme", card_facts(b), "orphan text", 1, stack.projector.fingerprint("en"), orphan)
-    plant(stack, "acme", card_facts(b), "two", 1, "dense-v0|old", card_id_to_uuid(b.id))  # wrong format
+    plant(
+        stack, "acme", card_facts(b), "two", 1, "dense-v0|old", card_id_to_uuid(b.id)
+    )  # wrong format
     with pytest.raises(IndexDrift) as drifted:
         stack.projector.check("acme")
     report = drifted.value.details
@@ -344,7 +473,12 @@ def test_check_reports_and_repairs_drift(stack, database):
     repaired = stack.projector.check("acme", repair=True)
     assert repaired["repaired"]["indexed"] >= 2 and repaired["repaired"]["deleted"] == 1
     clean = stack.projector.check("acme")
-    assert (clean["missing"], clean["stale"], clean["wrong_fingerprint"], clean["orphan"]) == ([], [], [], [])
+    assert (clean["missing"], clean["stale"], clean["wrong_fingerprint"], clean["orphan"]) == (
+        [],
+        [],
+        [],
+        [],
+    )
 
 
 def test_a_new_embedder_makes_projections_pending_until_rebuilt(archive, tmp_path):
@@ -354,7 +488,9 @@ def test_a_new_embedder_makes_projections_pending_until_rebuilt(archive, tmp_pat
     first.index.close()
     # same dimension, another model: a different fingerprint
     second = Stack(archive, EdgeIndex(tmp_path / "edge"), embedder=_OtherModel(64))
-    assert [(p.card_id, p.reason) for p in second.memory.pending("acme")] == [(a.id, "projection_outdated")]
+    assert [(p.card_id, p.reason) for p in second.memory.pending("acme")] == [
+        (a.id, "projection_outdated")
+    ]
     assert second.recall("quokka wallaby") == []  # never a silent fallback to the old projection
     second.projector.rebuild("acme")
     assert second.recall("quokka wallaby") == [a.id] and second.memory.pending("acme") == []
@@ -384,13 +520,21 @@ def test_migration_002_marks_dense_only_projections_incompatible(cluster):
         # the archive as version 1 left it (written in SQL: today's code writes later columns)
         kept, gone = uuid.uuid4(), uuid.uuid4()
         with psycopg.connect(db.migrator) as conn:
-            conn.execute("INSERT INTO thoth_memory.workspaces (id, name, language) VALUES ('acme', 'acme', 'en')")
-            conn.execute("INSERT INTO thoth_memory.cards (workspace_id, id, family, language, title, content, scope,"
-                         " origin) VALUES ('acme', %s, 'domain_clarification', 'en', 'Kept', 'Kept.', 'Sales',"
-                         " 'manual')", (kept,))
+            conn.execute(
+                "INSERT INTO thoth_memory.workspaces (id, name, language) VALUES ('acme', 'acme', 'en')"
+            )
+            conn.execute(
+                "INSERT INTO thoth_memory.cards (workspace_id, id, family, language, title, content, scope,"
+                " origin) VALUES ('acme', %s, 'domain_clarification', 'en', 'Kept', 'Kept.', 'Sales',"
+                " 'manual')",
+                (kept,),
+            )
             for c in (kept, gone):
-                conn.execute("INSERT INTO thoth_memory.projections (workspace_id, card_id, revision, fingerprint)"
-                             " VALUES ('acme', %s, 1, 'dense:e5-small:384')", (c,))
+                conn.execute(
+                    "INSERT INTO thoth_memory.projections (workspace_id, card_id, revision, fingerprint)"
+                    " VALUES ('acme', %s, 1, 'dense:e5-small:384')",
+                    (c,),
+                )
         with psycopg.connect(db.migrator, autocommit=True) as conn:
             report = migrate(conn, runtime_login=RUNTIME)
         assert report["applied"][0] == "002_hybrid_projection"
@@ -406,13 +550,20 @@ def test_migration_002_marks_dense_only_projections_incompatible(cluster):
         drop_database(db)
 
 
-@pytest.mark.parametrize("document, message", [
-    ({"database": "other"}, "cannot be overridden"),
-    ({"schema": "x", "top": 3}, "cannot be overridden"),
-    ({"top": 0}, "top"), ({"top": 101}, "top"), ({"top": "ten"}, "top"),
-    ({"colour": "red"}, "unknown field"), ({"column": "id"}, "needs a table"),
-    ({"concepts": "one"}, "concepts"), ([], "JSON object"),
-])
+@pytest.mark.parametrize(
+    "document, message",
+    [
+        ({"database": "other"}, "cannot be overridden"),
+        ({"schema": "x", "top": 3}, "cannot be overridden"),
+        ({"top": 0}, "top"),
+        ({"top": 101}, "top"),
+        ({"top": "ten"}, "top"),
+        ({"colour": "red"}, "unknown field"),
+        ({"column": "id"}, "needs a table"),
+        ({"concepts": "one"}, "concepts"),
+        ([], "JSON object"),
+    ],
+)
 def test_invalid_recall_filters(document, message):
     with pytest.raises(InvalidInput, match=message):
         parse_recall_query(document)
@@ -425,14 +576,34 @@ def test_empty_or_oversized_question(stack):
 
 
 def test_indexed_text_carries_every_searchable_field():
-    data = card("sql_rule", sql="SELECT 1", concepts=["margin"],
-                dependencies=[{"database": "dwh", "schema": "s", "table": "t", "column": "c"}])
+    data = card(
+        "sql_rule",
+        sql="SELECT 1",
+        concepts=["margin"],
+        dependencies=[{"database": "dwh", "schema": "s", "table": "t", "column": "c"}],
+    )
     from tht.memory.model import Card
 
-    text = indexed_text(Card(id="mem-00000000-0000-4000-8000-000000000001", workspace="w", origin="manual",
-                             revision=1, created_at="2026-01-01T00:00:00Z", updated_at="2026-01-01T00:00:00Z",
-                             **data.model_dump(exclude={"links", "revision"}, by_alias=True)))
-    for part in (data.title, data.content, data.scope, data.rationale, "SELECT 1", "margin", "dwh.s.t.c"):
+    text = indexed_text(
+        Card(
+            id="mem-00000000-0000-4000-8000-000000000001",
+            workspace="w",
+            origin="manual",
+            revision=1,
+            created_at="2026-01-01T00:00:00Z",
+            updated_at="2026-01-01T00:00:00Z",
+            **data.model_dump(exclude={"links", "revision"}, by_alias=True),
+        )
+    )
+    for part in (
+        data.title,
+        data.content,
+        data.scope,
+        data.rationale,
+        "SELECT 1",
+        "margin",
+        "dwh.s.t.c",
+    ):
         assert part in text
     assert isinstance(card_facts, object) and CardFacts
 
@@ -448,13 +619,19 @@ def test_embedding_is_batched_across_cards(stack):
 def test_pending_work_survives_a_restart(archive, database, tmp_path):
     WorkspaceService(archive).create("acme", "en")
     down = OpenAIHttpEmbedder("http://127.0.0.1:9", "m", dimension=64, timeout=1)
-    saved = Stack(archive, EdgeIndex(tmp_path / "edge"), embedder=down).memory.create_card("acme", card()).card
+    saved = (
+        Stack(archive, EdgeIndex(tmp_path / "edge"), embedder=down)
+        .memory.create_card("acme", card())
+        .card
+    )
     restarted_archive = PostgresArchive(database.runtime).open()  # a new process, in effect
     try:
         restarted = Stack(restarted_archive, EdgeIndex(tmp_path / "edge2"))
         assert [p.card_id for p in restarted.memory.pending("acme")] == [saved.id]
         assert restarted.projector.drain("acme")["indexed"] == 1
-        assert restarted.memory.pending("acme") == [] and restarted.recall(saved.content) == [saved.id]
+        assert restarted.memory.pending("acme") == [] and restarted.recall(saved.content) == [
+            saved.id
+        ]
     finally:
         restarted.index.close()
         restarted_archive.close()

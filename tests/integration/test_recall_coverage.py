@@ -17,9 +17,11 @@ from tht.memory.projector import IndexProjector
 from tht.memory.recall_service import RecallQuery, RecallService, _indexed_card
 from tht.memory.service import MemoryService, WorkspaceService
 
-DEPS = [{"database": "dwh", "schema": "sales", "table": "orders", "column": "shipDate"},
-        {"database": "dwh", "schema": "sales", "table": "order_lines"},
-        {"database": "dwh"}]
+DEPS = [
+    {"database": "dwh", "schema": "sales", "table": "orders", "column": "shipDate"},
+    {"database": "dwh", "schema": "sales", "table": "order_lines"},
+    {"database": "dwh"},
+]
 
 
 @pytest.fixture
@@ -27,16 +29,33 @@ def services(archive, tmp_path):
     WorkspaceService(archive).create("acme", "en")
     index = EdgeIndex(tmp_path / "edge")
     projector = IndexProjector(archive, index, HashingEmbedder(64))
-    yield MemoryService(archive, projector), RecallService(archive, index, projector.embedder, projector), projector
+    yield (
+        MemoryService(archive, projector),
+        RecallService(archive, index, projector.embedder, projector),
+        projector,
+    )
     index.close()
 
 
-@pytest.mark.parametrize("family, fields", [
-    ("sql_rule", {"sql": "SELECT max(shipDate) FROM orders", "concepts": ["shipping", "lead time"],
-                  "context": "Orders shipped late", "dependencies": DEPS}),
-    ("solved_question", {"scope": "Sales", "content": "Per customer", "dependencies": DEPS[:1]}),
-    ("domain_clarification", {}),
-])
+@pytest.mark.parametrize(
+    "family, fields",
+    [
+        (
+            "sql_rule",
+            {
+                "sql": "SELECT max(shipDate) FROM orders",
+                "concepts": ["shipping", "lead time"],
+                "context": "Orders shipped late",
+                "dependencies": DEPS,
+            },
+        ),
+        (
+            "solved_question",
+            {"scope": "Sales", "content": "Per customer", "dependencies": DEPS[:1]},
+        ),
+        ("domain_clarification", {}),
+    ],
+)
 def test_the_archive_row_gives_the_indexed_text(services, archive, database, family, fields):
     memory, _, _ = services
     saved = memory.create_card("acme", card(family, **fields)).card
@@ -51,7 +70,9 @@ def test_the_archive_row_gives_the_indexed_text(services, archive, database, fam
 
 def _forget_terms(database, card_uuid) -> None:
     with psycopg.connect(database.migrator) as conn:
-        conn.execute("UPDATE thoth_memory.projections SET terms = NULL WHERE card_id = %s", (card_uuid,))
+        conn.execute(
+            "UPDATE thoth_memory.projections SET terms = NULL WHERE card_id = %s", (card_uuid,)
+        )
 
 
 def _recorded_terms(archive, card_uuid) -> frozenset[int]:
@@ -64,18 +85,28 @@ def _recorded_terms(archive, card_uuid) -> frozenset[int]:
 def test_an_edit_is_recalled_with_the_terms_of_its_new_text(services, archive, database):
     memory, recall, projector = services
     encoder = projector.encoder("en")
-    saved = memory.create_card("acme", card(title="Late shipments", content="shipDate after promised date")).card
+    saved = memory.create_card(
+        "acme", card(title="Late shipments", content="shipDate after promised date")
+    ).card
     key = card_id_to_uuid(saved.id)
-    assert _recorded_terms(archive, key) == frozenset(encoder.encode_document(indexed_text(saved)).indices)
-    first = recall.recall("acme", "late shipments", "search", database="dwh", schema="sales", query=RecallQuery())
+    assert _recorded_terms(archive, key) == frozenset(
+        encoder.encode_document(indexed_text(saved)).indices
+    )
+    first = recall.recall(
+        "acme", "late shipments", "search", database="dwh", schema="sales", query=RecallQuery()
+    )
     assert [r.card.id for r in first] == [saved.id]
-    edited = memory.update_card("acme", saved.id, card(title="Early deliveries",
-                                                      content="deliveryDate before promised date")).card
+    edited = memory.update_card(
+        "acme",
+        saved.id,
+        card(title="Early deliveries", content="deliveryDate before promised date"),
+    ).card
     new_terms = _recorded_terms(archive, key)
     assert new_terms == frozenset(encoder.encode_document(indexed_text(edited)).indices)
     assert new_terms != frozenset(encoder.encode_document(indexed_text(saved)).indices)
-    second = recall.recall("acme", "early deliveries", "search", database="dwh", schema="sales",
-                           query=RecallQuery())
+    second = recall.recall(
+        "acme", "early deliveries", "search", database="dwh", schema="sales", query=RecallQuery()
+    )
     assert [(r.card.id, r.card.revision) for r in second] == [(saved.id, 2)]
 
 
@@ -83,13 +114,27 @@ def test_recall_orders_seeds_alike_with_recorded_and_derived_terms(services, dat
     """Coverage decides the seed order here: the same ranking whether the terms were
     recorded (006) or are derived from the archive rows (earlier projections)."""
     memory, recall, _ = services
-    texts = ["monthly revenue by region", "revenue net of refunds", "refunds by month and region",
-             "region codes", "monthly active customers"]
-    cards = [memory.create_card("acme", card(title=f"Card {n}", content=text)).card for n, text in enumerate(texts)]
+    texts = [
+        "monthly revenue by region",
+        "revenue net of refunds",
+        "refunds by month and region",
+        "region codes",
+        "monthly active customers",
+    ]
+    cards = [
+        memory.create_card("acme", card(title=f"Card {n}", content=text)).card
+        for n, text in enumerate(texts)
+    ]
 
     def ranking() -> list[tuple[str, float]]:
-        results = recall.recall("acme", "monthly refunds by region", "search", database="dwh", schema="sales",
-                                query=RecallQuery(top=5))
+        results = recall.recall(
+            "acme",
+            "monthly refunds by region",
+            "search",
+            database="dwh",
+            schema="sales",
+            query=RecallQuery(top=5),
+        )
         return [(r.card.id, r.ranked.score) for r in results]
 
     recorded = ranking()

@@ -16,18 +16,30 @@ ORIGIN = "http://testserver"
 @pytest.fixture
 def review_world(database, tmp_path):
     root = tmp_path / "sessions"
-    services = build_services(env=database.env(), sessions_root=root, projection=ProjectionSettings(
-        index={"engine": "edge", "path": str(tmp_path / "index")}, embedding={"provider": "hashing", "dimension": 64}))
+    services = build_services(
+        env=database.env(),
+        sessions_root=root,
+        projection=ProjectionSettings(
+            index={"engine": "edge", "path": str(tmp_path / "index")},
+            embedding={"provider": "hashing", "dimension": 64},
+        ),
+    )
     services.workspaces.create("ws-a", "en")
     services.workspaces.create("ws-b", "en")
     tokens = {
-        "admin_a": services.accounts.create_user("admin_a", "admin", ["ws-a"], password="correct horse battery")["token"],
+        "admin_a": services.accounts.create_user(
+            "admin_a", "admin", ["ws-a"], password="correct horse battery"
+        )["token"],
         "admin_b": services.accounts.create_user("admin_b", "admin", ["ws-b"])["token"],
         "user_a": services.accounts.create_user("user_a", "user", ["ws-a"])["token"],
     }
-    Session(root, "s-1").log(decision("d1", "sql_corrected", explanation="code repeats across years"))
+    Session(root, "s-1").log(
+        decision("d1", "sql_corrected", explanation="code repeats across years")
+    )
     services.workflow.propose("ws-a", "s-1", {"proposals": [add("p1", ["d1"], join_rule())]})
-    client = TestClient(create_app(services, WebSettings(public_origins=(ORIGIN,))), base_url=ORIGIN)
+    client = TestClient(
+        create_app(services, WebSettings(public_origins=(ORIGIN,))), base_url=ORIGIN
+    )
     yield services, client, tokens, root
     services.close()
 
@@ -44,29 +56,38 @@ def test_every_review_route_checks_principal_and_workspace(review_world):
         assert client.get(base, headers=headers).status_code == status
         assert client.get(base + "/s-1", headers=headers).status_code == status
         digest = "0" * 64
-        response = client.post(base + "/s-1/apply", headers=headers,
-                               json={"decision": "decline_all", "proposals_digest": digest})
+        response = client.post(
+            base + "/s-1/apply",
+            headers=headers,
+            json={"decision": "decline_all", "proposals_digest": digest},
+        )
         assert response.status_code == status, response.json()
     assert services.workflow.summary("ws-a", "s-1")["reviewed"] is None
     listed = client.get(base, headers=bearer(tokens, "admin_a")).json()
     assert [(i["session"], i["reviewed"]) for i in listed["items"]] == [("s-1", None)]
     # another workspace's admin sees none of ws-a's sessions in ws-b
-    assert client.get("/api/workspaces/ws-b/review/sessions", headers=bearer(tokens, "admin_b")).json() == {
-        "items": []}
+    assert client.get(
+        "/api/workspaces/ws-b/review/sessions", headers=bearer(tokens, "admin_b")
+    ).json() == {"items": []}
     assert client.get(base + "/..%2Fx", headers=bearer(tokens, "admin_a")).status_code in (404, 422)
     assert client.get(base + "/nope", headers=bearer(tokens, "admin_a")).status_code == 404
 
 
 def test_the_page_applies_once_with_cookie_and_csrf(review_world):
-    services, client, tokens, root = review_world
-    login = client.post("/api/session", json={"name": "admin_a", "password": "correct horse battery"})
+    services, client, _tokens, root = review_world
+    login = client.post(
+        "/api/session", json={"name": "admin_a", "password": "correct horse battery"}
+    )
     csrf = login.json()["csrf_token"]
     page = client.get("/admin/review")
     assert page.status_code == 200 and 'data-page="review"' in page.text and "ws-a" in page.text
     summary = client.get("/api/workspaces/ws-a/review/sessions/s-1").json()
     assert [a["proposal"] for a in summary["additions"]] == ["p1"]
-    review = {"decision": "apply", "proposals_digest": summary["proposals_digest"],
-              "selected": [{"proposal": "p1"}]}
+    review = {
+        "decision": "apply",
+        "proposals_digest": summary["proposals_digest"],
+        "selected": [{"proposal": "p1"}],
+    }
     url = "/api/workspaces/ws-a/review/sessions/s-1/apply"
     refused = client.post(url, json=review, headers={"Origin": ORIGIN})
     assert refused.status_code == 403 and refused.json()["error"]["details"]["reason"] == "csrf"
@@ -78,7 +99,9 @@ def test_the_page_applies_once_with_cookie_and_csrf(review_world):
     assert again.json()["replayed"] is True and again.json()["cards"] == first.json()["cards"]
     assert services.workspaces.show("ws-a").cards == {"sql_rule": 1}
     assert len(Session(root, "s-1").reviewed_events()) == 1
-    other = client.post(url, json={**review, "decision": "decline_all", "selected": []}, headers=headers)
+    other = client.post(
+        url, json={**review, "decision": "decline_all", "selected": []}, headers=headers
+    )
     assert other.status_code == 409 and other.json()["error"]["code"] == "receipt_conflict"
     client.cookies.clear()
     assert client.get("/admin/review", follow_redirects=False).status_code == 303

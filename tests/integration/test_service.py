@@ -32,7 +32,15 @@ def tht(database, tmp_path):
 
 
 def _card(tht, config, **overrides):
-    saved = tht.run("memory", "create", "-c", config, "--data", "-", stdin=json.dumps(card_document(**overrides)))
+    saved = tht.run(
+        "memory",
+        "create",
+        "-c",
+        config,
+        "--data",
+        "-",
+        stdin=json.dumps(card_document(**overrides)),
+    )
     assert saved.code == 0, saved.document
     return saved.document["card"]
 
@@ -102,8 +110,16 @@ def test_a_service_dying_mid_command_is_reported_and_loses_nothing_committed(tht
     config = tht.runtime("acme")
     # the service this command starts inherits the crash point and dies after the
     # card's transaction committed, before its index work was cleared
-    died = tht.run("memory", "create", "-c", config, "--data", "-", stdin=json.dumps(card_document()),
-                   THT_CRASH_AT="projector.after_index_write")
+    died = tht.run(
+        "memory",
+        "create",
+        "-c",
+        config,
+        "--data",
+        "-",
+        stdin=json.dumps(card_document()),
+        THT_CRASH_AT="projector.after_index_write",
+    )
     assert (died.code, died.document["error"]["code"]) == (10, "service_lost")
     listed = tht.run("memory", "list", "-c", config)  # a fresh service
     assert listed.code == 0 and listed.document["total"] == 1
@@ -122,7 +138,9 @@ def test_a_socket_directory_open_to_others_is_refused(tht):
     assert "0755" in refused.document["error"]["message"]
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root (CI runs as root)")
+@pytest.mark.skipif(
+    os.geteuid() != 0, reason="giving a file to another user needs root (CI runs as root)"
+)
 def test_a_socket_of_another_user_is_refused(tht):
     assert tht.run("workspace", "list").code == 0
     os.chown(tht.run_dir / "service.sock", 65534, 65534, follow_symlinks=False)
@@ -149,10 +167,18 @@ def test_a_service_that_never_answers_times_out(tht):
 def test_a_service_of_another_version_is_replaced_when_auto_started_and_refused_clearly(tht):
     assert tht.run("workspace", "list").code == 0
     old = tht.service_pid()
-    client = ("import sys, tht; tht.__version__ = '0.0.0-other'\n"
-              "from tht.service.client import main\nraise SystemExit(main(['workspace', 'list']))")
-    done = subprocess.run([sys.executable, "-c", client], env=tht.env, capture_output=True, text=True,
-                          timeout=120, cwd=tht.home)
+    client = (
+        "import sys, tht; tht.__version__ = '0.0.0-other'\n"
+        "from tht.service.client import main\nraise SystemExit(main(['workspace', 'list']))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", client],
+        env=tht.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tht.home,
+    )
     error = json.loads(done.stdout)["error"]
     assert done.returncode == 10 and error["code"] == "service_version_mismatch"
     assert "0.0.0-other" in error["message"]
@@ -162,13 +188,31 @@ def test_a_service_of_another_version_is_replaced_when_auto_started_and_refused_
 def test_the_client_imports_only_the_standard_library_when_the_service_runs(tht):
     assert tht.run("workspace", "create", "acme", "--language", "en").code == 0
     _card(tht, tht.runtime("acme"))
-    heavy = ["typer", "pydantic", "psycopg", "numpy", "qdrant_client", "fastapi", "yaml", "qdrant_edge", "httpx"]
-    client = ("import sys\nfrom tht.service.client import main\n"
-              "code = main(['memory', 'search', 'shipped orders', '-c', 'acme.yaml'])\n"
-              f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({heavy!r})), file=sys.stderr)\n"
-              "raise SystemExit(code)")
-    done = subprocess.run([sys.executable, "-c", client], env=tht.env, capture_output=True, text=True,
-                          timeout=120, cwd=tht.home)
+    heavy = [
+        "typer",
+        "pydantic",
+        "psycopg",
+        "numpy",
+        "qdrant_client",
+        "fastapi",
+        "yaml",
+        "qdrant_edge",
+        "httpx",
+    ]
+    client = (
+        "import sys\nfrom tht.service.client import main\n"
+        "code = main(['memory', 'search', 'shipped orders', '-c', 'acme.yaml'])\n"
+        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({heavy!r})), file=sys.stderr)\n"
+        "raise SystemExit(code)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", client],
+        env=tht.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tht.home,
+    )
     assert done.returncode == 0 and "results" in json.loads(done.stdout)
     assert done.stderr.strip().splitlines()[-1] == "[]"
 
@@ -178,7 +222,7 @@ class SlowEmbeddings(http.server.BaseHTTPRequestHandler):
 
     called = threading.Event()
 
-    def do_POST(self) -> None:  # noqa: N802 - the http.server API
+    def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         SlowEmbeddings.called.set()
         time.sleep(2)
@@ -200,17 +244,27 @@ def test_ctrl_c_detaches_the_command_which_completes_in_the_service(tht, tmp_pat
     try:
         assert tht.run("workspace", "create", "acme", "--language", "en").code == 0
         config = tht.home / "slow.yaml"
-        config.write_text(f"workspace: acme\nindex: {{path: {tht.home / 'slow-index'}}}\nembedding: {{provider:"
-                          f" openai, url: 'http://127.0.0.1:{server.server_address[1]}', model: m, dimension: 8}}\n")
+        config.write_text(
+            f"workspace: acme\nindex: {{path: {tht.home / 'slow-index'}}}\nembedding: {{provider:"
+            f" openai, url: 'http://127.0.0.1:{server.server_address[1]}', model: m, dimension: 8}}\n"
+        )
         (tmp_path / "card.json").write_text(json.dumps(card_document()))
         SlowEmbeddings.called.clear()
-        command = tht.start("memory", "create", "-c", str(config), "--data", str(tmp_path / "card.json"))
+        command = tht.start(
+            "memory", "create", "-c", str(config), "--data", str(tmp_path / "card.json")
+        )
         assert SlowEmbeddings.called.wait(60)
         command.send_signal(signal.SIGINT)
         out, _ = command.communicate(timeout=30)
         error = json.loads(out)["error"]
-        assert command.returncode == 130 and error["code"] == "interrupted" and error["details"]["detached"]
-        assert wait_for(lambda: tht.run("memory", "list", "-c", str(config)).document["total"] == 1, 30)
+        assert (
+            command.returncode == 130
+            and error["code"] == "interrupted"
+            and error["details"]["detached"]
+        )
+        assert wait_for(
+            lambda: tht.run("memory", "list", "-c", str(config)).document["total"] == 1, 30
+        )
     finally:
         server.shutdown()
 
@@ -280,7 +334,9 @@ def test_each_role_runs_exactly_its_commands_through_the_socket(tht, principals,
     for capability, command in _matrix(config, card, data, role):
         result = tht.run(*command, token=tokens[role])
         allowed = capability in ROLES[role]
-        if allowed and result.code == 5 or not allowed and result.document.get("error", {}).get("code") != "forbidden":
+        if (allowed and result.code == 5) or (
+            not allowed and result.document.get("error", {}).get("code") != "forbidden"
+        ):
             wrong.append((command, result.code, result.document))
         if not allowed:
             refused.append(command)
@@ -289,29 +345,54 @@ def test_each_role_runs_exactly_its_commands_through_the_socket(tht, principals,
 
 
 def test_a_token_of_another_workspace_is_forbidden_and_a_bad_token_unauthenticated(tht, principals):
-    config, card, data, tokens = principals
+    config, _card, _data, tokens = principals
     foreign = tht.run("memory", "list", "-c", config, token=tokens["stranger"])
     assert (foreign.code, foreign.document["error"]["code"]) == (5, "forbidden")
-    assert tht.run("workspace", "list", token=tokens["stranger"]).document["items"][0]["id"] == "other"
+    assert (
+        tht.run("workspace", "list", token=tokens["stranger"]).document["items"][0]["id"] == "other"
+    )
     bogus = tht.run("memory", "search", "orders", "-c", config, token="tht_not-a-token")
     assert (bogus.code, bogus.document["error"]["code"]) == (5, "unauthenticated")
 
 
 def test_an_agent_cannot_mint_an_admin_nor_write_an_unreviewed_rule(tht, principals):
-    config, card, data, tokens = principals
-    minted = tht.run("user", "create", "x", "--role", "admin", "--workspace", "acme", "--workspace", "other",
-                     token=tokens["agent"])
+    config, _card, data, tokens = principals
+    minted = tht.run(
+        "user",
+        "create",
+        "x",
+        "--role",
+        "admin",
+        "--workspace",
+        "acme",
+        "--workspace",
+        "other",
+        token=tokens["agent"],
+    )
     assert (minted.code, minted.document["error"]["code"]) == (5, "forbidden")
-    rule = tht.run("memory", "create", "-c", config, "--data", "-", token=tokens["agent"],
-                   stdin=json.dumps(card_document("sql_rule")))
+    rule = tht.run(
+        "memory",
+        "create",
+        "-c",
+        config,
+        "--data",
+        "-",
+        token=tokens["agent"],
+        stdin=json.dumps(card_document("sql_rule")),
+    )
     assert (rule.code, rule.document["error"]["code"]) == (5, "forbidden")
     assert tht.run("memory", "rules", "join jobs", "-c", config).document["results"] == []
     # the token file works as THT_TOKEN does
     token_file = tht.home / "agent-token"
     token_file.write_text(tokens["agent"] + "\n")
-    again = tht.run("--token-file", str(token_file), "memory", "create", "-c", config, "--data", data)
+    again = tht.run(
+        "--token-file", str(token_file), "memory", "create", "-c", config, "--data", data
+    )
     assert again.code == 5
-    assert tht.run("--token-file", str(token_file), "memory", "search", "orders", "-c", config).code == 0
+    assert (
+        tht.run("--token-file", str(token_file), "memory", "search", "orders", "-c", config).code
+        == 0
+    )
 
 
 @pytest.fixture
@@ -321,8 +402,9 @@ def served(tht):
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     assert tht.run("workspace", "create", "acme", "--language", "en", THT_SERVICE="off").code == 0
-    (tht.home / "server.yaml").write_text("embedding: {provider: hashing}\n"
-                                          f"index: {{path: {tht.home / 'index'}}}\n")
+    (tht.home / "server.yaml").write_text(
+        f"embedding: {{provider: hashing}}\nindex: {{path: {tht.home / 'index'}}}\n"
+    )
     server = tht.start("serve", "--port", str(port), "-c", str(tht.home / "server.yaml"))
     try:
         ready = json.loads(server.stdout.readline())
@@ -332,7 +414,9 @@ def served(tht):
         server.wait(30)
 
 
-def test_serve_writes_the_first_admin_token_to_a_private_file_and_leaves_memberships_alone(tht, served):
+def test_serve_writes_the_first_admin_token_to_a_private_file_and_leaves_memberships_alone(
+    tht, served
+):
     server, ready, url = served
     assert "admin_token" not in ready and ready["socket"] == str(tht.run_dir / "service.sock")
     token_file = tht.home / "admin-token"
@@ -347,7 +431,10 @@ def test_serve_writes_the_first_admin_token_to_a_private_file_and_leaves_members
     again = tht.start("serve", "--port", url.rsplit(":", 1)[1], "-c", str(tht.home / "server.yaml"))
     try:
         restarted = json.loads(again.stdout.readline())
-        assert restarted["admin_token_file"] == str(token_file) and token_file.read_text().strip() == token
+        assert (
+            restarted["admin_token_file"] == str(token_file)
+            and token_file.read_text().strip() == token
+        )
         users = {u["user"]: u for u in tht.run("user", "list").document["items"]}
         assert users["admin"]["workspaces"] == ["acme"]  # "later" was not added by the restart
     finally:
@@ -356,20 +443,57 @@ def test_serve_writes_the_first_admin_token_to_a_private_file_and_leaves_members
 
 
 def test_commands_over_http_run_with_the_token_and_its_capabilities(tht, served):
-    server, ready, url = served
+    _server, _ready, url = served
     admin = (tht.home / "admin-token").read_text().strip()
     config = tht.runtime("acme")
-    over_http = {"THT_SERVICE_URL": url, "THT_HOME": str(tht.home / "elsewhere")}  # no THT_HOME of its own
-    card = tht.run("memory", "create", "-c", config, "--data", "-", token=admin,
-                   stdin=json.dumps(card_document()), **over_http)
+    over_http = {
+        "THT_SERVICE_URL": url,
+        "THT_HOME": str(tht.home / "elsewhere"),
+    }  # no THT_HOME of its own
+    card = tht.run(
+        "memory",
+        "create",
+        "-c",
+        config,
+        "--data",
+        "-",
+        token=admin,
+        stdin=json.dumps(card_document()),
+        **over_http,
+    )
     assert card.code == 0 and card.document["status"] == "saved"
-    reader = tht.run("user", "create", "reader", "--role", "user", "--workspace", "acme", token=admin, **over_http)
+    reader = tht.run(
+        "user",
+        "create",
+        "reader",
+        "--role",
+        "user",
+        "--workspace",
+        "acme",
+        token=admin,
+        **over_http,
+    )
     assert reader.code == 0
-    found = tht.run("memory", "search", "when is an order shipped", "-c", config, token=reader.document["token"],
-                    **over_http)
+    found = tht.run(
+        "memory",
+        "search",
+        "when is an order shipped",
+        "-c",
+        config,
+        token=reader.document["token"],
+        **over_http,
+    )
     assert found.code == 0 and found.document["results"][0]["id"] == card.document["card"]["id"]
-    refused = tht.run("memory", "delete", card.document["card"]["id"], "--yes", "-c", config,
-                      token=reader.document["token"], **over_http)
+    refused = tht.run(
+        "memory",
+        "delete",
+        card.document["card"]["id"],
+        "--yes",
+        "-c",
+        config,
+        token=reader.document["token"],
+        **over_http,
+    )
     assert (refused.code, refused.document["error"]["code"]) == (5, "forbidden")
     anonymous = tht.run("memory", "list", "-c", config, **over_http)
     assert anonymous.code == 2 and "token" in anonymous.document["error"]["message"]
@@ -382,20 +506,30 @@ def test_commands_over_http_run_with_the_token_and_its_capabilities(tht, served)
 
 
 def test_the_service_never_runs_the_operators_process_commands(tht, principals):
-    config, card, data, tokens = principals
+    config, _card, _data, tokens = principals
     for command in (("db", "stop"), ("serve", "--no-web"), ("memory", "migrate")):
-        request = {"protocol": 1, "version": __import__("tht").__version__, "argv": list(command), "cwd": "/",
-                   "files": {}, "env": {}, "token": tokens["admin"]}
+        request = {
+            "protocol": 1,
+            "version": __import__("tht").__version__,
+            "argv": list(command),
+            "cwd": "/",
+            "files": {},
+            "env": {},
+            "token": tokens["admin"],
+        }
         with socket.socket(socket.AF_UNIX) as sock:
             sock.connect(str(tht.run_dir / "service.sock"))
             sock.sendall(json.dumps(request).encode() + b"\n")
             answer = json.loads(sock.makefile().readline())
-        assert answer["exit"] == 2 and "its own process" in json.loads(answer["stdout"])["error"]["message"]
+        assert (
+            answer["exit"] == 2
+            and "its own process" in json.loads(answer["stdout"])["error"]["message"]
+        )
     assert tht.run("memory", "list", "-c", config).code == 0  # the embedded server still runs
 
 
 def test_a_second_serve_on_the_same_home_is_refused(tht, served):
-    server, ready, url = served
+    server, _ready, _url = served
     second = tht.start("serve", "--port", "0", "-c", str(tht.home / "server.yaml"))
     out, _ = second.communicate(timeout=60)
     error = json.loads(out)["error"]

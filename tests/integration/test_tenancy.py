@@ -36,8 +36,11 @@ def populate(conninfo: str, migrator: str) -> dict[str, dict[str, uuid.UUID]]:
     archive.close()
     with psycopg.connect(migrator) as conn:
         for ws in (OWN, OTHER):
-            conn.execute("INSERT INTO thoth_memory.projections (workspace_id, card_id, revision, fingerprint)"
-                         " VALUES (%s, %s, 1, 'f')", (ws, ids[ws]["first"]))
+            conn.execute(
+                "INSERT INTO thoth_memory.projections (workspace_id, card_id, revision, fingerprint)"
+                " VALUES (%s, %s, 1, 'f')",
+                (ws, ids[ws]["first"]),
+            )
     return ids
 
 
@@ -45,14 +48,40 @@ def new_row(table: str, ws: str, ids: dict) -> dict:
     mine = ids[ws]
     return {
         "workspaces": {"id": ws if ws not in ids else ws + "-new", "name": "n", "language": "en"},
-        "cards": {"workspace_id": ws, "id": uuid.uuid4(), "family": "domain_clarification",
-                  "language": "en", "title": "t", "content": "c", "scope": "s", "origin": "manual"},
-        "card_dependencies": {"workspace_id": ws, "card_id": mine["first"], "position": 9,
-                              "database_name": "other_db"},
-        "card_links": {"workspace_id": ws, "source_id": mine["first"], "target_id": mine["second"],
-                       "meaning": "m"},
-        "projection_ops": {"workspace_id": ws, "card_id": uuid.uuid4(), "operation": "upsert", "revision": 1},
-        "projections": {"workspace_id": ws, "card_id": uuid.uuid4(), "revision": 1, "fingerprint": "f"},
+        "cards": {
+            "workspace_id": ws,
+            "id": uuid.uuid4(),
+            "family": "domain_clarification",
+            "language": "en",
+            "title": "t",
+            "content": "c",
+            "scope": "s",
+            "origin": "manual",
+        },
+        "card_dependencies": {
+            "workspace_id": ws,
+            "card_id": mine["first"],
+            "position": 9,
+            "database_name": "other_db",
+        },
+        "card_links": {
+            "workspace_id": ws,
+            "source_id": mine["first"],
+            "target_id": mine["second"],
+            "meaning": "m",
+        },
+        "projection_ops": {
+            "workspace_id": ws,
+            "card_id": uuid.uuid4(),
+            "operation": "upsert",
+            "revision": 1,
+        },
+        "projections": {
+            "workspace_id": ws,
+            "card_id": uuid.uuid4(),
+            "revision": 1,
+            "fingerprint": "f",
+        },
     }[table]
 
 
@@ -82,7 +111,9 @@ def find_leaks(runtime: str, ids: dict) -> list[str]:
                 def attempt(statement, params=(), *, context=context):
                     with conn.transaction(force_rollback=True):
                         conn.execute("SET LOCAL ROLE thoth_memory_runtime")
-                        conn.execute("SELECT set_config('thoth.workspace', %s, true)", (context or "",))
+                        conn.execute(
+                            "SELECT set_config('thoth.workspace', %s, true)", (context or "",)
+                        )
                         try:
                             return conn.execute(statement, params)
                         except psycopg.errors.InsufficientPrivilege:
@@ -99,21 +130,32 @@ def find_leaks(runtime: str, ids: dict) -> list[str]:
                 for ws in foreign:
                     row = new_row(table, ws, ids)
                     statement = sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
-                        tbl, sql.SQL(", ").join(map(sql.Identifier, row)),
-                        sql.SQL(", ").join(sql.Placeholder() * len(row)))
+                        tbl,
+                        sql.SQL(", ").join(map(sql.Identifier, row)),
+                        sql.SQL(", ").join(sql.Placeholder() * len(row)),
+                    )
                     if attempt(statement, list(row.values())) is not None:
                         leaks.append(f"{context}: INSERT into {table} for {ws} accepted")
-                    cur = attempt(sql.SQL("UPDATE {} SET {} = {} WHERE {} = %s").format(tbl, col, col, col), (ws,))
+                    cur = attempt(
+                        sql.SQL("UPDATE {} SET {} = {} WHERE {} = %s").format(tbl, col, col, col),
+                        (ws,),
+                    )
                     if cur is not None and cur.rowcount:
-                        leaks.append(f"{context}: UPDATE {table} of {ws} touched {cur.rowcount} rows")
+                        leaks.append(
+                            f"{context}: UPDATE {table} of {ws} touched {cur.rowcount} rows"
+                        )
                     cur = attempt(sql.SQL("DELETE FROM {} WHERE {} = %s").format(tbl, col), (ws,))
                     if cur is not None and cur.rowcount:
-                        leaks.append(f"{context}: DELETE {table} of {ws} removed {cur.rowcount} rows")
+                        leaks.append(
+                            f"{context}: DELETE {table} of {ws} removed {cur.rowcount} rows"
+                        )
                 if context:
                     # moving an own row into another workspace is refused too
                     other = OTHER if context == OWN else OWN
-                    cur = attempt(sql.SQL("UPDATE {} SET {} = %s WHERE {} = %s").format(tbl, col, col),
-                                  (other, context))
+                    cur = attempt(
+                        sql.SQL("UPDATE {} SET {} = %s WHERE {} = %s").format(tbl, col, col),
+                        (other, context),
+                    )
                     if cur is not None and cur.rowcount:
                         leaks.append(f"{context}: UPDATE moved {table} rows to {other}")
     return leaks
@@ -131,27 +173,47 @@ def test_own_workspace_rows_are_visible_and_writable(database):
         conn.execute("SET LOCAL ROLE thoth_memory_runtime")
         conn.execute("SELECT set_config('thoth.workspace', %s, true)", (OWN,))
         for table in TABLES:
-            count = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier("thoth_memory", table))).fetchone()[0]
+            count = conn.execute(
+                sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier("thoth_memory", table))
+            ).fetchone()[0]
             assert count > 0, table
         row = new_row("projection_ops", OWN, ids)
-        conn.execute("INSERT INTO thoth_memory.projection_ops (workspace_id, card_id, operation, revision)"
-                     " VALUES (%(workspace_id)s, %(card_id)s, %(operation)s, %(revision)s)", row)
+        conn.execute(
+            "INSERT INTO thoth_memory.projection_ops (workspace_id, card_id, operation, revision)"
+            " VALUES (%(workspace_id)s, %(card_id)s, %(operation)s, %(revision)s)",
+            row,
+        )
 
 
 def test_the_index_assisted_search_function_stays_in_its_workspace(database):
     """matching_card_ids runs as the owner: it must scope itself to the transaction's workspace."""
     ids = populate(database.runtime, database.migrator)
     with psycopg.connect(database.runtime) as conn:
-        for context, expected in ((OWN, set(ids[OWN].values())), (OTHER, set(ids[OTHER].values())), (None, set())):
+        for context, expected in (
+            (OWN, set(ids[OWN].values())),
+            (OTHER, set(ids[OTHER].values())),
+            (None, set()),
+        ):
             with conn.transaction(force_rollback=True):
                 conn.execute("SET LOCAL ROLE thoth_memory_runtime")
                 conn.execute("SELECT set_config('thoth.workspace', %s, true)", (context or "",))
-                found = {row[0] for row in conn.execute(
-                    "SELECT thoth_memory.matching_card_ids(to_tsquery('english', 'shipped'), NULL)")}
+                found = {
+                    row[0]
+                    for row in conn.execute(
+                        "SELECT thoth_memory.matching_card_ids(to_tsquery('english', 'shipped'), NULL)"
+                    )
+                }
                 assert found == expected, context
-    with psycopg.connect(database.superuser) as conn:  # PUBLIC cannot call it (the snapshot pins its ACL)
-        assert conn.execute("SELECT has_function_privilege('public', 'thoth_memory.matching_card_ids(tsquery, text[])',"
-                            " 'EXECUTE')").fetchone()[0] is False
+    with psycopg.connect(
+        database.superuser
+    ) as conn:  # PUBLIC cannot call it (the snapshot pins its ACL)
+        assert (
+            conn.execute(
+                "SELECT has_function_privilege('public', 'thoth_memory.matching_card_ids(tsquery, text[])',"
+                " 'EXECUTE')"
+            ).fetchone()[0]
+            is False
+        )
 
 
 def test_catalog_invariants(database):
@@ -159,35 +221,53 @@ def test_catalog_invariants(database):
         tables = conn.execute(
             "SELECT c.relname, c.relrowsecurity, c.relforcerowsecurity FROM pg_class c"
             " JOIN pg_namespace n ON n.oid = c.relnamespace"
-            " WHERE n.nspname = 'thoth_memory' AND c.relkind IN ('r', 'p')").fetchall()
+            " WHERE n.nspname = 'thoth_memory' AND c.relkind IN ('r', 'p')"
+        ).fetchall()
         assert {t for t, *_ in tables} >= set(TABLES) | {"schema_migrations"}
         assert [t for t, enabled, forced in tables if not (enabled and forced)] == []
         for role in ("thoth_memory_runtime", "thoth_runtime"):
             superuser, bypass, createrole, createdb = conn.execute(
                 "SELECT rolsuper, rolbypassrls, rolcreaterole, rolcreatedb FROM pg_roles WHERE rolname = %s",
-                (role,)).fetchone()
+                (role,),
+            ).fetchone()
             assert not (superuser or bypass or createrole or createdb), role
             owned = conn.execute(
                 "SELECT count(*) FROM pg_class c JOIN pg_roles r ON r.oid = c.relowner WHERE r.rolname = %s",
-                (role,)).fetchone()[0]
+                (role,),
+            ).fetchone()[0]
             owned += conn.execute(
                 "SELECT count(*) FROM pg_namespace n JOIN pg_roles r ON r.oid = n.nspowner WHERE r.rolname = %s",
-                (role,)).fetchone()[0]
+                (role,),
+            ).fetchone()[0]
             assert owned == 0, f"{role} owns objects"
         # no DDL: the runtime role cannot create in the schema
-        assert conn.execute("SELECT has_schema_privilege('thoth_memory_runtime', 'thoth_memory', 'CREATE')").fetchone()[0] is False
-        assert conn.execute("SELECT has_table_privilege('thoth_memory_runtime', 'thoth_memory.schema_migrations',"
-                            " 'INSERT')").fetchone()[0] is False
+        assert (
+            conn.execute(
+                "SELECT has_schema_privilege('thoth_memory_runtime', 'thoth_memory', 'CREATE')"
+            ).fetchone()[0]
+            is False
+        )
+        assert (
+            conn.execute(
+                "SELECT has_table_privilege('thoth_memory_runtime', 'thoth_memory.schema_migrations',"
+                " 'INSERT')"
+            ).fetchone()[0]
+            is False
+        )
         # no foreign key leaves the schema
         outside = conn.execute(
             "SELECT conname FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace"
             " JOIN pg_class f ON f.oid = c.confrelid JOIN pg_namespace fn ON fn.oid = f.relnamespace"
-            " WHERE c.contype = 'f' AND n.nspname = 'thoth_memory' AND fn.nspname <> 'thoth_memory'").fetchall()
+            " WHERE c.contype = 'f' AND n.nspname = 'thoth_memory' AND fn.nspname <> 'thoth_memory'"
+        ).fetchall()
         assert outside == []
 
 
 def test_runtime_ddl_is_refused(database):
-    with psycopg.connect(database.runtime) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+    with (
+        psycopg.connect(database.runtime) as conn,
+        pytest.raises(psycopg.errors.InsufficientPrivilege),
+    ):
         conn.execute("SET ROLE thoth_memory_runtime")
         conn.execute("CREATE TABLE thoth_memory.intruder (id int)")
 
@@ -205,9 +285,16 @@ def test_mutation_a_permissive_policy_is_detected(cluster, table):
     try:
         ids = populate(db.runtime, db.migrator)
         with psycopg.connect(db.migrator) as conn:
-            conn.execute(sql.SQL("DROP POLICY workspace_isolation ON {}").format(sql.Identifier("thoth_memory", table)))
-            conn.execute(sql.SQL("CREATE POLICY leaky ON {} TO thoth_memory_runtime USING (true) WITH CHECK (true)")
-                         .format(sql.Identifier("thoth_memory", table)))
+            conn.execute(
+                sql.SQL("DROP POLICY workspace_isolation ON {}").format(
+                    sql.Identifier("thoth_memory", table)
+                )
+            )
+            conn.execute(
+                sql.SQL(
+                    "CREATE POLICY leaky ON {} TO thoth_memory_runtime USING (true) WITH CHECK (true)"
+                ).format(sql.Identifier("thoth_memory", table))
+            )
         leaks = find_leaks(db.runtime, ids)
         assert any(table in leak for leak in leaks), leaks
     finally:
@@ -230,12 +317,16 @@ def test_pooled_connections_do_not_leak_role_or_workspace(archive, workspaces, m
     memory.create_card(OWN, card())
     for _ in range(20):
         with archive.transaction(OWN) as tx:
-            assert tx.conn.execute("SELECT current_setting('thoth.workspace', true)").fetchone()[0] == OWN
+            assert (
+                tx.conn.execute("SELECT current_setting('thoth.workspace', true)").fetchone()[0]
+                == OWN
+            )
         with pytest.raises(RuntimeError):
             with archive.transaction(OWN):
                 raise RuntimeError("mid-transaction failure")
     with archive._pool.connection() as conn:  # a bare checkout outside any memory transaction
         setting, role = conn.execute(
-            "SELECT current_setting('thoth.workspace', true), current_user").fetchone()
+            "SELECT current_setting('thoth.workspace', true), current_user"
+        ).fetchone()
         assert setting in (None, "") and role == "thoth_runtime"
         assert conn.execute("SELECT count(*) FROM thoth_memory.cards").fetchone()[0] == 0

@@ -72,15 +72,26 @@ def head(method: str, path: str, host: str, port: int, *extra: str) -> bytes:
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
 
-@pytest.mark.parametrize("path, authorized", [("/api/session", False), ("/api/workspaces/ws-a/memory", True),
-                                              ("/no/such/page", False)])
+@pytest.mark.parametrize(
+    "path, authorized",
+    [("/api/session", False), ("/api/workspaces/ws-a/memory", True), ("/no/such/page", False)],
+)
 def test_chunked_body_is_refused_at_the_limit_not_after_the_last_chunk(world, path, authorized):
     extra = [f"Authorization: Bearer {world.tokens['admin_a']}"] if authorized else []
     chunk = f"{MIB:x}\r\n".encode() + b" " * MIB + b"\r\n"
     with serving(world.client.app, ServerLimits()) as (host, port):
         client = RawClient(host, port)
-        client.send(head("POST", path, host, port, "Content-Type: application/json",
-                         "Transfer-Encoding: chunked", *extra))
+        client.send(
+            head(
+                "POST",
+                path,
+                host,
+                port,
+                "Content-Type: application/json",
+                "Transfer-Encoding: chunked",
+                *extra,
+            )
+        )
         sent = 0
         while sent < 300 and client.send(chunk):
             sent += 1
@@ -94,8 +105,16 @@ def test_chunked_body_is_refused_at_the_limit_not_after_the_last_chunk(world, pa
 def test_declared_length_beyond_the_limit_is_refused_before_the_body(world):
     with serving(world.client.app, ServerLimits()) as (host, port):
         client = RawClient(host, port)
-        client.send(head("POST", "/api/session", host, port, "Content-Type: application/json",
-                         f"Content-Length: {300 * MIB}"))
+        client.send(
+            head(
+                "POST",
+                "/api/session",
+                host,
+                port,
+                "Content-Type: application/json",
+                f"Content-Length: {300 * MIB}",
+            )
+        )
         assert client.closed.wait(timeout=30)
         client.close()
     assert client.status() == 413
@@ -103,8 +122,12 @@ def test_declared_length_beyond_the_limit_is_refused_before_the_body(world):
 
 def test_body_at_the_limit_is_still_accepted(world):
     body = b'{"name": "admin_a", "password": "' + b"x" * (MAX_DOCUMENT_BYTES - 100) + b'"}'
-    response = world.client.post("/api/session", content=body, headers={"Content-Type": "application/json"})
-    assert response.status_code == 422  # read whole and judged by the route (password too long), not by size
+    response = world.client.post(
+        "/api/session", content=body, headers={"Content-Type": "application/json"}
+    )
+    assert (
+        response.status_code == 422
+    )  # read whole and judged by the route (password too long), not by size
 
 
 # --- slow and half-open requests ----------------------------------------------------
@@ -120,10 +143,14 @@ def short_app(world):
 def test_half_sent_request_head_is_closed_within_the_header_timeout(world):
     with serving(short_app(world), SHORT) as (host, port):
         half = RawClient(host, port)
-        half.send(f"POST /api/session HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: appl".encode())
+        half.send(
+            f"POST /api/session HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: appl".encode()
+        )
         silent = RawClient(host, port)  # connected, never says anything
         assert half.closed.wait(timeout=SHORT.header_timeout + GRACE), "half-sent head still open"
-        assert silent.closed.wait(timeout=SHORT.header_timeout + GRACE), "silent connection still open"
+        assert silent.closed.wait(timeout=SHORT.header_timeout + GRACE), (
+            "silent connection still open"
+        )
         half.close()
         silent.close()
 
@@ -132,7 +159,9 @@ def test_slow_request_head_is_closed_even_while_bytes_trickle_in(world):
     with serving(short_app(world), SHORT) as (host, port):
         slow = RawClient(host, port)
         slow.send(f"GET /healthz HTTP/1.1\r\nHost: {host}:{port}\r\n".encode())
-        for _ in range(int((SHORT.header_timeout + GRACE) / 0.2)):  # a header line every 0.2 s (slowloris)
+        for _ in range(
+            int((SHORT.header_timeout + GRACE) / 0.2)
+        ):  # a header line every 0.2 s (slowloris)
             if slow.closed.wait(timeout=0.2) or not slow.send(b"X-Slow: 1\r\n"):
                 break
         assert slow.closed.wait(timeout=1), "a trickling head kept the connection open"
@@ -143,8 +172,17 @@ def test_slow_request_head_is_closed_even_while_bytes_trickle_in(world):
 def test_half_sent_body_gets_408_within_the_body_timeout(world):
     with serving(short_app(world), SHORT) as (host, port):
         client = RawClient(host, port)
-        client.send(head("POST", "/api/session", host, port, "Content-Type: application/json",
-                         "Content-Length: 100") + b'{"name": ')
+        client.send(
+            head(
+                "POST",
+                "/api/session",
+                host,
+                port,
+                "Content-Type: application/json",
+                "Content-Length: 100",
+            )
+            + b'{"name": '
+        )
         assert client.closed.wait(timeout=SHORT.body_timeout + GRACE), "half-sent body still open"
         client.close()
     assert client.status() == 408
@@ -177,7 +215,10 @@ def test_request_head_growing_past_the_limit_is_refused(world):
     with serving(short_app(world), SHORT) as (host, port):
         client = RawClient(host, port)
         # h11 judges the size of an incomplete head: one that keeps growing without its end
-        client.send(f"GET /healthz HTTP/1.1\r\nHost: {host}:{port}\r\n".encode() + b"X-Padding: x\r\n" * 2000)
+        client.send(
+            f"GET /healthz HTTP/1.1\r\nHost: {host}:{port}\r\n".encode()
+            + b"X-Padding: x\r\n" * 2000
+        )
         assert client.closed.wait(timeout=10)
         client.close()
     assert client.status() == 400
@@ -189,14 +230,17 @@ PASSWORD = "correct horse battery"
 
 
 def log_in(client, name: str, password: str):
-    return client.post("/api/session", json={"name": name, "password": password}, headers={"Origin": ORIGIN})
+    return client.post(
+        "/api/session", json={"name": name, "password": password}, headers={"Origin": ORIGIN}
+    )
 
 
 def failures_recorded(database, **where: str) -> int:
-    (column, value), = where.items()
+    ((column, value),) = where.items()
     with psycopg.connect(database.superuser) as conn:
-        return conn.execute(f"SELECT count(*) FROM thoth_memory.login_attempts WHERE {column} = %s",
-                            (value,)).fetchone()[0]
+        return conn.execute(
+            f"SELECT count(*) FROM thoth_memory.login_attempts WHERE {column} = %s", (value,)
+        ).fetchone()[0]
 
 
 @pytest.fixture
@@ -212,7 +256,9 @@ def scrypt_calls(monkeypatch):
     return calls
 
 
-def test_wrong_passwords_meet_a_backoff_shared_through_postgresql(world, database, tmp_path, scrypt_calls):
+def test_wrong_passwords_meet_a_backoff_shared_through_postgresql(
+    world, database, tmp_path, scrypt_calls
+):
     for _ in range(accounts.USER_FREE_FAILURES):
         assert log_in(world.client, "admin_a", "wrong password!!").status_code == 401
     assert failures_recorded(database, user_name="admin_a") == accounts.USER_FREE_FAILURES
@@ -223,16 +269,22 @@ def test_wrong_passwords_meet_a_backoff_shared_through_postgresql(world, databas
     assert int(refused.headers["Retry-After"]) >= 1
     assert scrypt_calls == []  # a refused attempt costs no hash
     # another instance of the service on the same database counts the same failures
-    other = build_services(env=database.env(), projection=ProjectionSettings(
-        index={"engine": "edge", "path": str(tmp_path / "other-index")},
-        embedding={"provider": "hashing", "dimension": 64}))
+    other = build_services(
+        env=database.env(),
+        projection=ProjectionSettings(
+            index={"engine": "edge", "path": str(tmp_path / "other-index")},
+            embedding={"provider": "hashing", "dimension": 64},
+        ),
+    )
     try:
         with pytest.raises(TooManyRequests):
             other.accounts.by_password("admin_a", PASSWORD, "another-instance-client")
     finally:
         other.close()
     with psycopg.connect(database.superuser) as conn:  # the backoff's time passes
-        conn.execute("UPDATE thoth_memory.login_attempts SET failed_at = failed_at - interval '5 minutes'")
+        conn.execute(
+            "UPDATE thoth_memory.login_attempts SET failed_at = failed_at - interval '5 minutes'"
+        )
     assert log_in(world.client, "admin_a", PASSWORD).status_code == 200
     assert failures_recorded(database, user_name="admin_a") == 0  # forgiven by the successful login
 
@@ -255,7 +307,9 @@ def test_password_hashing_runs_in_bounded_slots(world, monkeypatch, database):
         busy = log_in(world.client, "admin_a", PASSWORD)
         assert busy.status_code == 429 and busy.headers["Retry-After"] == "1"
         # other requests are not held up by the queue of logins
-        assert world.client.get("/api/workspaces", headers=world.bearer("admin_a")).status_code == 200
+        assert (
+            world.client.get("/api/workspaces", headers=world.bearer("admin_a")).status_code == 200
+        )
     finally:
         for _ in range(held):
             accounts._hashing.release()
@@ -263,12 +317,15 @@ def test_password_hashing_runs_in_bounded_slots(world, monkeypatch, database):
     assert log_in(world.client, "admin_a", PASSWORD).status_code == 200
 
 
-@pytest.mark.parametrize("name, password, status", [
-    ("ghost", "wrong password!!", 401),      # no such user
-    ("admin_b", "wrong password!!", 401),    # a user with a token only
-    ("admin_a", "wrong password!!", 401),    # a password user, wrong password
-    ("admin_a", PASSWORD, 200),              # a password user, right password
-])
+@pytest.mark.parametrize(
+    "name, password, status",
+    [
+        ("ghost", "wrong password!!", 401),  # no such user
+        ("admin_b", "wrong password!!", 401),  # a user with a token only
+        ("admin_a", "wrong password!!", 401),  # a password user, wrong password
+        ("admin_a", PASSWORD, 200),  # a password user, right password
+    ],
+)
 def test_every_password_login_costs_exactly_one_scrypt(world, scrypt_calls, name, password, status):
     assert log_in(world.client, name, password).status_code == status
     assert len(scrypt_calls) == 1
@@ -278,7 +335,9 @@ def test_every_password_login_costs_exactly_one_scrypt(world, scrypt_calls, name
 
 
 async def hello(scope, receive, send):
-    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+    await send(
+        {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]}
+    )
     await send({"type": "http.response.body", "body": b"ok"})
 
 
@@ -296,8 +355,12 @@ def test_port_probe_accepts_a_port_in_time_wait_and_refuses_a_live_listener():
 
 # --- security headers and the Origin check ----------------------------------------------
 
-SECURITY_HEADERS = {"x-content-type-options": "nosniff", "x-frame-options": "DENY",
-                    "cache-control": "no-store", "referrer-policy": "same-origin"}
+SECURITY_HEADERS = {
+    "x-content-type-options": "nosniff",
+    "x-frame-options": "DENY",
+    "cache-control": "no-store",
+    "referrer-policy": "same-origin",
+}
 
 
 def boom() -> dict:
@@ -326,47 +389,86 @@ def test_every_response_carries_the_security_headers(world, secure):
     with TestClient(app, base_url=ORIGIN, raise_server_exceptions=False) as client:
         for method, path, headers, body, status in cases:
             response = client.request(method, path, headers=headers, content=body)
-            assert response.status_code == status, (method, path, response.status_code, response.text[:200])
+            assert response.status_code == status, (
+                method,
+                path,
+                response.status_code,
+                response.text[:200],
+            )
             got = {k: response.headers.get(k) for k in SECURITY_HEADERS}
             assert got == SECURITY_HEADERS, (method, path, status, got)
-            assert "frame-ancestors 'none'" in response.headers.get("content-security-policy", ""), (path, status)
+            assert "frame-ancestors 'none'" in response.headers.get(
+                "content-security-policy", ""
+            ), (path, status)
             hsts = response.headers.get("strict-transport-security")
-            assert (hsts is not None and "max-age=" in hsts) if secure else hsts is None, (path, status, hsts)
+            assert (hsts is not None and "max-age=" in hsts) if secure else hsts is None, (
+                path,
+                status,
+                hsts,
+            )
 
 
 def test_origin_is_checked_against_the_public_origins_not_the_request_host(world):
     token = login_token(world.client)
     path = "/api/workspaces/ws-a/memory"
-    forged = {"Host": "evil.example:18800", "Origin": "http://evil.example:18800", "Sec-Fetch-Site": "same-origin",
-              "X-CSRF-Token": token, "Content-Type": "application/json"}
+    forged = {
+        "Host": "evil.example:18800",
+        "Origin": "http://evil.example:18800",
+        "Sec-Fetch-Site": "same-origin",
+        "X-CSRF-Token": token,
+        "Content-Type": "application/json",
+    }
     before = world.snapshot()
     refused = world.client.post(path, json=card_document(title="from evil"), headers=forged)
     assert refused.status_code == 403 and refused.json()["error"]["details"]["reason"] == "origin"
     assert world.snapshot() == before
-    accepted = world.client.post(path, json=card_document(title="from us"), headers={
-        "Origin": ORIGIN, "Sec-Fetch-Site": "same-origin", "X-CSRF-Token": token})
+    accepted = world.client.post(
+        path,
+        json=card_document(title="from us"),
+        headers={"Origin": ORIGIN, "Sec-Fetch-Site": "same-origin", "X-CSRF-Token": token},
+    )
     assert accepted.status_code == 201  # the positive control
 
 
 def test_a_configured_public_origin_replaces_the_default(world):
-    app = create_app(world.services, WebSettings(public_origins=public_origins(["HTTPS://Thoth.Example:443/"])))
+    app = create_app(
+        world.services, WebSettings(public_origins=public_origins(["HTTPS://Thoth.Example:443/"]))
+    )
     with TestClient(app, base_url=ORIGIN) as client:
         token = login_token(client)
         path = "/api/workspaces/ws-a/memory"
         write = {"Sec-Fetch-Site": "same-origin", "X-CSRF-Token": token}
-        assert client.post(path, json=card_document(), headers={**write, "Origin": ORIGIN}).status_code == 403
-        assert client.post(path, json=card_document(),
-                           headers={**write, "Origin": "https://thoth.example"}).status_code == 201
+        assert (
+            client.post(path, json=card_document(), headers={**write, "Origin": ORIGIN}).status_code
+            == 403
+        )
+        assert (
+            client.post(
+                path, json=card_document(), headers={**write, "Origin": "https://thoth.example"}
+            ).status_code
+            == 201
+        )
 
 
 def test_public_origin_defaults_and_normalization():
     assert served_origins("http", "127.0.0.1", 8765) == (
-        "http://127.0.0.1:8765", "http://localhost:8765", "http://[::1]:8765")
+        "http://127.0.0.1:8765",
+        "http://localhost:8765",
+        "http://[::1]:8765",
+    )
     assert served_origins("https", "thoth.example", 443) == ("https://thoth.example",)
     assert served_origins("http", "10.0.0.5", 18800) == ("http://10.0.0.5:18800",)
     assert public_origins(["https://a.example:8443", "http://B.example:80"]) == (
-        "https://a.example:8443", "http://b.example")
-    for bad in ("a.example", "https://a.example/admin", "ftp://a.example", "null", "https://u@a.example"):
+        "https://a.example:8443",
+        "http://b.example",
+    )
+    for bad in (
+        "a.example",
+        "https://a.example/admin",
+        "ftp://a.example",
+        "null",
+        "https://u@a.example",
+    ):
         with pytest.raises(ValueError):
             public_origins([bad])
 
@@ -374,8 +476,21 @@ def test_public_origin_defaults_and_normalization():
 def test_serve_passes_public_origins_and_limits(monkeypatch, capsys):
     seen = {}
     monkeypatch.setattr("tht.web.server.run_server", lambda **kwargs: seen.update(kwargs))
-    code = main(["serve", "--public-origin", "https://thoth.example", "--public-origin", "https://b.example:8443",
-                 "--header-timeout", "2", "--body-timeout", "3", "--max-connections", "50"])
+    code = main(
+        [
+            "serve",
+            "--public-origin",
+            "https://thoth.example",
+            "--public-origin",
+            "https://b.example:8443",
+            "--header-timeout",
+            "2",
+            "--body-timeout",
+            "3",
+            "--max-connections",
+            "50",
+        ]
+    )
     assert code in (0, None)
     assert seen["public_origins"] == ("https://thoth.example", "https://b.example:8443")
     assert seen["limits"] == ServerLimits(header_timeout=2, body_timeout=3, max_connections=50)
@@ -407,4 +522,6 @@ def test_a_burst_of_concurrent_guesses_gets_no_more_than_the_free_failures(world
         thread.join(timeout=60)
     assert len(outcomes) == 16
     # attempts that hash side by side (one per slot) may see the same count
-    assert outcomes.count("401") <= accounts.USER_FREE_FAILURES + accounts.HASHING_SLOTS - 1, outcomes
+    assert outcomes.count("401") <= accounts.USER_FREE_FAILURES + accounts.HASHING_SLOTS - 1, (
+        outcomes
+    )

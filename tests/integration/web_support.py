@@ -42,26 +42,43 @@ class WebWorld:
             with self.services.archive.transaction(workspace) as tx:
                 state[workspace] = sorted((str(k), v) for k, v in tx.card_revisions().items())
                 state[workspace + ":links"] = sorted(
-                    (str(s), str(t)) for s, targets in tx.links_with_facts(list(tx.card_revisions()))[0].items()
-                    for t, _ in targets)
+                    (str(s), str(t))
+                    for s, targets in tx.links_with_facts(list(tx.card_revisions()))[0].items()
+                    for t, _ in targets
+                )
         return state
 
 
 def build_world(database, tmp_path, *, sessions_root: Path | None = None) -> WebWorld:
-    services = build_services(env=database.env(), projection=ProjectionSettings(
-        index={"engine": "edge", "path": str(tmp_path / "index")},
-        embedding={"provider": "hashing", "dimension": 64}), sessions_root=sessions_root)
+    services = build_services(
+        env=database.env(),
+        projection=ProjectionSettings(
+            index={"engine": "edge", "path": str(tmp_path / "index")},
+            embedding={"provider": "hashing", "dimension": 64},
+        ),
+        sessions_root=sessions_root,
+    )
     services.workspaces.create("ws-a", "en")
     services.workspaces.create("ws-b", "en")
     tokens = {
-        "admin_a": services.accounts.create_user("admin_a", "admin", ["ws-a"], password="correct horse battery")["token"],
+        "admin_a": services.accounts.create_user(
+            "admin_a", "admin", ["ws-a"], password="correct horse battery"
+        )["token"],
         "admin_b": services.accounts.create_user("admin_b", "admin", ["ws-b"])["token"],
-        "user_a": services.accounts.create_user("user_a", "user", ["ws-a"], password="correct horse battery")["token"],
+        "user_a": services.accounts.create_user(
+            "user_a", "user", ["ws-a"], password="correct horse battery"
+        )["token"],
         "agent_a": services.accounts.create_user("agent_a", "agent", ["ws-a"])["token"],
     }
-    cards = {ws: [services.memory.create_card(ws, card(title=f"{ws} card {i}")).card.id for i in range(3)]
-             for ws in ("ws-a", "ws-b")}
-    client = TestClient(create_app(services, WebSettings(public_origins=(ORIGIN,))), base_url=ORIGIN)
+    cards = {
+        ws: [
+            services.memory.create_card(ws, card(title=f"{ws} card {i}")).card.id for i in range(3)
+        ]
+        for ws in ("ws-a", "ws-b")
+    }
+    client = TestClient(
+        create_app(services, WebSettings(public_origins=(ORIGIN,))), base_url=ORIGIN
+    )
     return WebWorld(services, client, tokens, cards)
 
 
@@ -74,8 +91,11 @@ def serving(app, limits: ServerLimits) -> Iterator[tuple[str, int]]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           **uvicorn_options(limits)))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app, host="127.0.0.1", port=port, log_level="warning", **uvicorn_options(limits)
+        )
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

@@ -16,7 +16,12 @@ TABLE = {
 
 
 def test_the_capability_table_is_the_design():
-    assert (MANAGE, READ, RECALL, PROPOSE) == ("memory.manage", "memory.read", "memory.recall", "memory.propose")
+    assert (MANAGE, READ, RECALL, PROPOSE) == (
+        "memory.manage",
+        "memory.read",
+        "memory.recall",
+        "memory.propose",
+    )
     assert {role: set(permissions) for role, permissions in ROLE_PERMISSIONS.items()} == TABLE
 
 
@@ -51,6 +56,12 @@ def test_require_manage_delegates_and_an_unknown_role_holds_nothing():
 
 def test_reads_need_read_and_everything_else_manage():
     assert {op: required_permission(op) for op in OPERATIONS} == {
-        "list": READ, "show": READ, "pending": READ,
-        "create": MANAGE, "update": MANAGE, "delete": MANAGE, "retry": MANAGE}
+        "list": READ,
+        "show": READ,
+        "pending": READ,
+        "create": MANAGE,
+        "update": MANAGE,
+        "delete": MANAGE,
+        "retry": MANAGE,
+    }
     assert required_permission("drop_everything") == MANAGE

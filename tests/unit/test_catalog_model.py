@@ -6,7 +6,8 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tht.catalog.model import Removals, binding_from_runtime, diff, run_id_to_uuid, uuid_to_run_id
 from tht.errors import ConfigurationError, InvalidInput
@@ -37,7 +38,9 @@ snapshots = st.dictionaries(names, st.lists(names, unique=True, max_size=4), max
 def test_diff_never_reports_what_still_exists(previous, current):
     removals = diff(previous, current)
     assert not set(removals.tables) & set(current)
-    assert all(t in current and c not in current[t] and c in previous[t] for t, c in removals.columns)
+    assert all(
+        t in current and c not in current[t] and c in previous[t] for t, c in removals.columns
+    )
     assert set(removals.tables) == set(previous) - set(current)
 
 
@@ -57,17 +60,27 @@ def test_run_ids_round_trip_and_garbage_is_invalid_input():
 
 
 def runtime(**extra) -> RuntimeConfig:
-    return RuntimeConfig.model_validate({"workspace": "acme", "database": "dwh", "schema": "sales", **extra})
+    return RuntimeConfig.model_validate(
+        {"workspace": "acme", "database": "dwh", "schema": "sales", **extra}
+    )
 
 
 def test_binding_names_the_variable_never_the_url():
     binding = binding_from_runtime(runtime(dwh={"url_env": "SALES_DWH_URL"}))
     assert (binding.database, binding.schema, binding.url_env) == ("dwh", "sales", "SALES_DWH_URL")
-    for bad in ({"url": "sqlite:///x.db"}, {"url_env": "postgresql://h/db"}, {}, {"url_env": "X", "extra": 1}):
+    for bad in (
+        {"url": "sqlite:///x.db"},
+        {"url_env": "postgresql://h/db"},
+        {},
+        {"url_env": "X", "extra": 1},
+    ):
         with pytest.raises(ConfigurationError):
             binding_from_runtime(runtime(dwh=bad))
     with pytest.raises(ConfigurationError, match="dwh"):
         binding_from_runtime(runtime())
     with pytest.raises(ConfigurationError, match="schema"):
-        binding_from_runtime(RuntimeConfig.model_validate({"workspace": "acme", "database": "dwh",
-                                                           "dwh": {"url_env": "X"}}))
+        binding_from_runtime(
+            RuntimeConfig.model_validate(
+                {"workspace": "acme", "database": "dwh", "dwh": {"url_env": "X"}}
+            )
+        )

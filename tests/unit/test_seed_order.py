@@ -66,9 +66,16 @@ def test_distinct_candidates_are_required():
         order_seeds([1], [seed("a", 1, 1, 1), seed("a", 2, 2, 1)])
 
 
-@given(st.lists(st.tuples(st.integers(1, 30), st.integers(1, 30), st.frozensets(st.integers(0, 8), max_size=5)),
-                min_size=1, max_size=12),
-       st.frozensets(st.integers(0, 8)))
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(1, 30), st.integers(1, 30), st.frozensets(st.integers(0, 8), max_size=5)
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    st.frozensets(st.integers(0, 8)),
+)
 def test_the_order_is_a_permutation_and_does_not_depend_on_input_order(rows, question):
     candidates = [SeedSignals(f"c{i:02d}", d, b, terms) for i, (d, b, terms) in enumerate(rows)]
     ordered = order_seeds(question, candidates)

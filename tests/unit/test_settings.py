@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 
@@ -30,24 +31,44 @@ def test_no_variables_means_embedded(tmp_path):
 
 
 def test_url_variables():
-    settings = database_settings({"THT_CATALOG_DATABASE_URL": "postgresql://rt@db/x",
-                                  "THT_CATALOG_MIGRATOR_DATABASE_URL": "postgresql://mig@db/x"})
+    settings = database_settings(
+        {
+            "THT_CATALOG_DATABASE_URL": "postgresql://rt@db/x",
+            "THT_CATALOG_MIGRATOR_DATABASE_URL": "postgresql://mig@db/x",
+        }
+    )
     assert not settings.embedded and settings.runtime_login == "rt"
-    explicit = database_settings({"THT_CATALOG_DATABASE_URL": "postgresql://a@db/x",
-                                  "THT_CATALOG_RUNTIME_DATABASE_URL": "postgresql://b@db/x"})
+    explicit = database_settings(
+        {
+            "THT_CATALOG_DATABASE_URL": "postgresql://a@db/x",
+            "THT_CATALOG_RUNTIME_DATABASE_URL": "postgresql://b@db/x",
+        }
+    )
     assert explicit.runtime_login == "b"
 
 
 def test_host_variables_with_password_files(tmp_path):
     (tmp_path / "rt").write_text("s3cret\n")
     (tmp_path / "mig").write_text("m1grate")
-    settings = database_settings({
-        "THT_CATALOG_DB_HOST": "db.internal", "THT_CATALOG_DB_PORT": "6432", "THT_CATALOG_DB_NAME": "thoth",
-        "THT_CATALOG_RUNTIME_USER": "rt", "THT_CATALOG_RUNTIME_PASSWORD_FILE": str(tmp_path / "rt"),
-        "THT_CATALOG_MIGRATOR_USER": "mig", "THT_CATALOG_MIGRATOR_PASSWORD_FILE": str(tmp_path / "mig"),
-    })
+    settings = database_settings(
+        {
+            "THT_CATALOG_DB_HOST": "db.internal",
+            "THT_CATALOG_DB_PORT": "6432",
+            "THT_CATALOG_DB_NAME": "thoth",
+            "THT_CATALOG_RUNTIME_USER": "rt",
+            "THT_CATALOG_RUNTIME_PASSWORD_FILE": str(tmp_path / "rt"),
+            "THT_CATALOG_MIGRATOR_USER": "mig",
+            "THT_CATALOG_MIGRATOR_PASSWORD_FILE": str(tmp_path / "mig"),
+        }
+    )
     runtime = conninfo_to_dict(settings.runtime_conninfo)
-    assert runtime == {"host": "db.internal", "port": "6432", "dbname": "thoth", "user": "rt", "password": "s3cret"}
+    assert runtime == {
+        "host": "db.internal",
+        "port": "6432",
+        "dbname": "thoth",
+        "user": "rt",
+        "password": "s3cret",
+    }
     assert conninfo_to_dict(settings.migrator_conninfo)["password"] == "m1grate"
 
 
@@ -55,8 +76,14 @@ def test_incomplete_or_broken_variables_are_clear_errors(tmp_path):
     with pytest.raises(ConfigurationError, match="THT_CATALOG_DB_HOST"):
         database_settings({"THT_CATALOG_RUNTIME_USER": "rt", "THT_CATALOG_DB_NAME": "x"})
     with pytest.raises(ConfigurationError, match="cannot be read"):
-        database_settings({"THT_CATALOG_DB_HOST": "h", "THT_CATALOG_DB_NAME": "x", "THT_CATALOG_RUNTIME_USER": "rt",
-                           "THT_CATALOG_RUNTIME_PASSWORD_FILE": str(tmp_path / "missing")})
+        database_settings(
+            {
+                "THT_CATALOG_DB_HOST": "h",
+                "THT_CATALOG_DB_NAME": "x",
+                "THT_CATALOG_RUNTIME_USER": "rt",
+                "THT_CATALOG_RUNTIME_PASSWORD_FILE": str(tmp_path / "missing"),
+            }
+        )
     with pytest.raises(ConfigurationError, match="incomplete"):
         database_settings({"THT_CATALOG_DB_PORT": "5432"})
 
@@ -65,7 +92,7 @@ def _alias_bomb() -> str:
     """A few hundred bytes that expand to 9**9 strings ("billion laughs")."""
     levels = "abcdefghi"
     lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
-    for previous, level in zip(levels, levels[1:]):
+    for previous, level in itertools.pairwise(levels):
         lines.append(f"{level}: &{level} [" + ",".join([f"*{previous}"] * 9) + "]")
     return "workspace: acme\n" + "\n".join(lines) + "\n"
 
@@ -89,10 +116,16 @@ def test_server_configuration_refuses_yaml_aliases(tmp_path):
         read_server_config(path)
 
 
-@pytest.mark.parametrize("text, lines", [
-    ("# User Database\nroot:*:0:0:System Administrator: /var/root\nnobody:*:-2:-2:Unprivileged: x\n", "lines 2, 3"),
-    ("workspace: acme\nsecret-agent:*:7:7:Spy: /var/spy\n", "line 2"),
-])
+@pytest.mark.parametrize(
+    "text, lines",
+    [
+        (
+            "# User Database\nroot:*:0:0:System Administrator: /var/root\nnobody:*:-2:-2:Unprivileged: x\n",
+            "lines 2, 3",
+        ),
+        ("workspace: acme\nsecret-agent:*:7:7:Spy: /var/spy\n", "line 2"),
+    ],
+)
 def test_a_file_that_is_not_ours_is_named_by_line_not_echoed(tmp_path, text, lines):
     path = tmp_path / "passwd"
     path.write_text(text)
@@ -106,7 +139,9 @@ def test_a_file_that_is_not_ours_is_named_by_line_not_echoed(tmp_path, text, lin
 def test_yaml_syntax_errors_do_not_quote_the_file(tmp_path):
     path = tmp_path / "rt.yaml"
     path.write_text("workspace: acme\nroot:x:0:0:the root: /root: classified\n")
-    with pytest.raises(ConfigurationError, match=r"not valid YAML: .*\(line 2, column \d+\)") as refused:
+    with pytest.raises(
+        ConfigurationError, match=r"not valid YAML: .*\(line 2, column \d+\)"
+    ) as refused:
         load_runtime_config(path)
     assert "classified" not in refused.value.message and "the root" not in refused.value.message
 

@@ -37,22 +37,32 @@ class Binding:
     updated_at: datetime | None = None
 
     def as_json(self) -> dict[str, Any]:
-        return {"workspace": self.workspace, "database": self.database, "schema": self.schema,
-                "url_env": self.url_env, "updated_at": self.updated_at.isoformat() if self.updated_at else None}
+        return {
+            "workspace": self.workspace,
+            "database": self.database,
+            "schema": self.schema,
+            "url_env": self.url_env,
+            "updated_at": self.updated_at.isoformat() if self.updated_at else None,
+        }
 
 
 def binding_from_runtime(runtime: RuntimeConfig) -> Binding:
     if not runtime.database or not runtime.schema_name:
-        raise ConfigurationError("the runtime file needs `database` and `schema`: the DWH scope to synchronize")
+        raise ConfigurationError(
+            "the runtime file needs `database` and `schema`: the DWH scope to synchronize"
+        )
     if not runtime.dwh:
         raise ConfigurationError(
             "the runtime file needs a `dwh` section naming the environment variable that holds the DWH's"
-            " SQLAlchemy URL, e.g. `dwh: {url_env: SALES_DWH_URL}` (the URL itself never goes in YAML)")
+            " SQLAlchemy URL, e.g. `dwh: {url_env: SALES_DWH_URL}` (the URL itself never goes in YAML)"
+        )
     try:
         dwh = DwhSettings.model_validate(runtime.dwh)
     except ValidationError as exc:
         raise ConfigurationError(f"dwh settings: {describe_validation_error(exc)}") from exc
-    return Binding(runtime.workspace, runtime.database, runtime.schema_name, dwh.url_env, dwh.timeout)
+    return Binding(
+        runtime.workspace, runtime.database, runtime.schema_name, dwh.url_env, dwh.timeout
+    )
 
 
 @dataclass(frozen=True)
@@ -70,13 +80,14 @@ def diff(previous: Tables | None, current: Tables) -> Removals:
     if previous is None:
         return Removals()
     tables = sorted(t for t in previous if t not in current)
-    columns = sorted((t, c) for t, cols in previous.items() if t in current
-                     for c in set(cols) - set(current[t]))
+    columns = sorted(
+        (t, c) for t, cols in previous.items() if t in current for c in set(cols) - set(current[t])
+    )
     return Removals(tables, columns)
 
 
 def run_id_to_uuid(run_id: str) -> uuid.UUID:
-    text = run_id[len(RUN_PREFIX):] if run_id.startswith(RUN_PREFIX) else run_id
+    text = run_id[len(RUN_PREFIX) :] if run_id.startswith(RUN_PREFIX) else run_id
     try:
         return uuid.UUID(text)
     except ValueError as exc:

@@ -26,13 +26,15 @@ def dwh_url(binding: Binding, env: Mapping[str, str]) -> str:
     if not url:
         raise ConfigurationError(
             f"the environment variable {binding.url_env} (the DWH's SQLAlchemy URL) is not set",
-            details={"url_env": binding.url_env})
+            details={"url_env": binding.url_env},
+        )
     return url
 
 
 def scan(binding: Binding, env: Mapping[str, str]) -> Tables:
     """Every table and view of the bound schema with its columns."""
-    from sqlalchemy import create_engine, exc as sa_exc, inspect, text
+    from sqlalchemy import create_engine, inspect, text
+    from sqlalchemy import exc as sa_exc
     from sqlalchemy.engine import make_url
     from sqlalchemy.engine.reflection import ObjectKind
 
@@ -41,8 +43,12 @@ def scan(binding: Binding, env: Mapping[str, str]) -> Tables:
         url = make_url(raw)
     except sa_exc.ArgumentError as exc:
         raise ConfigurationError(f"{binding.url_env} does not hold a valid SQLAlchemy URL") from exc
-    where = {"database": binding.database, "schema": binding.schema, "url_env": binding.url_env,
-             "dialect": url.get_backend_name()}
+    where = {
+        "database": binding.database,
+        "schema": binding.schema,
+        "url_env": binding.url_env,
+        "dialect": url.get_backend_name(),
+    }
     kwargs: dict = {}
     if url.get_backend_name() == "sqlite":
         path = url.database
@@ -51,27 +57,39 @@ def scan(binding: Binding, env: Mapping[str, str]) -> Tables:
         if not Path(path).is_file():
             raise DwhUnavailable(f"the SQLite DWH file {path} does not exist", details=where)
         # read-only: scanning must never create or change the DWH
-        kwargs["creator"] = lambda: sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True)
+        kwargs["creator"] = lambda: sqlite3.connect(
+            f"file:{Path(path).resolve()}?mode=ro", uri=True
+        )
     elif url.get_backend_name() == "postgresql":
         kwargs["connect_args"] = {"connect_timeout": max(1, int(binding.timeout))}
     try:
         engine = create_engine(url, **kwargs)
     except (sa_exc.ArgumentError, sa_exc.NoSuchModuleError, ImportError) as exc:
-        raise ConfigurationError(f"{binding.url_env}: unsupported DWH URL ({_dwh_error_line(exc)})") from exc
+        raise ConfigurationError(
+            f"{binding.url_env}: unsupported DWH URL ({_dwh_error_line(exc)})"
+        ) from exc
     try:
         with engine.connect() as conn:
             inspector = inspect(conn)
             if not inspector.has_schema(binding.schema):
                 raise DwhUnavailable(
                     f"schema '{binding.schema}' does not exist in the DWH (or this login cannot see it):"
-                    " a missing schema proves no removal", details=where)
+                    " a missing schema proves no removal",
+                    details=where,
+                )
             if url.get_backend_name() == "postgresql":
-                usable = conn.execute(text("SELECT has_schema_privilege(:s, 'USAGE')"),
-                                      {"s": binding.schema}).scalar()
+                usable = conn.execute(
+                    text("SELECT has_schema_privilege(:s, 'USAGE')"), {"s": binding.schema}
+                ).scalar()
                 if not usable:
-                    raise DwhUnavailable(f"permission denied: the DWH login has no USAGE on schema"
-                                         f" '{binding.schema}'", details=where)
-            names = inspector.get_table_names(schema=binding.schema) + inspector.get_view_names(schema=binding.schema)
+                    raise DwhUnavailable(
+                        f"permission denied: the DWH login has no USAGE on schema"
+                        f" '{binding.schema}'",
+                        details=where,
+                    )
+            names = inspector.get_table_names(schema=binding.schema) + inspector.get_view_names(
+                schema=binding.schema
+            )
             tables: Tables = {name: [] for name in names}
             # one query for every table and view (not one per table)
             multi = inspector.get_multi_columns(schema=binding.schema, kind=ObjectKind.ANY)
@@ -81,9 +99,13 @@ def scan(binding: Binding, env: Mapping[str, str]) -> Tables:
     except DwhUnavailable:
         raise
     except sa_exc.SQLAlchemyError as exc:
-        raise DwhUnavailable(f"the DWH could not be scanned: {_dwh_error_line(exc)}", details=where) from exc
+        raise DwhUnavailable(
+            f"the DWH could not be scanned: {_dwh_error_line(exc)}", details=where
+        ) from exc
     except sqlite3.Error as exc:
-        raise DwhUnavailable(f"the DWH could not be scanned: {_dwh_error_line(exc)}", details=where) from exc
+        raise DwhUnavailable(
+            f"the DWH could not be scanned: {_dwh_error_line(exc)}", details=where
+        ) from exc
     finally:
         engine.dispose()
     return {name: sorted(cols) for name, cols in sorted(tables.items())}

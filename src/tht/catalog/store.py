@@ -25,12 +25,13 @@ def queries() -> dict[str, str]:
     return named_queries("tht.catalog", "sql/queries.sql")
 
 
-
 def _translate(exc: psycopg.Error) -> ThothError:
     if isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.InvalidSchemaName):
         return SchemaNotReady(f"the {PACK.schema} schema is missing: run {PACK.command}")
     if isinstance(exc, psycopg.OperationalError):
-        return ArchiveUnavailable(f"the Catalog database (PostgreSQL) is unavailable: {first_line(exc)}")
+        return ArchiveUnavailable(
+            f"the Catalog database (PostgreSQL) is unavailable: {first_line(exc)}"
+        )
     return ThothError(f"catalog error: {first_line(exc)}")
 
 
@@ -67,7 +68,10 @@ class CatalogStore:
                     check_schema(conn, PACK)
                     self._schema_checked = True
                 with conn.transaction():
-                    conn.execute(queries()["set_context"], {"role": RUNTIME_ROLE, "workspace": workspace, "lock": lock})
+                    conn.execute(
+                        queries()["set_context"],
+                        {"role": RUNTIME_ROLE, "workspace": workspace, "lock": lock},
+                    )
                     yield CatalogTransaction(conn, workspace)
         except psycopg.Error as exc:
             raise _translate(exc) from exc

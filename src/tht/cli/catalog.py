@@ -5,7 +5,7 @@ failure; progress on stderr."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -13,11 +13,18 @@ from tht.errors import InvalidInput
 
 catalog_app = typer.Typer(
     help="The physical Catalog: DWH binding, sync (scan, diff, Memory cleanup of removed tables and columns),"
-         " runs, retry, manual forget.",
-    no_args_is_help=True)
+    " runs, retry, manual forget.",
+    no_args_is_help=True,
+)
 
-ConfigOption = Annotated[Path, typer.Option(
-    "-c", "--config", help="Runtime file (YAML): workspace, database, schema, dwh: {url_env: VARIABLE}")]
+ConfigOption = Annotated[
+    Path,
+    typer.Option(
+        "-c",
+        "--config",
+        help="Runtime file (YAML): workspace, database, schema, dwh: {url_env: VARIABLE}",
+    ),
+]
 
 
 @catalog_app.command("bind")
@@ -47,7 +54,9 @@ def catalog_sync(config: ConfigOption) -> None:
 
 
 @catalog_app.command("retry")
-def catalog_retry(run_id: Annotated[str, typer.Argument(help="Run id (run-<uuid>)")], config: ConfigOption) -> None:
+def catalog_retry(
+    run_id: Annotated[str, typer.Argument(help="Run id (run-<uuid>)")], config: ConfigOption
+) -> None:
     """Complete a pending run's Memory cleanup with its recorded removals (no new scan or diff).
     A completed run is left unchanged."""
     from tht.cli.main import _services, emit, load_runtime
@@ -71,7 +80,9 @@ def catalog_runs(
 
 
 @catalog_app.command("show")
-def catalog_show(run_id: Annotated[str, typer.Argument(help="Run id (run-<uuid>)")], config: ConfigOption) -> None:
+def catalog_show(
+    run_id: Annotated[str, typer.Argument(help="Run id (run-<uuid>)")], config: ConfigOption
+) -> None:
     """Show one run: removals, deleted Memory cards, errors."""
     from tht.cli.main import _services, emit, load_runtime
 
@@ -93,9 +104,13 @@ def catalog_status(config: ConfigOption) -> None:
 @catalog_app.command("forget")
 def catalog_forget(
     config: ConfigOption,
-    table: Annotated[Optional[str], typer.Option(help="Forget this table (with --column: only that column)")] = None,
-    column: Annotated[Optional[str], typer.Option(help="Forget only this column of --table")] = None,
-    all_objects: Annotated[bool, typer.Option("--all", help="Forget the whole snapshot of the bound scope")] = False,
+    table: Annotated[
+        str | None, typer.Option(help="Forget this table (with --column: only that column)")
+    ] = None,
+    column: Annotated[str | None, typer.Option(help="Forget only this column of --table")] = None,
+    all_objects: Annotated[
+        bool, typer.Option("--all", help="Forget the whole snapshot of the bound scope")
+    ] = False,
     yes: Annotated[bool, typer.Option("--yes", help="Confirm (required)")] = False,
 ) -> None:
     """Manual Catalog cleanup: drop objects from the Catalog's snapshot only. Never deletes Memory."""

@@ -18,16 +18,27 @@ MAX_CASES_BYTES = 16 * 1024 * 1024
 
 
 def memory_eval(
-    cases: Annotated[Path, typer.Option("--cases", help=(
-        "JSON Lines file, one case a line: {\"question\": ..., \"expected\": [card ids], "
-        "\"filters\": {...} (optional), \"command\": search|rules|solved (optional, default search)}"))],
-    config: Annotated[Path, typer.Option("-c", "--config",
-                                         help="Runtime file (YAML): workspace, database, schema, ...")],
+    cases: Annotated[
+        Path,
+        typer.Option(
+            "--cases",
+            help=(
+                'JSON Lines file, one case a line: {"question": ..., "expected": [card ids], '
+                '"filters": {...} (optional), "command": search|rules|solved (optional, default search)}'
+            ),
+        ),
+    ],
+    config: Annotated[
+        Path,
+        typer.Option(
+            "-c", "--config", help="Runtime file (YAML): workspace, database, schema, ..."
+        ),
+    ],
 ) -> None:
     """Measure recall on a cases file: recall@1/5/10, MRR and the misses, as one JSON document."""
     from tht.cli.main import _services, emit, load_runtime, read_text
     from tht.memory.recall_service import parse_recall_query
-    
+
     runtime = load_runtime(config)
     parsed = parse_cases(read_text(str(cases), MAX_CASES_BYTES))
     queries = []
@@ -35,14 +46,22 @@ def memory_eval(
         try:
             query = parse_recall_query(case.filters)
         except InvalidInput as exc:
-            raise InvalidInput(f"cases line {case.line}: {exc.message}",
-                               details={"line": case.line, "filters": exc.details}) from exc
+            raise InvalidInput(
+                f"cases line {case.line}: {exc.message}",
+                details={"line": case.line, "filters": exc.details},
+            ) from exc
         # at least MISS_K results, so recall@10 and the misses mean what they say
         queries.append(query.model_copy(update={"top": max(query.top, MISS_K)}))
     returned = []
     with _services(runtime) as services:
-        for case, query in zip(parsed, queries):
-            results = services.recall.recall(runtime.workspace, case.question, case.command,
-                                             database=runtime.database, schema=runtime.schema_name, query=query)
+        for case, query in zip(parsed, queries, strict=True):
+            results = services.recall.recall(
+                runtime.workspace,
+                case.question,
+                case.command,
+                database=runtime.database,
+                schema=runtime.schema_name,
+                query=query,
+            )
             returned.append([result.card.id for result in results])
     emit({"workspace": runtime.workspace, **report(parsed, returned)})

@@ -36,10 +36,16 @@ def _write_stderr(text: str) -> None:
 
 @dataclass
 class Invocation:
-    token: str | None = None  # None: the operator (in-process, or the installation's own user on the socket)
+    token: str | None = (
+        None  # None: the operator (in-process, or the installation's own user on the socket)
+    )
     cwd: str | None = None  # the client's working directory, when the command came from a client
-    files: dict[str, dict[str, Any]] | None = None  # what the client read for it: path -> data or error
-    env: Mapping[str, str] = field(default_factory=dict)  # the client's variables that a runtime file names
+    files: dict[str, dict[str, Any]] | None = (
+        None  # what the client read for it: path -> data or error
+    )
+    env: Mapping[str, str] = field(
+        default_factory=dict
+    )  # the client's variables that a runtime file names
     stdout: Sink = _write_stdout
     stderr: Sink = _write_stderr
     # the service's engines (None: a command in its own process): (runtime, projection) -> Services
@@ -82,11 +88,13 @@ def read_bytes(path: str | os.PathLike[str], limit: int) -> bytes:
             return handle.read(limit + 1)
     sent = files.get("-" if name == "-" else resolve(name))
     if sent is None:
-        raise InvalidInput(f"{name} was not sent with the command (only -c, --data, --cases, --request and"
-                           " --password-file files are)")
+        raise InvalidInput(
+            f"{name} was not sent with the command (only -c, --data, --cases, --request and"
+            " --password-file files are)"
+        )
     if "error" in sent:
         raise OSError(int(sent.get("errno") or 0), str(sent["error"]))
-    return base64.b64decode(sent["data"])[:limit + 1]
+    return base64.b64decode(sent["data"])[: limit + 1]
 
 
 def write_stdout(text: str) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext, redirect_stdout
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from typer._click import exceptions as click_exceptions  # Typer vendors click
@@ -33,12 +33,18 @@ log = logging.getLogger("tht")
 
 app = typer.Typer(
     help="Thoth Memory: the reusable knowledge of a text-to-SQL agent. Every command prints one JSON document.",
-    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
 )
-memory_app = typer.Typer(help="Cards of one workspace: browse, edit, and the projection's pending work.",
-                         no_args_is_help=True)
+memory_app = typer.Typer(
+    help="Cards of one workspace: browse, edit, and the projection's pending work.",
+    no_args_is_help=True,
+)
 workspace_app = typer.Typer(help="Workspaces: create, list and inspect.", no_args_is_help=True)
-db_app = typer.Typer(help="The embedded PostgreSQL in THT_HOME (status, stop).", no_args_is_help=True)
+db_app = typer.Typer(
+    help="The embedded PostgreSQL in THT_HOME (status, stop).", no_args_is_help=True
+)
 user_app = typer.Typer(help="Local accounts of the web administration.", no_args_is_help=True)
 app.add_typer(memory_app, name="memory")
 app.add_typer(workspace_app, name="workspace")
@@ -46,7 +52,10 @@ app.add_typer(db_app, name="db")
 app.add_typer(user_app, name="user")
 app.add_typer(catalog_app, name="catalog")
 
-ConfigOption = Annotated[Path, typer.Option("-c", "--config", help="Runtime file (YAML): workspace, database, schema, ...")]
+ConfigOption = Annotated[
+    Path,
+    typer.Option("-c", "--config", help="Runtime file (YAML): workspace, database, schema, ..."),
+]
 
 
 def emit(document: Any) -> None:
@@ -91,18 +100,24 @@ def _read_document(path: str) -> Any:
     """A JSON document from a file, or from standard input with '-'."""
     from tht.validation import parse_json
 
-    return parse_json(read_text(path, MAX_DOCUMENT_BYTES), "standard input" if path == "-" else path)
+    return parse_json(
+        read_text(path, MAX_DOCUMENT_BYTES), "standard input" if path == "-" else path
+    )
 
 
 @contextmanager
-def _services(runtime: Any = None, *, workspace: str | None = None, projection: Any = None) -> Iterator[Any]:
+def _services(
+    runtime: Any = None, *, workspace: str | None = None, projection: Any = None
+) -> Iterator[Any]:
     """The engines for this command (the service's warm ones, or built for this process
     and closed after it), once the principal may run the command in ``workspace``
     (default: the runtime file's)."""
     invocation = current()
     context = (invocation.services or _built_services)(runtime, projection)
     with context as services:
-        authorize(services, workspace if workspace is not None else getattr(runtime, "workspace", None))
+        authorize(
+            services, workspace if workspace is not None else getattr(runtime, "workspace", None)
+        )
         yield services
 
 
@@ -134,10 +149,16 @@ def authorize(services: Any, workspace: str | None) -> None:
 @memory_app.command("list")
 def memory_list(
     config: ConfigOption,
-    filters: Annotated[Optional[str], typer.Option(help=(
-        'JSON object: q (text or card id), family, concepts, database, schema, table, column, origin,'
-        ' updated_from, updated_to, sort (updated_at|created_at|title|family|relevance), order (asc|desc),'
-        ' page, page_size (1-100, default 20)'))] = None,
+    filters: Annotated[
+        str | None,
+        typer.Option(
+            help=(
+                "JSON object: q (text or card id), family, concepts, database, schema, table, column, origin,"
+                " updated_from, updated_to, sort (updated_at|created_at|title|family|relevance), order (asc|desc),"
+                " page, page_size (1-100, default 20)"
+            )
+        ),
+    ] = None,
 ) -> None:
     """Search, filter and paginate the workspace's archive."""
     runtime = load_runtime(config)
@@ -147,7 +168,9 @@ def memory_list(
 
 
 @memory_app.command("show")
-def memory_show(card_id: Annotated[str, typer.Argument(help="Card id (mem-<uuid>)")], config: ConfigOption) -> None:
+def memory_show(
+    card_id: Annotated[str, typer.Argument(help="Card id (mem-<uuid>)")], config: ConfigOption
+) -> None:
     """Print a complete card: fields, dependencies, links out and in, origin, revision."""
     runtime = load_runtime(config)
     with _services(runtime) as services:
@@ -170,7 +193,12 @@ def memory_create(
 def memory_update(
     card_id: Annotated[str, typer.Argument(help="Card id (mem-<uuid>)")],
     config: ConfigOption,
-    data: Annotated[str, typer.Option(help="Card JSON file ('-' for standard input); 'revision' makes the save conditional")],
+    data: Annotated[
+        str,
+        typer.Option(
+            help="Card JSON file ('-' for standard input); 'revision' makes the save conditional"
+        ),
+    ],
 ) -> None:
     """Replace a card's content, dependencies and outgoing links together."""
     runtime = load_runtime(config)
@@ -187,7 +215,9 @@ def memory_delete(
     card_id: Annotated[str, typer.Argument(help="Card id (mem-<uuid>)")],
     config: ConfigOption,
     yes: Annotated[bool, typer.Option("--yes", help="Confirm the deletion (required)")] = False,
-    revision: Annotated[Optional[int], typer.Option(help="Delete only if the card is still at this revision")] = None,
+    revision: Annotated[
+        int | None, typer.Option(help="Delete only if the card is still at this revision")
+    ] = None,
 ) -> None:
     """Delete a card with its dependencies and incident links (other cards stay)."""
     runtime = load_runtime(config)
@@ -207,7 +237,9 @@ def memory_pending(config: ConfigOption) -> None:
 
 
 @memory_app.command("retry")
-def memory_retry(card_id: Annotated[str, typer.Argument(help="Card id (mem-<uuid>)")], config: ConfigOption) -> None:
+def memory_retry(
+    card_id: Annotated[str, typer.Argument(help="Card id (mem-<uuid>)")], config: ConfigOption
+) -> None:
     """Retry a card's index work from its current state (re-index it, or remove a deleted card's point)."""
     runtime = load_runtime(config)
     with _services(runtime) as services:
@@ -220,13 +252,19 @@ def memory_index(config: ConfigOption) -> None:
     """Rebuild the workspace's search projection (domain memory and solved questions) from the archive."""
     runtime = load_runtime(config)
     with _services(runtime) as services:
-        emit(services.projector.rebuild(runtime.workspace, lambda done, total: progress(f"indexed {done}/{total} cards")))
+        emit(
+            services.projector.rebuild(
+                runtime.workspace, lambda done, total: progress(f"indexed {done}/{total} cards")
+            )
+        )
 
 
 @memory_app.command("check")
 def memory_check(
     config: ConfigOption,
-    repair: Annotated[bool, typer.Option("--repair", help="Re-index what drifted and remove orphan points")] = False,
+    repair: Annotated[
+        bool, typer.Option("--repair", help="Re-index what drifted and remove orphan points")
+    ] = False,
 ) -> None:
     """Report drift between archive and index: missing, stale, orphan and wrong-format points."""
     runtime = load_runtime(config)
@@ -234,30 +272,62 @@ def memory_check(
         emit(services.projector.check(runtime.workspace, repair=repair))
 
 
-FiltersOption = Annotated[Optional[str], typer.Option(
-    "--filters", help='JSON object: scope (exact), concepts (all present), table, column, top (1-100, default 10)')]
-JsonFlag = Annotated[bool, typer.Option("--json", help="Accepted for compatibility: output is always JSON")]
+FiltersOption = Annotated[
+    str | None,
+    typer.Option(
+        "--filters",
+        help="JSON object: scope (exact), concepts (all present), table, column, top (1-100, default 10)",
+    ),
+]
+JsonFlag = Annotated[
+    bool, typer.Option("--json", help="Accepted for compatibility: output is always JSON")
+]
 
 
-SessionFilter = Annotated[Optional[str], typer.Option(
-    "--session", help="Workflow session: leave out Memory already decided in it (its ledger)")]
+SessionFilter = Annotated[
+    str | None,
+    typer.Option(
+        "--session", help="Workflow session: leave out Memory already decided in it (its ledger)"
+    ),
+]
 
 
-def _recall(kind: str, question: str | None, config: Path, filters: str | None, session: str | None = None,
-            error: str | None = None) -> None:
+def _recall(
+    kind: str,
+    question: str | None,
+    config: Path,
+    filters: str | None,
+    session: str | None = None,
+    error: str | None = None,
+) -> None:
     from tht.memory.agent import DwhBinding, recall_command
     from tht.memory.recall_service import parse_recall_query
 
     runtime = load_runtime(config)
     query = parse_recall_query(_json_argument(filters, "--filters"))
     with _services(runtime) as services:  # the operator: no principal, the runtime file's binding
-        emit(recall_command(services, runtime.workspace, kind, question, query, session=session, error=error,
-                            binding=DwhBinding(runtime.database, runtime.schema_name)))
+        emit(
+            recall_command(
+                services,
+                runtime.workspace,
+                kind,
+                question,
+                query,
+                session=session,
+                error=error,
+                binding=DwhBinding(runtime.database, runtime.schema_name),
+            )
+        )
 
 
 @memory_app.command("search")
-def memory_search(question: Annotated[str, typer.Argument(help="The user's question")], config: ConfigOption,
-                  filters: FiltersOption = None, json_output: JsonFlag = False, session: SessionFilter = None) -> None:
+def memory_search(
+    question: Annotated[str, typer.Argument(help="The user's question")],
+    config: ConfigOption,
+    filters: FiltersOption = None,
+    json_output: JsonFlag = False,
+    session: SessionFilter = None,
+) -> None:
     """Recall domain memory (clarifications, SQL rules, explained errors) for a question.
 
     Results are verified against the archive; `score` is a ranking score, not a similarity."""
@@ -265,19 +335,33 @@ def memory_search(question: Annotated[str, typer.Argument(help="The user's quest
 
 
 @memory_app.command("solved-search")
-def memory_solved_search(question: Annotated[str, typer.Argument(help="The user's question")], config: ConfigOption,
-                         filters: FiltersOption = None, json_output: JsonFlag = False) -> None:
+def memory_solved_search(
+    question: Annotated[str, typer.Argument(help="The user's question")],
+    config: ConfigOption,
+    filters: FiltersOption = None,
+    json_output: JsonFlag = False,
+) -> None:
     """Recall solved questions (consultative exemplars: never an approval)."""
     _recall("solved", question, config, filters)
 
 
 @memory_app.command("rules")
-def memory_rules(question: Annotated[Optional[str], typer.Argument(help="The user's question (optional with --error)")] = None,
-                 config: ConfigOption = ..., filters: FiltersOption = None, json_output: JsonFlag = False,
-                 session: SessionFilter = None,
-                 error: Annotated[Optional[str], typer.Option(
-                     "--error", help="A database error text: exact error-signature matches first, then recall")] = None,
-                 ) -> None:
+def memory_rules(
+    question: Annotated[
+        str | None, typer.Argument(help="The user's question (optional with --error)")
+    ] = None,
+    config: ConfigOption = ...,
+    filters: FiltersOption = None,
+    json_output: JsonFlag = False,
+    session: SessionFilter = None,
+    error: Annotated[
+        str | None,
+        typer.Option(
+            "--error",
+            help="A database error text: exact error-signature matches first, then recall",
+        ),
+    ] = None,
+) -> None:
     """Recall SQL rules and explained errors that apply to a question (or to a database error)."""
     _recall("rules", question, config, filters, session, error)
 
@@ -287,9 +371,13 @@ memory_app.command("eval")(memory_eval)
 
 @memory_app.command("migrate")
 def memory_migrate(
-    engine: Annotated[Optional[str], typer.Option(
-        help="Also prepare this index engine's tables: pgvector (its extension must exist, created by a"
-             " superuser; the embedded server creates it). edge and qdrant need nothing in PostgreSQL.")] = None,
+    engine: Annotated[
+        str | None,
+        typer.Option(
+            help="Also prepare this index engine's tables: pgvector (its extension must exist, created by a"
+            " superuser; the embedded server creates it). edge and qdrant need nothing in PostgreSQL."
+        ),
+    ] = None,
 ) -> None:
     """Apply the memory migration pack with the migrator login (same as python -m tht.memory.migrate)."""
     from tht.bootstrap import run_migrations
@@ -304,9 +392,13 @@ def memory_migrate(
 
 @workspace_app.command("create")
 def workspace_create(
-    workspace_id: Annotated[str, typer.Argument(help="Workspace id: lowercase letters, digits, '-', '_'")],
-    language: Annotated[str, typer.Option(help="Language of the cards: en or it (text search and BM25)")],
-    name: Annotated[Optional[str], typer.Option(help="Display name (default: the id)")] = None,
+    workspace_id: Annotated[
+        str, typer.Argument(help="Workspace id: lowercase letters, digits, '-', '_'")
+    ],
+    language: Annotated[
+        str, typer.Option(help="Language of the cards: en or it (text search and BM25)")
+    ],
+    name: Annotated[str | None, typer.Option(help="Display name (default: the id)")] = None,
 ) -> None:
     """Create a workspace with its language."""
     with _services() as services:
@@ -322,8 +414,15 @@ def workspace_list() -> None:
     """List workspaces (ids, names, languages)."""
     with _services() as services:
         principal = current().principal
-        emit({"items": [w.model_dump(mode="json") for w in services.workspaces.list()
-                        if principal is None or w.id in principal.workspaces]})
+        emit(
+            {
+                "items": [
+                    w.model_dump(mode="json")
+                    for w in services.workspaces.list()
+                    if principal is None or w.id in principal.workspaces
+                ]
+            }
+        )
 
 
 @workspace_app.command("show")
@@ -339,11 +438,21 @@ def workspace_show(workspace_id: Annotated[str, typer.Argument(help="Workspace i
 @user_app.command("create")
 def user_create(
     name: Annotated[str, typer.Argument(help="User name (letters, digits, . _ @ -)")],
-    role: Annotated[str, typer.Option(help=(
-        "admin (everything), user (read the archive and recall) or agent (recall and propose: search,"
-        " rules, solved-search, propose, summary, solved-index)"))],
-    workspace: Annotated[list[str], typer.Option(help="A workspace the user belongs to (repeat the option)")],
-    password_file: Annotated[Optional[Path], typer.Option(help="File holding a password for the login form")] = None,
+    role: Annotated[
+        str,
+        typer.Option(
+            help=(
+                "admin (everything), user (read the archive and recall) or agent (recall and propose: search,"
+                " rules, solved-search, propose, summary, solved-index)"
+            )
+        ),
+    ],
+    workspace: Annotated[
+        list[str], typer.Option(help="A workspace the user belongs to (repeat the option)")
+    ],
+    password_file: Annotated[
+        Path | None, typer.Option(help="File holding a password for the login form")
+    ] = None,
 ) -> None:
     """Create a user; prints its API bearer token (shown once)."""
     password = None
@@ -366,14 +475,19 @@ def user_list() -> None:
 @memory_app.command("admin")
 def memory_admin(
     workspace: Annotated[str, typer.Option(help="The workspace the protected request must be for")],
-    config: Annotated[Path, typer.Option("-c", "--config", help="The protected request (signed JSON); '-' for stdin")],
+    config: Annotated[
+        Path,
+        typer.Option("-c", "--config", help="The protected request (signed JSON); '-' for stdin"),
+    ],
 ) -> None:
     """Execute an administrative operation from a signed protected request (backend use)."""
     from tht.bootstrap import ProjectionSettings
     from tht.protected import load_key, verify
 
     key = load_key()
-    principal, request, nonce, expires = verify(_read_document(str(config)), key, workspace=workspace)
+    principal, request, nonce, expires = verify(
+        _read_document(str(config)), key, workspace=workspace
+    )
     with _services(projection=ProjectionSettings(), workspace=workspace) as services:
         services.accounts.use_nonce(nonce, expires)
         emit(services.admin.execute(principal, request))
@@ -383,22 +497,54 @@ def memory_admin(
 def serve(
     host: Annotated[str, typer.Option(help="Address to bind (loopback by default)")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port")] = 8765,
-    demo: Annotated[bool, typer.Option("--demo", help="Load the demo workspace (BIRD Mini-Dev evidence) first")] = False,
-    config: Annotated[Optional[Path], typer.Option("-c", "--config", help="YAML with index and embedding sections")] = None,
-    secure: Annotated[bool, typer.Option("--secure", help="Served behind HTTPS: Secure, __Host- session cookie")] = False,
-    web: Annotated[bool, typer.Option("--web/--no-web", help="Serve the pages and the HTTP API (--no-web: only the"
-                                      " local socket, for an agent host)")] = True,
-    idle_timeout: Annotated[float, typer.Option(min=0, help="Exit after this many seconds without a command"
-                                                 " (0: never)")] = 0,
-    header_timeout: Annotated[float, typer.Option(
-        min=0.1, help="Seconds a client has to send a request's head; then the connection is closed")] = 10.0,
-    body_timeout: Annotated[float, typer.Option(
-        min=0.1, help="Seconds a client has to send a request's body; then 408 and the connection is closed")] = 30.0,
-    max_connections: Annotated[int, typer.Option(
-        min=1, help="Open connections (or requests) beyond which new requests get 503")] = 200,
-    public_origin: Annotated[Optional[list[str]], typer.Option(
-        "--public-origin", help="scheme://host[:port] the pages are reached at (repeatable); cookie-authenticated "
-                                "writes must come from one. Default: the served http(s)://host:port")] = None,
+    demo: Annotated[
+        bool, typer.Option("--demo", help="Load the demo workspace (BIRD Mini-Dev evidence) first")
+    ] = False,
+    config: Annotated[
+        Path | None, typer.Option("-c", "--config", help="YAML with index and embedding sections")
+    ] = None,
+    secure: Annotated[
+        bool, typer.Option("--secure", help="Served behind HTTPS: Secure, __Host- session cookie")
+    ] = False,
+    web: Annotated[
+        bool,
+        typer.Option(
+            "--web/--no-web",
+            help="Serve the pages and the HTTP API (--no-web: only the"
+            " local socket, for an agent host)",
+        ),
+    ] = True,
+    idle_timeout: Annotated[
+        float, typer.Option(min=0, help="Exit after this many seconds without a command (0: never)")
+    ] = 0,
+    header_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.1,
+            help="Seconds a client has to send a request's head; then the connection is closed",
+        ),
+    ] = 10.0,
+    body_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.1,
+            help="Seconds a client has to send a request's body; then 408 and the connection is closed",
+        ),
+    ] = 30.0,
+    max_connections: Annotated[
+        int,
+        typer.Option(
+            min=1, help="Open connections (or requests) beyond which new requests get 503"
+        ),
+    ] = 200,
+    public_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--public-origin",
+            help="scheme://host[:port] the pages are reached at (repeatable); cookie-authenticated "
+            "writes must come from one. Default: the served http(s)://host:port",
+        ),
+    ] = None,
 ) -> None:
     """Run the installation's service: it owns the engines and serves the CLI's socket,
     the administration pages and the HTTP API (the embedded engines, or the configured ones)."""
@@ -411,9 +557,20 @@ def serve(
         origins = public_origins(public_origin or [])
     except ValueError as exc:
         raise ConfigurationError(f"--public-origin: {exc}") from exc
-    limits = ServerLimits(header_timeout=header_timeout, body_timeout=body_timeout, max_connections=max_connections)
-    run_server(host=host, port=port, demo=demo, config=config, secure=secure, web=web, idle_timeout=idle_timeout,
-               limits=limits, public_origins=origins)
+    limits = ServerLimits(
+        header_timeout=header_timeout, body_timeout=body_timeout, max_connections=max_connections
+    )
+    run_server(
+        host=host,
+        port=port,
+        demo=demo,
+        config=config,
+        secure=secure,
+        web=web,
+        idle_timeout=idle_timeout,
+        limits=limits,
+        public_origins=origins,
+    )
 
 
 # --- embedded database --------------------------------------------------------------
@@ -425,7 +582,9 @@ def _embedded():
 
     settings = database_settings()
     if not settings.embedded:
-        raise InvalidInput("THT_CATALOG_* names an external database: `tht db` manages only the embedded one")
+        raise InvalidInput(
+            "THT_CATALOG_* names an external database: `tht db` manages only the embedded one"
+        )
     return EmbeddedPostgres(settings.embedded_home)
 
 
@@ -459,8 +618,11 @@ def demo() -> None:
 
 def _configure_logging() -> None:
     level = os.environ.get("THT_LOG_LEVEL", "WARNING").upper()
-    logging.basicConfig(stream=sys.stderr, level=getattr(logging, level, logging.WARNING),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=getattr(logging, level, logging.WARNING),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
 
 
 def _names_a_group(command: Any, args: list[str]) -> bool:
@@ -484,13 +646,19 @@ def main(argv: list[str] | None = None, *, token: str | None = None) -> int:
     command = _command
     args = sys.argv[1:] if argv is None else argv
     invocation = current()
-    invocation = replace(invocation, token=token if token is not None else invocation.token,
-                         capability=required(args), principal=None)
+    invocation = replace(
+        invocation,
+        token=token if token is not None else invocation.token,
+        capability=required(args),
+        principal=None,
+    )
     try:
         if invocation.token is not None and invocation.capability == OPERATOR_ONLY:
             # closed by default: a token never runs what is not in the capability table
-            raise Forbidden(f"`tht {' '.join(a for a in args[:2] if not a.startswith('-'))}` is the operator's:"
-                            " run it where THT_HOME is, without a token")
+            raise Forbidden(
+                f"`tht {' '.join(a for a in args[:2] if not a.startswith('-'))}` is the operator's:"
+                " run it where THT_HOME is, without a token"
+            )
         # A group without its command: Typer prints the group's help to stdout while
         # raising, and stdout carries only the JSON error, so the help goes to stderr
         # (in the service, where stdout is not the process's, help never arrives).
@@ -510,7 +678,9 @@ def main(argv: list[str] | None = None, *, token: str | None = None) -> int:
         error = exc
     except Exception as exc:  # the last line of defence: JSON, never a traceback on stdout
         log.error("unexpected error: %s", exc, exc_info=os.environ.get("THT_DEBUG") == "1")
-        error = ThothError(f"internal error ({type(exc).__name__}); rerun with THT_DEBUG=1 for details")
+        error = ThothError(
+            f"internal error ({type(exc).__name__}); rerun with THT_DEBUG=1 for details"
+        )
     with invoked(invocation):
         emit(error.to_dict())
     return error.exit_code

@@ -11,16 +11,28 @@ from typing import Annotated
 
 import typer
 
-from tht.cli.main import ConfigOption, JsonFlag, _read_document, _services, emit, load_runtime, memory_app
+from tht.cli.main import (
+    ConfigOption,
+    JsonFlag,
+    _read_document,
+    _services,
+    emit,
+    load_runtime,
+    memory_app,
+)
 
-SessionOption = Annotated[str, typer.Option("--session", help="The workflow session id (a directory of sessions_root)")]
+SessionOption = Annotated[
+    str, typer.Option("--session", help="The workflow session id (a directory of sessions_root)")
+]
 
 
 @memory_app.command("propose")
 def memory_propose(
     config: ConfigOption,
     session: SessionOption,
-    data: Annotated[str, typer.Option(help="memory_proposals.json to validate ('-' for standard input)")],
+    data: Annotated[
+        str, typer.Option(help="memory_proposals.json to validate ('-' for standard input)")
+    ],
 ) -> None:
     """Validate the session's Memory proposals against its ledger and the archive, and record them."""
     runtime = load_runtime(config)
@@ -30,7 +42,9 @@ def memory_propose(
 
 
 @memory_app.command("summary")
-def memory_summary(config: ConfigOption, session: SessionOption, json_output: JsonFlag = False) -> None:
+def memory_summary(
+    config: ConfigOption, session: SessionOption, json_output: JsonFlag = False
+) -> None:
     """The reviewer's editable summary: additions, updates with their change, the solved question, links."""
     runtime = load_runtime(config)
     with _services(runtime) as services:
@@ -40,7 +54,9 @@ def memory_summary(config: ConfigOption, session: SessionOption, json_output: Js
 @memory_app.command("review-apply")
 def memory_review_apply(
     config: ConfigOption,
-    request: Annotated[str, typer.Option(help="The signed gate request of reviewer_memory_promote ('-' for stdin)")],
+    request: Annotated[
+        str, typer.Option(help="The signed gate request of reviewer_memory_promote ('-' for stdin)")
+    ],
 ) -> None:
     """Apply the reviewer's choice (reviewer gate only: needs a request signed with the protected-request key)."""
     from tht.protected import load_key
@@ -50,13 +66,23 @@ def memory_review_apply(
     key = load_key()
     gate = verify_gate_request(_read_document(request), key, workspace=runtime.workspace)
     with _services(runtime) as services:
-        emit(services.workflow.review_apply(gate.principal, runtime.workspace, gate.session, gate.review,
-                                            nonce=gate.nonce, nonce_expires=gate.expires_at))
+        emit(
+            services.workflow.review_apply(
+                gate.principal,
+                runtime.workspace,
+                gate.session,
+                gate.review,
+                nonce=gate.nonce,
+                nonce_expires=gate.expires_at,
+            )
+        )
 
 
 @memory_app.command("solved-index")
 def memory_solved_index(
-    session: Annotated[str, typer.Argument(help="The session whose reviewed solved question to re-index")],
+    session: Annotated[
+        str, typer.Argument(help="The session whose reviewed solved question to re-index")
+    ],
     config: ConfigOption,
     json_output: JsonFlag = False,
 ) -> None:

@@ -95,7 +95,9 @@ class EmbeddedPostgres:
         marker = self._marker(pack)
         return marker.exists() and marker.read_text() == self._expected_marker(pack)
 
-    def prepare(self, *, force: bool = False, pgvector: bool = False) -> tuple[DatabaseSettings, dict | None]:
+    def prepare(
+        self, *, force: bool = False, pgvector: bool = False
+    ) -> tuple[DatabaseSettings, dict | None]:
         """Start the server and bring roles, database and migrations up to date; with
         ``pgvector``, also the pgvector index engine's extension and pack.
 
@@ -133,20 +135,35 @@ class EmbeddedPostgres:
     def ensure_roles_and_database(self, database: str | None = DATABASE) -> None:
         """The migrator and runtime logins, and (unless None) the database the migrator owns."""
         with psycopg.connect(self.superuser_conninfo(), autocommit=True) as conn:
-            roles = {r for (r,) in conn.execute(
-                "SELECT rolname FROM pg_roles WHERE rolname = ANY(%s)", ([MIGRATOR, RUNTIME],))}
+            roles = {
+                r
+                for (r,) in conn.execute(
+                    "SELECT rolname FROM pg_roles WHERE rolname = ANY(%s)", ([MIGRATOR, RUNTIME],)
+                )
+            }
             if MIGRATOR not in roles:
-                conn.execute(sql.SQL("CREATE ROLE {} LOGIN CREATEROLE NOSUPERUSER NOBYPASSRLS")
-                             .format(sql.Identifier(MIGRATOR)))
+                conn.execute(
+                    sql.SQL("CREATE ROLE {} LOGIN CREATEROLE NOSUPERUSER NOBYPASSRLS").format(
+                        sql.Identifier(MIGRATOR)
+                    )
+                )
             if RUNTIME not in roles:
-                conn.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS")
-                             .format(sql.Identifier(RUNTIME)))
+                conn.execute(
+                    sql.SQL(
+                        "CREATE ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS"
+                    ).format(sql.Identifier(RUNTIME))
+                )
             if database is None:
                 return
-            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,)).fetchone()
+            exists = conn.execute(
+                "SELECT 1 FROM pg_database WHERE datname = %s", (database,)
+            ).fetchone()
             if not exists:
-                conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(
-                    sql.Identifier(database), sql.Identifier(MIGRATOR)))
+                conn.execute(
+                    sql.SQL("CREATE DATABASE {} OWNER {}").format(
+                        sql.Identifier(database), sql.Identifier(MIGRATOR)
+                    )
+                )
 
     @property
     def running(self) -> bool:

@@ -21,8 +21,15 @@ Operation = Literal["list", "show", "create", "update", "delete", "pending", "re
 OPERATIONS: tuple[str, ...] = ("list", "show", "create", "update", "delete", "pending", "retry")
 # Reading the archive is memory.read (a user's role has it); everything that changes
 # the archive or the index is memory.manage.
-REQUIRED: dict[str, str] = {"list": READ, "show": READ, "pending": READ,
-                            "create": MANAGE, "update": MANAGE, "delete": MANAGE, "retry": MANAGE}
+REQUIRED: dict[str, str] = {
+    "list": READ,
+    "show": READ,
+    "pending": READ,
+    "create": MANAGE,
+    "update": MANAGE,
+    "delete": MANAGE,
+    "retry": MANAGE,
+}
 
 
 def required_permission(operation: str) -> str:

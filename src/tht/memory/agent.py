@@ -25,7 +25,11 @@ from tht.workflow.contract import check_session_id
 if TYPE_CHECKING:
     from tht.bootstrap import Services
 
-RECALL_KINDS: dict[str, RecallKind] = {"search": "search", "rules": "rules", "solved-search": "solved"}
+RECALL_KINDS: dict[str, RecallKind] = {
+    "search": "search",
+    "rules": "rules",
+    "solved-search": "solved",
+}
 
 
 @dataclass(frozen=True)
@@ -58,46 +62,79 @@ def require_sessions(services: Services, session: str) -> None:
     names the root) reports its configuration."""
     check_session_id(session)
     if services.workflow.sessions.root is None:
-        raise NotFound(f"session {session} does not exist: this service has no sessions_root"
-                       " (start it with `tht serve -c` naming sessions_root)",
-                       details={"session": session, "reason": "no_sessions_root"})
+        raise NotFound(
+            f"session {session} does not exist: this service has no sessions_root"
+            " (start it with `tht serve -c` naming sessions_root)",
+            details={"session": session, "reason": "no_sessions_root"},
+        )
 
 
-def recall_command(services: Services, workspace: str, kind: RecallKind, question: str | None,
-                   query: RecallQuery, *, session: str | None = None, error: str | None = None,
-                   binding: DwhBinding = NO_BINDING, principal: Principal | None = None) -> dict[str, Any]:
+def recall_command(
+    services: Services,
+    workspace: str,
+    kind: RecallKind,
+    question: str | None,
+    query: RecallQuery,
+    *,
+    session: str | None = None,
+    error: str | None = None,
+    binding: DwhBinding = NO_BINDING,
+    principal: Principal | None = None,
+) -> dict[str, Any]:
     """The answer of `tht memory search|rules|solved-search`: ``{"results": [...]}``,
     or with ``error`` (rules only) the exact error-signature matches first."""
     _check(principal, RECALL, workspace)
     exclude = services.workflow.decided_cards(session) if session is not None else frozenset()
     if error is not None:
-        return services.workflow.rules_for_error(workspace, error, question, database=binding.database,
-                                                 schema=binding.schema, query=query, exclude=exclude)
+        return services.workflow.rules_for_error(
+            workspace,
+            error,
+            question,
+            database=binding.database,
+            schema=binding.schema,
+            query=query,
+            exclude=exclude,
+        )
     if question is None:
         raise InvalidInput("a question is required")
-    results = services.recall.recall(workspace, question, kind, database=binding.database, schema=binding.schema,
-                                     query=query, exclude=exclude)
+    results = services.recall.recall(
+        workspace,
+        question,
+        kind,
+        database=binding.database,
+        schema=binding.schema,
+        query=query,
+        exclude=exclude,
+    )
     return {"results": [r.as_json() for r in results]}
 
 
-def propose_command(services: Services, workspace: str, session: str, document: Any, *,
-                    principal: Principal | None = None) -> dict[str, Any]:
+def propose_command(
+    services: Services,
+    workspace: str,
+    session: str,
+    document: Any,
+    *,
+    principal: Principal | None = None,
+) -> dict[str, Any]:
     """The answer of `tht memory propose`: the proposals validated and recorded."""
     _check(principal, PROPOSE, workspace)
     require_sessions(services, session)
     return services.workflow.propose(workspace, session, document)
 
 
-def summary_command(services: Services, workspace: str, session: str, *,
-                    principal: Principal | None = None) -> dict[str, Any]:
+def summary_command(
+    services: Services, workspace: str, session: str, *, principal: Principal | None = None
+) -> dict[str, Any]:
     """The answer of `tht memory summary`: the reviewer's editable summary."""
     _check(principal, PROPOSE, workspace)
     require_sessions(services, session)
     return services.workflow.summary(workspace, session)
 
 
-def solved_index_command(services: Services, workspace: str, session: str, *,
-                         principal: Principal | None = None) -> dict[str, Any]:
+def solved_index_command(
+    services: Services, workspace: str, session: str, *, principal: Principal | None = None
+) -> dict[str, Any]:
     """The answer of `tht memory solved-index`: the reviewed solved question re-indexed.
     It reads the review receipt in PostgreSQL, not the session directory."""
     _check(principal, PROPOSE, workspace)

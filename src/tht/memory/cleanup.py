@@ -21,7 +21,6 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-
 from tht.errors import Conflict, NotFound, ThothError
 from tht.faults import crash_point
 from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive
@@ -45,12 +44,16 @@ class PhysicalRemovals:
 
     def canonical(self) -> dict[str, Any]:
         return {
-            "database": self.database, "schema": self.schema, "tables": sorted(set(self.tables)),
+            "database": self.database,
+            "schema": self.schema,
+            "tables": sorted(set(self.tables)),
             "columns": [{"table": t, "column": c} for t, c in sorted(set(self.columns))],
         }
 
     def digest(self) -> str:
-        text = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        text = json.dumps(
+            self.canonical(), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        )
         return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -70,9 +73,14 @@ class CleanupReceipt:
         return self.status == "completed"
 
     def as_json(self) -> dict[str, Any]:
-        return {"run_id": str(self.run_id), "deleted_cards": self.deleted_cards,
-                "links_removed": self.links_removed, "status": self.status, "error": self.error,
-                "repeated": self.repeated}
+        return {
+            "run_id": str(self.run_id),
+            "deleted_cards": self.deleted_cards,
+            "links_removed": self.links_removed,
+            "status": self.status,
+            "error": self.error,
+            "repeated": self.repeated,
+        }
 
 
 def _sql(tx: ArchiveTransaction) -> ArchiveTransaction:
@@ -92,14 +100,20 @@ class PhysicalCleanup:
         digest = removals.digest()
         with self.archive.transaction(workspace, lock=True) as tx:
             if tx.workspace() is None:
-                raise NotFound(f"workspace '{workspace}' does not exist", details={"workspace": workspace})
+                raise NotFound(
+                    f"workspace '{workspace}' does not exist", details={"workspace": workspace}
+                )
             existing = _sql(tx).row("receipt_get", run_id=removals.run_id)
             if existing is not None:
                 if existing["removals_digest"] != digest:
                     raise Conflict(
                         f"run {removals.run_id} was already applied with other removals",
-                        details={"run_id": str(removals.run_id), "recorded": existing["removals"],
-                                 "given": removals.canonical()})
+                        details={
+                            "run_id": str(removals.run_id),
+                            "recorded": existing["removals"],
+                            "given": removals.canonical(),
+                        },
+                    )
                 repeated = True
             else:
                 repeated = False
@@ -109,10 +123,17 @@ class PhysicalCleanup:
         receipt.repeated = repeated
         return receipt
 
-    def _delete_matching(self, tx: ArchiveTransaction, removals: PhysicalRemovals, digest: str) -> None:
+    def _delete_matching(
+        self, tx: ArchiveTransaction, removals: PhysicalRemovals, digest: str
+    ) -> None:
         canonical = removals.canonical()
-        matches = _sql(tx).rows("matching_cards", database=removals.database, schema=removals.schema,
-                        tables=canonical["tables"], columns=json.dumps(canonical["columns"]))
+        matches = _sql(tx).rows(
+            "matching_cards",
+            database=removals.database,
+            schema=removals.schema,
+            tables=canonical["tables"],
+            columns=json.dumps(canonical["columns"]),
+        )
         ids = [m["id"] for m in matches]
         links_removed = 0
         if ids:
@@ -120,10 +141,20 @@ class PhysicalCleanup:
             for row in _sql(tx).rows("cards_delete", ids=ids):
                 # the deletion is one revision past the card's last one (as MemoryService)
                 tx.enqueue(row["id"], "delete", row["revision"] + 1)
-        deleted = [{"id": uuid_to_card_id(m["id"]), "title": m["title"], "family": m["family"]} for m in matches]
-        _sql(tx).execute("receipt_insert", run_id=removals.run_id, database=removals.database,
-                 schema=removals.schema, removals=json.dumps(canonical), digest=digest,
-                 deleted=json.dumps(deleted), links_removed=links_removed)
+        deleted = [
+            {"id": uuid_to_card_id(m["id"]), "title": m["title"], "family": m["family"]}
+            for m in matches
+        ]
+        _sql(tx).execute(
+            "receipt_insert",
+            run_id=removals.run_id,
+            database=removals.database,
+            schema=removals.schema,
+            removals=json.dumps(canonical),
+            digest=digest,
+            deleted=json.dumps(deleted),
+            links_removed=links_removed,
+        )
         if ids:
             _sql(tx).execute("tombstones_insert", run_id=removals.run_id, ids=ids)
 
@@ -149,13 +180,23 @@ class PhysicalCleanup:
             if not error:
                 _sql(tx).rows("receipt_completed", run_id=run_id)
             row = _sql(tx).row("receipt_get", run_id=run_id)
-        return CleanupReceipt(run_id=run_id, deleted_cards=row["deleted_cards"], links_removed=row["links_removed"],
-                              status=row["status"], error=error or row["last_error"])
+        return CleanupReceipt(
+            run_id=run_id,
+            deleted_cards=row["deleted_cards"],
+            links_removed=row["links_removed"],
+            status=row["status"],
+            error=error or row["last_error"],
+        )
 
     def receipt(self, workspace: str, run_id: uuid.UUID) -> CleanupReceipt | None:
         with self.archive.transaction(workspace) as tx:
             row = _sql(tx).row("receipt_get", run_id=run_id)
         if row is None:
             return None
-        return CleanupReceipt(run_id=run_id, deleted_cards=row["deleted_cards"], links_removed=row["links_removed"],
-                              status=row["status"], error=row["last_error"])
+        return CleanupReceipt(
+            run_id=run_id,
+            deleted_cards=row["deleted_cards"],
+            links_removed=row["links_removed"],
+            status=row["status"],
+            error=row["last_error"],
+        )

@@ -14,11 +14,18 @@ import re
 
 MAX_SIGNATURE = 2_000
 
-_PREFIX = re.compile(r"^\s*(?:psql:[^:]*:\d+:\s*|(?:error|fatal|panic|warning)\s*:\s*|\[?sqlstate\s*[0-9a-z]{5}\]?\s*:?\s*"
-                     r"|(?:[0-9][0-9a-z]{4}|xx[0-9]{3})\s*:\s*(?=\D))", re.IGNORECASE)
-_DETAIL_LINE = re.compile(r"^\s*(line \d+:|hint:|detail:|context:|where:|query:|position:|\^)", re.IGNORECASE)
-_POSITION = re.compile(r"\s*(?:at|near)\s+character\s+\d+|\s*\(sqlstate\s*[0-9a-z]{5}\)|\s*at position\s+\d+",
-                       re.IGNORECASE)
+_PREFIX = re.compile(
+    r"^\s*(?:psql:[^:]*:\d+:\s*|(?:error|fatal|panic|warning)\s*:\s*|\[?sqlstate\s*[0-9a-z]{5}\]?\s*:?\s*"
+    r"|(?:[0-9][0-9a-z]{4}|xx[0-9]{3})\s*:\s*(?=\D))",
+    re.IGNORECASE,
+)
+_DETAIL_LINE = re.compile(
+    r"^\s*(line \d+:|hint:|detail:|context:|where:|query:|position:|\^)", re.IGNORECASE
+)
+_POSITION = re.compile(
+    r"\s*(?:at|near)\s+character\s+\d+|\s*\(sqlstate\s*[0-9a-z]{5}\)|\s*at position\s+\d+",
+    re.IGNORECASE,
+)
 _LITERAL = re.compile(r"'(?:[^']|'')*'")
 _NUMBER = re.compile(r"(?<![\w\"])[-+]?\d+(?:\.\d+)?(?![\w\"])")
 _SPACE = re.compile(r"\s+")
@@ -28,7 +35,9 @@ def normalize_error(text: str | None) -> str | None:
     """The signature of an error text, or None when nothing identifying is left."""
     if not text:
         return None
-    lines = [line for line in text.strip().splitlines() if line.strip() and not _DETAIL_LINE.match(line)]
+    lines = [
+        line for line in text.strip().splitlines() if line.strip() and not _DETAIL_LINE.match(line)
+    ]
     if not lines:
         return None
     message = lines[0]

@@ -90,8 +90,14 @@ def parse_case(text: str, line: int) -> EvalCase:
     name = document.get("id")
     if name is not None and not isinstance(name, (str, int)):
         raise _bad(line, "id must be a string or a number")
-    return EvalCase(line, question.strip(), tuple(dict.fromkeys(ids)), command, filters,
-                    None if name is None else str(name))
+    return EvalCase(
+        line,
+        question.strip(),
+        tuple(dict.fromkeys(ids)),
+        command,
+        filters,
+        None if name is None else str(name),
+    )
 
 
 def parse_cases(text: str) -> list[EvalCase]:
@@ -122,7 +128,9 @@ def recall_at(expected: Sequence[str], returned: Sequence[str], k: int) -> float
     return sum(1 for card_id in set(expected) if card_id in top) / len(set(expected))
 
 
-def reciprocal_rank(expected: Sequence[str], returned: Sequence[str], cutoff: int = MISS_K) -> float:
+def reciprocal_rank(
+    expected: Sequence[str], returned: Sequence[str], cutoff: int = MISS_K
+) -> float:
     wanted = set(expected)
     for rank, card_id in enumerate(returned[:cutoff], start=1):
         if card_id in wanted:
@@ -130,11 +138,15 @@ def reciprocal_rank(expected: Sequence[str], returned: Sequence[str], cutoff: in
     return 0.0
 
 
-def summarize(rankings: Sequence[tuple[Sequence[str], Sequence[str]]], ks: Sequence[int] = KS) -> dict[str, float]:
+def summarize(
+    rankings: Sequence[tuple[Sequence[str], Sequence[str]]], ks: Sequence[int] = KS
+) -> dict[str, float]:
     """Mean recall@k and MRR over ``(expected, returned)`` pairs."""
     if not rankings:
         raise ValueError("no case to summarize")
-    metrics = {f"recall@{k}": sum(recall_at(e, r, k) for e, r in rankings) / len(rankings) for k in ks}
+    metrics = {
+        f"recall@{k}": sum(recall_at(e, r, k) for e, r in rankings) / len(rankings) for k in ks
+    }
     metrics["mrr"] = sum(reciprocal_rank(e, r) for e, r in rankings) / len(rankings)
     return {name: round(value, 4) for name, value in metrics.items()}
 
@@ -143,19 +155,31 @@ def report(cases: Sequence[EvalCase], returned: Sequence[Sequence[str]]) -> dict
     """The evaluation document: counts, metrics overall and per command, and the misses."""
     if len(cases) != len(returned):
         raise ValueError("one result list per case")
-    pairs = [(case.expected, list(ids)) for case, ids in zip(cases, returned)]
+    pairs = [(case.expected, list(ids)) for case, ids in zip(cases, returned, strict=True)]
     by_command = {}
     for command in COMMANDS:
-        chosen = [pair for case, pair in zip(cases, pairs) if case.command == command]
+        chosen = [pair for case, pair in zip(cases, pairs, strict=True) if case.command == command]
         if chosen:
             by_command[command] = {"cases": len(chosen), **summarize(chosen)}
     misses = []
-    for case, (expected, ids) in zip(cases, pairs):
+    for case, (expected, ids) in zip(cases, pairs, strict=True):
         ranks = ranks_of(expected, ids)
         missing = [card_id for card_id, rank in ranks.items() if rank is None or rank > MISS_K]
         if missing:
-            misses.append({
-                "line": case.line, "id": case.name, "command": case.command, "question": case.question,
-                "missing": missing, "ranks": ranks, "returned": list(ids[:MISS_K]),
-            })
-    return {"cases": len(cases), "metrics": summarize(pairs), "by_command": by_command, "misses": misses}
+            misses.append(
+                {
+                    "line": case.line,
+                    "id": case.name,
+                    "command": case.command,
+                    "question": case.question,
+                    "missing": missing,
+                    "ranks": ranks,
+                    "returned": list(ids[:MISS_K]),
+                }
+            )
+    return {
+        "cases": len(cases),
+        "metrics": summarize(pairs),
+        "by_command": by_command,
+        "misses": misses,
+    }

@@ -28,7 +28,12 @@ from tht.memory.error_signature import normalize_error
 from tht.validation import describe_validation_error, validation_details
 
 Family = Literal["domain_clarification", "sql_rule", "solved_question", "explained_error"]
-FAMILIES: tuple[str, ...] = ("domain_clarification", "sql_rule", "solved_question", "explained_error")
+FAMILIES: tuple[str, ...] = (
+    "domain_clarification",
+    "sql_rule",
+    "solved_question",
+    "explained_error",
+)
 Origin = Literal["manual", "workflow"]
 
 MAX_TITLE = 300
@@ -47,9 +52,21 @@ MAX_DOCUMENT_BYTES = 1_048_576
 FAMILY_FIELDS: dict[str, dict[str, bool]] = {
     "domain_clarification": {"content": True, "scope": True, "rationale": False, "context": False},
     "sql_rule": {"content": True, "scope": True, "rationale": True, "sql": False, "context": False},
-    "solved_question": {"question": True, "sql": True, "context": True, "scope": False, "content": False},
+    "solved_question": {
+        "question": True,
+        "sql": True,
+        "context": True,
+        "scope": False,
+        "content": False,
+    },
     # context = the error observed (message or wrong pattern); content = the correction.
-    "explained_error": {"context": True, "content": True, "rationale": True, "scope": False, "sql": False},
+    "explained_error": {
+        "context": True,
+        "content": True,
+        "rationale": True,
+        "scope": False,
+        "sql": False,
+    },
 }
 TEXT_FIELDS = ("content", "scope", "rationale", "question", "sql", "context")
 
@@ -63,16 +80,20 @@ _CONTROL = re.compile(f"[{_PATTERN_CONTROL}\ud800-\udfff]")
 # What shows nothing on its own: white space, zero-width and format characters (BOM,
 # joiners, word joiner, soft hyphen), combining marks without a base, variation
 # selectors, tags and blank fillers. A visible character is any other.
-_INVISIBLE = ("\x00-\x20\x7f-\xa0\xad\u0300-\u036f\u115f\u1160\u1680\u180b-\u180f\u1ab0-\u1aff"
-              "\u1dc0-\u1dff\u2000-\u200f\u2028-\u202f\u205f-\u206f\u20d0-\u20ff\u2800\u3000\u3164"
-              "\ufe00-\ufe0f\ufe20-\ufe2f\ufeff\uffa0\U000e0000-\U000e007f\U000e0100-\U000e01ef")
+_INVISIBLE = (
+    "\x00-\x20\x7f-\xa0\xad\u0300-\u036f\u115f\u1160\u1680\u180b-\u180f\u1ab0-\u1aff"
+    "\u1dc0-\u1dff\u2000-\u200f\u2028-\u202f\u205f-\u206f\u20d0-\u20ff\u2800\u3000\u3164"
+    "\ufe00-\ufe0f\ufe20-\ufe2f\ufeff\uffa0\U000e0000-\U000e007f\U000e0100-\U000e01ef"
+)
 _VISIBLE = re.compile(f"[^{_INVISIBLE}]")
 
 
 def card_id_to_uuid(card_id: str) -> uuid.UUID:
     match = _CARD_ID.match(card_id.strip().lower()) if isinstance(card_id, str) else None
     if not match:
-        raise InvalidInput(f"'{card_id}' is not a card id (expected mem-<uuid>)", details={"id": card_id})
+        raise InvalidInput(
+            f"'{card_id}' is not a card id (expected mem-<uuid>)", details={"id": card_id}
+        )
     return uuid.UUID(match.group(1))
 
 
@@ -156,7 +177,12 @@ class Dependency(_Strict):
         return self
 
     def as_json(self) -> dict[str, str | None]:
-        return {"database": self.database, "schema": self.schema_name, "table": self.table, "column": self.column}
+        return {
+            "database": self.database,
+            "schema": self.schema_name,
+            "table": self.table,
+            "column": self.column,
+        }
 
     def key(self) -> tuple:
         return (self.database, self.schema_name, self.table, self.column)
@@ -180,9 +206,7 @@ class CardInput(_Strict):
     context: Text = None
     # explained errors only: normalized on input (tht.memory.error_signature)
     error_signature: _text(MAX_TEXT) = None
-    concepts: list[Concept] = Field(
-        default_factory=list, max_length=MAX_CONCEPTS
-    )
+    concepts: list[Concept] = Field(default_factory=list, max_length=MAX_CONCEPTS)
     dependencies: list[Dependency] = Field(default_factory=list, max_length=MAX_DEPENDENCIES)
     links: list[LinkInput] = Field(default_factory=list, max_length=MAX_LINKS)
     # The revision the caller edited: when given, a newer stored revision is a conflict.
@@ -209,11 +233,12 @@ class CardInput(_Strict):
         unique = {d.key(): d for d in deps}
         return list(unique.values())
 
-
     @model_validator(mode="after")
     def _family_fields(self) -> CardInput:
         fields = FAMILY_FIELDS[self.family]
-        missing = [name for name, required in fields.items() if required and not getattr(self, name)]
+        missing = [
+            name for name, required in fields.items() if required and not getattr(self, name)
+        ]
         unused = [name for name in TEXT_FIELDS if name not in fields and getattr(self, name)]
         problems = []
         if missing:
@@ -229,29 +254,45 @@ class CardInput(_Strict):
 
 # Keys a card document read from `show` carries; accepted back on update so a caller
 # can edit what it read. `id` and `workspace` must still name the card being updated.
-READ_ONLY_KEYS = ("id", "workspace", "origin", "source", "created_at", "updated_at",
-                  "incoming_links", "index")
+READ_ONLY_KEYS = (
+    "id",
+    "workspace",
+    "origin",
+    "source",
+    "created_at",
+    "updated_at",
+    "incoming_links",
+    "index",
+)
 
 
-def parse_card_input(document: Any, *, card_id: str | None = None, workspace: str | None = None) -> CardInput:
+def parse_card_input(
+    document: Any, *, card_id: str | None = None, workspace: str | None = None
+) -> CardInput:
     if not isinstance(document, dict):
         raise InvalidInput("a card must be a JSON object")
     document = dict(document)
     if card_id is None:
         present = [k for k in READ_ONLY_KEYS if k in document]
         if present:
-            raise InvalidInput(f"{', '.join(present)} cannot be set on a new card", details={"fields": present})
+            raise InvalidInput(
+                f"{', '.join(present)} cannot be set on a new card", details={"fields": present}
+            )
     else:
         if "id" in document and _normalized_id(document["id"]) != card_id:
             raise InvalidInput(f"the document is card {document['id']}, not {card_id}")
         if "workspace" in document and document["workspace"] != workspace:
-            raise InvalidInput(f"the document belongs to workspace {document['workspace']}, not {workspace}")
+            raise InvalidInput(
+                f"the document belongs to workspace {document['workspace']}, not {workspace}"
+            )
         for key in READ_ONLY_KEYS:
             document.pop(key, None)
         # outgoing links as `show` prints them carry the target's title: not input.
         if isinstance(document.get("links"), list):
             document["links"] = [
-                {k: v for k, v in link.items() if k != "target_title"} if isinstance(link, dict) else link
+                {k: v for k, v in link.items() if k != "target_title"}
+                if isinstance(link, dict)
+                else link
                 for link in document["links"]
             ]
     try:
@@ -262,7 +303,9 @@ def parse_card_input(document: Any, *, card_id: str | None = None, workspace: st
     duplicated = sorted({t for t in targets if targets.count(t) > 1})
     if duplicated:
         # well-formed, but two instructions for one link contradict each other
-        raise Conflict(f"more than one link to {', '.join(duplicated)}", details={"targets": duplicated})
+        raise Conflict(
+            f"more than one link to {', '.join(duplicated)}", details={"targets": duplicated}
+        )
     return data
 
 
@@ -331,7 +374,9 @@ class Card(BaseModel):
     index: CardIndex | None = None  # read with the card by `show` only
 
     def as_json(self) -> dict[str, Any]:
-        data = self.model_dump(mode="json", by_alias=True, exclude={"index"} if self.index is None else None)
+        data = self.model_dump(
+            mode="json", by_alias=True, exclude={"index"} if self.index is None else None
+        )
         return data
 
 
@@ -375,7 +420,6 @@ class ListQuery(_Strict):
     @classmethod
     def _one_or_many(cls, value: Any) -> Any:
         return [value] if isinstance(value, str) else value
-
 
 
 def parse_list_query(document: Any) -> ListQuery:

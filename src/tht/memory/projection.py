@@ -80,7 +80,9 @@ def indexed_text(card: IndexedCard) -> str:
         # both the qualified name and its last part, so "orders.id" and "id" both match
         names = [qualified(d) for d in card.dependencies]
         leaves = [d.column or d.table or d.schema_name or d.database for d in card.dependencies]
-        parts.append("Depends on: " + ", ".join(names) + " (" + ", ".join(dict.fromkeys(leaves)) + ")")
+        parts.append(
+            "Depends on: " + ", ".join(names) + " (" + ", ".join(dict.fromkeys(leaves)) + ")"
+        )
     return searchable("\n".join(part for part in parts if part))
 
 

@@ -47,6 +47,8 @@ class _Prepared:
     symptom_dense: list[float] | None
     sparse: SparseVector
     embedded_chars: int | None  # the dense input's length when the embedder cut the text
+
+
 # check re-embeds this many indexed cards and compares them with the stored vectors;
 # the same text gives the same vector up to float noise (batching), far above this.
 VECTOR_SAMPLE = 100
@@ -83,11 +85,15 @@ class IndexProjector:
         return self._encoders[language]
 
     def fingerprint(self, language: str) -> str:
-        return fingerprint(self.embedder.model_id, self.embedder.dimension, self.encoder(language).settings_id)
+        return fingerprint(
+            self.embedder.model_id, self.embedder.dimension, self.encoder(language).settings_id
+        )
 
     def ensure_collection(self) -> None:
         if simulated_outage("index"):
-            raise IndexUnavailable("the search index is unavailable (an outage simulated by THT_OUTAGE_FILE)")
+            raise IndexUnavailable(
+                "the search index is unavailable (an outage simulated by THT_OUTAGE_FILE)"
+            )
         if not self._collection_ready:
             self.index.ensure_collection(self.embedder.dimension)
             self._collection_ready = True
@@ -135,7 +141,9 @@ class IndexProjector:
             return {}
         prepared = self._embed(present, language)
         crash_point("projector.after_embedding")
-        return {card_id_to_uuid(card.id): item for card, item in zip(present, prepared)}
+        return {
+            card_id_to_uuid(card.id): item for card, item in zip(present, prepared, strict=True)
+        }
 
     def _embed(self, cards: list[Card], language: str) -> list[_Prepared]:
         texts = [indexed_text(card) for card in cards]
@@ -144,18 +152,33 @@ class IndexProjector:
         # batches run across cards and kinds.
         symptoms = [_symptom(card, self.index) for card in cards]
         cuts = [self.embedder.bound(text) for text in texts]
-        vectors = self.embedder.embed_passages([cut.text for cut in cuts] + [text for text in symptoms if text])
-        main, extra = vectors[:len(texts)], iter(vectors[len(texts):])
+        vectors = self.embedder.embed_passages(
+            [cut.text for cut in cuts] + [text for text in symptoms if text]
+        )
+        main, extra = vectors[: len(texts)], iter(vectors[len(texts) :])
         encoder = self.encoder(language)
         # BM25 indexes the whole text: only the dense input is bounded (the encoder
         # takes ~3 ms for 100 000 characters, one word of 20 000 included).
-        return [_Prepared(text, symptom, dense, next(extra) if symptom else None, encoder.encode_document(text),
-                          cut.chars)
-                for text, symptom, dense, cut in zip(texts, symptoms, main, cuts)]
+        return [
+            _Prepared(
+                text,
+                symptom,
+                dense,
+                next(extra) if symptom else None,
+                encoder.encode_document(text),
+                cut.chars,
+            )
+            for text, symptom, dense, cut in zip(texts, symptoms, main, cuts, strict=True)
+        ]
 
-    def _write(self, workspace: str, card_uuids: list[uuid.UUID], prepared: dict[uuid.UUID, _Prepared],
-               unavailable: IndexUnavailable | EmbedderUnavailable | None,
-               embed_changed: bool) -> tuple[SyncReport, list[uuid.UUID]]:
+    def _write(
+        self,
+        workspace: str,
+        card_uuids: list[uuid.UUID],
+        prepared: dict[uuid.UUID, _Prepared],
+        unavailable: IndexUnavailable | EmbedderUnavailable | None,
+        embed_changed: bool,
+    ) -> tuple[SyncReport, list[uuid.UUID]]:
         """Under the workspace's lock: write the prepared vectors of the cards whose text
         is still the one embedded, delete the points of deleted cards, record it all.
         Returns the report and the cards that changed since they were embedded (none
@@ -170,14 +193,21 @@ class IndexProjector:
                 except IndexUnavailable as exc:
                     unavailable = exc
             with self.archive.transaction(workspace, lock=True) as tx:
-                report, changed = self._write_locked(tx, card_uuids, prepared, unavailable, embed_changed)
+                report, changed = self._write_locked(
+                    tx, card_uuids, prepared, unavailable, embed_changed
+                )
             if not report.failed:
                 crash_point("projector.after_archive_commit")
             return report, changed
 
-    def _write_locked(self, tx: ArchiveTransaction, card_uuids: list[uuid.UUID],
-                      prepared: dict[uuid.UUID, _Prepared], unavailable: IndexUnavailable | EmbedderUnavailable | None,
-                      embed_changed: bool) -> tuple[SyncReport, list[uuid.UUID]]:
+    def _write_locked(
+        self,
+        tx: ArchiveTransaction,
+        card_uuids: list[uuid.UUID],
+        prepared: dict[uuid.UUID, _Prepared],
+        unavailable: IndexUnavailable | EmbedderUnavailable | None,
+        embed_changed: bool,
+    ) -> tuple[SyncReport, list[uuid.UUID]]:
         workspace = tx.workspace_id
         language = _workspace_language(tx)
         current = self.fingerprint(language)
@@ -193,23 +223,36 @@ class IndexProjector:
             stale = []
             for card in present:
                 item = prepared.get(card_id_to_uuid(card.id))
-                if item is not None and item.text == indexed_text(card) and item.symptom == _symptom(card, self.index):
+                if (
+                    item is not None
+                    and item.text == indexed_text(card)
+                    and item.symptom == _symptom(card, self.index)
+                ):
                     ready.append((card, item))
                 else:
                     stale.append(card)
             if stale and embed_changed:
-                ready += zip(stale, self._embed(stale, language))
+                ready += zip(stale, self._embed(stale, language), strict=True)
             elif stale:
                 # Edited since it was embedded: that edit's own propagation may already
                 # have written it (then nothing is left to do), else embed it again.
                 states = tx.projection_states([card_id_to_uuid(card.id) for card in stale])
                 changed = [i for i, state in states.items() if not state.current(current)]
             if ready:
-                self.index.upsert([
-                    IndexPoint(card_id_to_uuid(card.id), item.dense, item.sparse, card_facts(card), card.revision,
-                               current, item.symptom_dense)
-                    for card, item in ready
-                ])
+                self.index.upsert(
+                    [
+                        IndexPoint(
+                            card_id_to_uuid(card.id),
+                            item.dense,
+                            item.sparse,
+                            card_facts(card),
+                            card.revision,
+                            current,
+                            item.symptom_dense,
+                        )
+                        for card, item in ready
+                    ]
+                )
             if gone:
                 self.index.delete(workspace, gone)
             crash_point("projector.after_index_write")
@@ -226,8 +269,14 @@ class IndexProjector:
             return SyncReport(failed=card_uuids, error=exc.message), []
         for card, item in ready:
             card_uuid = card_id_to_uuid(card.id)
-            tx.record_projection(card_uuid, card.revision, current, item.sparse.indices, len(item.text),
-                                 item.embedded_chars)
+            tx.record_projection(
+                card_uuid,
+                card.revision,
+                current,
+                item.sparse.indices,
+                len(item.text),
+                item.embedded_chars,
+            )
             tx.clear_operation(card_uuid, card.revision)
         if gone:
             tx.forget_projections(gone)
@@ -269,13 +318,19 @@ class IndexProjector:
         while True:
             with self.archive.transaction(workspace) as tx:
                 _workspace_language(tx)
-                batch = [i for i in tx.operation_ids(limit=BATCH + len(attempted)) if i not in attempted]
+                batch = [
+                    i for i in tx.operation_ids(limit=BATCH + len(attempted)) if i not in attempted
+                ]
             if not batch:
                 break
             attempted.update(batch)
             report.add(self.sync(workspace, batch[:BATCH]))
-        summary = {"workspace": workspace, "indexed": report.indexed, "deleted": report.deleted,
-                   "failed": [uuid_to_card_id(i) for i in report.failed]}
+        summary = {
+            "workspace": workspace,
+            "indexed": report.indexed,
+            "deleted": report.deleted,
+            "failed": [uuid_to_card_id(i) for i in report.failed],
+        }
         _raise_if_failed(report, summary)
         return summary
 
@@ -310,14 +365,18 @@ class IndexProjector:
         with self.archive.transaction(workspace) as tx:
             orphans += [i for i in tx.operation_ids(limit=1_000_000) if i not in existing]
         for start in range(0, len(orphans), BATCH):
-            report.add(self.sync(workspace, orphans[start:start + BATCH]))
+            report.add(self.sync(workspace, orphans[start : start + BATCH]))
         crash_point("index.before_optimize")
         self.index.optimize()
         seconds = time.perf_counter() - started
         summary = {
-            "workspace": workspace, "cards": total, "indexed": report.indexed,
-            "removed_points": report.deleted, "failed": len(report.failed),
-            "seconds": round(seconds, 3), "cards_per_second": round(report.indexed / seconds, 1) if seconds else None,
+            "workspace": workspace,
+            "cards": total,
+            "indexed": report.indexed,
+            "removed_points": report.deleted,
+            "failed": len(report.failed),
+            "seconds": round(seconds, 3),
+            "cards_per_second": round(report.indexed / seconds, 1) if seconds else None,
         }
         if replaced:
             summary["replaced_unreadable"] = replaced
@@ -334,19 +393,31 @@ class IndexProjector:
             cards = tx.card_revisions()
             pending = set(tx.operation_ids(limit=1_000_000))
         current = self.fingerprint(language)
-        points = {p.id: p for p in self.index.scroll_ids(workspace)} if self.index.collection_exists() else {}
+        points = (
+            {p.id: p for p in self.index.scroll_ids(workspace)}
+            if self.index.collection_exists()
+            else {}
+        )
         drift = {
             "missing": sorted(i for i in cards if i not in points),
             "stale": sorted(i for i, r in cards.items() if i in points and points[i].revision != r),
-            "wrong_fingerprint": sorted(i for i in cards if i in points and points[i].fingerprint != current),
+            "wrong_fingerprint": sorted(
+                i for i in cards if i in points and points[i].fingerprint != current
+            ),
             "orphan": sorted(i for i in points if i not in cards),
         }
-        projected = {i: r for i, r in cards.items()
-                     if i in points and points[i].revision == r and points[i].fingerprint == current}
+        projected = {
+            i: r
+            for i, r in cards.items()
+            if i in points and points[i].revision == r and points[i].fingerprint == current
+        }
         damaged, checked, vector_error = self._damaged_vectors(workspace, projected)
         drift["damaged"] = damaged
         report: dict[str, Any] = {
-            "workspace": workspace, "cards": len(cards), "points": len(points), "pending": len(pending),
+            "workspace": workspace,
+            "cards": len(cards),
+            "points": len(points),
+            "pending": len(pending),
             **{kind: [uuid_to_card_id(i) for i in ids] for kind, ids in drift.items()},
             "vectors_checked": checked,
         }
@@ -356,20 +427,29 @@ class IndexProjector:
             todo = list(dict.fromkeys([i for ids in drift.values() for i in ids] + sorted(pending)))
             repaired = SyncReport()
             for start in range(0, len(todo), BATCH):
-                repaired.add(self.sync(workspace, todo[start:start + BATCH]))
-            report["repaired"] = {"indexed": repaired.indexed, "deleted": repaired.deleted,
-                                  "failed": len(repaired.failed)}
+                repaired.add(self.sync(workspace, todo[start : start + BATCH]))
+            report["repaired"] = {
+                "indexed": repaired.indexed,
+                "deleted": repaired.deleted,
+                "failed": len(repaired.failed),
+            }
             _raise_if_failed(repaired, report)
         elif any(drift.values()):
             # A drifted index answers recall wrongly: an operator's check (and its exit
             # code) must not read as healthy. The report travels in the details.
-            found = ", ".join(f"{len(ids)} {kind.replace('_', ' ')}" for kind, ids in drift.items() if ids)
-            raise IndexDrift(f"the search index of workspace '{workspace}' has drifted from the archive ({found});"
-                             " run `tht memory check --repair` or `tht memory index`", details=report)
+            found = ", ".join(
+                f"{len(ids)} {kind.replace('_', ' ')}" for kind, ids in drift.items() if ids
+            )
+            raise IndexDrift(
+                f"the search index of workspace '{workspace}' has drifted from the archive ({found});"
+                " run `tht memory check --repair` or `tht memory index`",
+                details=report,
+            )
         return report
 
-    def _damaged_vectors(self, workspace: str,
-                         projected: dict[uuid.UUID, int]) -> tuple[list[uuid.UUID], int, str | None]:
+    def _damaged_vectors(
+        self, workspace: str, projected: dict[uuid.UUID, int]
+    ) -> tuple[list[uuid.UUID], int, str | None]:
         """A sample of the cards the index holds at their current projection, whose
         stored dense vectors do not survive a check: unreadable, not finite, zero, or
         far from the card's text embedded again (storage overwritten behind the engine's
@@ -390,8 +470,13 @@ class IndexProjector:
             fresh = self.embedder.embed_passages([indexed_text(cards[i]) for i in sample])
         except EmbedderUnavailable as exc:  # what needs no embedder is still checked
             error = f"stored vectors only checked for soundness: {exc.message}"
-        damaged = [i for n, i in enumerate(sample)
-                   if not _sound_vector(stored.get(i), fresh[n] if fresh else None, self.embedder.dimension)]
+        damaged = [
+            i
+            for n, i in enumerate(sample)
+            if not _sound_vector(
+                stored.get(i), fresh[n] if fresh else None, self.embedder.dimension
+            )
+        ]
         return damaged, len(sample), error
 
 
@@ -404,7 +489,11 @@ def _sound_vector(stored: list[float] | None, fresh: list[float] | None, dimensi
     if fresh is None:
         return True
     fresh_norm = math.sqrt(sum(x * x for x in fresh))
-    cosine = sum(a * b for a, b in zip(stored, fresh)) / (norm * fresh_norm) if fresh_norm else 0.0
+    cosine = (
+        sum(a * b for a, b in zip(stored, fresh, strict=True)) / (norm * fresh_norm)
+        if fresh_norm
+        else 0.0
+    )
     return cosine >= MIN_COSINE
 
 
@@ -413,7 +502,9 @@ def _raise_if_failed(report: SyncReport, summary: dict[str, Any]) -> None:
     summary of what did succeed in the details."""
     if report.failed:
         raise IndexUnavailable(
-            f"{len(report.failed)} cards could not be indexed and stay pending: {report.error}", details=summary)
+            f"{len(report.failed)} cards could not be indexed and stay pending: {report.error}",
+            details=summary,
+        )
 
 
 def _symptom(card: Card, index: SearchIndex) -> str | None:
@@ -426,6 +517,7 @@ def _symptom(card: Card, index: SearchIndex) -> str | None:
 def _workspace_language(tx: ArchiveTransaction) -> str:
     workspace = tx.workspace()
     if workspace is None:
-        raise NotFound(f"workspace '{tx.workspace_id}' does not exist", details={"workspace": tx.workspace_id})
+        raise NotFound(
+            f"workspace '{tx.workspace_id}' does not exist", details={"workspace": tx.workspace_id}
+        )
     return workspace.language
-

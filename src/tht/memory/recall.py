@@ -136,7 +136,9 @@ class SeedSignals:
     terms: frozenset[int]
 
 
-def coverage(question_terms: Collection[int], candidates: Sequence[SeedSignals]) -> dict[str, float]:
+def coverage(
+    question_terms: Collection[int], candidates: Sequence[SeedSignals]
+) -> dict[str, float]:
     """The IDF-weighted share of each candidate's terms that the question holds, with
     IDF computed over the candidates themselves (BM25's formula): a term most
     candidates share, like the workspace's own jargon, weighs little."""
@@ -150,7 +152,9 @@ def coverage(question_terms: Collection[int], candidates: Sequence[SeedSignals])
     shares = {}
     for candidate in candidates:
         total = sum(map(weight, candidate.terms))
-        shares[candidate.card_id] = sum(map(weight, candidate.terms & asked)) / total if total else 0.0
+        shares[candidate.card_id] = (
+            sum(map(weight, candidate.terms & asked)) / total if total else 0.0
+        )
     return shares
 
 
@@ -185,7 +189,9 @@ class _LinkedPath:
         return (-self.contribution, self.hops, self.path, self.meanings)
 
 
-def rank_recall(seeds: Sequence[str], *, top: int, links_of: LinksOf, eligible: EligibleOf) -> RecallRanking:
+def rank_recall(
+    seeds: Sequence[str], *, top: int, links_of: LinksOf, eligible: EligibleOf
+) -> RecallRanking:
     """Rank the seeds (eligible direct hits, best first) together with the eligible cards
     their outgoing links reach within two hops, and keep the best ``top``."""
     validate_top(top)
@@ -230,7 +236,9 @@ def _considered_links(links: Sequence[tuple[str, str]]) -> list[tuple[str, str]]
 
 def _strongest_first(frontier: Mapping[str, Sequence[_LinkedPath]]) -> list[str]:
     # Hop one thus visits seeds in rank order; a budget then cuts the weakest sources.
-    return sorted(frontier, key=lambda card_id: (min(p.strength_order() for p in frontier[card_id]), card_id))
+    return sorted(
+        frontier, key=lambda card_id: (min(p.strength_order() for p in frontier[card_id]), card_id)
+    )
 
 
 class _Expansion:
@@ -250,7 +258,8 @@ class _Expansion:
         # Each hop extends the paths that reached its sources; a seed starts a path of
         # zero hops carrying its direct score.
         frontier = {
-            seed: [_LinkedPath(direct_score(rank), (seed,), ())] for seed, rank in self.seed_ranks.items()
+            seed: [_LinkedPath(direct_score(rank), (seed,), ())]
+            for seed, rank in self.seed_ranks.items()
         }
         for _hop in range(MAX_HOPS):
             if not frontier:
@@ -263,7 +272,9 @@ class _Expansion:
                     if target in before.path:  # paths are simple: never back to a visited card
                         continue
                     path = _LinkedPath(
-                        before.contribution * HOP_DECAY, before.path + (target,), before.meanings + (meaning,)
+                        before.contribution * HOP_DECAY,
+                        (*before.path, target),
+                        (*before.meanings, meaning),
                     )
                     reached.setdefault(target, []).append(path)
                     self._offer(target, path)

@@ -55,7 +55,9 @@ class CardFacts:
 
 
 def dependency_matches(dep: Dependency, filters: RecallFilters) -> bool:
-    for wanted, have in zip(filters.physical(), (dep.database, dep.schema_name, dep.table, dep.column)):
+    for wanted, have in zip(
+        filters.physical(), (dep.database, dep.schema_name, dep.table, dep.column), strict=True
+    ):
         if wanted is not None and have is not None and have != wanted:
             return False
     return True

@@ -38,9 +38,9 @@ MAX_QUESTION = 2_000
 DEFAULT_TOP = 10
 RecallKind = Literal["search", "rules", "solved"]
 FAMILIES_OF: dict[str, tuple[str, ...]] = {
-    "search": REUSABLE_FAMILIES,   # domain Memory: clarifications, rules, explained errors
-    "rules": RULE_FAMILIES,        # F4/F6/F7: SQL rules and explained errors
-    "solved": EXEMPLAR_FAMILIES,   # consultative exemplars
+    "search": REUSABLE_FAMILIES,  # domain Memory: clarifications, rules, explained errors
+    "rules": RULE_FAMILIES,  # F4/F6/F7: SQL rules and explained errors
+    "solved": EXEMPLAR_FAMILIES,  # consultative exemplars
 }
 
 
@@ -63,7 +63,8 @@ class RecallQuery(BaseModel):
             if overridden:
                 raise ValueError(
                     f"{' and '.join(overridden)} {'come' if len(overridden) > 1 else 'comes'} from the runtime"
-                    " file and cannot be overridden by --filters")
+                    " file and cannot be overridden by --filters"
+                )
             for concept in data.get("concepts") or []:
                 if not isinstance(concept, str) or not 1 <= len(concept) <= MAX_CONCEPT:
                     raise ValueError("concepts must be non-empty strings of at most 100 characters")
@@ -96,7 +97,11 @@ class RecallResult:
     def as_json(self) -> dict[str, Any]:
         data = self.card.as_json()
         data.pop("incoming_links", None)
-        origin = "direct" if self.ranked.hops == 0 else ("link" if self.ranked.seed_rank is None else "direct+link")
+        origin = (
+            "direct"
+            if self.ranked.hops == 0
+            else ("link" if self.ranked.seed_rank is None else "direct+link")
+        )
         data["score"] = self.ranked.score
         data["retrieval"] = {
             "path": list(self.ranked.path),
@@ -114,8 +119,13 @@ class RecallResult:
 
 
 class RecallService:
-    def __init__(self, archive: PostgresArchive, index: SearchIndex, embedder: Embedder,
-                 projector: IndexProjector) -> None:
+    def __init__(
+        self,
+        archive: PostgresArchive,
+        index: SearchIndex,
+        embedder: Embedder,
+        projector: IndexProjector,
+    ) -> None:
         self.archive = archive
         self.index = index
         self.embedder = embedder
@@ -127,13 +137,23 @@ class RecallService:
             with self.archive.transaction(workspace) as tx:
                 row = tx.workspace()
             if row is None:
-                raise NotFound(f"workspace '{workspace}' does not exist", details={"workspace": workspace})
+                raise NotFound(
+                    f"workspace '{workspace}' does not exist", details={"workspace": workspace}
+                )
             self._languages[workspace] = row.language
         return self._languages[workspace]
 
-    def recall(self, workspace: str, question: str, kind: RecallKind, *, database: str | None = None,
-               schema: str | None = None, query: RecallQuery | None = None,
-               exclude: frozenset[uuid.UUID] = frozenset()) -> list[RecallResult]:
+    def recall(
+        self,
+        workspace: str,
+        question: str,
+        kind: RecallKind,
+        *,
+        database: str | None = None,
+        schema: str | None = None,
+        query: RecallQuery | None = None,
+        exclude: frozenset[uuid.UUID] = frozenset(),
+    ) -> list[RecallResult]:
         question = (question or "").strip()
         if not question:
             raise InvalidInput("the question is empty")
@@ -142,9 +162,14 @@ class RecallService:
         query = query or RecallQuery()
         language = self._language(workspace)
         filters = RecallFilters(
-            workspace=workspace, families=FAMILIES_OF[kind], scope=query.scope,
-            concepts=tuple(query.concepts), database=database, schema_name=schema,
-            table=query.table, column=query.column,
+            workspace=workspace,
+            families=FAMILIES_OF[kind],
+            scope=query.scope,
+            concepts=tuple(query.concepts),
+            database=database,
+            schema_name=schema,
+            table=query.table,
+            column=query.column,
         )
         dense = self.embedder.embed_query(question)
         # BM25 sees the question as the cards' indexed text sees identifiers
@@ -159,8 +184,16 @@ class RecallService:
             hits = self.index.hybrid_search(dense, sparse, filters, limit=seed_count(query.top))
             if not hits:
                 self._raise_if_lost(workspace)
-            return self._verified(workspace, filters, hits, current, query, exclude,
-                                  sparse, self.projector.encoder(language))
+            return self._verified(
+                workspace,
+                filters,
+                hits,
+                current,
+                query,
+                exclude,
+                sparse,
+                self.projector.encoder(language),
+            )
 
     def _raise_if_lost(self, workspace: str) -> None:
         """Reading never silently falls back: an empty search is an answer only if the
@@ -172,11 +205,20 @@ class RecallService:
             raise IndexLost(
                 f"the search index holds no point of workspace '{workspace}' although the archive records"
                 " indexed cards (its storage was removed or replaced); run `tht memory index` to rebuild it",
-                details={"workspace": workspace})
+                details={"workspace": workspace},
+            )
 
-    def _verified(self, workspace: str, filters: RecallFilters, hits: list[IndexHit], current: str,
-                  query: RecallQuery, exclude: frozenset[uuid.UUID], sparse: SparseVector,
-                  encoder: SparseEncoder) -> list[RecallResult]:
+    def _verified(
+        self,
+        workspace: str,
+        filters: RecallFilters,
+        hits: list[IndexHit],
+        current: str,
+        query: RecallQuery,
+        exclude: frozenset[uuid.UUID],
+        sparse: SparseVector,
+        encoder: SparseEncoder,
+    ) -> list[RecallResult]:
         with self.archive.transaction(workspace, lock="shared") as tx:
             verifier = _Verifier(tx, filters, current, exclude)
             seeds, read = verifier.seeds(hits)
@@ -186,31 +228,53 @@ class RecallService:
                 # its projection (verified to be the card's current one)
                 terms = read.terms.get(hit.id)
                 if terms is None:  # recorded before migration 006: from the card's fields
-                    text = indexed_text(_indexed_card(read.fields[hit.id], verifier.dependencies(hit.id)))
+                    text = indexed_text(
+                        _indexed_card(read.fields[hit.id], verifier.dependencies(hit.id))
+                    )
                     terms = frozenset(encoder.encode_document(text).indices)
-                signals.append(SeedSignals(uuid_to_card_id(hit.id), hit.dense_rank, hit.bm25_rank, terms))
-            ranking = rank_recall(order_seeds(sparse.indices, signals), top=query.top,
-                                  links_of=verifier.links_of, eligible=verifier.eligible)
+                signals.append(
+                    SeedSignals(uuid_to_card_id(hit.id), hit.dense_rank, hit.bm25_rank, terms)
+                )
+            ranking = rank_recall(
+                order_seeds(sparse.indices, signals),
+                top=query.top,
+                links_of=verifier.links_of,
+                eligible=verifier.eligible,
+            )
             cards = tx.cards([card_id_to_uuid(r.card_id) for r in ranking.cards])
         hit_of = {uuid_to_card_id(h.id): h for h in seeds}
-        return [RecallResult(cards[card_id_to_uuid(r.card_id)], r, hit_of.get(r.card_id)) for r in ranking.cards]
+        return [
+            RecallResult(cards[card_id_to_uuid(r.card_id)], r, hit_of.get(r.card_id))
+            for r in ranking.cards
+        ]
 
 
 def _indexed_card(fields: dict[str, Any], dependencies: tuple[Dependency, ...]) -> SimpleNamespace:
     """Just what ``indexed_text`` reads, from the archive's row (a pydantic model
     would cost more than the text itself)."""
     return SimpleNamespace(
-        title=fields["title"], content=fields["content"], scope=fields["scope"], rationale=fields["rationale"],
-        question=fields["question"], sql=fields["sql"], context=fields["context"],
-        concepts=fields["concepts"] or [], dependencies=dependencies,
+        title=fields["title"],
+        content=fields["content"],
+        scope=fields["scope"],
+        rationale=fields["rationale"],
+        question=fields["question"],
+        sql=fields["sql"],
+        context=fields["context"],
+        concepts=fields["concepts"] or [],
+        dependencies=dependencies,
     )
 
 
 class _Verifier:
     """Eligibility of cards inside one archive transaction, one query per batch."""
 
-    def __init__(self, tx: ArchiveTransaction, filters: RecallFilters, fingerprint: str,
-                 exclude: frozenset[uuid.UUID]) -> None:
+    def __init__(
+        self,
+        tx: ArchiveTransaction,
+        filters: RecallFilters,
+        fingerprint: str,
+        exclude: frozenset[uuid.UUID],
+    ) -> None:
         self.tx = tx
         self.filters = filters
         self.fingerprint = fingerprint
@@ -223,8 +287,14 @@ class _Verifier:
         missing = [i for i in ids if i not in self._facts]
         if missing:
             self._facts.update(self.tx.recall_facts(missing))
-        return {i for i in ids if i in self._facts and i not in self.exclude
-                and self._facts[i][0].current(self.fingerprint) and card_matches(self._facts[i][1], self.filters)}
+        return {
+            i
+            for i in ids
+            if i in self._facts
+            and i not in self.exclude
+            and self._facts[i][0].current(self.fingerprint)
+            and card_matches(self._facts[i][1], self.filters)
+        }
 
     def seeds(self, hits: list[IndexHit]) -> tuple[list[IndexHit], SeedFacts]:
         """The eligible hits, and what was read about them (their terms, among others)."""
@@ -235,14 +305,21 @@ class _Verifier:
         self._links.update({i: read.links.get(i, []) for i in ids})
         eligible = self._eligible_ids(ids)
         # the point itself must be the recorded projection of the current revision
-        return [h for h in hits if h.id in eligible
-                and h.revision == self._facts[h.id][0].revision and h.fingerprint == self.fingerprint], read
+        return [
+            h
+            for h in hits
+            if h.id in eligible
+            and h.revision == self._facts[h.id][0].revision
+            and h.fingerprint == self.fingerprint
+        ], read
 
     def dependencies(self, card_uuid: uuid.UUID) -> tuple[Dependency, ...]:
         return self._facts[card_uuid][1].dependencies
 
     def eligible(self, card_ids: list[str]) -> set[str]:
-        return {uuid_to_card_id(i) for i in self._eligible_ids([card_id_to_uuid(c) for c in card_ids])}
+        return {
+            uuid_to_card_id(i) for i in self._eligible_ids([card_id_to_uuid(c) for c in card_ids])
+        }
 
     def links_of(self, card_ids: list[str]) -> dict[str, list[tuple[str, str]]]:
         sources = [card_id_to_uuid(c) for c in card_ids]
@@ -252,5 +329,10 @@ class _Verifier:
             links, facts = self.tx.links_with_facts(unread)
             self._facts.update(facts)
             self._links.update({i: links.get(i, []) for i in unread})
-        return {uuid_to_card_id(source): [(uuid_to_card_id(t), meaning) for t, meaning in self._links[source]]
-                for source in sources if self._links[source]}
+        return {
+            uuid_to_card_id(source): [
+                (uuid_to_card_id(t), meaning) for t, meaning in self._links[source]
+            ]
+            for source in sources
+            if self._links[source]
+        }

@@ -94,13 +94,19 @@ class WorkspaceDetail:
     pending: int = 0
 
     def as_json(self) -> dict[str, Any]:
-        return {**self.workspace.model_dump(mode="json"), "cards": self.cards, "pending": self.pending}
+        return {
+            **self.workspace.model_dump(mode="json"),
+            "cards": self.cards,
+            "pending": self.pending,
+        }
 
 
 def _require_workspace(tx: ArchiveTransaction) -> Workspace:
     workspace = tx.workspace()
     if workspace is None:
-        raise NotFound(f"workspace '{tx.workspace_id}' does not exist", details={"workspace": tx.workspace_id})
+        raise NotFound(
+            f"workspace '{tx.workspace_id}' does not exist", details={"workspace": tx.workspace_id}
+        )
     return workspace
 
 
@@ -126,7 +132,9 @@ class MemoryService:
             if card is not None:
                 card.index = tx.card_index(card_uuid, self._fingerprint(language))
         if card is None:
-            raise NotFound(f"card {card_id} does not exist in workspace '{workspace}'", details={"id": card_id})
+            raise NotFound(
+                f"card {card_id} does not exist in workspace '{workspace}'", details={"id": card_id}
+            )
         return card
 
     def _fingerprint(self, language: str) -> str | None:
@@ -149,10 +157,17 @@ class MemoryService:
             if self.projector is not None:
                 items += [
                     PendingOperation(
-                        card_id=uuid_to_card_id(row["id"]), operation="upsert", revision=row["revision"],
-                        attempts=0, title=row["title"], reason="projection_outdated",
-                        last_error=("not indexed yet" if row["fingerprint"] is None
-                                    else "indexed in an older format or revision"),
+                        card_id=uuid_to_card_id(row["id"]),
+                        operation="upsert",
+                        revision=row["revision"],
+                        attempts=0,
+                        title=row["title"],
+                        reason="projection_outdated",
+                        last_error=(
+                            "not indexed yet"
+                            if row["fingerprint"] is None
+                            else "indexed in an older format or revision"
+                        ),
                     )
                     for row in tx.stale_projections(self.projector.fingerprint(language))
                 ]
@@ -160,8 +175,14 @@ class MemoryService:
 
     # --- mutations ----------------------------------------------------------------
 
-    def create_card(self, workspace: str, data: CardInput, *, origin: str = "manual",
-                    source: Source | None = None) -> MutationResult:
+    def create_card(
+        self,
+        workspace: str,
+        data: CardInput,
+        *,
+        origin: str = "manual",
+        source: Source | None = None,
+    ) -> MutationResult:
         if origin == "manual" and source is not None:
             raise InvalidInput("a manual card has no workflow source")
         if data.revision is not None:
@@ -170,7 +191,9 @@ class MemoryService:
         with self.archive.transaction(workspace, lock=True) as tx:
             language = _require_workspace(tx).language
             links = self._checked_links(tx, card_uuid, data)
-            revision = tx.insert_card(card_uuid, data, language=language, origin=origin, source=source)
+            revision = tx.insert_card(
+                card_uuid, data, language=language, origin=origin, source=source
+            )
             tx.replace_dependencies(card_uuid, data.dependencies)
             tx.replace_outgoing_links(card_uuid, links)
             tx.enqueue(card_uuid, "upsert", revision)
@@ -184,7 +207,10 @@ class MemoryService:
             _require_workspace(tx)
             current = tx.lock_card(card_uuid)
             if current is None:
-                raise NotFound(f"card {card_id} does not exist in workspace '{workspace}'", details={"id": card_id})
+                raise NotFound(
+                    f"card {card_id} does not exist in workspace '{workspace}'",
+                    details={"id": card_id},
+                )
             self._check_revision(card_id, data.revision, current)
             links = self._checked_links(tx, card_uuid, data)
             revision = tx.update_card(card_uuid, data)
@@ -195,13 +221,18 @@ class MemoryService:
         crash_point("save.after_archive_commit")
         return self._after_commit(workspace, card_uuid, "upsert")
 
-    def delete_card(self, workspace: str, card_id: str, expected_revision: int | None = None) -> MutationResult:
+    def delete_card(
+        self, workspace: str, card_id: str, expected_revision: int | None = None
+    ) -> MutationResult:
         card_uuid = card_id_to_uuid(card_id)
         with self.archive.transaction(workspace, lock=True) as tx:
             _require_workspace(tx)
             current = tx.lock_card(card_uuid)
             if current is None:
-                raise NotFound(f"card {card_id} does not exist in workspace '{workspace}'", details={"id": card_id})
+                raise NotFound(
+                    f"card {card_id} does not exist in workspace '{workspace}'",
+                    details={"id": card_id},
+                )
             self._check_revision(card_id, expected_revision, current)
             revision, links_removed = tx.delete_card(card_uuid)
             # the deletion is one revision past the card's last one
@@ -222,8 +253,9 @@ class MemoryService:
             )
 
     @staticmethod
-    def _checked_links(tx: ArchiveTransaction, card_uuid: uuid.UUID,
-                       data: CardInput) -> list[tuple[uuid.UUID, str]]:
+    def _checked_links(
+        tx: ArchiveTransaction, card_uuid: uuid.UUID, data: CardInput
+    ) -> list[tuple[uuid.UUID, str]]:
         links = [(card_id_to_uuid(link.target), link.meaning) for link in data.links]
         if any(target == card_uuid for target, _ in links):
             raise Conflict("a card cannot link to itself")
@@ -244,7 +276,9 @@ class MemoryService:
                 outcome = self.projector.propagate(workspace, card_uuid)
             except ThothError as exc:  # the save is committed: this is "index update incomplete"
                 outcome = IndexOutcome("pending", operation, exc.message)
-        crash_point("save.after_index_update" if operation == "upsert" else "delete.after_index_update")
+        crash_point(
+            "save.after_index_update" if operation == "upsert" else "delete.after_index_update"
+        )
         card = None
         if operation == "upsert":
             with self.archive.transaction(workspace) as tx:
@@ -270,7 +304,9 @@ class WorkspaceService:
         with self.archive.transaction(workspace_id, lock=True) as tx:
             created = tx.insert_workspace(name, language)
         if created is None:
-            raise Conflict(f"workspace '{workspace_id}' already exists", details={"workspace": workspace_id})
+            raise Conflict(
+                f"workspace '{workspace_id}' already exists", details={"workspace": workspace_id}
+            )
         return created
 
     def list(self) -> list[Workspace]:

@@ -31,6 +31,7 @@ import sys
 import time
 from typing import Any
 
+from tht import __version__
 from tht.errors import (
     Interrupted,
     InvalidInput,
@@ -41,7 +42,6 @@ from tht.errors import (
     ServiceVersionMismatch,
     ThothError,
 )
-from tht import __version__
 from tht.service import paths
 
 FILE_OPTIONS = ("-c", "--config", "--data", "--cases", "--request", "--password-file")
@@ -80,7 +80,9 @@ def runs_here(args: list[str], env: dict[str, str] | os._Environ[str]) -> bool:
     if env.get("THT_SERVICE", "auto").lower() == "off" or not args or HELP_FLAGS & set(args):
         return True
     words = command_words(args)
-    return any(words[:len(local)] == local for local in LOCAL_COMMANDS) or len(words) < 2 and words != ("demo",)
+    return any(words[: len(local)] == local for local in LOCAL_COMMANDS) or (
+        len(words) < 2 and words != ("demo",)
+    )
 
 
 def _external_engines(env: dict[str, str] | os._Environ[str]) -> bool:
@@ -148,8 +150,15 @@ def build_request(args: list[str], token: str | None) -> dict[str, Any]:
             for name in _URL_ENV.findall(text):
                 if name in os.environ:
                     env[name] = os.environ[name]
-    return {"protocol": paths.PROTOCOL, "version": __version__, "argv": args, "cwd": cwd,
-            "files": files, "env": env, "token": token}
+    return {
+        "protocol": paths.PROTOCOL,
+        "version": __version__,
+        "argv": args,
+        "cwd": cwd,
+        "files": files,
+        "env": env,
+        "token": token,
+    }
 
 
 # --- talking to the service over its Unix socket -----------------------------------------
@@ -159,7 +168,9 @@ def _check_trust(home: str) -> None:
     for path, directory in ((paths.run_dir(home), True), (paths.socket_path(home), False)):
         reason = paths.untrusted_reason(path, directory=directory)
         if reason:
-            raise ServiceUntrusted(f"refusing the service socket: {reason}", details={"path": str(path)})
+            raise ServiceUntrusted(
+                f"refusing the service socket: {reason}", details={"path": str(path)}
+            )
 
 
 def _connect(home: str, timeout: float) -> socket.socket | None:
@@ -192,13 +203,17 @@ def _exchange(sock: socket.socket, request: dict[str, Any]) -> tuple[int, str]:
             try:
                 line = reader.readline()
             except TimeoutError as exc:
-                raise ServiceTimeout("the service did not answer in time (THT_SERVICE_TIMEOUT seconds);"
-                                     " the command may still complete there") from exc
+                raise ServiceTimeout(
+                    "the service did not answer in time (THT_SERVICE_TIMEOUT seconds);"
+                    " the command may still complete there"
+                ) from exc
             except OSError as exc:
                 raise ServiceLost(f"the service connection broke: {exc.strerror}") from exc
             if not line:
-                raise ServiceLost("the service closed the connection before answering (it stopped or died);"
-                                  " the next command starts a new one")
+                raise ServiceLost(
+                    "the service closed the connection before answering (it stopped or died);"
+                    " the next command starts a new one"
+                )
             answer = _event(line)
             if answer is not None:
                 return answer
@@ -246,7 +261,9 @@ def _wait_gone(home: str, timeout: float) -> None:
                 time.sleep(0.05)
 
 
-def start_service(home: str, env: dict[str, str] | os._Environ[str], timeout: float = START_TIMEOUT_SECONDS) -> None:
+def start_service(
+    home: str, env: dict[str, str] | os._Environ[str], timeout: float = START_TIMEOUT_SECONDS
+) -> None:
     """Start a headless service in the background, unless one is (or just got) running.
 
     ``start.lock`` serializes starters: the second of two racing commands finds the
@@ -262,7 +279,9 @@ def start_service(home: str, env: dict[str, str] | os._Environ[str], timeout: fl
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise ServiceUnavailable("another command has been starting the service for too long") from None
+                    raise ServiceUnavailable(
+                        "another command has been starting the service for too long"
+                    ) from None
                 time.sleep(0.02)
         probe = _connect(home, 5.0)
         if probe is not None:
@@ -271,12 +290,17 @@ def start_service(home: str, env: dict[str, str] | os._Environ[str], timeout: fl
         idle = env.get("THT_SERVICE_IDLE_TIMEOUT", str(DEFAULT_IDLE_SECONDS))
         import subprocess
 
-        log = open(os.path.join(folder, "service.log"), "ab")  # noqa: SIM115 - handed to the child
+        log = open(os.path.join(folder, "service.log"), "ab")
         with log:
             process = subprocess.Popen(
                 [sys.executable, "-m", "tht.service", "--idle-timeout", idle, "--auto-started"],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
-                env={**env, "THT_HOME": home})
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+                close_fds=True,
+                env={**env, "THT_HOME": home},
+            )
         while time.monotonic() < deadline:
             probe = _connect(home, 5.0)
             if probe is not None:
@@ -287,8 +311,10 @@ def start_service(home: str, env: dict[str, str] | os._Environ[str], timeout: fl
             time.sleep(0.02)
         log_path = os.path.join(folder, "service.log")
         tail = _log_tail(log_path)
-        raise ServiceUnavailable("the service did not start" + (f": {tail}" if tail else ""),
-                                 details={"log": log_path, "exit": process.poll()})
+        raise ServiceUnavailable(
+            "the service did not start" + (f": {tail}" if tail else ""),
+            details={"log": log_path, "exit": process.poll()},
+        )
 
 
 def _log_tail(log: str) -> str:
@@ -300,8 +326,9 @@ def _log_tail(log: str) -> str:
     return lines[-1] if lines else ""
 
 
-def connect_or_start(home: str, *, auto: bool, env: dict[str, str] | os._Environ[str],
-                     timeout: float) -> socket.socket | None:
+def connect_or_start(
+    home: str, *, auto: bool, env: dict[str, str] | os._Environ[str], timeout: float
+) -> socket.socket | None:
     """A connection to the installation's service, starting one when ``auto``; None
     when none runs and none may be started (the command then runs here)."""
     sock = _connect(home, timeout)
@@ -313,8 +340,15 @@ def connect_or_start(home: str, *, auto: bool, env: dict[str, str] | os._Environ
     return sock
 
 
-def run_on_socket(home: str, sock: socket.socket, request: dict[str, Any], *, auto: bool,
-                  env: dict[str, str] | os._Environ[str], timeout: float) -> tuple[int, str]:
+def run_on_socket(
+    home: str,
+    sock: socket.socket,
+    request: dict[str, Any],
+    *,
+    auto: bool,
+    env: dict[str, str] | os._Environ[str],
+    timeout: float,
+) -> tuple[int, str]:
     code, stdout = _exchange(sock, request)
     mismatch = _mismatch(stdout) if code == ServiceVersionMismatch.exit_code else None
     if mismatch is not None and auto and mismatch.get("auto_started"):
@@ -345,16 +379,27 @@ def run_over_http(url: str, request: dict[str, Any], timeout: float) -> tuple[in
     from urllib.parse import urlsplit
 
     if not request.get("token"):
-        raise InvalidInput("THT_SERVICE_URL needs a token: set THT_TOKEN, THT_TOKEN_FILE or --token-file")
+        raise InvalidInput(
+            "THT_SERVICE_URL needs a token: set THT_TOKEN, THT_TOKEN_FILE or --token-file"
+        )
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise InvalidInput(f"THT_SERVICE_URL must be an http(s) URL, not '{url}'")
-    connection_class = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    connection_class = (
+        http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    )
     connection = connection_class(parts.hostname, parts.port, timeout=timeout)
     body = json.dumps({k: v for k, v in request.items() if k != "token"}).encode()
     try:
-        connection.request("POST", parts.path.rstrip("/") + "/api/cli", body=body, headers={
-            "Content-Type": "application/json", "Authorization": f"Bearer {request['token']}"})
+        connection.request(
+            "POST",
+            parts.path.rstrip("/") + "/api/cli",
+            body=body,
+            headers={
+                "Content-Type": "application/json",
+                "Authorization": f"Bearer {request['token']}",
+            },
+        )
         _handed_over = True
         response = connection.getresponse()
         if response.status != 200:
@@ -362,7 +407,9 @@ def run_over_http(url: str, request: dict[str, Any], timeout: float) -> tuple[in
             try:
                 json.loads(text)["error"]
             except (ValueError, KeyError, TypeError):
-                raise ServiceUnavailable(f"the service at {url} answered HTTP {response.status}") from None
+                raise ServiceUnavailable(
+                    f"the service at {url} answered HTTP {response.status}"
+                ) from None
             return _HTTP_EXIT.get(response.status, ServiceUnavailable.exit_code), text.strip()
         while True:
             line = response.readline()
@@ -402,11 +449,13 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if runs_here(args, env):
             # the commands that manage the process or the embedded server are the operator's
-            local = any(command_words(args)[:len(words)] == words for words in LOCAL_COMMANDS)
+            local = any(command_words(args)[: len(words)] == words for words in LOCAL_COMMANDS)
             return run_here(args, None if local else token)
         timeout = float(env.get("THT_SERVICE_TIMEOUT") or DEFAULT_TIMEOUT_SECONDS)
         if env.get("THT_SERVICE_URL"):
-            code, stdout = run_over_http(env["THT_SERVICE_URL"], build_request(args, token), timeout)
+            code, stdout = run_over_http(
+                env["THT_SERVICE_URL"], build_request(args, token), timeout
+            )
         else:
             mode = env.get("THT_SERVICE", "").lower()
             auto = mode == "auto" or (mode == "" and not _external_engines(env))
@@ -414,18 +463,31 @@ def main(argv: list[str] | None = None) -> int:
             sock = connect_or_start(home, auto=auto, env=env, timeout=timeout)
             if sock is None:  # before reading anything: standard input stays the command's
                 return run_here(args, token)
-            code, stdout = run_on_socket(home, sock, build_request(args, token), auto=auto, env=env,
-                                         timeout=timeout)
+            code, stdout = run_on_socket(
+                home, sock, build_request(args, token), auto=auto, env=env, timeout=timeout
+            )
     except KeyboardInterrupt:
         if _ran_here:
-            return _fail(Interrupted("interrupted: the command was cancelled (its transaction rolled back)",
-                                     details={"detached": False}))
+            return _fail(
+                Interrupted(
+                    "interrupted: the command was cancelled (its transaction rolled back)",
+                    details={"detached": False},
+                )
+            )
         if not _handed_over:
-            return _fail(Interrupted("interrupted before the command reached the service: nothing ran",
-                                     details={"detached": False}))
-        return _fail(Interrupted(
-            "interrupted: the command was handed to the service and goes on there (detached); its"
-            " result is not shown", details={"detached": True}))
+            return _fail(
+                Interrupted(
+                    "interrupted before the command reached the service: nothing ran",
+                    details={"detached": False},
+                )
+            )
+        return _fail(
+            Interrupted(
+                "interrupted: the command was handed to the service and goes on there (detached); its"
+                " result is not shown",
+                details={"detached": True},
+            )
+        )
     except ThothError as exc:
         return _fail(exc)
     if stdout:

@@ -34,7 +34,9 @@ def default_home(env: Mapping[str, str] | None = None) -> str:
     if sys.platform == "darwin":
         return os.path.join(user, "Library", "Application Support", "thoth-memory")
     if sys.platform == "win32":
-        return os.path.join(env.get("LOCALAPPDATA") or os.path.join(user, "AppData", "Local"), "thoth-memory")
+        return os.path.join(
+            env.get("LOCALAPPDATA") or os.path.join(user, "AppData", "Local"), "thoth-memory"
+        )
     base = (env.get("XDG_DATA_HOME") or "").strip() or os.path.join(user, ".local", "share")
     return os.path.join(base, "thoth-memory")
 
@@ -79,7 +81,9 @@ def untrusted_reason(path: str, *, directory: bool) -> str | None:
     if info.st_uid not in (os.geteuid(), 0):
         return f"{path} belongs to another user (uid {info.st_uid})"
     if directory and info.st_mode & 0o077:
-        return f"{path} is open to other users (mode {stat.S_IMODE(info.st_mode):04o}, expected 0700)"
+        return (
+            f"{path} is open to other users (mode {stat.S_IMODE(info.st_mode):04o}, expected 0700)"
+        )
     return None
 
 

@@ -58,14 +58,23 @@ class ServiceRunning(Conflict):
 class Service:
     """The engines and the socket of one installation (``home``)."""
 
-    def __init__(self, home: Path, *, idle_timeout: float = 0, auto_started: bool = False, web: bool = False,
-                 sessions_root: Path | None = None) -> None:
+    def __init__(
+        self,
+        home: Path,
+        *,
+        idle_timeout: float = 0,
+        auto_started: bool = False,
+        web: bool = False,
+        sessions_root: Path | None = None,
+    ) -> None:
         self.home = home
         self.run_dir = Path(paths.run_dir(home))
         self.idle_timeout = idle_timeout  # 0: never exit when idle
         self.auto_started = auto_started
         self.web = web
-        self.sessions_root = sessions_root  # the pages' (tht serve -c); a runtime file names its own
+        self.sessions_root = (
+            sessions_root  # the pages' (tht serve -c); a runtime file names its own
+        )
         self.build = paths.build_stamp()
         self.build_changed = False
         self.engines: Any = None
@@ -86,7 +95,7 @@ class Service:
         reason = paths.untrusted_reason(str(folder), directory=True)
         if reason:
             raise InvalidInput(f"cannot run the service: {reason}")
-        handle = open(folder / "service.lock", "a+")  # noqa: SIM115 - held for the process's life
+        handle = open(folder / "service.lock", "a+")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -138,9 +147,16 @@ class Service:
         log.info("service %s listening on %s", os.getpid(), path)
 
     def status(self) -> dict[str, Any]:
-        return {"pid": os.getpid(), "protocol": paths.PROTOCOL, "build": self.build, "web": self.web,
-                "auto_started": self.auto_started, "idle_timeout": self.idle_timeout,
-                "socket": paths.socket_path(self.home), "active": self._active}
+        return {
+            "pid": os.getpid(),
+            "protocol": paths.PROTOCOL,
+            "build": self.build,
+            "web": self.web,
+            "auto_started": self.auto_started,
+            "idle_timeout": self.idle_timeout,
+            "socket": paths.socket_path(self.home),
+            "active": self._active,
+        }
 
     def request_stop(self) -> None:
         if self.on_stop is not None:
@@ -171,7 +187,10 @@ class Service:
         pause = min(5.0, max(0.05, self.idle_timeout / 4))
         while not self.stopped.wait(pause):
             with self._state:
-                idle = self._active == 0 and time.monotonic() - self._last_activity >= self.idle_timeout
+                idle = (
+                    self._active == 0
+                    and time.monotonic() - self._last_activity >= self.idle_timeout
+                )
             if idle:
                 log.info("idle for %s s: stopping", self.idle_timeout)
                 self.request_stop()
@@ -228,15 +247,20 @@ class Service:
         else:
             self.run_command(request, send, operator=operator)
 
-    def run_command(self, request: dict[str, Any], send: Send, *, operator: bool,
-                    token: str | None = None) -> None:
+    def run_command(
+        self, request: dict[str, Any], send: Send, *, operator: bool, token: str | None = None
+    ) -> None:
         """Run one ``tht`` command for a client; ``token`` (HTTP) or the request's token
         names the principal; without one, only the operator may run it."""
         with self._activity():
-            code, stdout = self._run(request, send, operator=operator, token=token or request.get("token"))
+            code, stdout = self._run(
+                request, send, operator=operator, token=token or request.get("token")
+            )
         send({"exit": code, "stdout": stdout})
 
-    def _run(self, request: dict[str, Any], send: Send, *, operator: bool, token: str | None) -> tuple[int, str]:
+    def _run(
+        self, request: dict[str, Any], send: Send, *, operator: bool, token: str | None
+    ) -> tuple[int, str]:
         from tht.cli.invocation import Invocation, invoked
         from tht.cli.main import main as cli_main
 
@@ -244,27 +268,42 @@ class Service:
         if mismatch is not None:
             error = ServiceVersionMismatch(
                 f"{mismatch}: stop the service (pid {os.getpid()}); an auto-started one is replaced by the next"
-                " command", details={"service": __version__, "client": request.get("version"), "pid": os.getpid(),
-                                     "auto_started": self.auto_started})
+                " command",
+                details={
+                    "service": __version__,
+                    "client": request.get("version"),
+                    "pid": os.getpid(),
+                    "auto_started": self.auto_started,
+                },
+            )
             return error.exit_code, json.dumps(error.to_dict())
         argv = request.get("argv")
         if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
             error = InvalidInput("the request's argv must be a list of strings")
             return error.exit_code, json.dumps(error.to_dict())
-        if any(command_words(argv)[:len(local)] == local for local in LOCAL_COMMANDS):
-            error = InvalidInput(f"`tht {' '.join(command_words(argv))}` manages a process, the embedded server or"
-                                 " the schema: it runs in its own process, never in the service")
+        if any(command_words(argv)[: len(local)] == local for local in LOCAL_COMMANDS):
+            error = InvalidInput(
+                f"`tht {' '.join(command_words(argv))}` manages a process, the embedded server or"
+                " the schema: it runs in its own process, never in the service"
+            )
             return error.exit_code, json.dumps(error.to_dict())
         if not operator and not token:
-            error = Unauthenticated("a token is required (THT_TOKEN, THT_TOKEN_FILE or --token-file)")
+            error = Unauthenticated(
+                "a token is required (THT_TOKEN, THT_TOKEN_FILE or --token-file)"
+            )
             return error.exit_code, json.dumps(error.to_dict())
         self._ensure_database()
         output: list[str] = []
         client_env = request.get("env") if isinstance(request.get("env"), dict) else {}
         invocation = Invocation(
-            token=token or None, cwd=str(request.get("cwd") or "/"), files=dict(request.get("files") or {}),
-            env={str(k): str(v) for k, v in client_env.items()}, stdout=output.append,
-            stderr=lambda text: send({"stderr": text}), services=self._services)
+            token=token or None,
+            cwd=str(request.get("cwd") or "/"),
+            files=dict(request.get("files") or {}),
+            env={str(k): str(v) for k, v in client_env.items()},
+            stdout=output.append,
+            stderr=lambda text: send({"stderr": text}),
+            services=self._services,
+        )
         done = threading.Event()
         threading.Thread(target=self._heartbeat, args=(send, done), daemon=True).start()
         try:
@@ -288,8 +327,10 @@ class Service:
 
     def _mismatch(self, request: dict[str, Any]) -> str | None:
         if request.get("protocol") != paths.PROTOCOL or request.get("version") != __version__:
-            return (f"the running service is thoth-memory {__version__} (protocol {paths.PROTOCOL}), this command"
-                    f" {request.get('version')} (protocol {request.get('protocol')})")
+            return (
+                f"the running service is thoth-memory {__version__} (protocol {paths.PROTOCOL}), this command"
+                f" {request.get('version')} (protocol {request.get('protocol')})"
+            )
         if self.build_changed:
             return "the installed code changed since the running service started"
         return None
@@ -327,7 +368,9 @@ def _peer_is_operator(connection: socket.socket) -> bool:
     if option is None:
         return True
     try:
-        _, uid, _ = struct.unpack("3i", connection.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i")))
+        _, uid, _ = struct.unpack(
+            "3i", connection.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i"))
+        )
     except OSError:
         return False
     return uid in (os.geteuid(), 0)
@@ -344,7 +387,8 @@ def take_over(home: Path, service: Service, *, wait: float = 30.0) -> None:
         if not running.get("auto_started"):
             raise ServiceRunning(
                 f"a service already runs for {home} (pid {running.get('pid')}); stop it first",
-                details=running) from None
+                details=running,
+            ) from None
     from tht.service.client import stop_service
 
     stop_service(home, timeout=wait)
@@ -355,19 +399,35 @@ def take_over(home: Path, service: Service, *, wait: float = 30.0) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tht.service",
-                                     description="The Thoth Memory service without pages (see `tht serve --no-web`).")
-    parser.add_argument("--idle-timeout", type=float, default=0,
-                        help="exit after this many seconds without a command (0: never)")
+    parser = argparse.ArgumentParser(
+        prog="python -m tht.service",
+        description="The Thoth Memory service without pages (see `tht serve --no-web`).",
+    )
+    parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=0,
+        help="exit after this many seconds without a command (0: never)",
+    )
     parser.add_argument("--auto-started", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    logging.basicConfig(stream=sys.stderr, level=os.environ.get("THT_LOG_LEVEL", "INFO").upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return run_headless(Path(paths.default_home()), idle_timeout=args.idle_timeout, auto_started=args.auto_started)
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=os.environ.get("THT_LOG_LEVEL", "INFO").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    return run_headless(
+        Path(paths.default_home()), idle_timeout=args.idle_timeout, auto_started=args.auto_started
+    )
 
 
-def run_headless(home: Path, *, idle_timeout: float, auto_started: bool = False,
-                 announce: Callable[[dict[str, Any]], None] | None = None) -> int:
+def run_headless(
+    home: Path,
+    *,
+    idle_timeout: float,
+    auto_started: bool = False,
+    announce: Callable[[dict[str, Any]], None] | None = None,
+) -> int:
     service = Service(home, idle_timeout=idle_timeout, auto_started=auto_started)
     if not auto_started:
         take_over(home, service)

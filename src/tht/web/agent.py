@@ -13,7 +13,8 @@ No `from __future__ import annotations`: FastAPI must resolve the local Annotate
 from collections.abc import Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Path as PathParam
+from fastapi import APIRouter, Body, Depends
+from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse
 
 from tht.accounts import PROPOSE, RECALL, Principal
@@ -35,54 +36,117 @@ def agent_router(services: Services, principal: Callable[..., Principal]) -> API
         # as the CLI printed it: not re-serialized through the documented model
         return JSONResponse(document)
 
-    def recall(actor: Principal, workspace: str, kind: RecallKind, request: schemas.RecallRequest, *,
-               question: str | None, session: str | None = None, error: str | None = None) -> JSONResponse:
+    def recall(
+        actor: Principal,
+        workspace: str,
+        kind: RecallKind,
+        request: schemas.RecallRequest,
+        *,
+        question: str | None,
+        session: str | None = None,
+        error: str | None = None,
+    ) -> JSONResponse:
         actor.require(RECALL, workspace)  # the route's check; recall_command checks again
         query = parse_recall_query(request.filters_document())
         if session is not None:
             agent.require_sessions(services, session)
-        return answer(agent.recall_command(services, workspace, kind, question, query, session=session,
-                                           error=error, binding=agent.workspace_binding(services, workspace),
-                                           principal=actor))
+        return answer(
+            agent.recall_command(
+                services,
+                workspace,
+                kind,
+                question,
+                query,
+                session=session,
+                error=error,
+                binding=agent.workspace_binding(services, workspace),
+                principal=actor,
+            )
+        )
 
-    @router.post("/search", response_model=schemas.RecallOut, responses=errors(401, 403, 404, 413, 415, 422, 503),
-                 summary="Recall domain memory (clarifications, SQL rules, explained errors): `tht memory search`")
-    def search(actor: Actor, workspace: WorkspaceId, request: Annotated[schemas.SearchIn, Body()]) -> JSONResponse:
-        return recall(actor, workspace, "search", request, question=request.question, session=request.session)
+    @router.post(
+        "/search",
+        response_model=schemas.RecallOut,
+        responses=errors(401, 403, 404, 413, 415, 422, 503),
+        summary="Recall domain memory (clarifications, SQL rules, explained errors): `tht memory search`",
+    )
+    def search(
+        actor: Actor, workspace: WorkspaceId, request: Annotated[schemas.SearchIn, Body()]
+    ) -> JSONResponse:
+        return recall(
+            actor, workspace, "search", request, question=request.question, session=request.session
+        )
 
-    @router.post("/rules", response_model=schemas.RulesOut, responses=errors(401, 403, 404, 413, 415, 422, 503),
-                 summary="Recall SQL rules and explained errors for a question or an error: `tht memory rules`")
-    def rules(actor: Actor, workspace: WorkspaceId, request: Annotated[schemas.RulesIn, Body()]) -> JSONResponse:
-        return recall(actor, workspace, "rules", request, question=request.question, session=request.session,
-                      error=request.error)
+    @router.post(
+        "/rules",
+        response_model=schemas.RulesOut,
+        responses=errors(401, 403, 404, 413, 415, 422, 503),
+        summary="Recall SQL rules and explained errors for a question or an error: `tht memory rules`",
+    )
+    def rules(
+        actor: Actor, workspace: WorkspaceId, request: Annotated[schemas.RulesIn, Body()]
+    ) -> JSONResponse:
+        return recall(
+            actor,
+            workspace,
+            "rules",
+            request,
+            question=request.question,
+            session=request.session,
+            error=request.error,
+        )
 
-    @router.post("/solved-search", response_model=schemas.RecallOut,
-                 responses=errors(401, 403, 404, 413, 415, 422, 503),
-                 summary="Recall solved questions (consultative exemplars): `tht memory solved-search`")
-    def solved_search(actor: Actor, workspace: WorkspaceId,
-                      request: Annotated[schemas.SolvedSearchIn, Body()]) -> JSONResponse:
+    @router.post(
+        "/solved-search",
+        response_model=schemas.RecallOut,
+        responses=errors(401, 403, 404, 413, 415, 422, 503),
+        summary="Recall solved questions (consultative exemplars): `tht memory solved-search`",
+    )
+    def solved_search(
+        actor: Actor, workspace: WorkspaceId, request: Annotated[schemas.SolvedSearchIn, Body()]
+    ) -> JSONResponse:
         return recall(actor, workspace, "solved", request, question=request.question)
 
-    @router.post("/propose", response_model=schemas.ProposeOut,
-                 responses=errors(401, 403, 404, 409, 413, 415, 422, 503),
-                 summary="Validate and record a session's Memory proposals: `tht memory propose`")
-    def propose(actor: Actor, workspace: WorkspaceId, request: Annotated[schemas.ProposeIn, Body()]) -> JSONResponse:
+    @router.post(
+        "/propose",
+        response_model=schemas.ProposeOut,
+        responses=errors(401, 403, 404, 409, 413, 415, 422, 503),
+        summary="Validate and record a session's Memory proposals: `tht memory propose`",
+    )
+    def propose(
+        actor: Actor, workspace: WorkspaceId, request: Annotated[schemas.ProposeIn, Body()]
+    ) -> JSONResponse:
         actor.require(PROPOSE, workspace)
-        return answer(agent.propose_command(services, workspace, request.session, request.data, principal=actor))
+        return answer(
+            agent.propose_command(
+                services, workspace, request.session, request.data, principal=actor
+            )
+        )
 
-    @router.post("/summary", response_model=schemas.SummaryOut,
-                 responses=errors(401, 403, 404, 409, 413, 415, 422, 503),
-                 summary="The reviewer's editable summary of a session: `tht memory summary`")
-    def summary(actor: Actor, workspace: WorkspaceId, request: Annotated[schemas.SessionIn, Body()]) -> JSONResponse:
+    @router.post(
+        "/summary",
+        response_model=schemas.SummaryOut,
+        responses=errors(401, 403, 404, 409, 413, 415, 422, 503),
+        summary="The reviewer's editable summary of a session: `tht memory summary`",
+    )
+    def summary(
+        actor: Actor, workspace: WorkspaceId, request: Annotated[schemas.SessionIn, Body()]
+    ) -> JSONResponse:
         actor.require(PROPOSE, workspace)
         return answer(agent.summary_command(services, workspace, request.session, principal=actor))
 
-    @router.post("/solved-index", response_model=schemas.SolvedIndexOut,
-                 responses=errors(401, 403, 404, 413, 415, 422, 503),
-                 summary="Retry the projection of a session's reviewed solved question: `tht memory solved-index`")
-    def solved_index(actor: Actor, workspace: WorkspaceId,
-                     request: Annotated[schemas.SessionIn, Body()]) -> JSONResponse:
+    @router.post(
+        "/solved-index",
+        response_model=schemas.SolvedIndexOut,
+        responses=errors(401, 403, 404, 413, 415, 422, 503),
+        summary="Retry the projection of a session's reviewed solved question: `tht memory solved-index`",
+    )
+    def solved_index(
+        actor: Actor, workspace: WorkspaceId, request: Annotated[schemas.SessionIn, Body()]
+    ) -> JSONResponse:
         actor.require(PROPOSE, workspace)
-        return answer(agent.solved_index_command(services, workspace, request.session, principal=actor))
+        return answer(
+            agent.solved_index_command(services, workspace, request.session, principal=actor)
+        )
 
     return router

@@ -10,7 +10,6 @@ see tht.web.agent) and workspace membership, then the service checks the princip
 again (MemoryAdmin, tht.memory.agent).
 """
 
-
 import hashlib
 import hmac
 import secrets
@@ -20,7 +19,8 @@ from datetime import date
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from fastapi import Body, Depends, FastAPI, Path as PathParam, Query, Request
+from fastapi import Body, Depends, FastAPI, Query, Request
+from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
@@ -76,8 +76,11 @@ def error_response(error: ThothError) -> JSONResponse:
     return response
 
 
-def create_app(services: Services, settings: WebSettings | None = None,
-               run_command: Callable[..., None] | None = None) -> FastAPI:
+def create_app(
+    services: Services,
+    settings: WebSettings | None = None,
+    run_command: Callable[..., None] | None = None,
+) -> FastAPI:
     """``run_command``: the service's command runner, served as ``POST /api/cli``."""
     settings = settings or WebSettings()
     app = FastAPI(
@@ -86,13 +89,15 @@ def create_app(services: Services, settings: WebSettings | None = None,
         openapi_url="/api/docs",
         docs_url=None,
         redoc_url=None,
-        description="Administration → Memory management. Errors are {\"error\": {\"code\", \"message\", \"details\"}}.",
+        description='Administration → Memory management. Errors are {"error": {"code", "message", "details"}}.',
     )
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
 
     def csrf_token(session: str) -> str:
-        return hmac.new(settings.csrf_key, hashlib.sha256(session.encode()).digest(), hashlib.sha256).hexdigest()
+        return hmac.new(
+            settings.csrf_key, hashlib.sha256(session.encode()).digest(), hashlib.sha256
+        ).hexdigest()
 
     # --- errors -------------------------------------------------------------------------
 
@@ -101,7 +106,9 @@ def create_app(services: Services, settings: WebSettings | None = None,
         if not request.url.path.startswith("/api") and isinstance(exc, Unauthenticated):
             return RedirectResponse("/login", status_code=303)
         if not request.url.path.startswith("/api"):
-            return templates.TemplateResponse(request, "error.html", {"error": exc}, status_code=exc.http_status)
+            return templates.TemplateResponse(
+                request, "error.html", {"error": exc}, status_code=exc.http_status
+            )
         return error_response(exc)
 
     @app.exception_handler(Exception)
@@ -124,7 +131,10 @@ def create_app(services: Services, settings: WebSettings | None = None,
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> Response:
-        details = [{"field": ".".join(str(p) for p in e["loc"][1:]), "message": readable(e)} for e in exc.errors()]
+        details = [
+            {"field": ".".join(str(p) for p in e["loc"][1:]), "message": readable(e)}
+            for e in exc.errors()
+        ]
         message = "; ".join(f"{d['field']}: {d['message']}" for d in details) or "invalid request"
         return error_response(InvalidInput(message, details=details))
 
@@ -132,13 +142,19 @@ def create_app(services: Services, settings: WebSettings | None = None,
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         body = {"error": {"code": code, "message": str(exc.detail), "details": None}}
-        return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
+        return JSONResponse(
+            body, status_code=exc.status_code, headers=getattr(exc, "headers", None)
+        )
 
     # --- request hygiene ----------------------------------------------------------------
 
     # Body limits, media type and security headers, before routing and authentication.
-    app.add_middleware(RequestGuard, max_body_bytes=MAX_DOCUMENT_BYTES, body_timeout=settings.body_timeout,
-                       secure=settings.secure)
+    app.add_middleware(
+        RequestGuard,
+        max_body_bytes=MAX_DOCUMENT_BYTES,
+        body_timeout=settings.body_timeout,
+        secure=settings.secure,
+    )
 
     # --- authentication -----------------------------------------------------------------
 
@@ -146,7 +162,9 @@ def create_app(services: Services, settings: WebSettings | None = None,
         fetch_site = request.headers.get("sec-fetch-site")
         origin = request.headers.get("origin")
         if fetch_site is not None and fetch_site not in ("same-origin", "none"):
-            raise PermissionDenied("cross-site request refused", details={"reason": "sec-fetch-site"})
+            raise PermissionDenied(
+                "cross-site request refused", details={"reason": "sec-fetch-site"}
+            )
         if origin is not None and normalized_origin(origin) not in settings.public_origins:
             raise PermissionDenied("cross-origin request refused", details={"reason": "origin"})
         if fetch_site is None and origin is None:
@@ -175,16 +193,25 @@ def create_app(services: Services, settings: WebSettings | None = None,
     CardId = Annotated[str, PathParam(alias="cardId", pattern=CARD_ID_PATTERN)]
 
     def admin(actor: Principal, request: AdminRequest) -> dict[str, Any]:
-        actor.require(required_permission(request.operation), request.workspace)  # MemoryAdmin checks again
+        actor.require(
+            required_permission(request.operation), request.workspace
+        )  # MemoryAdmin checks again
         return services.admin.execute(actor, request)
 
     errors = schemas.error_responses
 
     # --- session ------------------------------------------------------------------------
 
-    @app.post("/api/session", response_model=schemas.SessionOut, responses=errors(401, 415, 422, 429, 503),
-              tags=["session"], summary="Log in (password or API token); sets the session cookie")
-    def login(credentials: Annotated[schemas.Login, Body()], request: Request, response: Response) -> dict[str, Any]:
+    @app.post(
+        "/api/session",
+        response_model=schemas.SessionOut,
+        responses=errors(401, 415, 422, 429, 503),
+        tags=["session"],
+        summary="Log in (password or API token); sets the session cookie",
+    )
+    def login(
+        credentials: Annotated[schemas.Login, Body()], request: Request, response: Response
+    ) -> dict[str, Any]:
         if isinstance(credentials, schemas.TokenLogin):
             found = services.accounts.by_token(credentials.token)
         else:
@@ -197,98 +224,203 @@ def create_app(services: Services, settings: WebSettings | None = None,
         return {"principal": found.as_json(), "csrf_token": csrf_token(session)}
 
     def set_session_cookie(response: Response, session: str) -> None:
-        response.set_cookie(settings.cookie_name, session, httponly=True, samesite="strict",
-                            secure=settings.secure, path="/", max_age=8 * 3600)
+        response.set_cookie(
+            settings.cookie_name,
+            session,
+            httponly=True,
+            samesite="strict",
+            secure=settings.secure,
+            path="/",
+            max_age=8 * 3600,
+        )
 
-    @app.get("/api/session", response_model=schemas.SessionOut, responses=errors(401, 503), tags=["session"],
-             summary="The logged-in principal and its CSRF token")
+    @app.get(
+        "/api/session",
+        response_model=schemas.SessionOut,
+        responses=errors(401, 503),
+        tags=["session"],
+        summary="The logged-in principal and its CSRF token",
+    )
     def session_info(actor: Actor, request: Request) -> dict[str, Any]:
         session = request.cookies.get(settings.cookie_name)
-        return {"principal": actor.as_json(), "csrf_token": csrf_token(session) if session else None}
+        return {
+            "principal": actor.as_json(),
+            "csrf_token": csrf_token(session) if session else None,
+        }
 
-    @app.delete("/api/session", status_code=204, responses=errors(401, 403, 503), tags=["session"],
-                summary="Log out")
+    @app.delete(
+        "/api/session",
+        status_code=204,
+        responses=errors(401, 403, 503),
+        tags=["session"],
+        summary="Log out",
+    )
     def logout(actor: Actor, request: Request) -> Response:
         services.accounts.close_session(request.cookies.get(settings.cookie_name, ""))
         response = Response(status_code=204)
-        response.delete_cookie(settings.cookie_name, path="/", secure=settings.secure, samesite="strict")
+        response.delete_cookie(
+            settings.cookie_name, path="/", secure=settings.secure, samesite="strict"
+        )
         return response
 
     # --- workspaces ---------------------------------------------------------------------
 
-    @app.get("/api/workspaces", response_model=schemas.WorkspaceList, responses=errors(401, 503),
-             tags=["workspaces"], summary="Workspaces the caller belongs to")
+    @app.get(
+        "/api/workspaces",
+        response_model=schemas.WorkspaceList,
+        responses=errors(401, 503),
+        tags=["workspaces"],
+        summary="Workspaces the caller belongs to",
+    )
     def workspaces(actor: Actor) -> dict[str, Any]:
         visible = [w for w in services.workspaces.list() if w.id in actor.workspaces]
-        return {"items": [{**w.model_dump(mode="json"), "manage": actor.can_manage(w.id)} for w in visible]}
+        return {
+            "items": [
+                {**w.model_dump(mode="json"), "manage": actor.can_manage(w.id)} for w in visible
+            ]
+        }
 
     # --- memory -------------------------------------------------------------------------
 
     base = "/api/workspaces/{workspaceId}/memory"
 
-    @app.get(base, response_model=schemas.CardPage, responses=errors(401, 403, 404, 422, 503), tags=["memory"],
-             summary="Search, filter and paginate the archive")
+    @app.get(
+        base,
+        response_model=schemas.CardPage,
+        responses=errors(401, 403, 404, 422, 503),
+        tags=["memory"],
+        summary="Search, filter and paginate the archive",
+    )
     def list_cards(
-        actor: Actor, workspace: WorkspaceId,
+        actor: Actor,
+        workspace: WorkspaceId,
         q: Annotated[str | None, Query(max_length=500, pattern=schemas.PRINTABLE_WORD)] = None,
         family: Annotated[list[Literal[FAMILIES]] | None, Query()] = None,  # type: ignore[valid-type]
-        concepts: Annotated[list[Annotated[str, Field(max_length=100, pattern=schemas.PRINTABLE_WORD)]] | None,
-                            Query(max_length=50)] = None,
-        database: Annotated[str | None, Query(max_length=128, pattern=schemas.PRINTABLE_WORD)] = None,
+        concepts: Annotated[
+            list[Annotated[str, Field(max_length=100, pattern=schemas.PRINTABLE_WORD)]] | None,
+            Query(max_length=50),
+        ] = None,
+        database: Annotated[
+            str | None, Query(max_length=128, pattern=schemas.PRINTABLE_WORD)
+        ] = None,
         schema: Annotated[str | None, Query(max_length=128, pattern=schemas.PRINTABLE_WORD)] = None,
         table: Annotated[str | None, Query(max_length=128, pattern=schemas.PRINTABLE_WORD)] = None,
         column: Annotated[str | None, Query(max_length=128, pattern=schemas.PRINTABLE_WORD)] = None,
         origin: Literal["manual", "workflow"] | None = None,
-        updated_from: Annotated[date | None, Query(description="First day (UTC), inclusive")] = None,
+        updated_from: Annotated[
+            date | None, Query(description="First day (UTC), inclusive")
+        ] = None,
         updated_to: Annotated[date | None, Query(description="Last day (UTC), inclusive")] = None,
         sort: Literal["updated_at", "created_at", "title", "family", "relevance"] | None = None,
         order: Literal["asc", "desc"] | None = None,
         page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
         page_size: Annotated[int, Query(ge=1, le=100)] = 20,
     ) -> dict[str, Any]:
-        filters = {k: v for k, v in {
-            "q": q, "family": family, "concepts": concepts, "database": database, "schema": schema,
-            "table": table, "column": column, "origin": origin,
-            "updated_from": updated_from.isoformat() if updated_from else None,
-            "updated_to": updated_to.isoformat() if updated_to else None,
-            "sort": sort, "order": order, "page": page, "page_size": page_size,
-        }.items() if v is not None}
+        filters = {
+            k: v
+            for k, v in {
+                "q": q,
+                "family": family,
+                "concepts": concepts,
+                "database": database,
+                "schema": schema,
+                "table": table,
+                "column": column,
+                "origin": origin,
+                "updated_from": updated_from.isoformat() if updated_from else None,
+                "updated_to": updated_to.isoformat() if updated_to else None,
+                "sort": sort,
+                "order": order,
+                "page": page,
+                "page_size": page_size,
+            }.items()
+            if v is not None
+        }
         return admin(actor, AdminRequest(workspace, "list", filters=filters))
 
-    @app.post(base, status_code=201, response_model=schemas.SaveResult,
-              responses=errors(401, 403, 404, 409, 413, 415, 422, 503), tags=["memory"], summary="Create a card")
-    def create_card(actor: Actor, workspace: WorkspaceId,
-                    card: Annotated[schemas.CardIn, Body()]) -> dict[str, Any]:
-        return admin(actor, AdminRequest(workspace, "create", body=card.model_dump(by_alias=True, exclude_unset=True)))
+    @app.post(
+        base,
+        status_code=201,
+        response_model=schemas.SaveResult,
+        responses=errors(401, 403, 404, 409, 413, 415, 422, 503),
+        tags=["memory"],
+        summary="Create a card",
+    )
+    def create_card(
+        actor: Actor, workspace: WorkspaceId, card: Annotated[schemas.CardIn, Body()]
+    ) -> dict[str, Any]:
+        return admin(
+            actor,
+            AdminRequest(
+                workspace, "create", body=card.model_dump(by_alias=True, exclude_unset=True)
+            ),
+        )
 
-    @app.get(base + "/pending", response_model=schemas.PendingList, responses=errors(401, 403, 404, 503),
-             tags=["memory"], summary="Incomplete projection operations")
+    @app.get(
+        base + "/pending",
+        response_model=schemas.PendingList,
+        responses=errors(401, 403, 404, 503),
+        tags=["memory"],
+        summary="Incomplete projection operations",
+    )
     def pending(actor: Actor, workspace: WorkspaceId) -> dict[str, Any]:
         return admin(actor, AdminRequest(workspace, "pending"))
 
-    @app.get(base + "/{cardId}", response_model=schemas.CardOut, responses=errors(401, 403, 404, 422, 503),
-             tags=["memory"], summary="Read a complete card")
+    @app.get(
+        base + "/{cardId}",
+        response_model=schemas.CardOut,
+        responses=errors(401, 403, 404, 422, 503),
+        tags=["memory"],
+        summary="Read a complete card",
+    )
     def show_card(actor: Actor, workspace: WorkspaceId, card_id: CardId) -> dict[str, Any]:
         return admin(actor, AdminRequest(workspace, "show", card_id=card_id))
 
-    @app.put(base + "/{cardId}", response_model=schemas.SaveResult,
-             responses=errors(401, 403, 404, 409, 413, 415, 422, 503), tags=["memory"],
-             summary="Save content, links and dependencies together")
-    def update_card(actor: Actor, workspace: WorkspaceId, card_id: CardId,
-                    card: Annotated[schemas.CardUpdate, Body()]) -> dict[str, Any]:
-        return admin(actor, AdminRequest(workspace, "update", card_id=card_id,
-                                         body=card.model_dump(by_alias=True, exclude_unset=True)))
+    @app.put(
+        base + "/{cardId}",
+        response_model=schemas.SaveResult,
+        responses=errors(401, 403, 404, 409, 413, 415, 422, 503),
+        tags=["memory"],
+        summary="Save content, links and dependencies together",
+    )
+    def update_card(
+        actor: Actor,
+        workspace: WorkspaceId,
+        card_id: CardId,
+        card: Annotated[schemas.CardUpdate, Body()],
+    ) -> dict[str, Any]:
+        return admin(
+            actor,
+            AdminRequest(
+                workspace,
+                "update",
+                card_id=card_id,
+                body=card.model_dump(by_alias=True, exclude_unset=True),
+            ),
+        )
 
-    @app.delete(base + "/{cardId}", response_model=schemas.SaveResult,
-                responses=errors(401, 403, 404, 409, 422, 503), tags=["memory"],
-                summary="Delete a card, its dependencies and incident links")
-    def delete_card(actor: Actor, workspace: WorkspaceId, card_id: CardId,
-                    revision: Annotated[int | None, Query(ge=1)] = None) -> dict[str, Any]:
+    @app.delete(
+        base + "/{cardId}",
+        response_model=schemas.SaveResult,
+        responses=errors(401, 403, 404, 409, 422, 503),
+        tags=["memory"],
+        summary="Delete a card, its dependencies and incident links",
+    )
+    def delete_card(
+        actor: Actor,
+        workspace: WorkspaceId,
+        card_id: CardId,
+        revision: Annotated[int | None, Query(ge=1)] = None,
+    ) -> dict[str, Any]:
         return admin(actor, AdminRequest(workspace, "delete", card_id=card_id, revision=revision))
 
-    @app.post(base + "/{cardId}/retry", response_model=schemas.RetryResult,
-              responses=errors(401, 403, 404, 422, 503), tags=["memory"],
-              summary="Retry current projection work, including deletion")
+    @app.post(
+        base + "/{cardId}/retry",
+        response_model=schemas.RetryResult,
+        responses=errors(401, 403, 404, 422, 503),
+        tags=["memory"],
+        summary="Retry current projection work, including deletion",
+    )
     def retry(actor: Actor, workspace: WorkspaceId, card_id: CardId) -> dict[str, Any]:
         return admin(actor, AdminRequest(workspace, "retry", card_id=card_id))
 
@@ -306,15 +438,24 @@ def create_app(services: Services, settings: WebSettings | None = None,
     def render(request: Request, template: str, active: str) -> Response:
         actor, session = page_principal(request)
         visible = [w for w in services.workspaces.list() if w.id in actor.workspaces]
-        return templates.TemplateResponse(request, template, {
-            "principal": actor, "csrf_token": csrf_token(session), "workspaces": visible, "active": active,
-            "families": FAMILIES,
-        })
+        return templates.TemplateResponse(
+            request,
+            template,
+            {
+                "principal": actor,
+                "csrf_token": csrf_token(session),
+                "workspaces": visible,
+                "active": active,
+                "families": FAMILIES,
+            },
+        )
 
     @app.get("/", include_in_schema=False)
     def home(request: Request) -> Response:
-        return RedirectResponse("/admin/memory" if request.cookies.get(settings.cookie_name) else "/login",
-                                status_code=303)
+        return RedirectResponse(
+            "/admin/memory" if request.cookies.get(settings.cookie_name) else "/login",
+            status_code=303,
+        )
 
     @app.get("/login", include_in_schema=False, response_class=HTMLResponse)
     def login_page(request: Request) -> Response:

@@ -3,11 +3,11 @@ now" and retry. Every route takes the authenticated principal (bearer token, or
 session cookie with the CSRF checks of the app) and requires `memory.manage` in the
 path's workspace before the Catalog is touched."""
 
-
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Path as PathParam, Query
+from fastapi import APIRouter, Depends, Query
+from fastapi import Path as PathParam
 from pydantic import BaseModel, ConfigDict, Field
 
 from tht.accounts import Principal
@@ -19,9 +19,12 @@ RUN_ID_PATTERN = r"^run-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]
 
 
 _DESCRIPTIONS = {
-    401: "Not authenticated", 403: "Not allowed (permission, workspace, CSRF)",
-    404: "Not found (run, or no DWH binding)", 409: "A Memory cleanup of an earlier run is pending",
-    422: "Invalid input", 502: "The DWH could not be scanned (the run failed; nothing was deleted)",
+    401: "Not authenticated",
+    403: "Not allowed (permission, workspace, CSRF)",
+    404: "Not found (run, or no DWH binding)",
+    409: "A Memory cleanup of an earlier run is pending",
+    422: "Invalid input",
+    502: "The DWH could not be scanned (the run failed; nothing was deleted)",
     503: "Archive, Catalog or index unavailable (a started cleanup stays pending)",
 }
 
@@ -69,7 +72,9 @@ class RunOut(_Out):
     removed: Removed
     forgotten: dict[str, Any] | None
     tables_scanned: int | None
-    deleted_cards: list[DeletedCard] = Field(description="Memory cards deleted by this run's cleanup")
+    deleted_cards: list[DeletedCard] = Field(
+        description="Memory cards deleted by this run's cleanup"
+    )
     links_removed: int
     errors: list[RunError]
     attempts: int
@@ -81,7 +86,9 @@ class BindingOut(_Out):
     workspace: str
     database: str
     schema_name: str = Field(alias="schema")
-    url_env: str = Field(description="The environment variable (of the server) holding the DWH's URL")
+    url_env: str = Field(
+        description="The environment variable (of the server) holding the DWH's URL"
+    )
     updated_at: str | None
 
 
@@ -110,27 +117,46 @@ def catalog_router(services: Services, principal: Callable[..., Principal]) -> A
         actor.require_manage(workspace)
         return services.catalog
 
-    @router.get("", response_model=CatalogOut, response_model_by_alias=True,
-                responses=errors(401, 403, 422, 503), summary="The DWH binding, last snapshot and recent runs")
-    def overview(actor: Actor, workspace: WorkspaceId,
-                 limit: Annotated[int, Query(ge=1, le=100)] = 20) -> dict[str, Any]:
+    @router.get(
+        "",
+        response_model=CatalogOut,
+        response_model_by_alias=True,
+        responses=errors(401, 403, 422, 503),
+        summary="The DWH binding, last snapshot and recent runs",
+    )
+    def overview(
+        actor: Actor, workspace: WorkspaceId, limit: Annotated[int, Query(ge=1, le=100)] = 20
+    ) -> dict[str, Any]:
         found = catalog(actor, workspace)
         return {**found.status(workspace), "runs": found.runs(workspace, limit)}
 
-    @router.post("/sync", response_model=RunOut, response_model_by_alias=True,
-                 responses=errors(401, 403, 404, 409, 422, 502, 503),
-                 summary="Sync now: scan the bound DWH schema and clean Memory of removed tables and columns")
+    @router.post(
+        "/sync",
+        response_model=RunOut,
+        response_model_by_alias=True,
+        responses=errors(401, 403, 404, 409, 422, 502, 503),
+        summary="Sync now: scan the bound DWH schema and clean Memory of removed tables and columns",
+    )
     def sync_now(actor: Actor, workspace: WorkspaceId) -> dict[str, Any]:
         return catalog(actor, workspace).sync(workspace)
 
-    @router.get("/runs/{runId}", response_model=RunOut, response_model_by_alias=True,
-                responses=errors(401, 403, 404, 422, 503), summary="One run: removals, deleted Memory cards, errors")
+    @router.get(
+        "/runs/{runId}",
+        response_model=RunOut,
+        response_model_by_alias=True,
+        responses=errors(401, 403, 404, 422, 503),
+        summary="One run: removals, deleted Memory cards, errors",
+    )
     def show_run(actor: Actor, workspace: WorkspaceId, run_id: RunId) -> dict[str, Any]:
         return catalog(actor, workspace).run(workspace, run_id)
 
-    @router.post("/runs/{runId}/retry", response_model=RunOut, response_model_by_alias=True,
-                 responses=errors(401, 403, 404, 409, 422, 503),
-                 summary="Complete a pending run's Memory cleanup with its recorded removals")
+    @router.post(
+        "/runs/{runId}/retry",
+        response_model=RunOut,
+        response_model_by_alias=True,
+        responses=errors(401, 403, 404, 409, 422, 503),
+        summary="Complete a pending run's Memory cleanup with its recorded removals",
+    )
     def retry_run(actor: Actor, workspace: WorkspaceId, run_id: RunId) -> dict[str, Any]:
         return catalog(actor, workspace).retry(workspace, run_id)
 

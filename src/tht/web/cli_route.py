@@ -26,8 +26,14 @@ _DONE = object()
 def cli_router(run_command: Callable[..., None]) -> APIRouter:
     router = APIRouter()
 
-    @router.post("/api/cli", tags=["service"], summary="Run a tht command in the service (the CLI's HTTP face)",
-                 responses={200: {"description": "JSON events, one a line: stderr, alive, then exit and stdout"}})
+    @router.post(
+        "/api/cli",
+        tags=["service"],
+        summary="Run a tht command in the service (the CLI's HTTP face)",
+        responses={
+            200: {"description": "JSON events, one a line: stderr, alive, then exit and stdout"}
+        },
+    )
     async def run(request: Request) -> StreamingResponse:
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():

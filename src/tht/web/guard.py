@@ -32,7 +32,9 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
-CONTENT_SECURITY_POLICY = "default-src 'self'; style-src 'self'; script-src 'self'; frame-ancestors 'none'"
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; style-src 'self'; script-src 'self'; frame-ancestors 'none'"
+)
 HSTS = "max-age=31536000"
 
 
@@ -45,7 +47,9 @@ def security_headers(*, secure: bool) -> list[tuple[str, str]]:
         ("Content-Security-Policy", CONTENT_SECURITY_POLICY),
         ("Cache-Control", "no-store"),
     ]
-    if secure:  # only over HTTPS: a browser ignores it on plain HTTP, and it must not pin a dev host
+    if (
+        secure
+    ):  # only over HTTPS: a browser ignores it on plain HTTP, and it must not pin a dev host
         headers.append(("Strict-Transport-Security", HSTS))
     return headers
 
@@ -58,8 +62,15 @@ def normalized_origin(url: str) -> str | None:
         port = parts.port
     except ValueError:
         return None
-    if parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.password \
-            or parts.path not in ("", "/") or parts.query or parts.fragment:
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or parts.username
+        or parts.password
+        or parts.path not in ("", "/")
+        or parts.query
+        or parts.fragment
+    ):
         return None
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
     default = {"http": 80, "https": 443}[parts.scheme]
@@ -72,7 +83,13 @@ def served_origins(scheme: str, host: str, port: int) -> tuple[str, ...]:
     on the same machine may use either)."""
     loopback = ("127.0.0.1", "localhost", "::1")
     hosts = loopback if host in loopback else (host,)
-    return tuple(o for o in (normalized_origin(f"{scheme}://{f'[{h}]' if ':' in h else h}:{port}") for h in hosts) if o)
+    return tuple(
+        o
+        for o in (
+            normalized_origin(f"{scheme}://{f'[{h}]' if ':' in h else h}:{port}") for h in hosts
+        )
+        if o
+    )
 
 
 def public_origins(urls: Iterable[str]) -> tuple[str, ...]:
@@ -96,11 +113,16 @@ class _ClientGone(Exception):
 
 
 class RequestGuard:
-    def __init__(self, app: ASGIApp, *, max_body_bytes: int, body_timeout: float, secure: bool) -> None:
+    def __init__(
+        self, app: ASGIApp, *, max_body_bytes: int, body_timeout: float, secure: bool
+    ) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.body_timeout = body_timeout
-        self.headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in security_headers(secure=secure)]
+        self.headers = [
+            (k.lower().encode("latin-1"), v.encode("latin-1"))
+            for k, v in security_headers(secure=secure)
+        ]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -111,7 +133,9 @@ class RequestGuard:
         try:
             length = headers.get(b"content-length")
             if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
-                raise _Refused(PayloadTooLarge(f"the body is larger than {self.max_body_bytes} bytes"))
+                raise _Refused(
+                    PayloadTooLarge(f"the body is larger than {self.max_body_bytes} bytes")
+                )
             body = await self._read_body(receive)
             self._check_media_type(scope, headers, body)
         except _Refused as refused:
@@ -134,14 +158,17 @@ class RequestGuard:
                     raise TimeoutError
                 message = await asyncio.wait_for(receive(), remaining)
             except TimeoutError:
-                raise _Refused(RequestTimeout(
-                    f"the body did not arrive within {self.body_timeout:g} seconds")) from None
+                raise _Refused(
+                    RequestTimeout(f"the body did not arrive within {self.body_timeout:g} seconds")
+                ) from None
             if message["type"] == "http.disconnect":
                 raise _ClientGone()
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body_bytes:
-                raise _Refused(PayloadTooLarge(f"the body is larger than {self.max_body_bytes} bytes"))
+                raise _Refused(
+                    PayloadTooLarge(f"the body is larger than {self.max_body_bytes} bytes")
+                )
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks)
@@ -152,7 +179,9 @@ class RequestGuard:
             return
         media = headers.get(b"content-type", b"").decode("latin-1").split(";")[0].strip().lower()
         if media != "application/json":
-            raise _Refused(UnsupportedMediaType(f"the body must be application/json, not '{media or 'none'}'"))
+            raise _Refused(
+                UnsupportedMediaType(f"the body must be application/json, not '{media or 'none'}'")
+            )
 
     @staticmethod
     def _replay(body: bytes, receive: Receive) -> Receive:
@@ -171,8 +200,10 @@ class RequestGuard:
         async def sending(message: Message) -> None:
             if message["type"] == "http.response.start":
                 present = {k.lower() for k, _ in message.get("headers", [])}
-                message["headers"] = [*message.get("headers", []),
-                                      *((k, v) for k, v in self.headers if k not in present)]
+                message["headers"] = [
+                    *message.get("headers", []),
+                    *((k, v) for k, v in self.headers if k not in present),
+                ]
             await send(message)
 
         return sending
@@ -180,7 +211,10 @@ class RequestGuard:
     @staticmethod
     async def _respond(send: Send, error: ThothError, *, close: bool) -> None:
         body = json.dumps(error.to_dict()).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+        ]
         if close:
             headers.append((b"connection", b"close"))
         await send({"type": "http.response.start", "status": error.http_status, "headers": headers})

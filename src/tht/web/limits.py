@@ -26,7 +26,9 @@ MAX_HEAD_BYTES = 16 * 1024
 
 @dataclass(frozen=True)
 class ServerLimits:
-    header_timeout: float = 10.0  # seconds from connection (or the previous response) to a complete request head
+    header_timeout: float = (
+        10.0  # seconds from connection (or the previous response) to a complete request head
+    )
     body_timeout: float = 30.0  # seconds to send a whole body (enforced by the ASGI guard)
     keep_alive: int = 5  # seconds an idle keep-alive connection stays open
     max_connections: int = 200  # open connections or requests before new requests get 503
@@ -54,7 +56,9 @@ class HeaderDeadlineH11Protocol(H11Protocol):
     def _arm_header_deadline(self) -> None:
         self._disarm_header_deadline()
         if not self.transport.is_closing():
-            self._header_deadline = self.loop.call_later(self.header_timeout, self._header_deadline_passed)
+            self._header_deadline = self.loop.call_later(
+                self.header_timeout, self._header_deadline_passed
+            )
 
     def _disarm_header_deadline(self) -> None:
         if self._header_deadline is not None:
@@ -70,7 +74,9 @@ class HeaderDeadlineH11Protocol(H11Protocol):
 
 def uvicorn_options(limits: ServerLimits) -> dict[str, Any]:
     """The uvicorn.Config arguments that enforce ``limits``."""
-    protocol = type("HeaderDeadlineH11", (HeaderDeadlineH11Protocol,), {"header_timeout": limits.header_timeout})
+    protocol = type(
+        "HeaderDeadlineH11", (HeaderDeadlineH11Protocol,), {"header_timeout": limits.header_timeout}
+    )
     return {
         "http": protocol,
         "timeout_keep_alive": limits.keep_alive,

@@ -11,7 +11,8 @@ No `from __future__ import annotations`: FastAPI must resolve the local Annotate
 from collections.abc import Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Path as PathParam, Request
+from fastapi import APIRouter, Body, Depends, Request
+from fastapi import Path as PathParam
 from fastapi.responses import HTMLResponse, Response
 from pydantic import ValidationError
 
@@ -25,8 +26,11 @@ from tht.workflow.contract import SESSION_ID_PATTERN, Review
 WORKSPACE_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 
 
-def review_router(services: Services, principal: Callable[..., Principal],
-                  render: Callable[[Request, str, str], Response]) -> APIRouter:
+def review_router(
+    services: Services,
+    principal: Callable[..., Principal],
+    render: Callable[[Request, str, str], Response],
+) -> APIRouter:
     router = APIRouter()
     Actor = Annotated[Principal, Depends(principal)]
     WorkspaceId = Annotated[str, PathParam(alias="workspaceId", pattern=WORKSPACE_PATTERN)]
@@ -37,32 +41,55 @@ def review_router(services: Services, principal: Callable[..., Principal],
     def workflow(actor: Principal, workspace: str, *, session: str | None = None):
         actor.require_manage(workspace)  # the route's check; the service checks again
         if session is not None and services.workflow.sessions.root is None:
-            raise NotFound(f"session {session} does not exist: this server has no sessions_root",
-                           details={"session": session})
+            raise NotFound(
+                f"session {session} does not exist: this server has no sessions_root",
+                details={"session": session},
+            )
         return services.workflow
 
-    @router.get(base, responses=errors(401, 403, 404, 422, 503), tags=["review"],
-                summary="Sessions with Memory proposals in this workspace")
+    @router.get(
+        base,
+        responses=errors(401, 403, 404, 422, 503),
+        tags=["review"],
+        summary="Sessions with Memory proposals in this workspace",
+    )
     def sessions(actor: Actor, workspace: WorkspaceId) -> dict[str, Any]:
         service = workflow(actor, workspace)
         return {"items": service.list_sessions(actor, workspace) if service.sessions.root else []}
 
-    @router.get(base + "/{sessionId}", responses=errors(401, 403, 404, 409, 422, 503), tags=["review"],
-                summary="The editable Memory summary of a session")
+    @router.get(
+        base + "/{sessionId}",
+        responses=errors(401, 403, 404, 409, 422, 503),
+        tags=["review"],
+        summary="The editable Memory summary of a session",
+    )
     def summary(actor: Actor, workspace: WorkspaceId, session: SessionId) -> dict[str, Any]:
-        return workflow(actor, workspace, session=session).summary(workspace, session, principal=actor)
+        return workflow(actor, workspace, session=session).summary(
+            workspace, session, principal=actor
+        )
 
-    @router.post(base + "/{sessionId}/apply", responses=errors(401, 403, 404, 409, 413, 415, 422, 503),
-                 tags=["review"], summary="Apply the reviewer's choice (once: a repeated delivery returns the receipt)")
-    def apply(actor: Actor, workspace: WorkspaceId, session: SessionId,
-              review: Annotated[dict[str, Any], Body(
-                  description="The reviewer's choice: schemas/memory-review.schema.json")]) -> dict[str, Any]:
+    @router.post(
+        base + "/{sessionId}/apply",
+        responses=errors(401, 403, 404, 409, 413, 415, 422, 503),
+        tags=["review"],
+        summary="Apply the reviewer's choice (once: a repeated delivery returns the receipt)",
+    )
+    def apply(
+        actor: Actor,
+        workspace: WorkspaceId,
+        session: SessionId,
+        review: Annotated[
+            dict[str, Any],
+            Body(description="The reviewer's choice: schemas/memory-review.schema.json"),
+        ],
+    ) -> dict[str, Any]:
         service = workflow(actor, workspace, session=session)
         try:
             choice = Review.model_validate(review)
         except ValidationError as exc:
-            raise InvalidInput(f"invalid review: {describe_validation_error(exc)}",
-                               details=validation_details(exc)) from exc
+            raise InvalidInput(
+                f"invalid review: {describe_validation_error(exc)}", details=validation_details(exc)
+            ) from exc
         return service.review_apply(actor, workspace, session, choice)
 
     @router.get("/admin/review", include_in_schema=False, response_class=HTMLResponse)

@@ -4,7 +4,7 @@ tht.memory.model; these models describe the same rules to API clients."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -49,9 +49,14 @@ class ErrorOut(BaseModel):
 
 
 _DESCRIPTIONS = {
-    401: "Not authenticated", 403: "Not allowed (permission, workspace, CSRF)", 404: "Not found",
-    409: "Conflict (stale revision)", 413: "Body too large", 415: "Body is not JSON",
-    422: "Invalid input", 429: "Too many attempts: retry after the Retry-After header's seconds",
+    401: "Not authenticated",
+    403: "Not allowed (permission, workspace, CSRF)",
+    404: "Not found",
+    409: "Conflict (stale revision)",
+    413: "Body too large",
+    415: "Body is not JSON",
+    422: "Invalid input",
+    429: "Too many attempts: retry after the Retry-After header's seconds",
     503: "Archive or index unavailable",
 }
 
@@ -93,7 +98,7 @@ class ColumnDependency(_Input):
 
 
 # database → schema → table → column: each level requires the one above
-DependencyIn = Union[DatabaseDependency, SchemaDependency, TableDependency, ColumnDependency]
+DependencyIn = DatabaseDependency | SchemaDependency | TableDependency | ColumnDependency
 
 
 class LinkIn(_Input):
@@ -105,8 +110,11 @@ class _CardBase(_Input):
     title: _text(MAX_TITLE)
     concepts: list[_text(MAX_CONCEPT)] = Field(default_factory=list, max_length=MAX_CONCEPTS)
     dependencies: list[DependencyIn] = Field(default_factory=list, max_length=MAX_DEPENDENCIES)
-    links: list[LinkIn] = Field(default_factory=list, max_length=MAX_LINKS,
-                                description="One link per target card of the same workspace (else 404/409)")
+    links: list[LinkIn] = Field(
+        default_factory=list,
+        max_length=MAX_LINKS,
+        description="One link per target card of the same workspace (else 404/409)",
+    )
 
 
 class _DomainClarification(_CardBase):
@@ -143,31 +151,49 @@ class _ExplainedError(_CardBase):
     scope: _text(MAX_SCOPE) | None = None
     sql: _text(MAX_SQL) | None = None
     error_signature: _text(MAX_TEXT) | None = Field(
-        default=None, description="The database error text; stored normalized. Omitted on an edit: kept")
+        default=None,
+        description="The database error text; stored normalized. Omitted on an edit: kept",
+    )
 
 
 class _Revision(BaseModel):
     revision: Revision | None = Field(
-        default=None, description="The revision edited: a newer stored revision is a conflict (409)")
+        default=None, description="The revision edited: a newer stored revision is a conflict (409)"
+    )
 
 
 class DomainClarificationUpdate(_DomainClarification, _Revision): ...
+
+
 class SqlRuleUpdate(_SqlRule, _Revision): ...
+
+
 class SolvedQuestionUpdate(_SolvedQuestion, _Revision): ...
+
+
 class ExplainedErrorUpdate(_ExplainedError, _Revision): ...
 
 
 class DomainClarificationIn(_DomainClarification): ...
+
+
 class SqlRuleIn(_SqlRule): ...
+
+
 class SolvedQuestionIn(_SolvedQuestion): ...
+
+
 class ExplainedErrorIn(_ExplainedError): ...
 
 
 CardIn = Annotated[
-    Union[DomainClarificationIn, SqlRuleIn, SolvedQuestionIn, ExplainedErrorIn], Field(discriminator="family")]
+    DomainClarificationIn | SqlRuleIn | SolvedQuestionIn | ExplainedErrorIn,
+    Field(discriminator="family"),
+]
 CardUpdate = Annotated[
-    Union[DomainClarificationUpdate, SqlRuleUpdate, SolvedQuestionUpdate, ExplainedErrorUpdate],
-    Field(discriminator="family")]
+    DomainClarificationUpdate | SqlRuleUpdate | SolvedQuestionUpdate | ExplainedErrorUpdate,
+    Field(discriminator="family"),
+]
 
 
 # Responses reuse the domain's models: one definition of a card and its parts.
@@ -225,7 +251,7 @@ class TokenLogin(_Input):
     token: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,200}$")]
 
 
-Login = Union[PasswordLogin, TokenLogin]
+Login = PasswordLogin | TokenLogin
 
 
 class PrincipalOut(BaseModel):
@@ -257,17 +283,23 @@ def _refuse_binding(data: Any, where: str) -> Any:
     if isinstance(data, dict):
         named = sorted(set(_BINDING_KEYS) & set(data))
         if named:
-            raise ValueError(f"{' and '.join(named)} {'come' if len(named) > 1 else 'comes'} from the workspace's"
-                             f" configuration and cannot be set in {where}")
+            raise ValueError(
+                f"{' and '.join(named)} {'come' if len(named) > 1 else 'comes'} from the workspace's"
+                f" configuration and cannot be set in {where}"
+            )
     return data
 
 
 class _Filters(_Input):
     scope: Annotated[str, Field(min_length=1, max_length=300, pattern=TEXT_PATTERN)] | None = Field(
-        default=None, description="Business scope, exact")
-    concepts: list[Annotated[str, Field(min_length=1, max_length=MAX_CONCEPT, pattern=TEXT_PATTERN)]] = Field(
-        default_factory=list, max_length=50, description="Every concept must be present")
-    top: Annotated[int, Field(ge=1, le=100)] | None = Field(default=None, description="Results (default 10)")
+        default=None, description="Business scope, exact"
+    )
+    concepts: list[
+        Annotated[str, Field(min_length=1, max_length=MAX_CONCEPT, pattern=TEXT_PATTERN)]
+    ] = Field(default_factory=list, max_length=50, description="Every concept must be present")
+    top: Annotated[int, Field(ge=1, le=100)] | None = Field(
+        default=None, description="Results (default 10)"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -289,15 +321,18 @@ class RecallColumnFiltersIn(_Filters):
     column: Annotated[str, Field(min_length=1, max_length=128, pattern=TEXT_PATTERN)]
 
 
-FiltersIn = Union[RecallFiltersIn, RecallColumnFiltersIn]
+FiltersIn = RecallFiltersIn | RecallColumnFiltersIn
 # `top` is filters.top; a request gives one or the other
-_ONE_TOP: dict[str, Any] = {"not": {"required": ["top"], "properties": {"filters": {"required": ["top"]}}}}
+_ONE_TOP: dict[str, Any] = {
+    "not": {"required": ["top"], "properties": {"filters": {"required": ["top"]}}}
+}
 
 
 class RecallRequest(_Input):
     filters: FiltersIn | None = Field(default=None, description="The object of --filters")
     top: Annotated[int, Field(ge=1, le=100)] | None = Field(
-        default=None, description="Results: the same as filters.top (give one of them)")
+        default=None, description="Results: the same as filters.top (give one of them)"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -332,20 +367,34 @@ class SolvedSearchIn(RecallRequest):
 
 class SearchIn(SolvedSearchIn):
     session: SessionId | None = Field(
-        default=None, description="Workflow session: leave out Memory already decided in it (its ledger)")
+        default=None,
+        description="Workflow session: leave out Memory already decided in it (its ledger)",
+    )
 
 
 class RulesIn(RecallRequest):
     # a question, an error text, or both
-    model_config = ConfigDict(json_schema_extra={**_ONE_TOP, "anyOf": [
-        {"required": ["question"], "properties": {"question": {"type": "string"}}},
-        {"required": ["error"], "properties": {"error": {"type": "string"}}}]})
+    model_config = ConfigDict(
+        json_schema_extra={
+            **_ONE_TOP,
+            "anyOf": [
+                {"required": ["question"], "properties": {"question": {"type": "string"}}},
+                {"required": ["error"], "properties": {"error": {"type": "string"}}},
+            ],
+        }
+    )
 
-    question: Question | None = Field(default=None, description="The user's question (optional with error)")
+    question: Question | None = Field(
+        default=None, description="The user's question (optional with error)"
+    )
     session: SessionId | None = Field(
-        default=None, description="Workflow session: leave out Memory already decided in it (its ledger)")
+        default=None,
+        description="Workflow session: leave out Memory already decided in it (its ledger)",
+    )
     error: Annotated[str, Field(max_length=MAX_QUESTION, pattern=ERROR_TEXT)] | None = Field(
-        default=None, description="A database error text: exact error-signature matches first, then recall")
+        default=None,
+        description="A database error text: exact error-signature matches first, then recall",
+    )
 
     @model_validator(mode="after")
     def _something_to_recall(self) -> Any:
@@ -355,8 +404,12 @@ class RulesIn(RecallRequest):
 
 
 class ProposeIn(_Input):
-    session: SessionId = Field(description="The workflow session id (a directory of the service's sessions_root)")
-    data: dict[str, Any] = Field(description="memory_proposals.json: schemas/memory-proposals.schema.json")
+    session: SessionId = Field(
+        description="The workflow session id (a directory of the service's sessions_root)"
+    )
+    data: dict[str, Any] = Field(
+        description="memory_proposals.json: schemas/memory-proposals.schema.json"
+    )
 
 
 class SessionIn(_Input):
@@ -391,10 +444,15 @@ class RecallOut(BaseModel):
 
 
 class RulesOut(RecallOut):
-    error_signature: str | None = Field(default=None, description="With error: its normalized signature")
-    exact: int | None = Field(default=None, description="With error: how many results matched it exactly")
+    error_signature: str | None = Field(
+        default=None, description="With error: its normalized signature"
+    )
+    exact: int | None = Field(
+        default=None, description="With error: how many results matched it exactly"
+    )
     recall_error: ErrorBody | None = Field(
-        default=None, description="With error: why recall failed after exact matches were found")
+        default=None, description="With error: why recall failed after exact matches were found"
+    )
 
 
 class ProposedOut(BaseModel):

@@ -54,12 +54,16 @@ def read_server_config(path: Path | None) -> ServerConfig:
         raise ConfigurationError(f"server configuration {path} must be a mapping")
     credentials = find_credentials(document)
     if credentials:
-        raise ConfigurationError(f"server configuration {path} contains what looks like a credential "
-                                 f"({', '.join(credentials)}); use the environment")
+        raise ConfigurationError(
+            f"server configuration {path} contains what looks like a credential "
+            f"({', '.join(credentials)}); use the environment"
+        )
     try:
         return ServerConfig.model_validate(document)
     except ValidationError as exc:
-        raise ConfigurationError(f"server configuration {path}: {describe_validation_error(exc)}") from exc
+        raise ConfigurationError(
+            f"server configuration {path}: {describe_validation_error(exc)}"
+        ) from exc
 
 
 def ensure_admin(services: Any, home: Path) -> Path | None:
@@ -86,9 +90,18 @@ def ensure_admin(services: Any, home: Path) -> Path | None:
     return token_file
 
 
-def run_server(*, host: str, port: int, demo: bool, config: Path | None, secure: bool, web: bool = True,
-               idle_timeout: float = 0, limits: ServerLimits | None = None,
-               public_origins: tuple[str, ...] = ()) -> None:
+def run_server(
+    *,
+    host: str,
+    port: int,
+    demo: bool,
+    config: Path | None,
+    secure: bool,
+    web: bool = True,
+    idle_timeout: float = 0,
+    limits: ServerLimits | None = None,
+    public_origins: tuple[str, ...] = (),
+) -> None:
     """The installation's service: the engines, the socket, and (unless ``web`` is
     False) the pages and the API on ``host:port``."""
     from tht.service.server import Service, run_headless, take_over
@@ -97,8 +110,10 @@ def run_server(*, host: str, port: int, demo: bool, config: Path | None, secure:
     server_config = read_server_config(config)
     if not web:
         if demo or config:
-            raise ConfigurationError("--demo and -c need the web app (the headless service takes each command's"
-                                     " runtime file)")
+            raise ConfigurationError(
+                "--demo and -c need the web app (the headless service takes each command's"
+                " runtime file)"
+            )
         run_headless(home, idle_timeout=idle_timeout, announce=_announce)
         return
     import uvicorn
@@ -110,7 +125,9 @@ def run_server(*, host: str, port: int, demo: bool, config: Path | None, secure:
 
     _check_port_free(host, port)
     projection = ProjectionSettings(server_config.index, server_config.embedding)
-    service = Service(home, idle_timeout=idle_timeout, web=True, sessions_root=server_config.sessions_root)
+    service = Service(
+        home, idle_timeout=idle_timeout, web=True, sessions_root=server_config.sessions_root
+    )
     take_over(home, service)
     try:
         service.start()
@@ -123,9 +140,14 @@ def run_server(*, host: str, port: int, demo: bool, config: Path | None, secure:
         login = services.accounts.open_session(ADMIN_USER, one_time=True)
         scheme = "https" if secure else "http"
         base = f"{scheme}://{host}:{port}"
-        announcement = {"url": f"{base}/", "login_url": f"{base}/login/once/{login}", "admin_user": ADMIN_USER,
-                        "admin_token_file": str(token_file) if token_file else None,
-                        "socket": str(service.status()["socket"]), "pid": os.getpid()}
+        announcement = {
+            "url": f"{base}/",
+            "login_url": f"{base}/login/once/{login}",
+            "admin_user": ADMIN_USER,
+            "admin_token_file": str(token_file) if token_file else None,
+            "socket": str(service.status()["socket"]),
+            "pid": os.getpid(),
+        }
 
         class AnnouncingServer(uvicorn.Server):
             async def startup(self, sockets=None) -> None:
@@ -134,11 +156,17 @@ def run_server(*, host: str, port: int, demo: bool, config: Path | None, secure:
                     _announce(announcement)
 
         limits = limits or ServerLimits()
-        settings = WebSettings(secure=secure, body_timeout=limits.body_timeout,
-                               public_origins=public_origins or served_origins(scheme, host, port))
+        settings = WebSettings(
+            secure=secure,
+            body_timeout=limits.body_timeout,
+            public_origins=public_origins or served_origins(scheme, host, port),
+        )
         app = create_app(services, settings, run_command=service.run_command)
-        server = AnnouncingServer(uvicorn.Config(app, host=host, port=port, log_level="warning",
-                                                 **uvicorn_options(limits)))
+        server = AnnouncingServer(
+            uvicorn.Config(
+                app, host=host, port=port, log_level="warning", **uvicorn_options(limits)
+            )
+        )
         service.on_stop = lambda: setattr(server, "should_exit", True)
         server.run()
     finally:

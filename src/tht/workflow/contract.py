@@ -20,7 +20,7 @@ generated from these models (a test keeps them equal).
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -46,7 +46,10 @@ ADMISSIBLE_TYPES: dict[str, frozenset[str]] = {
 }
 # Corrections and errors are knowledge only with the explanation the reviewer approved.
 EXPLAINED_TYPES = frozenset({"sql_corrected", "error_explained"})
-KNOWN_DECISION_TYPES = frozenset().union(*ADMISSIBLE_TYPES.values()) | {"tables_selected", "query_failed"}
+KNOWN_DECISION_TYPES = frozenset().union(*ADMISSIBLE_TYPES.values()) | {
+    "tables_selected",
+    "query_failed",
+}
 GATE = "reviewer_memory_promote"
 
 
@@ -55,7 +58,9 @@ def check_session_id(session: str) -> str:
     if not isinstance(session, str) or not _SESSION_ID.match(session) or ".." in session:
         raise InvalidInput(
             f"'{session}' is not a session id (letters, digits, '.', '_' and '-', starting with a letter or"
-            " digit, at most 128 characters, no '..')", details={"session": session})
+            " digit, at most 128 characters, no '..')",
+            details={"session": session},
+        )
     return session
 
 
@@ -77,7 +82,9 @@ class DecisionEvent(_Strict):
     type: Annotated[str, Field(min_length=1, max_length=64)]
     status: Literal["approved", "rejected", "superseded"]
     payload: dict[str, Any] = Field(default_factory=dict)
-    supersedes: list[Annotated[str, Field(pattern=DECISION_ID_PATTERN)]] = Field(default_factory=list)
+    supersedes: list[Annotated[str, Field(pattern=DECISION_ID_PATTERN)]] = Field(
+        default_factory=list
+    )
     at: str | None = None
 
 
@@ -127,7 +134,7 @@ class OtherEvent(BaseModel):
         return self
 
 
-LedgerEvent = Union[DecisionEvent, MemoryDecidedEvent, MemorySummaryReviewedEvent, OtherEvent]
+LedgerEvent = DecisionEvent | MemoryDecidedEvent | MemorySummaryReviewedEvent | OtherEvent
 
 
 # --- memory_proposals.json --------------------------------------------------------------
@@ -151,13 +158,20 @@ class ProposalLink(_Strict):
 class Proposal(_Strict):
     id: Annotated[str, Field(pattern=PROPOSAL_ID_PATTERN)]
     action: Literal["add", "update"]
-    sources: list[Annotated[str, Field(pattern=DECISION_ID_PATTERN)]] = Field(min_length=1, max_length=50)
-    card: dict[str, Any] = Field(description="The card (as `tht memory create` takes it, without links)")
+    sources: list[Annotated[str, Field(pattern=DECISION_ID_PATTERN)]] = Field(
+        min_length=1, max_length=50
+    )
+    card: dict[str, Any] = Field(
+        description="The card (as `tht memory create` takes it, without links)"
+    )
     links: list[ProposalLink] = Field(default_factory=list, max_length=100)
     card_id: CardId | None = Field(default=None, description="update: the existing card")
-    revision: Annotated[int, Field(ge=1)] | None = Field(default=None, description="update: its current revision")
+    revision: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="update: its current revision"
+    )
     change: Annotated[str, Field(min_length=1, max_length=MAX_TEXT)] | None = Field(
-        default=None, description="update: what changes and why")
+        default=None, description="update: what changes and why"
+    )
     # Set by `propose`: an exact existing card that makes the addition unnecessary.
     reuse: CardId | None = None
 
@@ -166,7 +180,9 @@ class Proposal(_Strict):
         if self.action == "update" and (self.card_id is None or self.revision is None):
             raise ValueError("an update names the existing card (card_id) and its current revision")
         if self.action == "add" and (self.card_id is not None or self.revision is not None):
-            raise ValueError("an addition has no card_id or revision (use action update to change a card)")
+            raise ValueError(
+                "an addition has no card_id or revision (use action update to change a card)"
+            )
         return self
 
 
@@ -208,8 +224,14 @@ class Review(_Strict):
 
 SCHEMAS = {
     "ledger-event.schema.json": ("Thoth Memory: one event of <session>/ledger.jsonl", LedgerEvent),
-    "memory-proposals.schema.json": ("Thoth Memory: <session>/memory_proposals.json", ProposalsFile),
-    "memory-review.schema.json": ("Thoth Memory: the reviewer's choice in a review-apply gate request", Review),
+    "memory-proposals.schema.json": (
+        "Thoth Memory: <session>/memory_proposals.json",
+        ProposalsFile,
+    ),
+    "memory-review.schema.json": (
+        "Thoth Memory: the reviewer's choice in a review-apply gate request",
+        Review,
+    ),
 }
 
 
@@ -220,6 +242,10 @@ def json_schemas() -> dict[str, dict[str, Any]]:
     found = {}
     for name, (title, model) in SCHEMAS.items():
         schema = TypeAdapter(model).json_schema()
-        found[name] = {"$schema": "https://json-schema.org/draft/2020-12/schema",
-                       "$id": f"https://thoth-memory.invalid/schemas/{name}", **schema, "title": title}
+        found[name] = {
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "$id": f"https://thoth-memory.invalid/schemas/{name}",
+            **schema,
+            "title": title,
+        }
     return found

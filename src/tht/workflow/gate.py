@@ -12,7 +12,7 @@ the transaction that saves the review; a redelivery of an already-applied review
 from __future__ import annotations
 
 import secrets
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -25,15 +25,30 @@ from tht.workflow.contract import GATE, SESSION_ID_PATTERN, Review
 VERSION = 1
 
 
-def new_gate_request(principal: Principal, workspace: str, session: str, review: dict[str, Any], *,
-                     lifetime: timedelta = timedelta(minutes=2), now: datetime | None = None) -> dict[str, Any]:
+def new_gate_request(
+    principal: Principal,
+    workspace: str,
+    session: str,
+    review: dict[str, Any],
+    *,
+    lifetime: timedelta = timedelta(minutes=2),
+    now: datetime | None = None,
+) -> dict[str, Any]:
     """The request snapshot the workflow backend signs (with `tht.protected.sign`)."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     return {
-        "version": VERSION, "gate": GATE, "workspace": workspace, "session": session,
-        "principal": {"user": principal.user, "role": principal.role, "workspaces": sorted(principal.workspaces)},
+        "version": VERSION,
+        "gate": GATE,
+        "workspace": workspace,
+        "session": session,
+        "principal": {
+            "user": principal.user,
+            "role": principal.role,
+            "workspaces": sorted(principal.workspaces),
+        },
         "review": review,
-        "issued_at": now.isoformat(), "expires_at": (now + lifetime).isoformat(),
+        "issued_at": now.isoformat(),
+        "expires_at": (now + lifetime).isoformat(),
         "nonce": secrets.token_urlsafe(24),
     }
 
@@ -55,9 +70,19 @@ class GateRequest(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
 
-def verify_gate_request(document: Any, key: bytes, *, workspace: str, now: datetime | None = None) -> GateRequest:
-    parsed = verify_signed(document, key, _GateRequest, kind="gate request", workspace=workspace, now=now)
+def verify_gate_request(
+    document: Any, key: bytes, *, workspace: str, now: datetime | None = None
+) -> GateRequest:
+    parsed = verify_signed(
+        document, key, _GateRequest, kind="gate request", workspace=workspace, now=now
+    )
     if parsed.gate != GATE:
         raise PermissionDenied(f"review-apply is owned by the {GATE} gate, not '{parsed.gate}'")
-    return GateRequest(principal=parsed.trusted_principal(), workspace=parsed.workspace, session=parsed.session,
-                       review=parsed.review, nonce=parsed.nonce, expires_at=parsed.expires_at)
+    return GateRequest(
+        principal=parsed.trusted_principal(),
+        workspace=parsed.workspace,
+        session=parsed.session,
+        review=parsed.review,
+        nonce=parsed.nonce,
+        expires_at=parsed.expires_at,
+    )

@@ -22,7 +22,7 @@ import hashlib
 import json
 import re
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -70,8 +70,17 @@ from tht.workflow.contract import (
 from tht.workflow.session import Ledger, SessionStore
 
 DERIVED_SOLVED = "approved-sql"  # the proposal id of a solved question derived from the ledger
-CARD_FIELDS = ("title", "content", "scope", "rationale", "question", "sql", "context", "error_signature",
-               "concepts")
+CARD_FIELDS = (
+    "title",
+    "content",
+    "scope",
+    "rationale",
+    "question",
+    "sql",
+    "context",
+    "error_signature",
+    "concepts",
+)
 
 
 def _queries() -> dict[str, str]:
@@ -96,8 +105,10 @@ def _parse_card(document: Any, where: str) -> CardInput:
         raise InvalidInput(f"{where}: the card must be a JSON object")
     for key in ("links", "revision"):
         if key in document:
-            raise InvalidInput(f"{where}: '{key}' does not go in the card (links belong to the proposal,"
-                               " the revision to an update)")
+            raise InvalidInput(
+                f"{where}: '{key}' does not go in the card (links belong to the proposal,"
+                " the revision to an update)"
+            )
     try:
         return parse_card_input(document)
     except ThothError as exc:
@@ -107,13 +118,20 @@ def _parse_card(document: Any, where: str) -> CardInput:
 def _require_workspace(tx: ArchiveTransaction) -> str:
     workspace = tx.workspace()
     if workspace is None:
-        raise NotFound(f"workspace '{tx.workspace_id}' does not exist", details={"workspace": tx.workspace_id})
+        raise NotFound(
+            f"workspace '{tx.workspace_id}' does not exist", details={"workspace": tx.workspace_id}
+        )
     return workspace.language
 
 
 class WorkflowService:
-    def __init__(self, archive: PostgresArchive, projector: Any = None, recall: Any = None,
-                 sessions_root: Path | None = None) -> None:
+    def __init__(
+        self,
+        archive: PostgresArchive,
+        projector: Any = None,
+        recall: Any = None,
+        sessions_root: Path | None = None,
+    ) -> None:
         self.archive = archive
         self.projector = projector
         self.recall = recall
@@ -130,17 +148,23 @@ class WorkflowService:
             raise InvalidInput("the proposals must be a JSON object")
         document = {k: v for k, v in document.items() if k not in ("digest", "recorded_at")}
         if isinstance(document.get("proposals"), list):
-            document["proposals"] = [{k: v for k, v in p.items() if k != "reuse"} if isinstance(p, dict) else p
-                                     for p in document["proposals"]]
+            document["proposals"] = [
+                {k: v for k, v in p.items() if k != "reuse"} if isinstance(p, dict) else p
+                for p in document["proposals"]
+            ]
         try:
             parsed = ProposalsFile.model_validate(document)
         except ValidationError as exc:
-            raise InvalidInput(f"invalid proposals: {describe_validation_error(exc)}",
-                               details=validation_details(exc)) from exc
+            raise InvalidInput(
+                f"invalid proposals: {describe_validation_error(exc)}",
+                details=validation_details(exc),
+            ) from exc
         if parsed.session not in (None, session):
             raise InvalidInput(f"the proposals are for session {parsed.session}, not {session}")
         if parsed.workspace not in (None, workspace):
-            raise InvalidInput(f"the proposals are for workspace '{parsed.workspace}', not '{workspace}'")
+            raise InvalidInput(
+                f"the proposals are for workspace '{parsed.workspace}', not '{workspace}'"
+            )
         ledger = self.sessions.ledger(session)
         decisions = ledger.decisions()
         problems: list[dict[str, Any]] = []
@@ -160,9 +184,15 @@ class WorkflowService:
                 cards[proposal.id] = _parse_card(proposal.card, f"proposal {proposal.id}")
             except ThothError as exc:
                 refuse(proposal.id, "invalid_card", exc.message)
-        solved = [p.id for p in parsed.proposals if cards.get(p.id) and cards[p.id].family == "solved_question"]
+        solved = [
+            p.id
+            for p in parsed.proposals
+            if cards.get(p.id) and cards[p.id].family == "solved_question"
+        ]
         if len(solved) > 1:
-            refuse(solved[1], "second_solved_question", "a session has one approved solved question")
+            refuse(
+                solved[1], "second_solved_question", "a session has one approved solved question"
+            )
         for proposal in parsed.proposals:
             card = cards.get(proposal.id)
             if card is not None:
@@ -172,27 +202,45 @@ class WorkflowService:
         with self.archive.transaction(workspace) as tx:
             _require_workspace(tx)
             if _sql(tx).row("receipt_get", session=session) is not None:
-                raise Conflict(f"session {session} was already reviewed: its proposals cannot change",
-                               details={"session": session})
-            targets = {card_id_to_uuid(link.target) for p in parsed.proposals for link in p.links if link.target}
+                raise Conflict(
+                    f"session {session} was already reviewed: its proposals cannot change",
+                    details={"session": session},
+                )
+            targets = {
+                card_id_to_uuid(link.target)
+                for p in parsed.proposals
+                for link in p.links
+                if link.target
+            }
             updated = [card_id_to_uuid(p.card_id) for p in parsed.proposals if p.action == "update"]
             existing = tx.cards(sorted(targets | set(updated)))
             for proposal in parsed.proposals:
                 card = cards.get(proposal.id)
                 for link in proposal.links:
                     if link.target and card_id_to_uuid(link.target) not in existing:
-                        refuse(proposal.id, "missing_link_target",
-                               f"link target {link.target} does not exist in workspace '{workspace}'")
+                        refuse(
+                            proposal.id,
+                            "missing_link_target",
+                            f"link target {link.target} does not exist in workspace '{workspace}'",
+                        )
                 if proposal.action == "update":
                     current = existing.get(card_id_to_uuid(proposal.card_id))
                     if current is None:
-                        refuse(proposal.id, "missing_card", f"card {proposal.card_id} does not exist")
+                        refuse(
+                            proposal.id, "missing_card", f"card {proposal.card_id} does not exist"
+                        )
                     elif current.revision != proposal.revision:
-                        refuse(proposal.id, "stale_revision",
-                               f"card {proposal.card_id} is at revision {current.revision}, not {proposal.revision}")
+                        refuse(
+                            proposal.id,
+                            "stale_revision",
+                            f"card {proposal.card_id} is at revision {current.revision}, not {proposal.revision}",
+                        )
                     elif card is not None and current.family != card.family:
-                        refuse(proposal.id, "family_changed",
-                               f"an update keeps the family of {proposal.card_id} ({current.family})")
+                        refuse(
+                            proposal.id,
+                            "family_changed",
+                            f"an update keeps the family of {proposal.card_id} ({current.family})",
+                        )
             recorded = []
             for proposal in parsed.proposals:
                 card = cards.get(proposal.id)
@@ -204,37 +252,78 @@ class WorkflowService:
             raise ProposalRefused(
                 f"{len({p['proposal'] for p in problems})} proposal(s) refused: "
                 + "; ".join(f"{p['proposal']}: {p['message']}" for p in problems),
-                details={"problems": problems})
-        body = {"workspace": workspace, "session": session,
-                "proposals": [p.model_dump(mode="json", exclude_none=True) for p in recorded]}
-        result = ProposalsFile(session=session, workspace=workspace, proposals=recorded, digest=_digest(body),
-                               recorded_at=datetime.now(timezone.utc).isoformat())
+                details={"problems": problems},
+            )
+        body = {
+            "workspace": workspace,
+            "session": session,
+            "proposals": [p.model_dump(mode="json", exclude_none=True) for p in recorded],
+        }
+        result = ProposalsFile(
+            session=session,
+            workspace=workspace,
+            proposals=recorded,
+            digest=_digest(body),
+            recorded_at=datetime.now(UTC).isoformat(),
+        )
         path = self.sessions.write_proposals(session, result)
         return {
-            "session": session, "workspace": workspace, "recorded": str(path), "digest": result.digest,
-            "proposals": [{"id": p.id, "action": "reuse" if p.reuse else p.action,
-                           "family": cards[p.id].family, "card_id": p.reuse or p.card_id} for p in recorded],
+            "session": session,
+            "workspace": workspace,
+            "recorded": str(path),
+            "digest": result.digest,
+            "proposals": [
+                {
+                    "id": p.id,
+                    "action": "reuse" if p.reuse else p.action,
+                    "family": cards[p.id].family,
+                    "card_id": p.reuse or p.card_id,
+                }
+                for p in recorded
+            ],
         }
 
     @staticmethod
-    def _approved_solved_question(session: str, decisions: dict, proposals: list[Proposal]) -> Proposal | None:
+    def _approved_solved_question(
+        session: str, decisions: dict, proposals: list[Proposal]
+    ) -> Proposal | None:
         """The summary always offers the session's approved SQL as a solved question:
         when Pi proposed none, one is derived from the last effective `sql_approved`
         decision that names its question. It is only a proposal: the reviewer decides."""
-        if any(isinstance(p.card, dict) and p.card.get("family") == "solved_question" for p in proposals):
+        if any(
+            isinstance(p.card, dict) and p.card.get("family") == "solved_question"
+            for p in proposals
+        ):
             return None
         if any(p.id == DERIVED_SOLVED for p in proposals):
             return None
-        approved = [d for d in decisions.values() if d.type == "sql_approved" and d.status == "approved"
-                    and str(d.payload.get("sql") or "").strip() and str(d.payload.get("question") or "").strip()]
+        approved = [
+            d
+            for d in decisions.values()
+            if d.type == "sql_approved"
+            and d.status == "approved"
+            and str(d.payload.get("sql") or "").strip()
+            and str(d.payload.get("question") or "").strip()
+        ]
         if not approved:
             return None
         decision = approved[-1]
         question = str(decision.payload["question"]).strip()
-        context = str(decision.payload.get("context") or "").strip() or f"Approved in session {session}."
-        return Proposal(id=DERIVED_SOLVED, action="add", sources=[decision.id], card={
-            "family": "solved_question", "title": question[:MAX_TITLE], "question": question,
-            "sql": str(decision.payload["sql"]).strip(), "context": context})
+        context = (
+            str(decision.payload.get("context") or "").strip() or f"Approved in session {session}."
+        )
+        return Proposal(
+            id=DERIVED_SOLVED,
+            action="add",
+            sources=[decision.id],
+            card={
+                "family": "solved_question",
+                "title": question[:MAX_TITLE],
+                "question": question,
+                "sql": str(decision.payload["sql"]).strip(),
+                "context": context,
+            },
+        )
 
     @staticmethod
     def _check_sources(proposal: Proposal, card: CardInput, decisions: dict, refuse: Any) -> None:
@@ -243,28 +332,51 @@ class WorkflowService:
         for source in proposal.sources:
             decision = decisions.get(source)
             if decision is None:
-                refuse(proposal.id, "unknown_decision", f"decision {source} is not in the session ledger")
+                refuse(
+                    proposal.id,
+                    "unknown_decision",
+                    f"decision {source} is not in the session ledger",
+                )
                 continue
             if decision.status != "approved":
-                refuse(proposal.id, "not_approved",
-                       f"decision {source} is {decision.status}: only effective approved decisions found knowledge")
+                refuse(
+                    proposal.id,
+                    "not_approved",
+                    f"decision {source} is {decision.status}: only effective approved decisions found knowledge",
+                )
                 continue
             if decision.type not in admissible:
-                refuse(proposal.id, "inadmissible_type",
-                       f"a decision of type {decision.type} ({source}) cannot found a {card.family}"
-                       f" (admissible: {', '.join(sorted(admissible))})")
+                refuse(
+                    proposal.id,
+                    "inadmissible_type",
+                    f"a decision of type {decision.type} ({source}) cannot found a {card.family}"
+                    f" (admissible: {', '.join(sorted(admissible))})",
+                )
                 continue
-            if decision.type in EXPLAINED_TYPES and not str(decision.payload.get("explanation") or "").strip():
-                refuse(proposal.id, "unexplained",
-                       f"decision {source} has no approved explanation: an unexplained failure is not knowledge")
+            if (
+                decision.type in EXPLAINED_TYPES
+                and not str(decision.payload.get("explanation") or "").strip()
+            ):
+                refuse(
+                    proposal.id,
+                    "unexplained",
+                    f"decision {source} has no approved explanation: an unexplained failure is not knowledge",
+                )
             if decision.type == "sql_approved":
                 approved_sql.append(str(decision.payload.get("sql") or "").strip())
         if card.family == "solved_question":
             if not approved_sql:
-                refuse(proposal.id, "no_approved_sql", "a solved question names its sql_approved decision")
+                refuse(
+                    proposal.id,
+                    "no_approved_sql",
+                    "a solved question names its sql_approved decision",
+                )
             elif (card.sql or "").strip() not in approved_sql:
-                refuse(proposal.id, "sql_not_approved",
-                       "the solved question's SQL differs from the approved SQL of its decision")
+                refuse(
+                    proposal.id,
+                    "sql_not_approved",
+                    "the solved question's SQL differs from the approved SQL of its decision",
+                )
 
     @staticmethod
     def _check_links(proposal: Proposal, ids: list[str], refuse: Any) -> None:
@@ -272,20 +384,35 @@ class WorkflowService:
         for link in proposal.links:
             key = link.target or f"proposal:{link.proposal}"
             if key in seen:
-                refuse(proposal.id, "duplicate_link", f"more than one link to {link.target or link.proposal}")
+                refuse(
+                    proposal.id,
+                    "duplicate_link",
+                    f"more than one link to {link.target or link.proposal}",
+                )
             seen.add(key)
             if link.proposal is not None:
                 if link.proposal == proposal.id:
                     refuse(proposal.id, "self_link", "a proposal cannot link to itself")
                 elif link.proposal not in ids:
-                    refuse(proposal.id, "missing_link_target", f"proposal {link.proposal} is not in this summary")
+                    refuse(
+                        proposal.id,
+                        "missing_link_target",
+                        f"proposal {link.proposal} is not in this summary",
+                    )
             if link.target is not None and proposal.card_id == link.target:
                 refuse(proposal.id, "self_link", "a card cannot link to itself")
 
     @staticmethod
     def _exact_duplicate(tx: ArchiveTransaction, card: CardInput) -> str | None:
-        rows = _sql(tx).rows("exact_duplicates", family=card.family, content=_fold(card.content), scope=_fold(card.scope),
-                     question=_fold(card.question), sql=_fold(card.sql), context=_fold(card.context))
+        rows = _sql(tx).rows(
+            "exact_duplicates",
+            family=card.family,
+            content=_fold(card.content),
+            scope=_fold(card.scope),
+            question=_fold(card.question),
+            sql=_fold(card.sql),
+            context=_fold(card.context),
+        )
         if not rows:
             return None
         wanted = sorted(d.key() for d in card.dependencies)
@@ -299,16 +426,29 @@ class WorkflowService:
     def _recorded(self, workspace: str, session: str) -> ProposalsFile:
         recorded = self.sessions.proposals(session)
         if recorded is None:
-            return ProposalsFile(session=session, workspace=workspace, proposals=[],
-                                 digest=_digest({"workspace": workspace, "session": session, "proposals": []}))
+            return ProposalsFile(
+                session=session,
+                workspace=workspace,
+                proposals=[],
+                digest=_digest({"workspace": workspace, "session": session, "proposals": []}),
+            )
         if recorded.digest is None:
-            raise InvalidInput(f"the proposals of session {session} were not recorded: run `tht memory propose`")
+            raise InvalidInput(
+                f"the proposals of session {session} were not recorded: run `tht memory propose`"
+            )
         if recorded.workspace != workspace or recorded.session != session:
-            raise InvalidInput(f"the proposals of session {session} belong to workspace '{recorded.workspace}'")
-        body = {"workspace": workspace, "session": session,
-                "proposals": [p.model_dump(mode="json", exclude_none=True) for p in recorded.proposals]}
+            raise InvalidInput(
+                f"the proposals of session {session} belong to workspace '{recorded.workspace}'"
+            )
+        body = {
+            "workspace": workspace,
+            "session": session,
+            "proposals": [p.model_dump(mode="json", exclude_none=True) for p in recorded.proposals],
+        }
         if _digest(body) != recorded.digest:
-            raise Conflict(f"the proposals of session {session} changed after they were recorded: propose again")
+            raise Conflict(
+                f"the proposals of session {session} changed after they were recorded: propose again"
+            )
         return recorded
 
     def list_sessions(self, principal: Principal, workspace: str) -> list[dict[str, Any]]:
@@ -322,8 +462,13 @@ class WorkflowService:
             except ThothError:
                 continue
             if recorded is not None and recorded.workspace == workspace and recorded.digest:
-                found.append({"session": session, "proposals": len(recorded.proposals),
-                              "recorded_at": recorded.recorded_at})
+                found.append(
+                    {
+                        "session": session,
+                        "proposals": len(recorded.proposals),
+                        "recorded_at": recorded.recorded_at,
+                    }
+                )
         with self.archive.transaction(workspace) as tx:
             _require_workspace(tx)
             for item in found:
@@ -331,7 +476,9 @@ class WorkflowService:
                 item["reviewed"] = receipt["outcome"] if receipt else None
         return sorted(found, key=lambda i: (i["recorded_at"] or "", i["session"]), reverse=True)
 
-    def summary(self, workspace: str, session: str, *, principal: Principal | None = None) -> dict[str, Any]:
+    def summary(
+        self, workspace: str, session: str, *, principal: Principal | None = None
+    ) -> dict[str, Any]:
         """One editable summary: additions, updates with their change, the approved
         solved question (its SQL read-only), links, reused cards."""
         if principal is not None:
@@ -342,54 +489,110 @@ class WorkflowService:
         with self.archive.transaction(workspace) as tx:
             _require_workspace(tx)
             receipt = _sql(tx).row("receipt_get", session=session)
-            wanted = {card_id_to_uuid(c) for p in recorded.proposals
-                      for c in [p.card_id, p.reuse, *[link.target for link in p.links]] if c}
+            wanted = {
+                card_id_to_uuid(c)
+                for p in recorded.proposals
+                for c in [p.card_id, p.reuse, *[link.target for link in p.links]]
+                if c
+            }
             existing = tx.cards(sorted(wanted))
         current = {uuid_to_card_id(k): v for k, v in existing.items()}
         additions, updates, reused, links = [], [], [], []
         solved = None
         for proposal in recorded.proposals:
             card = parse_card_input(proposal.card)
-            edit = card.model_dump(mode="json", by_alias=True, exclude_none=True, exclude={"revision", "links"})
+            edit = card.model_dump(
+                mode="json", by_alias=True, exclude_none=True, exclude={"revision", "links"}
+            )
             for link in proposal.links:
-                links.append({"from": proposal.id, "target": link.target, "proposal": link.proposal,
-                              "meaning": link.meaning,
-                              "target_title": current[link.target].title if link.target in current else None})
-            entry = {"proposal": proposal.id, "family": card.family, "sources": proposal.sources, "card": edit,
-                     "links": [link.model_dump(exclude_none=True) for link in proposal.links]}
+                links.append(
+                    {
+                        "from": proposal.id,
+                        "target": link.target,
+                        "proposal": link.proposal,
+                        "meaning": link.meaning,
+                        "target_title": current[link.target].title
+                        if link.target in current
+                        else None,
+                    }
+                )
+            entry = {
+                "proposal": proposal.id,
+                "family": card.family,
+                "sources": proposal.sources,
+                "card": edit,
+                "links": [link.model_dump(exclude_none=True) for link in proposal.links],
+            }
             if proposal.reuse:
                 found = current.get(proposal.reuse)
-                reused.append({"proposal": proposal.id, "card_id": proposal.reuse,
-                               "title": found.title if found else None, "exists": found is not None})
+                reused.append(
+                    {
+                        "proposal": proposal.id,
+                        "card_id": proposal.reuse,
+                        "title": found.title if found else None,
+                        "exists": found is not None,
+                    }
+                )
             elif proposal.action == "update":
                 found = current.get(proposal.card_id)
-                updates.append({**entry, "card_id": proposal.card_id, "revision": proposal.revision,
-                                "change": proposal.change,
-                                "current": found.as_json() if found else None,
-                                "current_revision": found.revision if found else None,
-                                "stale": found is None or found.revision != proposal.revision,
-                                "changes": _changes(found, card) if found else []})
+                updates.append(
+                    {
+                        **entry,
+                        "card_id": proposal.card_id,
+                        "revision": proposal.revision,
+                        "change": proposal.change,
+                        "current": found.as_json() if found else None,
+                        "current_revision": found.revision if found else None,
+                        "stale": found is None or found.revision != proposal.revision,
+                        "changes": _changes(found, card) if found else [],
+                    }
+                )
             elif card.family == "solved_question":
-                solved = {**entry, "question": card.question, "sql": card.sql, "context": card.context,
-                          "sql_read_only": True}
+                solved = {
+                    **entry,
+                    "question": card.question,
+                    "sql": card.sql,
+                    "context": card.context,
+                    "sql_read_only": True,
+                }
             else:
                 additions.append(entry)
         return {
-            "session": session, "workspace": workspace, "gate": GATE, "proposals_digest": recorded.digest,
-            "additions": additions, "updates": updates, "solved_question": solved, "links": links,
-            "reused": reused, "reviewed": _receipt_json(receipt) if receipt else None,
+            "session": session,
+            "workspace": workspace,
+            "gate": GATE,
+            "proposals_digest": recorded.digest,
+            "additions": additions,
+            "updates": updates,
+            "solved_question": solved,
+            "links": links,
+            "reused": reused,
+            "reviewed": _receipt_json(receipt) if receipt else None,
         }
 
     # --- review-apply --------------------------------------------------------------------
 
-    def review_apply(self, principal: Principal, workspace: str, session: str, review: Review, *,
-                     nonce: str | None = None, nonce_expires: datetime | None = None) -> dict[str, Any]:
+    def review_apply(
+        self,
+        principal: Principal,
+        workspace: str,
+        session: str,
+        review: Review,
+        *,
+        nonce: str | None = None,
+        nonce_expires: datetime | None = None,
+    ) -> dict[str, Any]:
         """Apply the reviewer's choice once; a redelivery returns the same result."""
         principal.require_manage(workspace)
         check_session_id(session)
         self.sessions.directory(session)
-        request_digest = _digest({"workspace": workspace, "session": session,
-                                  "review": review.model_dump(mode="json", exclude_none=True)})
+        request_digest = _digest(
+            {
+                "workspace": workspace,
+                "session": session,
+                "review": review.model_dump(mode="json", exclude_none=True),
+            }
+        )
         with self.archive.transaction(workspace, lock=True, accounts=nonce is not None) as tx:
             language = _require_workspace(tx)
             receipt = _sql(tx).row("receipt_get", session=session)
@@ -398,18 +601,30 @@ class WorkflowService:
                 if receipt["request_digest"] != request_digest:
                     raise ReceiptConflict(
                         f"session {session} was already reviewed with a different choice: the first review stands",
-                        details={"session": session, "receipt": _receipt_json(receipt)})
+                        details={"session": session, "receipt": _receipt_json(receipt)},
+                    )
             else:
-                if nonce is not None and tx.row("nonce_use", nonce=nonce, expires_at=nonce_expires) is None:
+                if (
+                    nonce is not None
+                    and tx.row("nonce_use", nonce=nonce, expires_at=nonce_expires) is None
+                ):
                     raise PermissionDenied("this gate request was already used (replay refused)")
                 recorded = self._recorded(workspace, session)
                 if review.proposals_digest != recorded.digest:
-                    raise Conflict("the proposals changed since the summary was shown: review the new summary",
-                                   details={"expected": recorded.digest, "reviewed": review.proposals_digest})
+                    raise Conflict(
+                        "the proposals changed since the summary was shown: review the new summary",
+                        details={"expected": recorded.digest, "reviewed": review.proposals_digest},
+                    )
                 result = self._apply(tx, language, session, recorded, review)
-                receipt = _sql(tx).row("receipt_insert", session=session, request_digest=request_digest,
-                               proposals_digest=recorded.digest, outcome=result["outcome"],
-                               reviewer=principal.user, result=Jsonb(result))
+                receipt = _sql(tx).row(
+                    "receipt_insert",
+                    session=session,
+                    request_digest=request_digest,
+                    proposals_digest=recorded.digest,
+                    outcome=result["outcome"],
+                    reviewer=principal.user,
+                    result=Jsonb(result),
+                )
         crash_point("review_apply.after_memory_commit")
         appended = self._append_reviewed(workspace, session, receipt)
         crash_point("review_apply.after_ledger_append")
@@ -421,9 +636,14 @@ class WorkflowService:
         written = [card_id_to_uuid(c["card"]) for c in cards if c["action"] in ("add", "update")]
         index = self._index(workspace, written)
         with self.archive.transaction(workspace) as tx:
-            present = {uuid_to_card_id(i) for i in tx.existing_cards([card_id_to_uuid(c["card"]) for c in cards])}
+            present = {
+                uuid_to_card_id(i)
+                for i in tx.existing_cards([card_id_to_uuid(c["card"]) for c in cards])
+            }
         return {
-            "status": receipt["outcome"], "replayed": replayed, "session": session,
+            "status": receipt["outcome"],
+            "replayed": replayed,
+            "session": session,
             "receipt": _receipt_json(receipt),
             "cards": [{**c, "exists": c["card"] in present} for c in cards],
             "declined": receipt["result"].get("declined", []),
@@ -431,22 +651,41 @@ class WorkflowService:
             "index": index,
         }
 
-    def _apply(self, tx: ArchiveTransaction, language: str, session: str, recorded: ProposalsFile,
-               review: Review) -> dict[str, Any]:
+    def _apply(
+        self,
+        tx: ArchiveTransaction,
+        language: str,
+        session: str,
+        recorded: ProposalsFile,
+        review: Review,
+    ) -> dict[str, Any]:
         by_id = {p.id: p for p in recorded.proposals}
         selected = [] if review.decision == "decline_all" else review.selected
         chosen: list[tuple[Proposal, CardInput, list[ProposalLink]]] = []
         for selection in selected:
             proposal = by_id.get(selection.proposal)
             if proposal is None:
-                raise InvalidInput(f"proposal {selection.proposal} is not in the summary of session {session}")
+                raise InvalidInput(
+                    f"proposal {selection.proposal} is not in the summary of session {session}"
+                )
             proposed = parse_card_input(proposal.card)
-            card = proposed if selection.card is None else _parse_card(selection.card, f"proposal {proposal.id}")
+            card = (
+                proposed
+                if selection.card is None
+                else _parse_card(selection.card, f"proposal {proposal.id}")
+            )
             if card.family != proposed.family:
-                raise InvalidInput(f"proposal {proposal.id}: the review cannot change the family ({proposed.family})")
-            if card.family == "solved_question" and (card.sql or "").strip() != (proposed.sql or "").strip():
+                raise InvalidInput(
+                    f"proposal {proposal.id}: the review cannot change the family ({proposed.family})"
+                )
+            if (
+                card.family == "solved_question"
+                and (card.sql or "").strip() != (proposed.sql or "").strip()
+            ):
                 raise ApprovedSqlReadOnly(details={"proposal": proposal.id})
-            chosen.append((proposal, card, proposal.links if selection.links is None else selection.links))
+            chosen.append(
+                (proposal, card, proposal.links if selection.links is None else selection.links)
+            )
         # identities first, so links between selected new cards resolve in this transaction
         identity: dict[str, uuid.UUID] = {}
         for proposal, _, _ in chosen:
@@ -469,7 +708,9 @@ class WorkflowService:
                     if link.proposal not in identity:
                         raise InvalidInput(
                             f"proposal {proposal.id} links to proposal {link.proposal}, which is not selected:"
-                            " nothing was saved", details={"proposal": proposal.id, "link": link.proposal})
+                            " nothing was saved",
+                            details={"proposal": proposal.id, "link": link.proposal},
+                        )
                     resolved.append((identity[link.proposal], link.meaning))
                 else:
                     resolved.append((card_id_to_uuid(link.target), link.meaning))
@@ -479,37 +720,68 @@ class WorkflowService:
             if len(set(targets)) != len(targets):
                 raise Conflict(f"proposal {proposal.id}: more than one link to one card")
             if proposal.reuse:
-                outcome_cards.append({"proposal": proposal.id, "card": proposal.reuse, "action": "reuse",
-                                      "family": card.family})
+                outcome_cards.append(
+                    {
+                        "proposal": proposal.id,
+                        "card": proposal.reuse,
+                        "action": "reuse",
+                        "family": card.family,
+                    }
+                )
                 continue
             if proposal.action == "update":
                 revision = tx.lock_card(card_uuid)
                 if revision is None:
-                    raise NotFound(f"card {proposal.card_id} of proposal {proposal.id} was deleted: it is never"
-                                   " recreated; nothing was saved", details={"id": proposal.card_id})
+                    raise NotFound(
+                        f"card {proposal.card_id} of proposal {proposal.id} was deleted: it is never"
+                        " recreated; nothing was saved",
+                        details={"id": proposal.card_id},
+                    )
                 if revision != proposal.revision:
                     raise StaleRevision(
                         f"card {proposal.card_id} changed since it was proposed (revision {revision}, not"
                         f" {proposal.revision}): nothing was saved",
-                        details={"id": proposal.card_id, "expected": proposal.revision, "current": revision})
+                        details={
+                            "id": proposal.card_id,
+                            "expected": proposal.revision,
+                            "current": revision,
+                        },
+                    )
                 tx.update_card(card_uuid, card)
             else:
-                tx.insert_card(card_uuid, card, language=language, origin="workflow",
-                               source=Source(session=session, decisions=proposal.sources))
+                tx.insert_card(
+                    card_uuid,
+                    card,
+                    language=language,
+                    origin="workflow",
+                    source=Source(session=session, decisions=proposal.sources),
+                )
             tx.replace_dependencies(card_uuid, card.dependencies)
             pending_links.append((card_uuid, resolved, proposal.action == "update"))
-            outcome_cards.append({"proposal": proposal.id, "card": uuid_to_card_id(card_uuid),
-                                  "action": proposal.action, "family": card.family})
+            outcome_cards.append(
+                {
+                    "proposal": proposal.id,
+                    "card": uuid_to_card_id(card_uuid),
+                    "action": proposal.action,
+                    "family": card.family,
+                }
+            )
         new_cards = {identity[p.id] for p, _, _ in chosen if p.action == "add" and not p.reuse}
         for card_uuid, resolved, is_update in pending_links:
             outside = {t for t, _ in resolved} - new_cards
             missing = outside - tx.existing_cards(sorted(outside))
             if missing:
                 names = sorted(uuid_to_card_id(m) for m in missing)
-                raise NotFound(f"link target {', '.join(names)} does not exist in workspace '{tx.workspace_id}':"
-                               " nothing was saved", details={"missing_targets": names})
+                raise NotFound(
+                    f"link target {', '.join(names)} does not exist in workspace '{tx.workspace_id}':"
+                    " nothing was saved",
+                    details={"missing_targets": names},
+                )
             if is_update:  # an update adds its links to the card's current outgoing links
-                kept = {card_id_to_uuid(link.target): link.meaning for link in tx.cards([card_uuid])[card_uuid].links}
+                kept = {
+                    card_id_to_uuid(link.target): link.meaning
+                    for link in tx.cards([card_uuid])[card_uuid].links
+                }
                 kept.update(dict(resolved))
                 resolved = list(kept.items())
             tx.replace_outgoing_links(card_uuid, sorted(resolved))
@@ -525,17 +797,25 @@ class WorkflowService:
 
     def _append_reviewed(self, workspace: str, session: str, receipt: dict) -> bool:
         event = MemorySummaryReviewedEvent(
-            event="memory_summary_reviewed", session=session, outcome=receipt["outcome"],
-            reviewer=receipt["reviewer"], request_digest=receipt["request_digest"],
+            event="memory_summary_reviewed",
+            session=session,
+            outcome=receipt["outcome"],
+            reviewer=receipt["reviewer"],
+            request_digest=receipt["request_digest"],
             proposals_digest=receipt["proposals_digest"],
-            cards=[{"proposal": c["proposal"], "card": c["card"], "action": c["action"]}
-                   for c in receipt["result"]["cards"]],
+            cards=[
+                {"proposal": c["proposal"], "card": c["card"], "action": c["action"]}
+                for c in receipt["result"]["cards"]
+            ],
             at=receipt["created_at"].isoformat(),
         ).model_dump(mode="json")
 
         def present(ledger: Ledger) -> bool:
-            return any(isinstance(e, MemorySummaryReviewedEvent) and e.request_digest == receipt["request_digest"]
-                       for e in ledger.events)
+            return any(
+                isinstance(e, MemorySummaryReviewedEvent)
+                and e.request_digest == receipt["request_digest"]
+                for e in ledger.events
+            )
 
         return self.sessions.append_once(session, event, present)
 
@@ -551,7 +831,11 @@ class WorkflowService:
         pending = sorted(uuid_to_card_id(i) for i in operations)
         if self.projector is None and pending:
             error = "no search index is configured"
-        return {"status": "pending" if pending else "current", "pending": pending, "error": error if pending else None}
+        return {
+            "status": "pending" if pending else "current",
+            "pending": pending,
+            "error": error if pending else None,
+        }
 
     # --- consumption ------------------------------------------------------------------
 
@@ -569,11 +853,16 @@ class WorkflowService:
             _require_workspace(tx)
             receipt = _sql(tx).row("receipt_get", session=session)
         if receipt is None:
-            raise NotFound(f"session {session} has no review receipt: there is no solved question to index",
-                           details={"session": session})
+            raise NotFound(
+                f"session {session} has no review receipt: there is no solved question to index",
+                details={"session": session},
+            )
         solved = [c for c in receipt["result"]["cards"] if c.get("family") == "solved_question"]
         if not solved:
-            raise NotFound(f"the review of session {session} saved no solved question", details={"session": session})
+            raise NotFound(
+                f"the review of session {session} saved no solved question",
+                details={"session": session},
+            )
         if self.projector is None:
             raise InvalidInput("no search index is configured")
         results = []
@@ -585,8 +874,17 @@ class WorkflowService:
                 results.append({"card": entry["card"], "index": None, "status": "deleted"})
         return {"session": session, "results": results}
 
-    def rules_for_error(self, workspace: str, error_text: str, question: str | None, *, database: str | None,
-                        schema: str | None, query: Any, exclude: frozenset[uuid.UUID]) -> dict[str, Any]:
+    def rules_for_error(
+        self,
+        workspace: str,
+        error_text: str,
+        question: str | None,
+        *,
+        database: str | None,
+        schema: str | None,
+        query: Any,
+        exclude: frozenset[uuid.UUID],
+    ) -> dict[str, Any]:
         """Explained errors whose signature equals the error's (PostgreSQL, exact),
         then hybrid recall of rules and explained errors."""
         from tht.memory.recall_filters import RULE_FAMILIES
@@ -594,38 +892,66 @@ class WorkflowService:
         signature = normalize_error(error_text)
         if signature is None:
             raise InvalidInput("--error holds no error text")
-        filters = RecallFilters(workspace=workspace, families=RULE_FAMILIES, scope=query.scope,
-                                concepts=tuple(query.concepts), database=database, schema_name=schema,
-                                table=query.table, column=query.column)
+        filters = RecallFilters(
+            workspace=workspace,
+            families=RULE_FAMILIES,
+            scope=query.scope,
+            concepts=tuple(query.concepts),
+            database=database,
+            schema_name=schema,
+            table=query.table,
+            column=query.column,
+        )
         with self.archive.transaction(workspace, lock="shared") as tx:
             _require_workspace(tx)
             ids = [r["id"] for r in _sql(tx).rows("error_signature_matches", signature=signature)]
             facts = tx.recall_facts(ids)
-            matching = [i for i in ids if i in facts and i not in exclude and card_matches(facts[i][1], filters)]
-            exact_cards = tx.cards(matching[:query.top])
+            matching = [
+                i
+                for i in ids
+                if i in facts and i not in exclude and card_matches(facts[i][1], filters)
+            ]
+            exact_cards = tx.cards(matching[: query.top])
         exact = []
-        for rank, card_uuid in enumerate(matching[:query.top], start=1):
+        for rank, card_uuid in enumerate(matching[: query.top], start=1):
             data = exact_cards[card_uuid].as_json()
             data.pop("incoming_links", None)
             data["score"] = None
-            data["retrieval"] = {"path": [data["id"]], "via": "error_signature", "seed_rank": rank,
-                                 "dense_rank": None, "bm25_rank": None, "matched_kind": "error_signature",
-                                 "hops": 0, "meanings": []}
+            data["retrieval"] = {
+                "path": [data["id"]],
+                "via": "error_signature",
+                "seed_rank": rank,
+                "dense_rank": None,
+                "bm25_rank": None,
+                "matched_kind": "error_signature",
+                "hops": 0,
+                "meanings": [],
+            }
             exact.append(data)
         results = list(exact)
         remaining = query.top - len(exact)
         recall_error = None
         if remaining > 0:
             try:
-                found = self.recall.recall(workspace, question or error_text, "rules", database=database,
-                                           schema=schema, query=query.model_copy(update={"top": remaining}),
-                                           exclude=exclude | frozenset(matching))
+                found = self.recall.recall(
+                    workspace,
+                    question or error_text,
+                    "rules",
+                    database=database,
+                    schema=schema,
+                    query=query.model_copy(update={"top": remaining}),
+                    exclude=exclude | frozenset(matching),
+                )
                 results += [r.as_json() for r in found]
             except ThothError as exc:
                 if not exact:
                     raise
                 recall_error = exc.to_dict()["error"]
-        answer: dict[str, Any] = {"error_signature": signature, "exact": len(exact), "results": results}
+        answer: dict[str, Any] = {
+            "error_signature": signature,
+            "exact": len(exact),
+            "results": results,
+        }
         if recall_error is not None:
             answer["recall_error"] = recall_error
         return answer
@@ -637,10 +963,15 @@ def _rows_update(tx: ArchiveTransaction, name: str, **params: Any) -> None:
 
 def _receipt_json(receipt: dict) -> dict[str, Any]:
     return {
-        "session": receipt["session_id"], "outcome": receipt["outcome"], "reviewer": receipt["reviewer"],
-        "request_digest": receipt["request_digest"], "proposals_digest": receipt["proposals_digest"],
+        "session": receipt["session_id"],
+        "outcome": receipt["outcome"],
+        "reviewer": receipt["reviewer"],
+        "request_digest": receipt["request_digest"],
+        "proposals_digest": receipt["proposals_digest"],
         "created_at": receipt["created_at"].isoformat(),
-        "ledger_appended_at": receipt["ledger_appended_at"].isoformat() if receipt["ledger_appended_at"] else None,
+        "ledger_appended_at": receipt["ledger_appended_at"].isoformat()
+        if receipt["ledger_appended_at"]
+        else None,
         "cards": receipt["result"]["cards"],
     }
 
@@ -656,6 +987,11 @@ def _changes(current: Card, proposed: CardInput) -> list[dict[str, Any]]:
     before_deps = sorted(d.as_json().items() for d in current.dependencies)
     after_deps = sorted(d.as_json().items() for d in proposed.dependencies)
     if before_deps != after_deps:
-        changes.append({"field": "dependencies", "before": [d.as_json() for d in current.dependencies],
-                        "after": [d.as_json() for d in proposed.dependencies]})
+        changes.append(
+            {
+                "field": "dependencies",
+                "before": [d.as_json() for d in current.dependencies],
+                "after": [d.as_json() for d in proposed.dependencies],
+            }
+        )
     return changes

@@ -48,9 +48,13 @@ class Ledger:
         for event in self.events:
             if isinstance(event, DecisionEvent):
                 latest[event.id] = event
-        superseded = {old for d in latest.values() if d.status == "approved" for old in d.supersedes}
-        return {i: (d.model_copy(update={"status": "superseded"}) if i in superseded else d)
-                for i, d in latest.items()}
+        superseded = {
+            old for d in latest.values() if d.status == "approved" for old in d.supersedes
+        }
+        return {
+            i: (d.model_copy(update={"status": "superseded"}) if i in superseded else d)
+            for i, d in latest.items()
+        }
 
     def decided_cards(self) -> set[str]:
         """Cards this session already decided on: used or dismissed at a gate, or saved
@@ -71,7 +75,9 @@ class SessionStore:
 
     def directory(self, session: str, *, must_exist: bool = True) -> Path:
         if self.root is None:
-            raise ConfigurationError("the runtime file has no sessions_root: the session directory is unknown")
+            raise ConfigurationError(
+                "the runtime file has no sessions_root: the session directory is unknown"
+            )
         check_session_id(session)
         root = Path(self.root).expanduser()
         path = root / session
@@ -79,7 +85,9 @@ class SessionStore:
         if must_exist and path.exists() and root.resolve() not in path.resolve().parents:
             raise InvalidInput(f"session {session} resolves outside the sessions root")
         if must_exist and not path.is_dir():
-            raise NotFound(f"session {session} has no directory in {root}", details={"session": session})
+            raise NotFound(
+                f"session {session} has no directory in {root}", details={"session": session}
+            )
         return path
 
     # --- the ledger ---------------------------------------------------------------
@@ -92,21 +100,32 @@ class SessionStore:
         except FileNotFoundError:
             return Ledger([])
         except OSError as exc:
-            raise InvalidInput(f"cannot read the ledger of session {session}: {exc.strerror}") from exc
+            raise InvalidInput(
+                f"cannot read the ledger of session {session}: {exc.strerror}"
+            ) from exc
         if len(raw) > MAX_LEDGER_BYTES:
-            raise InvalidInput(f"the ledger of session {session} is larger than {MAX_LEDGER_BYTES} bytes")
+            raise InvalidInput(
+                f"the ledger of session {session} is larger than {MAX_LEDGER_BYTES} bytes"
+            )
         return Ledger(_parse_ledger(raw, session))
 
-    def append_once(self, session: str, event: dict[str, Any], present: Callable[[Ledger], bool]) -> bool:
+    def append_once(
+        self, session: str, event: dict[str, Any], present: Callable[[Ledger], bool]
+    ) -> bool:
         """Append ``event`` unless ``present(ledger)`` says it is there already (both
         under one exclusive lock). Returns whether it appended."""
         _EVENT.validate_python(event)
         path = self.directory(session) / LEDGER
-        line = json.dumps(event, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+        line = (
+            json.dumps(event, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode()
+            + b"\n"
+        )
         try:
             fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         except OSError as exc:
-            raise ThothError(f"cannot open the ledger of session {session} for appending: {exc.strerror}") from exc
+            raise ThothError(
+                f"cannot open the ledger of session {session} for appending: {exc.strerror}"
+            ) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             size = os.fstat(fd).st_size
@@ -119,7 +138,9 @@ class SessionStore:
             os.fsync(fd)
             return True
         except OSError as exc:
-            raise ThothError(f"cannot append to the ledger of session {session}: {exc.strerror}") from exc
+            raise ThothError(
+                f"cannot append to the ledger of session {session}: {exc.strerror}"
+            ) from exc
         finally:
             os.close(fd)  # releases the lock
 
@@ -138,8 +159,10 @@ class SessionStore:
         try:
             return ProposalsFile.model_validate_json(raw)
         except ValidationError as exc:
-            raise InvalidInput(f"{path} is invalid: {describe_validation_error(exc)}",
-                               details=validation_details(exc)) from exc
+            raise InvalidInput(
+                f"{path} is invalid: {describe_validation_error(exc)}",
+                details=validation_details(exc),
+            ) from exc
 
     def write_proposals(self, session: str, proposals: ProposalsFile) -> Path:
         """Replace the session's proposals atomically (write, fsync, rename)."""
@@ -149,7 +172,9 @@ class SessionStore:
         try:
             fd, temporary = tempfile.mkstemp(prefix=".memory_proposals.", dir=directory)
         except OSError as exc:
-            raise ThothError(f"cannot write the proposals of session {session}: {exc.strerror}") from exc
+            raise ThothError(
+                f"cannot write the proposals of session {session}: {exc.strerror}"
+            ) from exc
         try:
             with os.fdopen(fd, "w") as handle:
                 handle.write(text)
@@ -159,7 +184,9 @@ class SessionStore:
         except BaseException as exc:
             Path(temporary).unlink(missing_ok=True)
             if isinstance(exc, OSError):
-                raise ThothError(f"cannot write the proposals of session {session}: {exc.strerror}") from exc
+                raise ThothError(
+                    f"cannot write the proposals of session {session}: {exc.strerror}"
+                ) from exc
             raise
         return target
 
@@ -194,5 +221,7 @@ def _parse_ledger(raw: bytes, session: str) -> list[Any]:
         except ValidationError as exc:
             raise InvalidInput(
                 f"line {number} of the ledger of session {session} is not a valid event:"
-                f" {describe_validation_error(exc)}", details={"line": number}) from exc
+                f" {describe_validation_error(exc)}",
+                details={"line": number},
+            ) from exc
     return events

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta, timezone
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, Literal
 
 import psycopg
@@ -63,8 +63,14 @@ _ORDER_BY = {
     ("title", "desc"): "c.title DESC, c.id DESC",
     ("family", "asc"): "c.family ASC, c.id ASC",
     ("family", "desc"): "c.family DESC, c.id DESC",
-    ("relevance", "desc"): "ts_rank_cd(c.search_vector, to_tsquery(%(ts_config)s::regconfig, %(tsquery)s)) DESC, c.id ASC",
-    ("relevance", "asc"): "ts_rank_cd(c.search_vector, to_tsquery(%(ts_config)s::regconfig, %(tsquery)s)) ASC, c.id ASC",
+    (
+        "relevance",
+        "desc",
+    ): "ts_rank_cd(c.search_vector, to_tsquery(%(ts_config)s::regconfig, %(tsquery)s)) DESC, c.id ASC",
+    (
+        "relevance",
+        "asc",
+    ): "ts_rank_cd(c.search_vector, to_tsquery(%(ts_config)s::regconfig, %(tsquery)s)) ASC, c.id ASC",
 }
 
 
@@ -97,7 +103,9 @@ def _translate(exc: psycopg.Error) -> ThothError:
     if isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.InvalidSchemaName):
         return SchemaNotReady("the thoth_memory schema is missing: run the memory migration")
     if isinstance(exc, psycopg.errors.InsufficientPrivilege | psycopg.errors.InvalidParameterValue):
-        return SchemaNotReady(f"the runtime login cannot use {RUNTIME_ROLE}: {exc.diag.message_primary}")
+        return SchemaNotReady(
+            f"the runtime login cannot use {RUNTIME_ROLE}: {exc.diag.message_primary}"
+        )
     if isinstance(exc, psycopg.errors.ForeignKeyViolation):
         return InvalidInput("a referenced card does not exist in this workspace")
     if isinstance(exc, psycopg.errors.UniqueViolation):
@@ -107,16 +115,18 @@ def _translate(exc: psycopg.Error) -> ThothError:
     if isinstance(exc, psycopg.errors.CheckViolation):
         return InvalidInput(f"rejected by the archive: {exc.diag.constraint_name}")
     if isinstance(exc, psycopg.OperationalError):
-        return ArchiveUnavailable(f"the memory archive (PostgreSQL) is unavailable: {first_line(exc)}")
+        return ArchiveUnavailable(
+            f"the memory archive (PostgreSQL) is unavailable: {first_line(exc)}"
+        )
     return ThothError(f"archive error: {first_line(exc)}")
-
 
 
 class PostgresArchive:
     """A pool of runtime-login connections to the archive."""
 
-    def __init__(self, conninfo: str, *, max_connections: int = 4, check: bool = True,
-                 timeout: float = 10.0) -> None:
+    def __init__(
+        self, conninfo: str, *, max_connections: int = 4, check: bool = True, timeout: float = 10.0
+    ) -> None:
         self._conninfo = conninfo
         self._check = check
         self._timeout = timeout
@@ -142,7 +152,9 @@ class PostgresArchive:
         except psycopg_pool.PoolTimeout as exc:
             self._pool.close()
             detail = self._probe_connection_error()
-            raise ArchiveUnavailable(f"the memory archive (PostgreSQL) is unavailable: {detail}") from exc
+            raise ArchiveUnavailable(
+                f"the memory archive (PostgreSQL) is unavailable: {detail}"
+            ) from exc
         self._opened = True
         try:
             with self._pool.connection() as conn:
@@ -196,11 +208,19 @@ class PostgresArchive:
             with self._pool.connection() as conn:
                 yield conn
         except psycopg_pool.PoolTimeout as exc:
-            raise ArchiveUnavailable("the memory archive (PostgreSQL) did not provide a connection in time") from exc
+            raise ArchiveUnavailable(
+                "the memory archive (PostgreSQL) did not provide a connection in time"
+            ) from exc
 
     @contextmanager
-    def transaction(self, workspace: str | None, *, lock: bool | Literal["shared"] = False,
-                    directory: bool = False, accounts: bool = False) -> Iterator[ArchiveTransaction]:
+    def transaction(
+        self,
+        workspace: str | None,
+        *,
+        lock: bool | Literal["shared"] = False,
+        directory: bool = False,
+        accounts: bool = False,
+    ) -> Iterator[ArchiveTransaction]:
         """One transaction as the runtime role, scoped to ``workspace``.
 
         ``lock=True`` serializes with every other mutation of the workspace until
@@ -216,14 +236,21 @@ class PostgresArchive:
             # Pipeline mode: BEGIN and the context travel with the transaction's first
             # query instead of costing two round trips of their own (recall pays each).
             with self._pool.connection() as conn, conn.pipeline(), conn.transaction():
-                conn.execute(_q("set_context"), {
-                    "role": RUNTIME_ROLE, "workspace": workspace or "", "directory": "on" if directory else "off",
-                    "accounts": "on" if accounts else "off",
-                    "lock": "shared" if lock == "shared" else "exclusive" if lock else "none",
-                })
+                conn.execute(
+                    _q("set_context"),
+                    {
+                        "role": RUNTIME_ROLE,
+                        "workspace": workspace or "",
+                        "directory": "on" if directory else "off",
+                        "accounts": "on" if accounts else "off",
+                        "lock": "shared" if lock == "shared" else "exclusive" if lock else "none",
+                    },
+                )
                 yield ArchiveTransaction(conn, workspace)
         except psycopg_pool.PoolTimeout as exc:
-            raise ArchiveUnavailable("the memory archive (PostgreSQL) did not provide a connection in time") from exc
+            raise ArchiveUnavailable(
+                "the memory archive (PostgreSQL) did not provide a connection in time"
+            ) from exc
         except psycopg.Error as exc:
             raise _translate(exc) from exc
 
@@ -238,8 +265,11 @@ class ProjectionState:
     operation: str | None  # outstanding work, if any
 
     def current(self, fingerprint: str) -> bool:
-        return (self.operation is None and self.projected_revision == self.revision
-                and self.fingerprint == fingerprint)
+        return (
+            self.operation is None
+            and self.projected_revision == self.revision
+            and self.fingerprint == fingerprint
+        )
 
 
 RecallFacts = tuple[ProjectionState, CardFacts]
@@ -256,16 +286,20 @@ class SeedFacts:
 
 def _day_start(value: datetime | date, *, next_day: bool = False) -> datetime:
     if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
-    start = datetime.combine(value, time.min, tzinfo=timezone.utc)
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    start = datetime.combine(value, time.min, tzinfo=UTC)
     return start + timedelta(days=1) if next_day else start
 
 
 class ArchiveTransaction:
     """Queries inside one archive transaction; the workspace is already set."""
 
-    def __init__(self, conn: psycopg.Connection, workspace_id: str | None,
-                 named: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        conn: psycopg.Connection,
+        workspace_id: str | None,
+        named: Mapping[str, str] | None = None,
+    ) -> None:
         self.conn = conn
         self.workspace_id = workspace_id
         self._named = named  # the queries row/rows/execute name; the archive's by default
@@ -317,7 +351,11 @@ class ArchiveTransaction:
         if row is None:
             return None
         incoming = [
-            IncomingLink(source=uuid_to_card_id(r["source_id"]), meaning=r["meaning"], source_title=r["title"])
+            IncomingLink(
+                source=uuid_to_card_id(r["source_id"]),
+                meaning=r["meaning"],
+                source_title=r["title"],
+            )
             for r in self.rows("card_links_in", id=card_uuid)
         ]
         return self._cards_from_rows([row], incoming={card_uuid: incoming})[card_uuid]
@@ -329,14 +367,20 @@ class ArchiveTransaction:
         params = self._params(ids=list(card_uuids))
         with self.conn.pipeline():
             cursors = [self.conn.cursor(row_factory=dict_row) for _ in range(3)]
-            for cur, name in zip(cursors, ("cards_rows", "dependencies_of", "links_of")):
+            for cur, name in zip(
+                cursors, ("cards_rows", "dependencies_of", "links_of"), strict=True
+            ):
                 cur.execute(_q(name), params)
         rows, dep_rows, link_rows = (cur.fetchall() for cur in cursors)
         return self._cards_from_rows(rows, dep_rows=dep_rows, link_rows=link_rows)
 
-    def _cards_from_rows(self, rows: list[dict], incoming: dict[uuid.UUID, list[IncomingLink]] | None = None,
-                         dep_rows: list[dict] | None = None, link_rows: list[dict] | None = None,
-                         ) -> dict[uuid.UUID, Card]:
+    def _cards_from_rows(
+        self,
+        rows: list[dict],
+        incoming: dict[uuid.UUID, list[IncomingLink]] | None = None,
+        dep_rows: list[dict] | None = None,
+        link_rows: list[dict] | None = None,
+    ) -> dict[uuid.UUID, Card]:
         ids = [row["id"] for row in rows]
         if dep_rows is None:
             dep_rows = self.rows("dependencies_of", ids=ids)
@@ -344,25 +388,51 @@ class ArchiveTransaction:
             link_rows = self.rows("links_of", ids=ids)
         deps: dict[uuid.UUID, list[Dependency]] = {i: [] for i in ids}
         for d in dep_rows:
-            deps[d["card_id"]].append(Dependency(database=d["database_name"], schema=d["schema_name"],
-                                                 table=d["table_name"], column=d["column_name"]))
+            deps[d["card_id"]].append(
+                Dependency(
+                    database=d["database_name"],
+                    schema=d["schema_name"],
+                    table=d["table_name"],
+                    column=d["column_name"],
+                )
+            )
         links: dict[uuid.UUID, list[Link]] = {i: [] for i in ids}
         for r in link_rows:
-            links[r["source_id"]].append(Link(target=uuid_to_card_id(r["target_id"]), meaning=r["meaning"],
-                                              target_title=r["title"]))
+            links[r["source_id"]].append(
+                Link(
+                    target=uuid_to_card_id(r["target_id"]),
+                    meaning=r["meaning"],
+                    target_title=r["title"],
+                )
+            )
         cards = {}
         for row in rows:
             source = None
             if row["origin"] == "workflow":
-                source = Source(session=row["source_session"], decisions=row["source_decisions"] or [])
+                source = Source(
+                    session=row["source_session"], decisions=row["source_decisions"] or []
+                )
             cards[row["id"]] = Card(
-                id=uuid_to_card_id(row["id"]), workspace=row["workspace_id"], family=row["family"],
-                title=row["title"], content=row["content"], scope=row["scope"], rationale=row["rationale"],
-                question=row["question"], sql=row["sql"], context=row["context"],
-                error_signature=row["error_signature"], concepts=row["concepts"],
-                dependencies=deps[row["id"]], links=links[row["id"]],
-                incoming_links=(incoming or {}).get(row["id"], []), origin=row["origin"], source=source,
-                revision=row["revision"], created_at=row["created_at"], updated_at=row["updated_at"],
+                id=uuid_to_card_id(row["id"]),
+                workspace=row["workspace_id"],
+                family=row["family"],
+                title=row["title"],
+                content=row["content"],
+                scope=row["scope"],
+                rationale=row["rationale"],
+                question=row["question"],
+                sql=row["sql"],
+                context=row["context"],
+                error_signature=row["error_signature"],
+                concepts=row["concepts"],
+                dependencies=deps[row["id"]],
+                links=links[row["id"]],
+                incoming_links=(incoming or {}).get(row["id"], []),
+                origin=row["origin"],
+                source=source,
+                revision=row["revision"],
+                created_at=row["created_at"],
+                updated_at=row["updated_at"],
             )
         return cards
 
@@ -377,15 +447,32 @@ class ArchiveTransaction:
 
     def _fields(self, data: CardInput) -> dict[str, Any]:
         return {
-            "family": data.family, "title": data.title, "content": data.content, "scope": data.scope,
-            "rationale": data.rationale, "question": data.question, "sql": data.sql,
-            "context": data.context, "error_signature": data.error_signature, "concepts": data.concepts,
+            "family": data.family,
+            "title": data.title,
+            "content": data.content,
+            "scope": data.scope,
+            "rationale": data.rationale,
+            "question": data.question,
+            "sql": data.sql,
+            "context": data.context,
+            "error_signature": data.error_signature,
+            "concepts": data.concepts,
         }
 
-    def insert_card(self, card_uuid: uuid.UUID, data: CardInput, *, language: str, origin: str,
-                    source: Source | None) -> int:
+    def insert_card(
+        self,
+        card_uuid: uuid.UUID,
+        data: CardInput,
+        *,
+        language: str,
+        origin: str,
+        source: Source | None,
+    ) -> int:
         row = self.row(
-            "card_insert", id=card_uuid, language=language, origin=origin,
+            "card_insert",
+            id=card_uuid,
+            language=language,
+            origin=origin,
             source_session=source.session if source else None,
             source_decisions=source.decisions if source else None,
             **self._fields(data),
@@ -394,7 +481,9 @@ class ArchiveTransaction:
 
     def update_card(self, card_uuid: uuid.UUID, data: CardInput) -> int:
         keep_signature = "error_signature" not in data.model_fields_set
-        return self.row("card_update", id=card_uuid, keep_signature=keep_signature, **self._fields(data))["revision"]
+        return self.row(
+            "card_update", id=card_uuid, keep_signature=keep_signature, **self._fields(data)
+        )["revision"]
 
     def delete_card(self, card_uuid: uuid.UUID) -> tuple[int, int] | None:
         """Delete the card (dependencies and incident links cascade); returns
@@ -407,32 +496,54 @@ class ArchiveTransaction:
         self.conn.execute(_q("dependencies_clear"), self._params(id=card_uuid))
         if deps:
             with self.conn.cursor() as cur:
-                cur.executemany(_q("dependency_insert"), [
-                    self._params(id=card_uuid, position=i, database=d.database, schema=d.schema_name,
-                                 table=d.table, column=d.column)
-                    for i, d in enumerate(deps)
-                ])
+                cur.executemany(
+                    _q("dependency_insert"),
+                    [
+                        self._params(
+                            id=card_uuid,
+                            position=i,
+                            database=d.database,
+                            schema=d.schema_name,
+                            table=d.table,
+                            column=d.column,
+                        )
+                        for i, d in enumerate(deps)
+                    ],
+                )
 
-    def replace_outgoing_links(self, card_uuid: uuid.UUID, links: list[tuple[uuid.UUID, str]]) -> None:
+    def replace_outgoing_links(
+        self, card_uuid: uuid.UUID, links: list[tuple[uuid.UUID, str]]
+    ) -> None:
         self.conn.execute(_q("links_clear_outgoing"), self._params(id=card_uuid))
         if links:
             with self.conn.cursor() as cur:
-                cur.executemany(_q("link_insert"), [
-                    self._params(id=card_uuid, target=target, meaning=meaning) for target, meaning in links
-                ])
+                cur.executemany(
+                    _q("link_insert"),
+                    [
+                        self._params(id=card_uuid, target=target, meaning=meaning)
+                        for target, meaning in links
+                    ],
+                )
 
     # --- the outbox -----------------------------------------------------------
 
     def enqueue(self, card_uuid: uuid.UUID, operation: str, revision: int) -> None:
-        self.conn.execute(_q("operation_enqueue"),
-                          self._params(id=card_uuid, operation=operation, revision=revision))
+        self.conn.execute(
+            _q("operation_enqueue"),
+            self._params(id=card_uuid, operation=operation, revision=revision),
+        )
 
     def pending_operations(self) -> list[PendingOperation]:
         return [
             PendingOperation(
-                card_id=uuid_to_card_id(r["card_id"]), operation=r["operation"], revision=r["revision"],
-                attempts=r["attempts"], last_error=r["last_error"], title=r["title"],
-                created_at=r["created_at"], updated_at=r["updated_at"],
+                card_id=uuid_to_card_id(r["card_id"]),
+                operation=r["operation"],
+                revision=r["revision"],
+                attempts=r["attempts"],
+                last_error=r["last_error"],
+                title=r["title"],
+                created_at=r["created_at"],
+                updated_at=r["updated_at"],
             )
             for r in self.rows("operations_list")
         ]
@@ -441,15 +552,18 @@ class ArchiveTransaction:
 
     def projection_states(self, card_uuids: list[uuid.UUID]) -> dict[uuid.UUID, ProjectionState]:
         return {
-            r["id"]: ProjectionState(r["revision"], r["projected_revision"], r["fingerprint"], r["operation"])
+            r["id"]: ProjectionState(
+                r["revision"], r["projected_revision"], r["fingerprint"], r["operation"]
+            )
             for r in self.rows("projection_states", ids=list(card_uuids))
         }
 
     def recall_facts(self, card_uuids: list[uuid.UUID]) -> dict[uuid.UUID, RecallFacts]:
         return {r["id"]: self._facts(r) for r in self.rows("recall_facts", ids=list(card_uuids))}
 
-    def links_with_facts(self, card_uuids: list[uuid.UUID]) -> tuple[
-            dict[uuid.UUID, list[tuple[uuid.UUID, str]]], dict[uuid.UUID, RecallFacts]]:
+    def links_with_facts(
+        self, card_uuids: list[uuid.UUID]
+    ) -> tuple[dict[uuid.UUID, list[tuple[uuid.UUID, str]]], dict[uuid.UUID, RecallFacts]]:
         """Outgoing links of these cards, and the recall facts of every target."""
         return self._links_and_target_facts(self.rows("links_with_facts", ids=list(card_uuids)))
 
@@ -461,20 +575,30 @@ class ArchiveTransaction:
         fields their indexed text is built from."""
         params = self._params(ids=list(card_uuids))
         with self.conn.pipeline():
-            facts, links = self.conn.cursor(row_factory=dict_row), self.conn.cursor(row_factory=dict_row)
+            facts, links = (
+                self.conn.cursor(row_factory=dict_row),
+                self.conn.cursor(row_factory=dict_row),
+            )
             facts.execute(_q("recall_facts"), params)
             links.execute(_q("links_with_facts"), params)
         fact_rows = facts.fetchall()
         by_source, target_facts = self._links_and_target_facts(links.fetchall())
-        without_terms = [r["id"] for r in fact_rows if r["terms"] is None and r["projected_revision"] is not None]
+        without_terms = [
+            r["id"] for r in fact_rows if r["terms"] is None and r["projected_revision"] is not None
+        ]
         return SeedFacts(
-            facts={r["id"]: self._facts(r) for r in fact_rows}, links=by_source, target_facts=target_facts,
+            facts={r["id"]: self._facts(r) for r in fact_rows},
+            links=by_source,
+            target_facts=target_facts,
             terms={r["id"]: frozenset(r["terms"]) for r in fact_rows if r["terms"] is not None},
-            fields={r["id"]: r for r in self.rows("indexed_fields", ids=without_terms)} if without_terms else {},
+            fields={r["id"]: r for r in self.rows("indexed_fields", ids=without_terms)}
+            if without_terms
+            else {},
         )
 
-    def _links_and_target_facts(self, rows: list[dict]) -> tuple[
-            dict[uuid.UUID, list[tuple[uuid.UUID, str]]], dict[uuid.UUID, RecallFacts]]:
+    def _links_and_target_facts(
+        self, rows: list[dict]
+    ) -> tuple[dict[uuid.UUID, list[tuple[uuid.UUID, str]]], dict[uuid.UUID, RecallFacts]]:
         links: dict[uuid.UUID, list[tuple[uuid.UUID, str]]] = {}
         facts = {}
         for r in rows:
@@ -483,14 +607,22 @@ class ArchiveTransaction:
         return links, facts
 
     def _facts(self, row: dict) -> RecallFacts:
-        deps = tuple(Dependency.model_construct(database=d[0], schema_name=d[1], table=d[2], column=d[3])
-                     for d in row["deps"])
-        return (ProjectionState(row["revision"], row["projected_revision"], row["fingerprint"], row["operation"]),
-                CardFacts(self.workspace_id, row["family"], row["scope"], tuple(row["concepts"]), deps))
+        deps = tuple(
+            Dependency.model_construct(database=d[0], schema_name=d[1], table=d[2], column=d[3])
+            for d in row["deps"]
+        )
+        return (
+            ProjectionState(
+                row["revision"], row["projected_revision"], row["fingerprint"], row["operation"]
+            ),
+            CardFacts(self.workspace_id, row["family"], row["scope"], tuple(row["concepts"]), deps),
+        )
 
     def operations_for(self, card_uuids: list[uuid.UUID]) -> dict[uuid.UUID, tuple[str, int]]:
-        return {r["card_id"]: (r["operation"], r["revision"])
-                for r in self.rows("operations_for", ids=list(card_uuids))}
+        return {
+            r["card_id"]: (r["operation"], r["revision"])
+            for r in self.rows("operations_for", ids=list(card_uuids))
+        }
 
     def has_projections(self) -> bool:
         row = self.row("projections_exist")
@@ -503,16 +635,33 @@ class ArchiveTransaction:
         self.conn.execute(_q("operation_clear"), self._params(id=card_uuid, revision=revision))
 
     def record_failure(self, card_uuids: list[uuid.UUID], error: str) -> None:
-        self.conn.execute(_q("operation_failed"), self._params(ids=list(card_uuids), error=error[:2000]))
+        self.conn.execute(
+            _q("operation_failed"), self._params(ids=list(card_uuids), error=error[:2000])
+        )
 
-    def record_projection(self, card_uuid: uuid.UUID, revision: int, fingerprint: str,
-                          terms: Sequence[int], indexed_chars: int, embedded_chars: int | None) -> None:
+    def record_projection(
+        self,
+        card_uuid: uuid.UUID,
+        revision: int,
+        fingerprint: str,
+        terms: Sequence[int],
+        indexed_chars: int,
+        embedded_chars: int | None,
+    ) -> None:
         """``terms``: the BM25 term ids of the point's sparse vector (recall's coverage);
         ``indexed_chars``: the length of the indexed text; ``embedded_chars``: the
         length of its prefix the dense vector was computed from, None for all of it."""
-        self.conn.execute(_q("projection_record"), self._params(
-            id=card_uuid, revision=revision, fingerprint=fingerprint, terms=sorted(set(terms)),
-            indexed_chars=indexed_chars, embedded_chars=embedded_chars))
+        self.conn.execute(
+            _q("projection_record"),
+            self._params(
+                id=card_uuid,
+                revision=revision,
+                fingerprint=fingerprint,
+                terms=sorted(set(terms)),
+                indexed_chars=indexed_chars,
+                embedded_chars=embedded_chars,
+            ),
+        )
 
     def card_index(self, card_uuid: uuid.UUID, fingerprint: str | None) -> CardIndex | None:
         """The card's projection as `show` reports it; ``fingerprint``: the running
@@ -520,16 +669,23 @@ class ArchiveTransaction:
         row = self.row("projection_detail", id=card_uuid)
         if row is None:
             return None
-        state = ProjectionState(row["revision"], row["projected_revision"], row["fingerprint"], row["operation"])
-        return CardIndex(revision=row["projected_revision"],
-                         current=fingerprint is not None and state.current(fingerprint),
-                         indexed_chars=row["indexed_chars"], embedded_chars=row["embedded_chars"])
+        state = ProjectionState(
+            row["revision"], row["projected_revision"], row["fingerprint"], row["operation"]
+        )
+        return CardIndex(
+            revision=row["projected_revision"],
+            current=fingerprint is not None and state.current(fingerprint),
+            indexed_chars=row["indexed_chars"],
+            embedded_chars=row["embedded_chars"],
+        )
 
     def forget_projections(self, card_uuids: list[uuid.UUID]) -> None:
         self.conn.execute(_q("projection_forget"), self._params(ids=list(card_uuids)))
 
     def projections(self) -> dict[uuid.UUID, tuple[int, str]]:
-        return {r["card_id"]: (r["revision"], r["fingerprint"]) for r in self.rows("projection_ids")}
+        return {
+            r["card_id"]: (r["revision"], r["fingerprint"]) for r in self.rows("projection_ids")
+        }
 
     def card_revisions(self) -> dict[uuid.UUID, int]:
         return {r["id"]: r["revision"] for r in self.rows("card_revisions")}
@@ -558,37 +714,63 @@ class ArchiveTransaction:
         candidates = None
         if tsquery or query.concepts:
             # selective GIN filters first: the list query then reads these rows by key
-            candidates = self.conn.execute(_q("matching_card_ids"), {
-                "ts_config": TS_CONFIG[language], "tsquery": tsquery, "concepts": query.concepts,
-            }).fetchone()[0]
+            candidates = self.conn.execute(
+                _q("matching_card_ids"),
+                {
+                    "ts_config": TS_CONFIG[language],
+                    "tsquery": tsquery,
+                    "concepts": query.concepts,
+                },
+            ).fetchone()[0]
             if not candidates:
                 return [], 0
         params = self._params(
-            tsquery=tsquery, ts_config=TS_CONFIG[language], id_prefix=prefix, candidates=candidates,
-            families=query.family, origin=query.origin,
+            tsquery=tsquery,
+            ts_config=TS_CONFIG[language],
+            id_prefix=prefix,
+            candidates=candidates,
+            families=query.family,
+            origin=query.origin,
             updated_from=_day_start(query.updated_from) if query.updated_from else None,
             updated_before=(
-                None if query.updated_to is None
-                else query.updated_to + timedelta(microseconds=1) if isinstance(query.updated_to, datetime)
+                None
+                if query.updated_to is None
+                else query.updated_to + timedelta(microseconds=1)
+                if isinstance(query.updated_to, datetime)
                 else _day_start(query.updated_to, next_day=True)
             ),
-            by_dependency=by_dependency, database=query.database, schema=query.schema_name,
-            table=query.table, column=query.column,
-            limit=query.page_size, offset=(query.page - 1) * query.page_size,
+            by_dependency=by_dependency,
+            database=query.database,
+            schema=query.schema_name,
+            table=query.table,
+            column=query.column,
+            limit=query.page_size,
+            offset=(query.page - 1) * query.page_size,
         )
         filters = sql.SQL(_q("list_filters"))
-        page = sql.SQL(_q("list_page")).format(filters=filters, order_by=sql.SQL(_ORDER_BY[(sort, order)]))
+        page = sql.SQL(_q("list_page")).format(
+            filters=filters, order_by=sql.SQL(_ORDER_BY[(sort, order)])
+        )
         with self.conn.cursor(row_factory=dict_row) as cur:
             rows = cur.execute(page, params).fetchall()
             if query.page == 1 and len(rows) < query.page_size:
                 total = len(rows)  # the first page holds everything
             else:
-                total = cur.execute(sql.SQL(_q("list_count")).format(filters=filters), params).fetchone()["count"]
+                total = cur.execute(
+                    sql.SQL(_q("list_count")).format(filters=filters), params
+                ).fetchone()["count"]
         items = [
             CardSummary(
-                id=uuid_to_card_id(r["id"]), family=r["family"], title=r["title"], scope=r["scope"],
-                concepts=r["concepts"], origin=r["origin"], revision=r["revision"],
-                created_at=r["created_at"], updated_at=r["updated_at"], pending=r["pending"],
+                id=uuid_to_card_id(r["id"]),
+                family=r["family"],
+                title=r["title"],
+                scope=r["scope"],
+                concepts=r["concepts"],
+                origin=r["origin"],
+                revision=r["revision"],
+                created_at=r["created_at"],
+                updated_at=r["updated_at"],
+                pending=r["pending"],
             )
             for r in rows
         ]

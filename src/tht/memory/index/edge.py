@@ -69,7 +69,9 @@ class EdgeIndex:
     """The process that opens it keeps the collection until it closes: the service for
     every command, or one command run in its own process (THT_SERVICE=off)."""
 
-    def __init__(self, path: Path | str, collection: str = "memory", *, open_timeout: float = 10.0) -> None:
+    def __init__(
+        self, path: Path | str, collection: str = "memory", *, open_timeout: float = 10.0
+    ) -> None:
         self.root = Path(path)
         self.collection_path = self.root / collection
         self._lock_path = self.root / f"{collection}.lock"
@@ -107,7 +109,8 @@ class EdgeIndex:
                     raise IndexUnavailable(
                         f"the embedded index's shard of workspace '{workspace}' cannot be opened ({exc.message});"
                         " `tht memory index` for this workspace replaces it",
-                        details={"workspace": workspace, "path": str(path)}) from exc
+                        details={"workspace": workspace, "path": str(path)},
+                    ) from exc
             elif create:
                 path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
                 with _engine_errors():
@@ -145,7 +148,9 @@ class EdgeIndex:
                 # Damaged collection metadata must not lock every workspace out of its
                 # rebuild: it is rewritten, and each shard is still checked against it
                 # when opened (a rebuild replaces a shard that does not fit).
-                log.warning("rewriting the embedded index's unreadable %s (%s)", _LAYOUT, exc.message)
+                log.warning(
+                    "rewriting the embedded index's unreadable %s (%s)", _LAYOUT, exc.message
+                )
                 _write_json(self.collection_path / _LAYOUT, {"dimension": dimension})
                 found = dimension
             if found != dimension:
@@ -175,12 +180,18 @@ class EdgeIndex:
                 raise
             except IndexUnavailable as exc:
                 reason = exc.message
-            aside = self.collection_path / _DAMAGED / f"{path.name}-{time.strftime('%Y%m%dT%H%M%S')}-" \
+            aside = (
+                self.collection_path / _DAMAGED / f"{path.name}-{time.strftime('%Y%m%dT%H%M%S')}-"
                 f"{uuid.uuid4().hex[:8]}"
+            )
             aside.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             os.replace(path, aside)
-            log.warning("moved the unreadable shard of workspace %s to %s (%s); the rebuild recreates it",
-                        workspace, aside, reason)
+            log.warning(
+                "moved the unreadable shard of workspace %s to %s (%s); the rebuild recreates it",
+                workspace,
+                aside,
+                reason,
+            )
             return str(aside)
 
     def drop_collection(self) -> None:
@@ -200,9 +211,16 @@ class EdgeIndex:
     def upsert(self, points: Sequence[IndexPoint]) -> None:
         by_workspace: dict[str, list[qe.Point]] = {}
         for p in points:
-            by_workspace.setdefault(p.card.workspace, []).append(_edge_point(
-                p.id, {DENSE: list(p.dense), SPARSE: qe.SparseVector(list(p.sparse.indices), list(p.sparse.values))},
-                p.payload()))
+            by_workspace.setdefault(p.card.workspace, []).append(
+                _edge_point(
+                    p.id,
+                    {
+                        DENSE: list(p.dense),
+                        SPARSE: qe.SparseVector(list(p.sparse.indices), list(p.sparse.values)),
+                    },
+                    p.payload(),
+                )
+            )
         with self.session():
             for workspace, edge_points in by_workspace.items():
                 shard = self.shard(workspace, create=True)
@@ -229,18 +247,29 @@ class EdgeIndex:
         # shard's own) is computed over this workspace only.
         where = _filter(f.recall_condition(filters, tenant=False))
         dense_query = qe.Query.Nearest(list(dense), using=DENSE)
-        sparse_query = qe.Query.Nearest(qe.SparseVector(list(sparse.indices), list(sparse.values)), using=SPARSE)
+        sparse_query = qe.Query.Nearest(
+            qe.SparseVector(list(sparse.indices), list(sparse.values)), using=SPARSE
+        )
         # Both branches in one batch, each filtered before candidate selection; the
         # fusion happens in ``fuse`` (deterministic ties).
-        dense_only = qe.QueryRequest(limit=limit, query=dense_query, filter=where, params=DENSE_PARAMS,
-                                     with_payload=PROJECTION_FIELDS)
-        sparse_only = qe.QueryRequest(limit=limit, query=sparse_query, filter=where, with_payload=PROJECTION_FIELDS)
+        dense_only = qe.QueryRequest(
+            limit=limit,
+            query=dense_query,
+            filter=where,
+            params=DENSE_PARAMS,
+            with_payload=PROJECTION_FIELDS,
+        )
+        sparse_only = qe.QueryRequest(
+            limit=limit, query=sparse_query, filter=where, with_payload=PROJECTION_FIELDS
+        )
         with self.session():
             shard = self._existing_shard(filters.workspace)
             if shard is None:
                 return []
             with _engine_errors():
-                dense_points, sparse_points = shard.query_batch(qe.QueryBatchRequest([dense_only, sparse_only]))
+                dense_points, sparse_points = shard.query_batch(
+                    qe.QueryBatchRequest([dense_only, sparse_only])
+                )
         return fuse(_branch(dense_points), _branch(sparse_points), limit)
 
     def scroll_ids(self, workspace: str) -> list[PointRecord]:
@@ -249,7 +278,9 @@ class EdgeIndex:
             records = _scroll(shard, with_payload=PROJECTION_FIELDS) if shard is not None else []
         return [PointRecord(r.id, *projection(r.payload)) for r in records]
 
-    def dense_vectors(self, workspace: str, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[float]]:
+    def dense_vectors(
+        self, workspace: str, ids: Sequence[uuid.UUID]
+    ) -> dict[uuid.UUID, list[float]]:
         if not ids:
             return {}
         with self.session():
@@ -307,7 +338,7 @@ class EdgeIndex:
             for own in (self._lock_path, self._pid_file):
                 if own.exists():
                     _restrict(own)
-        held = open(self._lock_path, "a+")  # noqa: SIM115 - kept open while held
+        held = open(self._lock_path, "a+")
         deadline = time.monotonic() + self.open_timeout
         while True:
             try:
@@ -329,7 +360,11 @@ class EdgeIndex:
         return IndexBusy(
             f"the embedded index at {self.collection_path} is held by another process{who}; "
             "retry, or point the CLI at the running server",
-            details={"path": str(self.collection_path), "pid": holder, "waited_seconds": self.open_timeout},
+            details={
+                "path": str(self.collection_path),
+                "pid": holder,
+                "waited_seconds": self.open_timeout,
+            },
         )
 
     def _close_shards(self) -> None:
@@ -356,8 +391,10 @@ class EdgeIndex:
         except FileNotFoundError:
             raise self._no_collection() from None
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise IndexUnavailable(f"the embedded index's {layout} is unreadable ({exc}); rebuild the index",
-                                   details={"path": str(layout)}) from exc
+            raise IndexUnavailable(
+                f"the embedded index's {layout} is unreadable ({exc}); rebuild the index",
+                details={"path": str(layout)},
+            ) from exc
 
     def _check_shard(self, shard: qe.EdgeShard, path: Path) -> None:
         # The engine offers no call that reads a shard's vector configuration; it
@@ -375,7 +412,9 @@ class EdgeIndex:
         sparse = config.get("sparse_vectors", {}).get(SPARSE)
         with _engine_errors():
             if sparse is None:
-                shard.update(qe.UpdateOperation.create_sparse_vector(SPARSE, modifier=qe.Modifier.Idf))
+                shard.update(
+                    qe.UpdateOperation.create_sparse_vector(SPARSE, modifier=qe.Modifier.Idf)
+                )
             elif sparse.get("modifier") != "idf":
                 raise IndexIncompatible(
                     f"the embedded index at {path} has a BM25 vector without the IDF modifier; rebuild the index",
@@ -409,8 +448,11 @@ class EdgeIndex:
             # the new shards need the dimension before layout.json may say the move is done
             (self.collection_path / _WORKSPACES).mkdir(parents=True, exist_ok=True)
             _write_json(self.collection_path / f"{_LAYOUT}.moving", {"dimension": dimension})
-            log.warning("moving the embedded index at %s into one shard per workspace (once; about a "
-                        "minute per 100 000 cards)", self.collection_path)
+            log.warning(
+                "moving the embedded index at %s into one shard per workspace (once; about a "
+                "minute per 100 000 cards)",
+                self.collection_path,
+            )
             started = time.monotonic()
             with _engine_errors():
                 legacy = qe.EdgeShard.load(str(self.collection_path))
@@ -433,15 +475,22 @@ class EdgeIndex:
         for record in _scroll(legacy, with_payload=True, with_vector=True):
             workspace = (record.payload or {}).get("workspace")
             if isinstance(workspace, str) and workspace:  # a point of no workspace serves no recall
-                by_workspace.setdefault(workspace, []).append(_edge_point(record.id, record.vector, record.payload))
+                by_workspace.setdefault(workspace, []).append(
+                    _edge_point(record.id, record.vector, record.payload)
+                )
         for workspace, points in by_workspace.items():
             path = self.workspace_path(workspace)
             with _engine_errors():
-                shard = qe.EdgeShard.load(str(path)) if (path / "edge_config.json").is_file() \
+                shard = (
+                    qe.EdgeShard.load(str(path))
+                    if (path / "edge_config.json").is_file()
                     else qe.EdgeShard.create(str(path), _config(dimension))
+                )
                 try:
                     for start in range(0, len(points), _SCROLL_PAGE):
-                        shard.update(qe.UpdateOperation.upsert_points(points[start:start + _SCROLL_PAGE]))
+                        shard.update(
+                            qe.UpdateOperation.upsert_points(points[start : start + _SCROLL_PAGE])
+                        )
                     shard.optimize()
                 finally:
                     shard.close()
@@ -497,7 +546,10 @@ def _private(path: Path) -> None:
     umask, and changing the umask would change it for every thread, so the files are
     restricted after the engine writes them (and the folders keep others out meanwhile)."""
     for folder, _, files in os.walk(path):
-        for target, mode in [(folder, 0o700), *((os.path.join(folder, name), 0o600) for name in files)]:
+        for target, mode in [
+            (folder, 0o700),
+            *((os.path.join(folder, name), 0o600) for name in files),
+        ]:
             try:
                 os.chmod(target, mode)
             except OSError as exc:  # another owner's file, or gone meanwhile: never a failure
@@ -508,8 +560,9 @@ def _scroll(shard: qe.EdgeShard, *, with_payload: Any, with_vector: bool = False
     records: list[Any] = []
     offset = None
     while True:
-        request = qe.ScrollRequest(offset=offset, limit=_SCROLL_PAGE, with_payload=with_payload,
-                                   with_vector=with_vector)
+        request = qe.ScrollRequest(
+            offset=offset, limit=_SCROLL_PAGE, with_payload=with_payload, with_vector=with_vector
+        )
         with _engine_errors():
             page, offset = shard.scroll(request)
         records.extend(page)

@@ -35,7 +35,9 @@ class IndexLost(IndexUnavailable):
     replaced behind the projection's back): an empty answer would be a silent lie."""
 
     code = "index_lost_points"
-    default_message = "the search index has lost points the archive records as indexed; run `tht memory index`"
+    default_message = (
+        "the search index has lost points the archive records as indexed; run `tht memory index`"
+    )
 
 
 class IndexDrift(IndexUnavailable):

@@ -87,18 +87,27 @@ def physical_condition(filters: RecallFilters) -> Condition | None:
     given = [value for value in wanted if value is not None]
     if not given:
         return None
-    if all(value is not None for value in wanted[:len(given)]):
+    if all(value is not None for value in wanted[: len(given)]):
         # The usual case: the given levels are a prefix F (database, schema, table...).
         # A dependency path P matches iff P is a prefix of F or F is a prefix of P,
         # both keyword lookups on payload indexes.
-        prefix = wanted[:len(given)]
-        return AnyOf((
-            IsEmpty("dep_paths"),
-            MatchAny("dep_paths", tuple(dependency_path(prefix[:n]) for n in range(1, len(prefix) + 1))),
-            Match("dep_prefixes", dependency_path(prefix)),
-        ))
+        prefix = wanted[: len(given)]
+        return AnyOf(
+            (
+                IsEmpty("dep_paths"),
+                MatchAny(
+                    "dep_paths",
+                    tuple(dependency_path(prefix[:n]) for n in range(1, len(prefix) + 1)),
+                ),
+                Match("dep_prefixes", dependency_path(prefix)),
+            )
+        )
     # Gaps in the given levels (no database bound, say): a nested condition, so the
     # levels hold in the same dependency, with IsNull for the shallower ones.
-    levels = [(level, value) for level, value in zip(DEP_LEVELS, wanted) if value is not None]
-    one_dependency = All(tuple(AnyOf((Match(level, value), IsNull(level))) for level, value in levels))
+    levels = [
+        (level, value) for level, value in zip(DEP_LEVELS, wanted, strict=True) if value is not None
+    ]
+    one_dependency = All(
+        tuple(AnyOf((Match(level, value), IsNull(level))) for level, value in levels)
+    )
     return AnyOf((IsEmpty("deps"), Nested("deps", one_dependency)))

@@ -29,7 +29,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import psycopg
@@ -90,7 +90,9 @@ def text_query(dimension: int, where: sql.Composable) -> sql.Composed:
 
 
 def symptom_query(dimension: int, where: sql.Composable) -> sql.Composed:
-    return sql.SQL(_file("dense_symptom.sql")).format(dimension=sql.Literal(dimension), filter=where)
+    return sql.SQL(_file("dense_symptom.sql")).format(
+        dimension=sql.Literal(dimension), filter=where
+    )
 
 
 DENSE_QUERIES = {"text": text_query, "symptom": symptom_query}
@@ -112,9 +114,11 @@ def bm25_idf(documents: int, df: int) -> float:
 def sparse_columns(indices: Sequence[int], values: Sequence[float]) -> list[str]:
     """The three sparsevec texts of a BM25 vector (1-based indices in the text form)."""
     columns: list[list[str]] = [[] for _ in range(SPARSE_COLUMNS)]
-    for index, value in sorted(zip(indices, values)):
+    for index, value in sorted(zip(indices, values, strict=True)):
         if not 0 <= index <= MAX_TERM:
-            raise IndexIncompatible(f"BM25 term id {index} is outside the 31-bit range the pgvector index stores")
+            raise IndexIncompatible(
+                f"BM25 term id {index} is outside the 31-bit range the pgvector index stores"
+            )
         if value:
             # float32 values printed exactly (repr of the float), so they parse back unchanged
             columns[index // SPARSE_RANGE].append(f"{index % SPARSE_RANGE + 1}:{float(value)!r}")
@@ -128,8 +132,14 @@ def _vector_text(vector: Sequence[float]) -> str:
 class PgVectorIndex:
     vector_kinds = KINDS  # see port.stores_symptoms
 
-    def __init__(self, conninfo: str, collection: str = "memory", *, timeout: float = 10.0,
-                 max_connections: int = 4) -> None:
+    def __init__(
+        self,
+        conninfo: str,
+        collection: str = "memory",
+        *,
+        timeout: float = 10.0,
+        max_connections: int = 4,
+    ) -> None:
         self.collection = collection
         self.timeout = timeout
         self._conninfo = conninfo
@@ -156,8 +166,9 @@ class PgVectorIndex:
                 details={"dimension": dimension},
             )
         with self._transaction("") as conn:
-            (found,) = conn.execute(_q("collection_create"),
-                                    {"collection": self.collection, "dimension": dimension}).fetchone()
+            (found,) = conn.execute(
+                _q("collection_create"), {"collection": self.collection, "dimension": dimension}
+            ).fetchone()
         if found != dimension:
             raise IndexIncompatible(
                 f"the pgvector collection {self.collection} has dense vectors of dimension {found}, this "
@@ -197,12 +208,18 @@ class PgVectorIndex:
                     if point.symptom is not None:
                         self._check_dimension(point.symptom, dimension)
                 rows = [_point_row(point) for point in group]
-                scope = {"collection": self.collection, "workspace": workspace,
-                         "ids": [point.id for point in group]}
+                scope = {
+                    "collection": self.collection,
+                    "workspace": workspace,
+                    "ids": [point.id for point in group],
+                }
                 # Order matters: the frequencies read the BM25 rows being replaced; the
                 # BM25 and dense vectors reference their point (and the collection's
                 # dimension), so the points go first.
-                conn.execute(_q("frequencies_apply"), {**scope, "points": Jsonb([{"terms": r["terms"]} for r in rows])})
+                conn.execute(
+                    _q("frequencies_apply"),
+                    {**scope, "points": Jsonb([{"terms": r["terms"]} for r in rows])},
+                )
                 conn.execute(_q("points_upsert"), {**scope, "points": Jsonb(rows)})
                 conn.execute(_q("bm25_upsert"), {**scope, "points": Jsonb(rows)})
                 without_symptom = [point.id for point in group if point.symptom is None]
@@ -210,11 +227,27 @@ class PgVectorIndex:
                     conn.execute(_q("symptoms_clear"), {**scope, "ids": without_symptom})
                 # vectors as text ('[...]'), not JSON arrays: jsonb would parse every
                 # element into a numeric first, five times slower
-                vectors = [{"point_id": str(point.id), "kind": "text", "embedding": _vector_text(point.dense)}
-                           for point in group]
-                vectors += [{"point_id": str(point.id), "kind": "symptom", "embedding": _vector_text(point.symptom)}
-                            for point in group if point.symptom is not None]
-                conn.execute(_q("vectors_upsert"), {**scope, "dimension": dimension, "vectors": Jsonb(vectors)})
+                vectors = [
+                    {
+                        "point_id": str(point.id),
+                        "kind": "text",
+                        "embedding": _vector_text(point.dense),
+                    }
+                    for point in group
+                ]
+                vectors += [
+                    {
+                        "point_id": str(point.id),
+                        "kind": "symptom",
+                        "embedding": _vector_text(point.symptom),
+                    }
+                    for point in group
+                    if point.symptom is not None
+                ]
+                conn.execute(
+                    _q("vectors_upsert"),
+                    {**scope, "dimension": dimension, "vectors": Jsonb(vectors)},
+                )
 
     def delete(self, workspace: str, ids: Sequence[uuid.UUID]) -> None:
         ids = list(dict.fromkeys(ids))
@@ -231,8 +264,9 @@ class PgVectorIndex:
         with it); other workspaces are untouched. Returns the number of points removed."""
         with self._transaction(workspace, lock=True) as conn:
             self._dimension(conn)
-            (removed,) = conn.execute(_q("workspace_clear"),
-                                      {"collection": self.collection, "workspace": workspace}).fetchone()
+            (removed,) = conn.execute(
+                _q("workspace_clear"), {"collection": self.collection, "workspace": workspace}
+            ).fetchone()
         return removed
 
     def discard_unreadable(self, workspace: str) -> str | None:
@@ -241,24 +275,34 @@ class PgVectorIndex:
     def scroll_ids(self, workspace: str) -> list[PointRecord]:
         with self._transaction(workspace) as conn:
             self._dimension(conn)
-            rows = conn.execute(_q("points_scroll"), {"collection": self.collection, "workspace": workspace})
-            return [PointRecord(point_id, revision, fingerprint) for point_id, revision, fingerprint in rows]
+            rows = conn.execute(
+                _q("points_scroll"), {"collection": self.collection, "workspace": workspace}
+            )
+            return [
+                PointRecord(point_id, revision, fingerprint)
+                for point_id, revision, fingerprint in rows
+            ]
 
-    def dense_vectors(self, workspace: str, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[float]]:
+    def dense_vectors(
+        self, workspace: str, ids: Sequence[uuid.UUID]
+    ) -> dict[uuid.UUID, list[float]]:
         if not ids:
             return {}
         with self._transaction(workspace) as conn:
             self._dimension(conn)
-            rows = conn.execute(_q("vectors_text"), {"collection": self.collection, "workspace": workspace,
-                                                     "ids": list(ids)})
+            rows = conn.execute(
+                _q("vectors_text"),
+                {"collection": self.collection, "workspace": workspace, "ids": list(ids)},
+            )
             # pgvector's text form of a vector is a JSON array
             return {point_id: json.loads(embedding) for point_id, embedding in rows}
 
     def count(self, workspace: str) -> int:
         with self._transaction(workspace) as conn:
             self._dimension(conn)
-            (found,) = conn.execute(_q("points_count"),
-                                    {"collection": self.collection, "workspace": workspace}).fetchone()
+            (found,) = conn.execute(
+                _q("points_count"), {"collection": self.collection, "workspace": workspace}
+            ).fetchone()
         return found
 
     # -- search -------------------------------------------------------------------
@@ -272,64 +316,102 @@ class PgVectorIndex:
             dimension = self._dimension(conn)
             dense_hits, nearest = self._dense_branch(conn, dimension, dense, filters, limit)
             sparse_hits = self._bm25_branch(conn, sparse, filters, limit)
-        return [replace(hit, matched_kind=nearest[hit.id][0], distance=nearest[hit.id][1]) if hit.id in nearest
-                else hit for hit in fuse(dense_hits, sparse_hits, limit)]
+        return [
+            replace(hit, matched_kind=nearest[hit.id][0], distance=nearest[hit.id][1])
+            if hit.id in nearest
+            else hit
+            for hit in fuse(dense_hits, sparse_hits, limit)
+        ]
 
-    def dense_search(self, dense: Sequence[float], filters: RecallFilters,
-                     limit: int) -> list[tuple[uuid.UUID, str, float]]:
+    def dense_search(
+        self, dense: Sequence[float], filters: RecallFilters, limit: int
+    ) -> list[tuple[uuid.UUID, str, float]]:
         """The dense branch alone: (point id, matched kind, raw cosine distance),
         nearest first."""
         with self._transaction(filters.workspace) as conn:
             _, nearest = self._dense_branch(conn, self._dimension(conn), dense, filters, limit)
-        return sorted(((i, kind, distance) for i, (kind, distance) in nearest.items()),
-                      key=lambda hit: (hit[2], hit[0]))
+        return sorted(
+            ((i, kind, distance) for i, (kind, distance) in nearest.items()),
+            key=lambda hit: (hit[2], hit[0]),
+        )
 
-    def bm25_search(self, sparse: SparseVector, filters: RecallFilters, limit: int) -> list[BranchHit]:
+    def bm25_search(
+        self, sparse: SparseVector, filters: RecallFilters, limit: int
+    ) -> list[BranchHit]:
         """The BM25 branch alone, with its scores (best first)."""
         with self._transaction(filters.workspace) as conn:
             self._dimension(conn)
             return self._bm25_branch(conn, sparse, filters, limit)
 
-    def _dense_branch(self, conn: psycopg.Connection, dimension: int, dense: Sequence[float],
-                      filters: RecallFilters, limit: int
-                      ) -> tuple[list[BranchHit], dict[uuid.UUID, tuple[str, float]]]:
+    def _dense_branch(
+        self,
+        conn: psycopg.Connection,
+        dimension: int,
+        dense: Sequence[float],
+        filters: RecallFilters,
+        limit: int,
+    ) -> tuple[list[BranchHit], dict[uuid.UUID, tuple[str, float]]]:
         """Each kind's ``limit`` nearest, merged: a point ranks by its nearest vector
         (the true top ``limit`` by that measure is within the kinds' own top lists)."""
         self._check_dimension(dense, dimension)
         where, params = _Where().build(f.recall_condition(filters))
-        params.update(collection=self.collection, workspace=filters.workspace, limit=limit,
-                      query=_vector_text(dense))
+        params.update(
+            collection=self.collection,
+            workspace=filters.workspace,
+            limit=limit,
+            query=_vector_text(dense),
+        )
         best: dict[uuid.UUID, tuple[str, float, int | None, str | None]] = {}
         for kind in KINDS:  # "text" first: it wins a tie
             for point_id, distance, revision, fingerprint in conn.execute(
-                    DENSE_QUERIES[kind](dimension, where), params):
+                DENSE_QUERIES[kind](dimension, where), params
+            ):
                 if point_id not in best or distance < best[point_id][1]:
                     best[point_id] = (kind, distance, revision, fingerprint)
         ordered = sorted(best.items(), key=lambda item: (item[1][1], item[0]))[:limit]
         # the branch score is the negated distance: exact, so ties stay ties
-        hits = [BranchHit(point_id, -distance, revision, fingerprint)
-                for point_id, (_, distance, revision, fingerprint) in ordered]
+        hits = [
+            BranchHit(point_id, -distance, revision, fingerprint)
+            for point_id, (_, distance, revision, fingerprint) in ordered
+        ]
         return hits, {point_id: (kind, distance) for point_id, (kind, distance, _, _) in ordered}
 
-    def _bm25_branch(self, conn: psycopg.Connection, sparse: SparseVector, filters: RecallFilters,
-                     limit: int) -> list[BranchHit]:
-        query = {index: value for index, value in zip(sparse.indices, sparse.values) if value}
+    def _bm25_branch(
+        self, conn: psycopg.Connection, sparse: SparseVector, filters: RecallFilters, limit: int
+    ) -> list[BranchHit]:
+        query = {
+            index: value
+            for index, value in zip(sparse.indices, sparse.values, strict=True)
+            if value
+        }
         if not query:
             return []  # stop words only: no term to match, as in Qdrant
         terms = sorted(query)
         scope = {"collection": self.collection, "workspace": filters.workspace}
-        frequencies = dict(conn.execute(_q("bm25_statistics"), {**scope, "terms": terms}).fetchall())
+        frequencies = dict(
+            conn.execute(_q("bm25_statistics"), {**scope, "terms": terms}).fetchall()
+        )
         documents = frequencies.get(DOCUMENTS_TERM, 0)
         # The query carries the IDF, the stored vectors the term frequencies: their
         # inner product is the BM25 score. Products in f32, as Qdrant's.
-        weights = [float(np.float32(query[t]) * np.float32(bm25_idf(documents, frequencies.get(t, 0))))
-                   for t in terms]
+        weights = [
+            float(np.float32(query[t]) * np.float32(bm25_idf(documents, frequencies.get(t, 0))))
+            for t in terms
+        ]
         where, params = _Where().build(f.recall_condition(filters))
         weight_0, weight_1, weight_2 = sparse_columns(terms, weights)
-        params.update(scope, limit=limit, terms=terms, weights_0=weight_0, weights_1=weight_1,
-                      weights_2=weight_2)
-        return [BranchHit(point_id, score, revision, fingerprint)
-                for point_id, revision, fingerprint, score in conn.execute(bm25_query(where), params)]
+        params.update(
+            scope,
+            limit=limit,
+            terms=terms,
+            weights_0=weight_0,
+            weights_1=weight_1,
+            weights_2=weight_2,
+        )
+        return [
+            BranchHit(point_id, score, revision, fingerprint)
+            for point_id, revision, fingerprint, score in conn.execute(bm25_query(where), params)
+        ]
 
     # -- plumbing -----------------------------------------------------------------
 
@@ -347,7 +429,11 @@ class PgVectorIndex:
             raise IndexIncompatible(
                 f"a dense vector of dimension {len(vector)} does not fit the pgvector collection "
                 f"{self.collection} (dimension {dimension}); rebuild the index",
-                details={"collection": self.collection, "found": len(vector), "dimension": dimension},
+                details={
+                    "collection": self.collection,
+                    "found": len(vector),
+                    "dimension": dimension,
+                },
             )
 
     def _ready_pool(self) -> psycopg_pool.ConnectionPool:
@@ -370,7 +456,8 @@ class PgVectorIndex:
             except psycopg_pool.PoolTimeout as exc:
                 pool.close()
                 raise IndexUnavailable(
-                    f"the pgvector index (PostgreSQL) is unavailable: {self._probe()}") from exc
+                    f"the pgvector index (PostgreSQL) is unavailable: {self._probe()}"
+                ) from exc
             try:
                 with pool.connection() as conn:
                     (privileged,) = conn.execute(_q("readiness")).fetchone()
@@ -379,7 +466,8 @@ class PgVectorIndex:
                         raise IndexUnavailable(
                             "refusing to use the pgvector index: the runtime database login is a superuser or"
                             " bypasses row-level security; give the runtime a restricted login"
-                            " (member of thoth_memory_runtime)")
+                            " (member of thoth_memory_runtime)"
+                        )
                     check_schema(conn, PACK)
             except SchemaNotReady as exc:
                 pool.close()
@@ -407,8 +495,10 @@ class PgVectorIndex:
         pool = self._ready_pool()
         try:
             with pool.connection() as conn, conn.transaction():
-                conn.execute(_q("set_context"),
-                             {"workspace": workspace, "lock": lock, "collection": self.collection})
+                conn.execute(
+                    _q("set_context"),
+                    {"workspace": workspace, "lock": lock, "collection": self.collection},
+                )
                 yield conn
         except ThothError:
             raise
@@ -420,9 +510,17 @@ class _Where:
     """The engine-neutral filter tree (``filters.recall_condition``) as SQL on the
     point ``p``: the same semantics the Qdrant adapters give it, values as parameters."""
 
-    _SCALARS = {"workspace": "workspace_id", "family": "family", "scope": "scope"}
-    _ARRAYS = {"concepts": "concepts", "dep_paths": "dep_paths", "dep_prefixes": "dep_prefixes"}
-    _LEVELS = set(f.DEP_LEVELS)
+    _SCALARS: ClassVar[dict[str, str]] = {
+        "workspace": "workspace_id",
+        "family": "family",
+        "scope": "scope",
+    }
+    _ARRAYS: ClassVar[dict[str, str]] = {
+        "concepts": "concepts",
+        "dep_paths": "dep_paths",
+        "dep_prefixes": "dep_prefixes",
+    }
+    _LEVELS: ClassVar[set[str]] = set(f.DEP_LEVELS)
 
     def __init__(self) -> None:
         self.params: dict[str, Any] = {}
@@ -450,14 +548,21 @@ class _Where:
             case f.Match(key, value) if nested:
                 return sql.SQL("{} = {}").format(self._level(key), self._value(value))
             case f.Match(key, value) if key in self._ARRAYS:
-                return sql.SQL("{} = ANY ({})").format(self._value(value), self._column(key, self._ARRAYS))
+                return sql.SQL("{} = ANY ({})").format(
+                    self._value(value), self._column(key, self._ARRAYS)
+                )
             case f.Match(key, value):
-                return sql.SQL("{} = {}").format(self._column(key, self._SCALARS), self._value(value))
+                return sql.SQL("{} = {}").format(
+                    self._column(key, self._SCALARS), self._value(value)
+                )
             case f.MatchAny(key, values) if key in self._ARRAYS:
-                return sql.SQL("{} && {}::text[]").format(self._column(key, self._ARRAYS), self._value(list(values)))
+                return sql.SQL("{} && {}::text[]").format(
+                    self._column(key, self._ARRAYS), self._value(list(values))
+                )
             case f.MatchAny(key, values):
-                return sql.SQL("{} = ANY ({}::text[])").format(self._column(key, self._SCALARS),
-                                                              self._value(list(values)))
+                return sql.SQL("{} = ANY ({}::text[])").format(
+                    self._column(key, self._SCALARS), self._value(list(values))
+                )
             case f.IsNull(key) if nested:
                 return sql.SQL("{} IS NULL").format(self._level(key))
             case f.IsEmpty("deps"):
@@ -466,14 +571,23 @@ class _Where:
                 return sql.SQL("cardinality({}) = 0").format(self._column(key, self._ARRAYS))
             case f.All(conditions):
                 parts = [self._condition(c, nested=nested) for c in conditions]
-                return sql.SQL("({})").format(sql.SQL(" AND ").join(parts)) if parts else sql.SQL("TRUE")
+                return (
+                    sql.SQL("({})").format(sql.SQL(" AND ").join(parts))
+                    if parts
+                    else sql.SQL("TRUE")
+                )
             case f.AnyOf(conditions):
                 parts = [self._condition(c, nested=nested) for c in conditions]
-                return sql.SQL("({})").format(sql.SQL(" OR ").join(parts)) if parts else sql.SQL("FALSE")
+                return (
+                    sql.SQL("({})").format(sql.SQL(" OR ").join(parts))
+                    if parts
+                    else sql.SQL("FALSE")
+                )
             case f.Nested("deps", inner) if not nested:
                 # one dependency must satisfy every condition
-                return sql.SQL("EXISTS (SELECT 1 FROM jsonb_array_elements(p.deps) AS d(dep) WHERE {})").format(
-                    self._condition(inner, nested=True))
+                return sql.SQL(
+                    "EXISTS (SELECT 1 FROM jsonb_array_elements(p.deps) AS d(dep) WHERE {})"
+                ).format(self._condition(inner, nested=True))
         raise TypeError(f"unsupported filter condition {condition!r}")
 
 
@@ -481,23 +595,39 @@ def _point_row(point: IndexPoint) -> dict[str, Any]:
     payload = point.payload()
     bm25_0, bm25_1, bm25_2 = sparse_columns(point.sparse.indices, point.sparse.values)
     return {
-        "id": str(point.id), "family": payload["family"], "scope": payload["scope"],
-        "concepts": payload["concepts"], "deps": payload["deps"], "dep_paths": payload["dep_paths"],
+        "id": str(point.id),
+        "family": payload["family"],
+        "scope": payload["scope"],
+        "concepts": payload["concepts"],
+        "deps": payload["deps"],
+        "dep_paths": payload["dep_paths"],
         "dep_prefixes": payload["dep_prefixes"],
-        "terms": sorted({index for index, value in zip(point.sparse.indices, point.sparse.values) if value}),
-        "bm25_0": bm25_0, "bm25_1": bm25_1, "bm25_2": bm25_2,
-        "revision": point.revision, "fingerprint": point.fingerprint,
+        "terms": sorted(
+            {
+                index
+                for index, value in zip(point.sparse.indices, point.sparse.values, strict=True)
+                if value
+            }
+        ),
+        "bm25_0": bm25_0,
+        "bm25_1": bm25_1,
+        "bm25_2": bm25_2,
+        "revision": point.revision,
+        "fingerprint": point.fingerprint,
     }
 
 
 def _translate(exc: BaseException) -> ThothError:
     if isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.InvalidSchemaName):
         return IndexSchemaNotReady(
-            f"the {PACK.schema} schema is missing: run {PACK.command} with the migrator credentials")
+            f"the {PACK.schema} schema is missing: run {PACK.command} with the migrator credentials"
+        )
     if isinstance(exc, psycopg.errors.InsufficientPrivilege):
         return IndexSchemaNotReady(
-            f"the runtime login cannot use the pgvector index tables: {exc.diag.message_primary}")
+            f"the runtime login cannot use the pgvector index tables: {exc.diag.message_primary}"
+        )
     if isinstance(exc, psycopg.OperationalError | psycopg_pool.PoolTimeout):
-        return IndexUnavailable(f"the pgvector index (PostgreSQL) is unavailable: {first_line(exc)}")
+        return IndexUnavailable(
+            f"the pgvector index (PostgreSQL) is unavailable: {first_line(exc)}"
+        )
     return IndexUnavailable(f"the pgvector index failed: {first_line(exc)}")
-

@@ -62,15 +62,24 @@ class IndexPoint:
             # filter runs on payload indexes instead of a nested scan (10x slower):
             # each dependency's full path, and every prefix of it.
             "dep_paths": sorted({dependency_path(_levels(dep)) for dep in card.dependencies}),
-            "dep_prefixes": sorted({dependency_path(_levels(dep)[:n]) for dep in card.dependencies
-                                    for n in range(1, len(_levels(dep)) + 1)}),
+            "dep_prefixes": sorted(
+                {
+                    dependency_path(_levels(dep)[:n])
+                    for dep in card.dependencies
+                    for n in range(1, len(_levels(dep)) + 1)
+                }
+            ),
             "revision": self.revision,
             "fingerprint": self.fingerprint,
         }
 
 
 def _levels(dep: Dependency) -> list[str]:
-    return [level for level in (dep.database, dep.schema_name, dep.table, dep.column) if level is not None]
+    return [
+        level
+        for level in (dep.database, dep.schema_name, dep.table, dep.column)
+        if level is not None
+    ]
 
 
 @dataclass(frozen=True)
@@ -134,7 +143,9 @@ class SearchIndex(Protocol):
 
     def scroll_ids(self, workspace: str) -> list[PointRecord]: ...
 
-    def dense_vectors(self, workspace: str, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[float]]:
+    def dense_vectors(
+        self, workspace: str, ids: Sequence[uuid.UUID]
+    ) -> dict[uuid.UUID, list[float]]:
         """The stored dense vector (the card's text) of these points of the workspace,
         as the engine reads it back; absent points are left out. For ``check``, which
         compares a sample with fresh embeddings to find damaged storage."""
@@ -171,7 +182,9 @@ class BranchHit:
     fingerprint: str | None
 
 
-def fuse(dense: Sequence[BranchHit], sparse: Sequence[BranchHit], limit: int, k: int = RRF_K) -> list[IndexHit]:
+def fuse(
+    dense: Sequence[BranchHit], sparse: Sequence[BranchHit], limit: int, k: int = RRF_K
+) -> list[IndexHit]:
     """Reciprocal rank fusion of the two branches, done here rather than by the engine
     so that equal scores are ordered by point id: the same archive gives the same
     ranking whichever engine, replica or rebuild answers (engines break ties by their
@@ -189,6 +202,12 @@ def fuse(dense: Sequence[BranchHit], sparse: Sequence[BranchHit], limit: int, k:
 
     ordered = sorted(projection_of, key=lambda i: (-fused_score(i), i))[:limit]
     return [
-        IndexHit(point_id, rank, dense_ranks.get(point_id), sparse_ranks.get(point_id), *projection_of[point_id])
+        IndexHit(
+            point_id,
+            rank,
+            dense_ranks.get(point_id),
+            sparse_ranks.get(point_id),
+            *projection_of[point_id],
+        )
         for rank, point_id in enumerate(ordered, start=1)
     ]

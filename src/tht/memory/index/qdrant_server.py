@@ -47,7 +47,9 @@ class QdrantServerIndex:
         self._local = options.get("path") is not None or options.get("location") == ":memory:"
 
     @classmethod
-    def connect(cls, url: str, collection: str = "memory", *, timeout: float = 10.0) -> QdrantServerIndex:
+    def connect(
+        cls, url: str, collection: str = "memory", *, timeout: float = 10.0
+    ) -> QdrantServerIndex:
         """Connect to a server; the API key, if any, comes from ``THT_QDRANT_API_KEY``."""
         try:
             # No version probe here: building an adapter must not touch the network;
@@ -139,7 +141,9 @@ class QdrantServerIndex:
                 id=str(p.id),
                 vector={
                     DENSE: list(p.dense),
-                    SPARSE: m.SparseVector(indices=list(p.sparse.indices), values=list(p.sparse.values)),
+                    SPARSE: m.SparseVector(
+                        indices=list(p.sparse.indices), values=list(p.sparse.values)
+                    ),
                 },
                 payload=p.payload(),
             )
@@ -151,8 +155,12 @@ class QdrantServerIndex:
     def delete(self, workspace: str, ids: Sequence[uuid.UUID]) -> None:
         if not ids:
             return
-        only_these = m.Filter(must=[m.HasIdCondition(has_id=[str(i) for i in ids]),
-                                    m.FieldCondition(key=TENANT_FIELD, match=m.MatchValue(value=workspace))])
+        only_these = m.Filter(
+            must=[
+                m.HasIdCondition(has_id=[str(i) for i in ids]),
+                m.FieldCondition(key=TENANT_FIELD, match=m.MatchValue(value=workspace)),
+            ]
+        )
         with _engine_errors(self.collection):
             self.client.delete(self.collection, m.FilterSelector(filter=only_these), wait=True)
 
@@ -164,16 +172,31 @@ class QdrantServerIndex:
         where = _filter(f.recall_condition(filters))
         sparse_query = m.SparseVector(indices=list(sparse.indices), values=list(sparse.values))
         # IDF over this workspace only: another tenant's cards must not change scores here.
-        idf = m.SearchParams(idf=m.IdfCorpusParams(corpus=_filter(f.workspace_condition(filters.workspace))))
+        idf = m.SearchParams(
+            idf=m.IdfCorpusParams(corpus=_filter(f.workspace_condition(filters.workspace)))
+        )
         # Both branches in one batch, each filtered before candidate selection; the
         # fusion happens in ``fuse`` (deterministic ties).
-        dense_only = m.QueryRequest(query=list(dense), using=DENSE, filter=where, limit=limit,
-                                    with_payload=PROJECTION_FIELDS)
-        sparse_only = m.QueryRequest(query=sparse_query, using=SPARSE, filter=where, params=idf, limit=limit,
-                                     with_payload=PROJECTION_FIELDS)
+        dense_only = m.QueryRequest(
+            query=list(dense),
+            using=DENSE,
+            filter=where,
+            limit=limit,
+            with_payload=PROJECTION_FIELDS,
+        )
+        sparse_only = m.QueryRequest(
+            query=sparse_query,
+            using=SPARSE,
+            filter=where,
+            params=idf,
+            limit=limit,
+            with_payload=PROJECTION_FIELDS,
+        )
         with _engine_errors(self.collection):
             dense_points, sparse_points = (
-                r.points for r in self.client.query_batch_points(self.collection, [dense_only, sparse_only]))
+                r.points
+                for r in self.client.query_batch_points(self.collection, [dense_only, sparse_only])
+            )
         return fuse(_branch(dense_points), _branch(sparse_points), limit)
 
     def optimize(self) -> None:
@@ -203,12 +226,18 @@ class QdrantServerIndex:
             if offset is None:
                 return records
 
-    def dense_vectors(self, workspace: str, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[float]]:
+    def dense_vectors(
+        self, workspace: str, ids: Sequence[uuid.UUID]
+    ) -> dict[uuid.UUID, list[float]]:
         if not ids:
             return {}
         with _engine_errors(self.collection):
-            records = self.client.retrieve(self.collection, [str(i) for i in ids], with_payload=[TENANT_FIELD],
-                                           with_vectors=[DENSE])
+            records = self.client.retrieve(
+                self.collection,
+                [str(i) for i in ids],
+                with_payload=[TENANT_FIELD],
+                with_vectors=[DENSE],
+            )
         vectors: dict[uuid.UUID, list[float]] = {}
         for record in records:
             if (record.payload or {}).get(TENANT_FIELD) != workspace:

@@ -40,7 +40,9 @@ class MigrationPack:
         return sql.SQL("{}.schema_migrations").format(sql.Identifier(self.schema))
 
 
-ARCHIVE = MigrationPack(__package__, "thoth_memory", "`python -m tht.memory.migrate` (or `tht memory migrate`)")
+ARCHIVE = MigrationPack(
+    __package__, "thoth_memory", "`python -m tht.memory.migrate` (or `tht memory migrate`)"
+)
 
 
 @dataclass(frozen=True)
@@ -95,8 +97,13 @@ def _refuse_drift(applied: dict[int, tuple[str, str]], known: list[Migration]) -
             )
 
 
-def migrate(conn: psycopg.Connection, runtime_login: str | None = None, *,
-            target_version: int | None = None, pack: MigrationPack = ARCHIVE) -> dict:
+def migrate(
+    conn: psycopg.Connection,
+    runtime_login: str | None = None,
+    *,
+    target_version: int | None = None,
+    pack: MigrationPack = ARCHIVE,
+) -> dict:
     """Apply pending migrations on a migrator connection (autocommit mode).
 
     Returns which versions were applied now and which were already there. When
@@ -116,14 +123,17 @@ def migrate(conn: psycopg.Connection, runtime_login: str | None = None, *,
         _refuse_drift(applied, known)
         newly = []
         for migration in known:
-            if migration.version in applied or (target_version and migration.version > target_version):
+            if migration.version in applied or (
+                target_version and migration.version > target_version
+            ):
                 continue
             try:
                 with conn.transaction():
                     conn.execute(migration.text)
                     conn.execute(
-                        sql.SQL("INSERT INTO {} (version, name, checksum) VALUES (%s, %s, %s)")
-                        .format(pack.ledger()),
+                        sql.SQL(
+                            "INSERT INTO {} (version, name, checksum) VALUES (%s, %s, %s)"
+                        ).format(pack.ledger()),
                         (migration.version, migration.name, migration.checksum),
                     )
             except psycopg.Error as exc:
@@ -169,8 +179,11 @@ def check_schema(conn: psycopg.Connection, pack: MigrationPack = ARCHIVE) -> Non
             f"the {pack.schema} schema is missing: run {pack.command} with the migrator credentials",
             details={"expected_version": known[-1].version},
         ) from exc
-    except (psycopg.errors.InsufficientPrivilege, psycopg.errors.InvalidParameterValue,
-            psycopg.errors.UndefinedObject) as exc:
+    except (
+        psycopg.errors.InsufficientPrivilege,
+        psycopg.errors.InvalidParameterValue,
+        psycopg.errors.UndefinedObject,
+    ) as exc:
         raise SchemaNotReady(
             f"the runtime login cannot read {pack.schema}.schema_migrations: it is not a member of"
             f" {RUNTIME_ROLE}; run the migration with the runtime login configured",
