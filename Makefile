@@ -7,7 +7,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: run test lint install lock bench bench-peers clean chromium
+.PHONY: run test test-real-postgres lint install lock bench bench-peers clean chromium
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,13 +30,32 @@ chromium:
 # The gates run before the tests: lint and format (ruff), types (mypy, with the baseline in
 # pyproject.toml).
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench scripts
+	$(BIN)/ruff format --check src tests bench scripts
 	$(BIN)/mypy
 
 # pytest exits 5 when it collected no test: that is reported, not hidden as success.
 test: $(STAMP) lint chromium
 	@$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
+	@$(MAKE) --no-print-directory test-real-postgres
+
+# A PostgreSQL server as production runs one: Debian's postgresql package (installed when
+# missing and root), TCP, scram-sha-256 passwords, TLS only (scripts/real_postgres.py).
+# The product's own path (tests/real_server: migrate, write, recall, refused logins) with
+# the THT_CATALOG_* variables, then the archive's suites with their own databases on it.
+# Debian bookworm has no pgvector package: the pgvector engine's cases stay on the embedded
+# server.
+REAL_PG_DIR ?= /tmp/tht-real-postgres
+REAL_PG_PORT ?= 55432
+REAL_PG_SUITES = tests/integration/test_migrations.py tests/integration/test_tenancy.py \
+	tests/integration/test_crud.py tests/integration/test_recall.py \
+	tests/integration/test_fault_batteries.py
+test-real-postgres: $(STAMP)
+	@$(BIN)/python scripts/real_postgres.py start $(REAL_PG_DIR) --port $(REAL_PG_PORT)
+	@( . $(REAL_PG_DIR)/env && $(BIN)/python -m pytest -p no:cacheprovider tests/real_server ) && \
+	( . $(REAL_PG_DIR)/test-env && $(BIN)/python -m pytest -p no:cacheprovider -k "not pgvector" $(REAL_PG_SUITES) ); \
+	rc=$$?; $(BIN)/python scripts/real_postgres.py stop $(REAL_PG_DIR); \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 bench: $(STAMP)

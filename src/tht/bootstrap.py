@@ -91,6 +91,11 @@ def run_migrations(env: Mapping[str, str] | None = None, *, engine: str | None =
                     conn, runtime_login=settings.runtime_login, pack=PGVECTOR_PACK
                 )
     except psycopg.OperationalError as exc:
+        from tht.memory.archive.postgres import login_refusal
+
+        refused = login_refusal(exc, settings.migrator_conninfo)
+        if refused is not None:
+            raise refused from exc
         raise ArchiveUnavailable(
             f"cannot reach the database to migrate: {str(exc).strip().splitlines()[0]}"
         ) from exc

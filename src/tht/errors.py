@@ -183,6 +183,14 @@ class ConfigurationError(InvalidInput):
     default_message = "invalid configuration"
 
 
+class ArchiveLoginRefused(ConfigurationError):
+    """PostgreSQL answered and refused the login (password, TLS, pg_hba): waiting or
+    retrying cannot help, the configuration must change."""
+
+    code = "archive_login_refused"
+    default_message = "PostgreSQL refused the login"
+
+
 class ServiceUnavailable(ThothError):
     """The service could not be reached or started (the command did not run)."""
 

@@ -227,6 +227,10 @@ def _from_parts(env: Mapping[str, str], role: str) -> str | None:
     }
     if env.get(f"THT_CATALOG_{role}_PASSWORD_FILE"):
         params["password"] = _read_password(env, f"THT_CATALOG_{role}_PASSWORD_FILE")
+    # TLS: `verify-full` with the server's CA is what a production connection should use
+    for variable, key in (("SSLMODE", "sslmode"), ("SSLROOTCERT", "sslrootcert")):
+        if env.get(f"THT_CATALOG_DB_{variable}"):
+            params[key] = env[f"THT_CATALOG_DB_{variable}"]
     return make_conninfo(**params)
 
 

@@ -28,7 +28,9 @@ def schema_description(conninfo: str) -> str:
                          AND NOT a.attisdropped ORDER BY 1, a.attnum""",
         "constraints": """SELECT c.relname, k.conname, pg_get_constraintdef(k.oid) FROM pg_constraint k
                             JOIN pg_class c ON c.oid = k.conrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-                           WHERE n.nspname = 'thoth_memory' ORDER BY 1, 2""",
+                           WHERE n.nspname = 'thoth_memory'
+                             -- PostgreSQL 18 lists NOT NULL as constraints too; the columns say it
+                             AND k.contype <> 'n' ORDER BY 1, 2""",
         "indexes": """SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'thoth_memory' ORDER BY 1""",
         "row security": """SELECT relname, relrowsecurity, relforcerowsecurity FROM pg_class c
                              JOIN pg_namespace n ON n.oid = c.relnamespace

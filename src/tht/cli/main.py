@@ -617,12 +617,16 @@ def demo() -> None:
 
 
 def _configure_logging() -> None:
-    level = os.environ.get("THT_LOG_LEVEL", "WARNING").upper()
+    level = os.environ.get("THT_LOG_LEVEL")
     logging.basicConfig(
         stream=sys.stderr,
-        level=getattr(logging, level, logging.WARNING),
+        level=getattr(logging, (level or "WARNING").upper(), logging.WARNING),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if level is None:
+        # the pool warns at each failed reconnection while a command waits for PostgreSQL;
+        # the command's one JSON error says the outcome (THT_LOG_LEVEL shows them again)
+        logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 
 
 def _names_a_group(command: Any, args: list[str]) -> bool:

@@ -23,6 +23,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from tht.errors import (
+    ArchiveLoginRefused,
     ArchiveUnavailable,
     Conflict,
     InvalidInput,
@@ -49,6 +50,17 @@ from tht.memory.recall_filters import CardFacts
 from tht.sqlfiles import named_queries
 
 log = logging.getLogger(__name__)
+# libpq reports a refused login in its message only (no SQLSTATE before the session exists)
+_REFUSALS = (
+    ("password authentication failed", "the password was refused"),
+    ("no password supplied", "no password was given"),
+    ("certificate verify failed", "the server's certificate did not verify against sslrootcert"),
+    ("SSL error", "the TLS handshake failed"),
+    ("server does not support SSL", "the server does not offer TLS but sslmode requires it"),
+    ("rejects connection", "the server's pg_hba.conf rejects this connection"),
+    ("no pg_hba.conf entry", "the server's pg_hba.conf has no entry for this connection"),
+    ("does not exist", "the login or the database does not exist"),
+)
 
 TS_CONFIG = {"en": "english", "it": "italian"}
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -121,6 +133,21 @@ def _translate(exc: psycopg.Error) -> ThothError:
     return ThothError(f"archive error: {first_line(exc)}")
 
 
+def login_refusal(exc: psycopg.OperationalError, conninfo: str) -> ArchiveLoginRefused | None:
+    message = str(exc)
+    for marker, reason in _REFUSALS:
+        if marker in message:
+            params = psycopg.conninfo.conninfo_to_dict(conninfo)
+            where = {k: params.get(k) for k in ("user", "host", "port", "dbname", "sslmode")}
+            return ArchiveLoginRefused(
+                f"PostgreSQL refused the login '{where['user']}': {reason}. Check the"
+                " THT_CATALOG_* settings (password file, THT_CATALOG_DB_SSLMODE,"
+                " THT_CATALOG_DB_SSLROOTCERT) or ask the DBA for this login.",
+                details={**where, "server_said": first_line(exc)},
+            )
+    return None
+
+
 class PostgresArchive:
     """A pool of runtime-login connections to the archive."""
 
@@ -147,6 +174,7 @@ class PostgresArchive:
     def open(self) -> PostgresArchive:
         if self._opened:
             return self
+        self._refuse_misconfigured_login()
         try:
             self._pool.open(wait=True, timeout=self._timeout)
         except psycopg_pool.PoolTimeout as exc:
@@ -168,6 +196,18 @@ class PostgresArchive:
             self.close()
             raise
         return self
+
+    def _refuse_misconfigured_login(self) -> None:
+        """One direct connection first: a refused password or a TLS failure is said at
+        once, as a configuration error naming the login, instead of after the pool's
+        timeout as an outage. An unreachable server is left to the pool (it may be
+        starting)."""
+        try:
+            psycopg.connect(self._conninfo, connect_timeout=max(1, int(self._timeout))).close()
+        except psycopg.OperationalError as exc:
+            refused = login_refusal(exc, self._conninfo)
+            if refused is not None:
+                raise refused from exc
 
     def _probe_connection_error(self) -> str:
         try:
