@@ -220,22 +220,16 @@ TOOLS: dict[str, Tool] = {
 
 
 def command_line(tool: Tool, arguments: Any, config: str) -> tuple[list[str], bytes | None]:
-    """The ``tht`` command a tool call is, and the bytes of its standard input: options
-    first, then ``--`` and the question, which may start with a dash."""
-    argv = ["memory", tool.command, "-c", config]
-    if tool.command in ("search", "rules", "solved-search"):
-        filters = arguments.filters_document()
-        if filters:
-            argv.append("--filters=" + json.dumps(filters, ensure_ascii=False))
-        if getattr(arguments, "session", None) is not None:
-            argv.append(f"--session={arguments.session}")
-        if getattr(arguments, "error", None) is not None:
-            argv.append(f"--error={arguments.error}")
-        if arguments.question is not None:
-            argv += ["--", arguments.question]
-        return argv, None
-    argv.append(f"--session={arguments.session}")
-    if tool.command == "propose":
-        argv += ["--data", "-"]
-        return argv, json.dumps(arguments.data, ensure_ascii=False).encode()
-    return argv, None
+    """The ``tht memory`` command a validated tool call is, and its standard input."""
+    from tht.service.commands import agent_command
+
+    recall = tool.command in ("search", "rules", "solved-search")
+    return agent_command(
+        tool.command,
+        config,
+        question=arguments.question if recall else None,
+        filters=arguments.filters_document() if recall else None,
+        session=getattr(arguments, "session", None),
+        error=getattr(arguments, "error", None),
+        data=getattr(arguments, "data", None),
+    )

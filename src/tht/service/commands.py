@@ -39,10 +39,7 @@ class CommandRunner:
     def run(self, argv: list[str], *, stdin: bytes | None = None) -> tuple[int, Any]:
         """Run ``tht <argv>``; ``stdin``: the bytes a ``-`` file option reads. Returns the
         exit code and the command's JSON document (an error document when it failed)."""
-        try:
-            code, stdout = self._dispatch(argv, stdin)
-        except ThothError as exc:
-            return exc.exit_code, exc.to_dict()
+        code, stdout = self.run_text(argv, stdin=stdin)
         try:
             return code, json.loads(stdout)
         except ValueError:
@@ -50,6 +47,13 @@ class CommandRunner:
                 "the command's answer is not one JSON document", details={"stdout": stdout[:500]}
             )
             return error.exit_code, error.to_dict()
+
+    def run_text(self, argv: list[str], *, stdin: bytes | None = None) -> tuple[int, str]:
+        """``run`` for a command whose stdout is not one document (an export's lines)."""
+        try:
+            return self._dispatch(argv, stdin)
+        except ThothError as exc:
+            return exc.exit_code, json.dumps(exc.to_dict())
 
     def close(self) -> None:
         with self._lock:
@@ -115,3 +119,32 @@ class CommandRunner:
             engines = self._engines
         with engines.command_services(runtime, projection, env=self.env) as services:
             yield services
+
+
+def agent_command(
+    command: str,
+    config: str,
+    *,
+    question: str | None = None,
+    filters: Mapping[str, Any] | None = None,
+    session: str | None = None,
+    error: str | None = None,
+    data: Any = None,
+) -> tuple[list[str], bytes | None]:
+    """An agent's ``tht memory <command>`` (search, rules, solved-search, propose,
+    summary) as a command line and the bytes of its standard input: options first,
+    then ``--`` and the question, which may start with a dash."""
+    argv = ["memory", command, "-c", config]
+    if filters:
+        argv.append("--filters=" + json.dumps(dict(filters), ensure_ascii=False))
+    if session is not None:
+        argv.append(f"--session={session}")
+    if error is not None:
+        argv.append(f"--error={error}")
+    stdin = None
+    if data is not None:
+        argv += ["--data", "-"]
+        stdin = json.dumps(data, ensure_ascii=False).encode()
+    if question is not None:
+        argv += ["--", question]
+    return argv, stdin
