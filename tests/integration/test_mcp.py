@@ -18,10 +18,11 @@ from mcp import ClientSession, MCPError
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.factories import card_document
-from tests.integration.service_support import installation
-from tests.integration.workflow_support import Session, add, decision, join_rule
+from tests.integration import agent_support
+from tests.integration.agent_support import PROPOSALS
 from tht.mcp.tools import TOOLS
+
+tht, acme = agent_support.tht, agent_support.acme  # the fixtures
 
 TOOL_NAMES = {
     "memory_search",
@@ -30,50 +31,6 @@ TOOL_NAMES = {
     "memory_propose",
     "memory_summary",
 }
-
-
-@pytest.fixture
-def tht(database, tmp_path):
-    home = tmp_path / "home"
-    home.mkdir()
-    found = installation(database, home)
-    yield found
-    found.stop()
-
-
-@pytest.fixture
-def acme(tht, tmp_path):
-    """Workspace acme with a card and a rule, a workflow session with a corrected join,
-    and a token per role."""
-    sessions = tmp_path / "sessions"
-    sessions.mkdir()
-    assert tht.run("workspace", "create", "acme", "--language", "en").code == 0
-    assert tht.run("workspace", "create", "other", "--language", "en").code == 0
-    config = tht.runtime("acme", sessions_root=str(sessions))
-    for document in (card_document(), card_document("sql_rule")):
-        saved = tht.run("memory", "create", "-c", config, "--data", "-", stdin=json.dumps(document))
-        assert saved.code == 0, saved.document
-    Session(sessions, "s-1").log(
-        decision(
-            "d1",
-            "sql_corrected",
-            explanation="A job code repeats across fiscal years: join on code and year.",
-            before="... ON j.job_code = m.job_code",
-            after="... AND j.fiscal_year = m.fiscal_year",
-        )
-    )
-    tokens = {}
-    for role in ("agent", "user", "admin"):
-        made = tht.run("user", "create", f"the-{role}", "--role", role, "--workspace", "acme")
-        assert made.code == 0, made.document
-        tokens[role] = made.document["token"]
-    stranger = tht.run("user", "create", "stranger", "--role", "agent", "--workspace", "other")
-    tokens["stranger"] = stranger.document["token"]
-    return config, sessions, tokens
-
-
-def proposals() -> dict:
-    return {"version": 1, "proposals": [add("p1", ["d1"], join_rule())]}
 
 
 def calls() -> list[tuple[str, dict, tuple[str, ...]]]:
@@ -142,7 +99,7 @@ async def exercise(session) -> list[tuple[tuple[str, ...], dict]]:
     for tool in listed.tools:
         assert tool.description and tool.input_schema["type"] == "object"
         assert tool.annotations.read_only_hint is (tool.name != "memory_propose")
-    proposed = await session.call_tool("memory_propose", {"session": "s-1", "data": proposals()})
+    proposed = await session.call_tool("memory_propose", {"session": "s-1", "data": PROPOSALS})
     assert not proposed.is_error, proposed
     recorded = document(proposed)
     assert recorded["session"] == "s-1" and [p["id"] for p in recorded["proposals"]] == ["p1"]
@@ -198,7 +155,7 @@ def test_stdio_refuses_what_the_token_may_not_do_and_keeps_serving(tht, acme):
     async def run() -> None:
         async with stdio_session(tht, config, token=tokens["user"]) as session:
             refused = await session.call_tool(
-                "memory_propose", {"session": "s-1", "data": proposals()}
+                "memory_propose", {"session": "s-1", "data": PROPOSALS}
             )
             assert refused.is_error and document(refused)["error"]["code"] == "forbidden"
             assert document(refused)["error"]["details"]["permission"] == "memory.propose"
@@ -246,6 +203,12 @@ def test_stdio_bad_arguments_are_mcp_errors_naming_them(tht, acme):
     async def run() -> None:
         async with stdio_session(tht, config, token=tokens["agent"]) as session:
             await refuse_bad_arguments(session)
+            # a question is text, never an option of the command it becomes
+            dashed = await session.call_tool(
+                "memory_rules", {"question": "--help -c /etc/passwd", "error": "--version"}
+            )
+            assert not dashed.is_error, dashed
+            assert document(dashed)["error_signature"] == "--version"
 
     anyio.run(run)
 
@@ -311,7 +274,7 @@ def test_http_refuses_a_mutation_without_the_capability_and_bad_arguments(tht, a
     async def run() -> None:
         async with http_session(f"{served}/mcp/acme", tokens["user"]) as session:
             refused = await session.call_tool(
-                "memory_propose", {"session": "s-1", "data": proposals()}
+                "memory_propose", {"session": "s-1", "data": PROPOSALS}
             )
             assert refused.is_error and document(refused)["error"]["code"] == "forbidden"
             await refuse_bad_arguments(session)

@@ -15,48 +15,15 @@ from pathlib import Path
 import pytest
 
 from tests.factories import card_document
-from tests.integration.service_support import installation
-from tests.integration.workflow_support import Session, add, decision, join_rule
+from tests.integration import agent_support
+from tests.integration.agent_support import PROPOSALS
 from tht import Memory
 from tht.errors import Forbidden, InvalidInput, NotFound, ThothError
 from tht.memory_client import Card, Hit, Proposals, Recall, Summary
 
+tht, acme = agent_support.tht, agent_support.acme  # the fixtures
+
 DOC = Path(__file__).parents[2] / "docs" / "python-client.md"
-
-
-@pytest.fixture
-def tht(database, tmp_path):
-    home = tmp_path / "home"
-    home.mkdir()
-    found = installation(database, home)
-    yield found
-    found.stop()
-
-
-@pytest.fixture
-def acme(tht, tmp_path):
-    sessions = tmp_path / "sessions"
-    sessions.mkdir()
-    assert tht.run("workspace", "create", "acme", "--language", "en").code == 0
-    config = tht.runtime("acme", sessions_root=str(sessions))
-    rule = card_document("sql_rule")
-    for document in (card_document(), rule):
-        saved = tht.run("memory", "create", "-c", config, "--data", "-", stdin=json.dumps(document))
-        assert saved.code == 0, saved.document
-    Session(sessions, "s-1").log(
-        decision(
-            "d1",
-            "sql_corrected",
-            explanation="A job code repeats across fiscal years: join on code and year.",
-            before="... ON j.job_code = m.job_code",
-            after="... AND j.fiscal_year = m.fiscal_year",
-        )
-    )
-    tokens = {}
-    for role in ("agent", "user"):
-        made = tht.run("user", "create", f"the-{role}", "--role", role, "--workspace", "acme")
-        tokens[role] = made.document["token"]
-    return config, sessions, tokens
 
 
 @pytest.fixture
@@ -68,9 +35,6 @@ def client_env(tht, monkeypatch):
         if key.startswith("THT_"):
             monkeypatch.setenv(key, value)
     return monkeypatch
-
-
-PROPOSALS = {"version": 1, "proposals": [add("p1", ["d1"], join_rule())]}
 
 
 def check_against_the_cli(tht, memory, config, token=None, **env) -> None:
