@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -248,6 +249,23 @@ class Engines:
             catalog,
             WorkflowService(archive, projector, recall, sessions_root),
         )
+
+    @contextmanager
+    def command_services(
+        self,
+        runtime: RuntimeConfig | None,
+        projection: ProjectionSettings | None,
+        *,
+        sessions_root: Path | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> Iterator[Services]:
+        """The services one ``tht`` command runs with on these warm engines (an
+        ``Invocation``'s ``services``): its runtime file names the projection and the
+        sessions' root, else ``projection`` and ``sessions_root`` (the process's)."""
+        if runtime is not None:
+            projection = ProjectionSettings(runtime.index, runtime.embedding)
+            sessions_root = runtime.sessions_root
+        yield self.services(projection, sessions_root, env)
 
     def close(self) -> None:
         with self._lock:

@@ -31,10 +31,25 @@ class ThothError(Exception):
         body = document.get("error") if isinstance(document, dict) else None
         if not isinstance(body, dict):
             return ServiceUnavailable("the service answered with an unreadable error")
-        error = ThothError(str(body.get("message") or ""), details=body.get("details"))
-        error.code = str(body.get("code") or cls.code)
+        code = str(body.get("code") or cls.code)
+        # the class of that code when this process knows it (a caller may catch
+        # Forbidden, NotFound, ...), else the base class carrying the code
+        kind = _classes_by_code().get(code, ThothError)
+        error = kind.__new__(kind)
+        ThothError.__init__(error, str(body.get("message") or ""), details=body.get("details"))
+        error.code = code
         error.exit_code = exit_code
         return error
+
+
+def _classes_by_code() -> dict[str, type[ThothError]]:
+    found: dict[str, type[ThothError]] = {}
+    pending = list(ThothError.__subclasses__())
+    while pending:
+        kind = pending.pop()
+        found.setdefault(kind.code, kind)
+        pending += kind.__subclasses__()
+    return found
 
 
 class InvalidInput(ThothError):

@@ -45,6 +45,9 @@ CAPABILITIES: dict[tuple[str, ...], str] = {
     ("catalog", "show"): READ,
     ("catalog", "status"): READ,
     ("demo",): OPERATOR_ONLY,
+    # a process of its own (never run in the service); its tools are the commands
+    # memory search|rules|solved-search|propose|summary, each checked with the token
+    ("mcp",): OPERATOR_ONLY,
 }
 
 

@@ -51,6 +51,9 @@ class Invocation:
     # the service's engines (None: a command in its own process): (runtime, projection) -> Services
     services: Callable[..., AbstractContextManager[Any]] | None = None
     capability: str | None = None  # what the command needs (tht.cli.capabilities)
+    # standard input's bytes when a long-lived face (MCP, the Python client) runs the
+    # command in its own process: its real standard input is not the command's
+    stdin: bytes | None = None
     principal: Any = None  # the token's principal once checked (None: the operator)
 
 
@@ -83,7 +86,8 @@ def read_bytes(path: str | os.PathLike[str], limit: int) -> bytes:
     name = os.fspath(path)
     if files is None:
         if name == "-":
-            return sys.stdin.buffer.read(limit + 1)
+            given = current().stdin
+            return given[: limit + 1] if given is not None else sys.stdin.buffer.read(limit + 1)
         with open(name, "rb") as handle:
             return handle.read(limit + 1)
     sent = files.get("-" if name == "-" else resolve(name))

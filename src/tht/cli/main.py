@@ -690,6 +690,7 @@ def main(argv: list[str] | None = None, *, token: str | None = None) -> int:
     return error.exit_code
 
 
+import tht.cli.mcp  # noqa: E402  (registers mcp)
 import tht.cli.workflow  # noqa: E402,F401  (registers propose, summary, review-apply, solved-index)
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from tht.accounts import PROPOSE, RECALL, Principal
 from tht.errors import InvalidInput, NotFound
-from tht.memory.recall_service import RecallKind, RecallQuery
+from tht.memory.recall_service import RecallKind, RecallQuery, parse_recall_query
 from tht.workflow.contract import check_session_id
 
 if TYPE_CHECKING:
@@ -107,6 +107,37 @@ def recall_command(
         exclude=exclude,
     )
     return {"results": [r.as_json() for r in results]}
+
+
+def service_recall(
+    services: Services,
+    principal: Principal,
+    workspace: str,
+    kind: RecallKind,
+    question: str | None,
+    filters: dict[str, Any],
+    *,
+    session: str | None = None,
+    error: str | None = None,
+) -> dict[str, Any]:
+    """Recall for a token's principal in the service (the HTTP routes, the MCP tools):
+    the workspace's configured binding, sessions from the service's sessions_root, and
+    ``filters`` the object the CLI's ``--filters`` takes."""
+    principal.require(RECALL, workspace)  # before reading anything; recall_command checks again
+    query = parse_recall_query(filters)
+    if session is not None:
+        require_sessions(services, session)
+    return recall_command(
+        services,
+        workspace,
+        kind,
+        question,
+        query,
+        session=session,
+        error=error,
+        binding=workspace_binding(services, workspace),
+        principal=principal,
+    )
 
 
 def propose_command(

@@ -47,7 +47,7 @@ from tht.service import paths
 FILE_OPTIONS = ("-c", "--config", "--data", "--cases", "--request", "--password-file")
 MAX_FILE_BYTES = 16 * 1024 * 1024  # the largest input any command accepts (eval cases)
 # Commands that manage this process, the embedded server or the schema: always here.
-LOCAL_COMMANDS = {("serve",), ("db",), ("memory", "migrate")}
+LOCAL_COMMANDS = {("serve",), ("db",), ("memory", "migrate"), ("mcp",)}
 HELP_FLAGS = {"--help", "-h"}
 DEFAULT_IDLE_SECONDS = 900
 DEFAULT_TIMEOUT_SECONDS = 60.0  # silence from the service (it sends a heartbeat every few seconds)
@@ -127,14 +127,19 @@ def _read(path: str, stdin_data: list[bytes | None]) -> dict[str, str]:
     return {"data": binascii.b2a_base64(data, newline=False).decode("ascii")}
 
 
-def build_request(args: list[str], token: str | None) -> dict[str, Any]:
+def build_request(
+    args: list[str], token: str | None, *, stdin: bytes | None = None
+) -> dict[str, Any]:
     """The command as the service runs it: arguments, working directory, the named
-    files' bytes, and the environment variables a runtime file names (``url_env``)."""
+    files' bytes, and the environment variables a runtime file names (``url_env``).
+    ``stdin``: the bytes a ``-`` file stands for (None: this process's standard input)."""
     cwd = os.getcwd()
     files: dict[str, dict[str, str]] = {}
-    stdin_data: list[bytes | None] = [None]
+    stdin_data: list[bytes | None] = [stdin]
     env: dict[str, str] = {}
     for i, arg in enumerate(args):
+        if arg == "--":  # what follows is positional (a question), never a file option
+            break
         value = None
         if arg in FILE_OPTIONS and i + 1 < len(args):
             value = args[i + 1]
@@ -447,6 +452,11 @@ def main(argv: list[str] | None = None) -> int:
         if args == ["--version"]:
             emit({"version": __version__})
             return 0
+        if command_words(args)[:1] == ("mcp",) and not HELP_FLAGS & set(args):
+            # a long-lived face of its own: it forwards each tool call as a command
+            from tht.mcp.stdio import main as mcp_main
+
+            return mcp_main(args[1:], token)
         if runs_here(args, env):
             # the commands that manage the process or the embedded server are the operator's
             local = any(command_words(args)[: len(words)] == words for words in LOCAL_COMMANDS)

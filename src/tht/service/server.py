@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -349,16 +349,15 @@ class Service:
         while not done.wait(HEARTBEAT_SECONDS):
             send({"alive": True})
 
-    @contextmanager
-    def _services(self, runtime: Any, projection: Any) -> Iterator[Any]:
-        from tht.bootstrap import ProjectionSettings
+    def _services(self, runtime: Any, projection: Any) -> AbstractContextManager[Any]:
         from tht.cli.invocation import current
 
-        sessions_root = self.sessions_root
-        if runtime is not None:
-            projection = ProjectionSettings(runtime.index, runtime.embedding)
-            sessions_root = runtime.sessions_root
-        yield self.engines.services(projection, sessions_root, {**os.environ, **current().env})
+        return self.engines.command_services(
+            runtime,
+            projection,
+            sessions_root=self.sessions_root,
+            env={**os.environ, **current().env},
+        )
 
 
 def _peer_is_operator(connection: socket.socket) -> bool:

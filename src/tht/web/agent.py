@@ -17,10 +17,10 @@ from fastapi import APIRouter, Body, Depends
 from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse
 
-from tht.accounts import PROPOSE, RECALL, Principal
+from tht.accounts import PROPOSE, Principal
 from tht.bootstrap import Services
 from tht.memory import agent
-from tht.memory.recall_service import RecallKind, parse_recall_query
+from tht.memory.recall_service import RecallKind
 from tht.web import schemas
 
 WORKSPACE_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
@@ -46,21 +46,16 @@ def agent_router(services: Services, principal: Callable[..., Principal]) -> API
         session: str | None = None,
         error: str | None = None,
     ) -> JSONResponse:
-        actor.require(RECALL, workspace)  # the route's check; recall_command checks again
-        query = parse_recall_query(request.filters_document())
-        if session is not None:
-            agent.require_sessions(services, session)
         return answer(
-            agent.recall_command(
+            agent.service_recall(
                 services,
+                actor,
                 workspace,
                 kind,
                 question,
-                query,
+                request.filters_document(),
                 session=session,
                 error=error,
-                binding=agent.workspace_binding(services, workspace),
-                principal=actor,
             )
         )
 

@@ -27,6 +27,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from pydantic import Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Route
 
 from tht.accounts import Principal
 from tht.bootstrap import Services
@@ -74,6 +75,22 @@ def error_response(error: ThothError) -> JSONResponse:
     if isinstance(error, TooManyRequests):
         response.headers["Retry-After"] = str(error.retry_after)
     return response
+
+
+class LazyMcpEndpoint:
+    """``/mcp/{workspace}``: the MCP SDK is imported by the first request, not by every
+    process that builds the app."""
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.endpoint: Any = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if self.endpoint is None:
+            from tht.mcp.http import McpEndpoint
+
+            self.endpoint = McpEndpoint(self.services)
+        await self.endpoint(scope, receive, send)
 
 
 def create_app(
@@ -479,6 +496,9 @@ def create_app(
     app.include_router(review_router(services, principal, render))  # the reviewer's page and API
     if run_command is not None:
         app.include_router(cli_router(run_command))  # tht commands over HTTP (THT_SERVICE_URL)
+    app.router.routes.append(  # an agent's MCP tools (streamable HTTP), see tht.mcp.http
+        Route("/mcp/{workspace}", LazyMcpEndpoint(services), methods=["GET", "POST", "DELETE"])
+    )
 
     @app.get("/healthz", include_in_schema=False)
     def health() -> dict[str, str]:

@@ -1,0 +1,108 @@
+"""``/mcp/{workspace}`` on ``tht serve``: the agent's Memory tools over MCP's streamable
+HTTP transport, run in the service for the bearer token's principal.
+
+Authentication is the API's: ``Authorization: Bearer <token>`` on every request (no
+cookie: nothing here is for a browser). The path names the workspace, as the agent
+routes' path does, and the principal must belong to it; each call then checks its
+capability again (tht.memory.agent), so a user token may recall but not propose.
+
+Stateless and JSON-only: every request is a whole MCP exchange with nothing kept
+between requests, so any instance behind a load balancer can answer it (DESIGN.md
+§3a) and no app lifespan is needed.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from starlette.datastructures import Headers
+
+from tht.accounts import PROPOSE, RECALL, Principal
+from tht.errors import Forbidden, NotFound, ThothError, Unauthenticated
+from tht.mcp.server import build_server
+from tht.mcp.tools import Tool
+
+if TYPE_CHECKING:
+    from tht.bootstrap import Services
+
+WORKSPACE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+_PRINCIPAL = "tht.principal"  # the ASGI scope's keys the tool calls read
+_WORKSPACE = "tht.workspace"
+
+Scope = dict[str, Any]
+
+
+class McpEndpoint:
+    """The ASGI app of ``/mcp/{workspace}``."""
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.server = build_server(self._call)
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        try:
+            workspace = str(scope.get("path_params", {}).get("workspace", ""))
+            if not WORKSPACE.match(workspace):
+                raise NotFound(f"no workspace '{workspace}': the URL is /mcp/<workspace id>")
+            principal = await self._principal(scope)
+            if not (principal.can(RECALL, workspace) or principal.can(PROPOSE, workspace)):
+                raise Forbidden(
+                    f"user {principal.user} does not belong to workspace '{workspace}'",
+                    details={"permission": RECALL, "workspace": workspace},
+                )
+        except ThothError as exc:
+            await _error(exc, scope, receive, send)
+            return
+        scope[_PRINCIPAL], scope[_WORKSPACE] = principal, workspace
+        manager = StreamableHTTPSessionManager(app=self.server, stateless=True, json_response=True)
+        async with manager.run():
+            await manager.handle_request(scope, receive, send)
+
+    async def _principal(self, scope: Scope) -> Principal:
+        scheme, _, token = Headers(scope=scope).get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise Unauthenticated("use 'Authorization: Bearer <token>'")
+        return await anyio.to_thread.run_sync(self.services.accounts.by_token, token.strip())
+
+    async def _call(self, tool: Tool, arguments: Any, ctx: Any) -> tuple[bool, dict[str, Any]]:
+        scope = ctx.request.scope
+        principal, workspace = scope[_PRINCIPAL], scope[_WORKSPACE]
+        document = await anyio.to_thread.run_sync(self._run, tool, arguments, principal, workspace)
+        return True, document
+
+    def _run(
+        self, tool: Tool, arguments: Any, principal: Principal, workspace: str
+    ) -> dict[str, Any]:
+        """The tool's command in the service, through the functions the HTTP agent
+        routes use (tht.memory.agent)."""
+        from tht.memory import agent
+
+        services = self.services
+        if tool.command in agent.RECALL_KINDS:
+            return agent.service_recall(
+                services,
+                principal,
+                workspace,
+                agent.RECALL_KINDS[tool.command],
+                arguments.question,
+                arguments.filters_document(),
+                session=getattr(arguments, "session", None),
+                error=getattr(arguments, "error", None),
+            )
+        principal.require(PROPOSE, workspace)  # before the session is looked at
+        if tool.command == "propose":
+            return agent.propose_command(
+                services, workspace, arguments.session, arguments.data, principal=principal
+            )
+        return agent.summary_command(services, workspace, arguments.session, principal=principal)
+
+
+async def _error(error: ThothError, scope: Scope, receive: Any, send: Any) -> None:
+    from starlette.responses import JSONResponse
+
+    headers = {"WWW-Authenticate": "Bearer"} if isinstance(error, Unauthenticated) else None
+    response = JSONResponse(error.to_dict(), status_code=error.http_status, headers=headers)
+    await response(scope, receive, send)

@@ -1,0 +1,235 @@
+"""The MCP tools: an agent's side of Memory (DESIGN.md §3a, the ``agent`` capability),
+the same five operations as ``tht memory search|rules|solved-search|propose|summary``
+and the HTTP agent routes, with the same answers.
+
+Arguments are validated by the HTTP API's request models (tht.web.schemas): one
+definition of what an agent may send, whatever the face. The input schemas shown to
+a model are written for it (short, with the descriptions it needs) and a test keeps
+them to the same fields as those models.
+
+Nothing here imports the engines: the stdio server forwards each call to the service
+as its command line (``command_line``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from tht.errors import InvalidInput
+from tht.validation import validation_details
+from tht.web import schemas
+
+_FILTERS = {
+    "type": "object",
+    "description": (
+        "Narrow the recall (optional): scope (exact business scope), concepts (every one"
+        " must be present), table and column (a column needs its table), top (1-100,"
+        " default 10). The database and schema come from the workspace's configuration."
+    ),
+    "properties": {
+        "scope": {"type": "string", "maxLength": 300},
+        "concepts": {"type": "array", "items": {"type": "string"}, "maxItems": 50},
+        "table": {"type": "string", "maxLength": 128},
+        "column": {"type": "string", "maxLength": 128},
+        "top": {"type": "integer", "minimum": 1, "maximum": 100},
+    },
+    "additionalProperties": False,
+}
+_TOP = {
+    "type": "integer",
+    "minimum": 1,
+    "maximum": 100,
+    "description": "How many results (default 10); the same as filters.top, give one of them",
+}
+_QUESTION = {
+    "type": "string",
+    "maxLength": schemas.MAX_QUESTION,
+    "description": "The user's question",
+}
+_SESSION = {
+    "type": "string",
+    "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$",
+    "description": "The workflow session id (a directory of the sessions root)",
+}
+_LEDGER_SESSION = {
+    **_SESSION,
+    "description": "Workflow session (optional): leave out Memory already decided in it (its ledger)",
+}
+
+
+def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    command: str  # the `tht memory` command it is
+    title: str
+    description: str
+    input_schema: dict[str, Any]
+    arguments: type[BaseModel]  # the API's request model: the validation
+    read_only: bool = True
+
+    def parse(self, arguments: dict[str, Any] | None) -> BaseModel:
+        """The arguments validated, or InvalidInput naming each bad one."""
+        try:
+            return self.arguments.model_validate(arguments or {})
+        except ValidationError as exc:
+            details = _argument_errors(exc)
+            message = "; ".join(dict.fromkeys(_describe(error) for error in details))
+            raise InvalidInput(
+                f"invalid arguments for {self.name}: {message}", details=details
+            ) from exc
+
+
+def _argument_errors(exc: ValidationError) -> list[dict[str, Any]]:
+    """pydantic's errors, located by argument: without the model names it adds when a
+    value may take one of several shapes (filters with or without a column)."""
+    details = []
+    for error in validation_details(exc):
+        path = [part for part in error["field"].split(".") if not part[:1].isupper()]
+        details.append({**error, "field": ".".join(path)})
+    return list({json.dumps(d, sort_keys=True): d for d in details}.values())
+
+
+def _describe(error: dict[str, Any]) -> str:
+    if error["type"] == "missing":
+        return f"missing argument '{error['field']}'"
+    if error["type"] == "extra_forbidden":
+        return f"unknown argument '{error['field']}'"
+    return f"{error['field']}: {error['message']}" if error["field"] else error["message"]
+
+
+TOOLS: dict[str, Tool] = {
+    tool.name: tool
+    for tool in (
+        Tool(
+            name="memory_search",
+            command="search",
+            title="Recall domain memory",
+            description=(
+                "Recall the workspace's domain memory for a user's question before writing SQL:"
+                " business clarifications, SQL rules and explained errors, verified against the"
+                " archive and ranked (score is a ranking score, not a similarity). Returns"
+                ' {"results": [card, ...]}, each card with its fields, dependencies, links and'
+                " how it was found (retrieval)."
+            ),
+            input_schema=_object(
+                {
+                    "question": _QUESTION,
+                    "filters": _FILTERS,
+                    "top": _TOP,
+                    "session": _LEDGER_SESSION,
+                },
+                ["question"],
+            ),
+            arguments=schemas.SearchIn,
+        ),
+        Tool(
+            name="memory_rules",
+            command="rules",
+            title="Recall SQL rules",
+            description=(
+                "Recall the SQL rules and explained errors that apply to a question, or to a"
+                " database error text (error: exact error-signature matches come first, then"
+                " recall). Give a question, an error, or both. Returns"
+                ' {"results": [card, ...]} (with error also error_signature and exact).'
+            ),
+            input_schema=_object(
+                {
+                    "question": {
+                        **_QUESTION,
+                        "description": "The user's question (optional with error)",
+                    },
+                    "error": {
+                        "type": "string",
+                        "maxLength": schemas.MAX_QUESTION,
+                        "description": "A database error message the SQL produced",
+                    },
+                    "filters": _FILTERS,
+                    "top": _TOP,
+                    "session": _LEDGER_SESSION,
+                },
+                [],
+            ),
+            arguments=schemas.RulesIn,
+        ),
+        Tool(
+            name="memory_solved_search",
+            command="solved-search",
+            title="Recall solved questions",
+            description=(
+                "Recall solved questions similar to the user's: earlier questions with the SQL a"
+                " reviewer approved. They are consultative exemplars, never an approval of new"
+                ' SQL. Returns {"results": [card, ...]}.'
+            ),
+            input_schema=_object(
+                {"question": _QUESTION, "filters": _FILTERS, "top": _TOP}, ["question"]
+            ),
+            arguments=schemas.SolvedSearchIn,
+        ),
+        Tool(
+            name="memory_propose",
+            command="propose",
+            title="Propose Memory from a session",
+            description=(
+                "Validate a workflow session's Memory proposals against its ledger and the archive,"
+                " and record them for a reviewer (nothing reaches the archive before the review)."
+                ' data is memory_proposals.json: {"version": 1, "proposals": [{"id", "action":'
+                ' "add"|"update", "sources": [ledger decision ids], "card": {...}, "links": [...],'
+                ' for update "card_id", "revision", "change"}]}. Returns the recorded proposals'
+                " and their digest."
+            ),
+            input_schema=_object(
+                {
+                    "session": _SESSION,
+                    "data": {
+                        "type": "object",
+                        "description": "The memory_proposals.json document (schemas/memory-proposals.schema.json)",
+                    },
+                },
+                ["session", "data"],
+            ),
+            arguments=schemas.ProposeIn,
+            read_only=False,
+        ),
+        Tool(
+            name="memory_summary",
+            command="summary",
+            title="Summarize a session's proposals",
+            description=(
+                "The reviewer's editable summary of a session's recorded proposals: additions,"
+                " updates with their change, the solved question, links, reused cards, and the"
+                " proposals_digest a review must name."
+            ),
+            input_schema=_object({"session": _SESSION}, ["session"]),
+            arguments=schemas.SessionIn,
+        ),
+    )
+}
+
+
+def command_line(tool: Tool, arguments: Any, config: str) -> tuple[list[str], bytes | None]:
+    """The ``tht memory`` command a validated tool call is, and its standard input."""
+    from tht.service.commands import agent_command
+
+    recall = tool.command in ("search", "rules", "solved-search")
+    return agent_command(
+        tool.command,
+        config,
+        question=arguments.question if recall else None,
+        filters=arguments.filters_document() if recall else None,
+        session=getattr(arguments, "session", None),
+        error=getattr(arguments, "error", None),
+        data=getattr(arguments, "data", None),
+    )

@@ -1,0 +1,77 @@
+"""What the thin faces (the MCP tools, the Python client) make of a call before it
+reaches the service, and how they read an error back: no I/O."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from tht.errors import Forbidden, InvalidInput, NotFound, ThothError
+from tht.mcp.tools import TOOLS, command_line
+from tht.service.client import build_request
+from tht.service.commands import agent_command
+
+
+def test_a_recall_call_is_its_command_with_the_question_after_the_options():
+    tool = TOOLS["memory_rules"]
+    arguments = tool.parse(
+        {"question": "-c /etc/passwd", "error": "--help", "top": 4, "session": "s-1"}
+    )
+    argv, stdin = command_line(tool, arguments, "/abs/runtime.yaml")
+    assert argv == [
+        "memory",
+        "rules",
+        "-c",
+        "/abs/runtime.yaml",
+        '--filters={"top": 4}',
+        "--session=s-1",
+        "--error=--help",
+        "--",
+        "-c /etc/passwd",
+    ]
+    assert stdin is None
+
+
+def test_a_proposal_travels_as_standard_input_never_this_process_s():
+    argv, stdin = agent_command("propose", "/abs/runtime.yaml", session="s-1", data={"version": 1})
+    assert argv[-2:] == ["--data", "-"] and json.loads(stdin) == {"version": 1}
+    request = build_request([*argv, "--", "--data=/etc/hostname"], None, stdin=stdin)
+    # the bytes given, and nothing read from the words after "--"
+    assert set(request["files"]) == {"/abs/runtime.yaml", "-"}
+    assert json.loads(base64.b64decode(request["files"]["-"]["data"])) == {"version": 1}
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "message"),
+    [
+        ("memory_search", {}, "missing argument 'question'"),
+        ("memory_search", {"question": "q", "colour": 1}, "unknown argument 'colour'"),
+        ("memory_search", {"question": "q", "filters": {"schema": "s"}}, "filters: schema comes"),
+        ("memory_solved_search", {"question": "q", "filters": {"column": "c"}}, "'filters.table'"),
+        ("memory_summary", {"session": "a/b"}, "session: String should match pattern"),
+    ],
+)
+def test_bad_arguments_are_named_without_the_models_names(tool, arguments, message):
+    with pytest.raises(InvalidInput) as raised:
+        TOOLS[tool].parse(arguments)
+    assert message in raised.value.message
+    assert "FiltersIn" not in raised.value.message
+    fields = [d["field"] for d in raised.value.details]
+    assert len(fields) == len({json.dumps(d, sort_keys=True) for d in raised.value.details})
+
+
+def test_an_error_document_comes_back_as_the_class_of_its_code():
+    forbidden = ThothError.from_dict(
+        {"error": {"code": "forbidden", "message": "no", "details": {"permission": "p"}}}, 5
+    )
+    assert isinstance(forbidden, Forbidden) and forbidden.details == {"permission": "p"}
+    assert (forbidden.code, forbidden.message, forbidden.exit_code) == ("forbidden", "no", 5)
+    assert isinstance(ThothError.from_dict({"error": {"code": "not_found"}}, 3), NotFound)
+    # a code this process has no class for (a newer service's) keeps its code
+    unknown = ThothError.from_dict({"error": {"code": "from_the_future", "message": "m"}}, 8)
+    assert type(unknown) is ThothError and (unknown.code, unknown.exit_code) == (
+        "from_the_future",
+        8,
+    )
