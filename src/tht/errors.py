@@ -63,6 +63,14 @@ class StaleRevision(Conflict):
     default_message = "the card changed since it was read"
 
 
+class FamilyImmutable(Conflict):
+    """A card's family is part of its identity (what it is for, which fields it has, which
+    recall serves it): an update names the card's own family."""
+
+    code = "family_immutable"
+    default_message = "a card's family cannot change: create a card of the other family instead"
+
+
 class ReceiptConflict(Conflict):
     """A review (or cleanup) delivered again under the same key with different content."""
 
@@ -181,6 +189,31 @@ class CleanupPending(Conflict):
 class ConfigurationError(InvalidInput):
     code = "invalid_configuration"
     default_message = "invalid configuration"
+
+
+class DatabaseRolesMisconfigured(ConfigurationError):
+    """The database's logins or roles are not what the installation needs; only its DBA
+    can fix that. The details name the login and the statements to run (``dba``)."""
+
+    code = "database_roles_misconfigured"
+    http_status = 503
+    default_message = "the database logins are not configured as Thoth Memory needs them"
+
+
+class RuntimeRoleNotGrantable(DatabaseRolesMisconfigured):
+    """The migrator may not make the runtime login a member of the runtime role (a second
+    installation on a cluster where another migrator created that role)."""
+
+    code = "runtime_role_not_grantable"
+    default_message = "the migrator login cannot grant the runtime role to the runtime login"
+
+
+class RuntimeLoginPrivileged(DatabaseRolesMisconfigured):
+    """The runtime login is a superuser or bypasses row-level security: tenancy would
+    rest on the application alone, so the runtime refuses to start."""
+
+    code = "runtime_login_privileged"
+    default_message = "the runtime database login is a superuser or bypasses row-level security"
 
 
 class ServiceUnavailable(ThothError):
