@@ -23,9 +23,9 @@ import time
 import uuid
 from pathlib import Path
 
-from bench_common import prepare_database
 from fastapi.testclient import TestClient
 
+from bench_common import prepare_database
 from tht.bootstrap import ProjectionSettings, build_services
 from tht.db.embedded import EmbeddedPostgres
 from tht.memory.idempotency import IdempotencyKey
