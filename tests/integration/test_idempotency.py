@@ -54,7 +54,7 @@ def test_the_same_key_with_another_request_is_refused(memory, workspaces, archiv
     first = memory.create_card("acme", card(), idempotency=key)
     with pytest.raises(IdempotencyKeyReused) as refused:
         memory.create_card("acme", card(title="Another title"), idempotency=key)
-    assert refused.value.http_status == 422 and refused.value.details["key"] == "k-1"
+    assert refused.value.http_status == 409 and refused.value.details["key"] == "k-1"
     with pytest.raises(IdempotencyKeyReused):  # another operation under the key
         memory.delete_card("acme", first.card.id, idempotency=key)
     assert card_count(archive, "acme") == 1
@@ -154,7 +154,7 @@ def test_http_post_and_put_with_an_idempotency_key(world, database):
     assert again.json() == first.json()
     assert card_count(world.services.archive, "ws-a") == before + 1
     reused = world.client.post(BASE, json=card_document(title="Other"), headers=headers)
-    assert reused.status_code == 422
+    assert reused.status_code == 409
     assert reused.json()["error"]["code"] == "idempotency_key_reused"
 
     card_id = first.json()["card"]["id"]

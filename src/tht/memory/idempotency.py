@@ -44,11 +44,11 @@ OPERATOR = "(operator)"
 
 
 class IdempotencyKeyReused(Conflict):
-    """The key already answered another request (IETF draft "The Idempotency-Key HTTP
-    Header Field": 422 for a key reused with a different payload)."""
+    """The key already answered another request: 409, as every conflict with recorded
+    state here (the IETF draft "The Idempotency-Key HTTP Header Field" suggests 422; a
+    schema-valid request is not unprocessable, its key is taken)."""
 
     code = "idempotency_key_reused"
-    http_status = 422
     default_message = "this idempotency key was already used for a different request"
 
 

@@ -53,10 +53,10 @@ _DESCRIPTIONS = {
     401: "Not authenticated",
     403: "Not allowed (permission, workspace, CSRF)",
     404: "Not found",
-    409: "Conflict (stale revision, family_immutable)",
+    409: "Conflict (stale revision, family_immutable, idempotency_key_reused)",
     413: "Body too large",
     415: "Body is not JSON",
-    422: "Invalid input (also idempotency_key_reused)",
+    422: "Invalid input",
     429: "Too many attempts: retry after the Retry-After header's seconds",
     503: "Archive or index unavailable",
 }
@@ -70,7 +70,7 @@ IdempotencyKeyHeader = Annotated[
         pattern=r"^[!-~]{1,255}$",
         description=(
             "A retry with the same key and the same request answers the first result without"
-            " doing it again (24 h, per principal and workspace); with another request: 422"
+            " doing it again (24 h, per principal and workspace); with another request: 409"
             " idempotency_key_reused"
         ),
     ),
