@@ -261,15 +261,16 @@ class Interrupted(ThothError):
 EXIT_CODES = {
     0: "success",
     1: "internal error",
-    2: "invalid input or configuration (also command-line usage errors)",
+    2: "invalid input or configuration (also command-line usage errors, and database logins or"
+    " roles the DBA must fix: runtime_role_not_grantable, runtime_login_privileged)",
     3: "not found",
-    4: "conflict (stale revision, duplicate)",
+    4: "conflict (stale revision, duplicate, family_immutable, idempotency_key_reused)",
     5: "permission denied",
     6: "archive unavailable or schema not ready",
     7: "migration refused (changed or unknown applied migration)",
     8: "search index or embedder unavailable (recall), the index lost points the archive records"
-    " (index_lost_points), or `memory check` found drift (index_drift); a save still succeeds with its"
-    " index update pending",
+    " (index_lost_points), or `memory check` found drift (index_drift), or `memory retry` left the"
+    " work pending; a save still succeeds with its index update pending",
     9: "DWH unavailable: a Catalog scan failed (connection, permission, missing schema); nothing was deleted",
     10: "service unavailable: not reachable or startable, lost mid-command, timed out, untrusted socket,"
     " or another version",
