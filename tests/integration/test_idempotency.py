@@ -178,6 +178,11 @@ def test_http_post_and_put_with_an_idempotency_key(world, database):
         "Idempotency-Key"
     )
     assert ("ws-a", "admin_a", "b2c7e1") in key_rows(database)
+    gone = {**world.bearer("admin_a"), "Idempotency-Key": "del-1"}
+    deleted = world.client.delete(f"{BASE}/{card_id}", headers=gone)
+    again_deleted = world.client.delete(f"{BASE}/{card_id}", headers=gone)
+    assert deleted.status_code == again_deleted.status_code == 200  # not 404
+    assert again_deleted.json() == deleted.json() and deleted.json()["deleted"] == card_id
 
 
 # --- the CLI, and a crash around the commit ------------------------------------------------
