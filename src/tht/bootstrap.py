@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import threading
@@ -221,6 +222,22 @@ class Engines:
                 )
             return self._projections[(index_key, embedding_key)]
 
+    def in_use(
+        self,
+    ) -> tuple[dict[str, SearchIndex], dict[str, Embedder], list[IndexProjector]]:
+        """The index adapters and embedders built so far, named for a health report (the
+        engine and collection, or the model: never a path, URL or key), and the
+        projectors that combine them."""
+        with self._lock:
+            indexes = {
+                _index_name(key, len(self._indexes)): index for key, index in self._indexes.items()
+            }
+            embedders = {
+                f"embedder:{embedder.model_id}": embedder for embedder in self._embedders.values()
+            }
+            projectors = [projector for projector, _ in self._projections.values()]
+        return indexes, embedders, projectors
+
     def services(
         self,
         projection: ProjectionSettings | None = None,
@@ -275,6 +292,14 @@ class Engines:
                 index.close()
         finally:
             self.archive.close()
+
+
+def _index_name(key: str, count: int) -> str:
+    settings = json.loads(key)
+    name = f"index:{settings.get('engine', 'edge')}:{settings.get('collection', 'thoth_memory')}"
+    if count > 1:  # two indexes of one engine and collection differ by path or URL
+        name += ":" + hashlib.sha256(key.encode()).hexdigest()[:8]
+    return name
 
 
 def _key(settings: dict | None) -> str:

@@ -78,6 +78,14 @@ class StaleRevision(Conflict):
     default_message = "the card changed since it was read"
 
 
+class FamilyImmutable(Conflict):
+    """A card's family is part of its identity (what it is for, which fields it has, which
+    recall serves it): an update names the card's own family."""
+
+    code = "family_immutable"
+    default_message = "a card's family cannot change: create a card of the other family instead"
+
+
 class ReceiptConflict(Conflict):
     """A review (or cleanup) delivered again under the same key with different content."""
 
@@ -206,6 +214,31 @@ class ArchiveLoginRefused(ConfigurationError):
     default_message = "PostgreSQL refused the login"
 
 
+class DatabaseRolesMisconfigured(ConfigurationError):
+    """The database's logins or roles are not what the installation needs; only its DBA
+    can fix that. The details name the login and the statements to run (``dba``)."""
+
+    code = "database_roles_misconfigured"
+    http_status = 503
+    default_message = "the database logins are not configured as Thoth Memory needs them"
+
+
+class RuntimeRoleNotGrantable(DatabaseRolesMisconfigured):
+    """The migrator may not make the runtime login a member of the runtime role (a second
+    installation on a cluster where another migrator created that role)."""
+
+    code = "runtime_role_not_grantable"
+    default_message = "the migrator login cannot grant the runtime role to the runtime login"
+
+
+class RuntimeLoginPrivileged(DatabaseRolesMisconfigured):
+    """The runtime login is a superuser or bypasses row-level security: tenancy would
+    rest on the application alone, so the runtime refuses to start."""
+
+    code = "runtime_login_privileged"
+    default_message = "the runtime database login is a superuser or bypasses row-level security"
+
+
 class ServiceUnavailable(ThothError):
     """The service could not be reached or started (the command did not run)."""
 
@@ -251,15 +284,16 @@ class Interrupted(ThothError):
 EXIT_CODES = {
     0: "success",
     1: "internal error",
-    2: "invalid input or configuration (also command-line usage errors)",
+    2: "invalid input or configuration (also command-line usage errors, and database logins or"
+    " roles the DBA must fix: runtime_role_not_grantable, runtime_login_privileged)",
     3: "not found",
-    4: "conflict (stale revision, duplicate)",
+    4: "conflict (stale revision, duplicate, family_immutable, idempotency_key_reused)",
     5: "permission denied",
     6: "archive unavailable or schema not ready",
     7: "migration refused (changed or unknown applied migration)",
     8: "search index or embedder unavailable (recall), the index lost points the archive records"
-    " (index_lost_points), or `memory check` found drift (index_drift); a save still succeeds with its"
-    " index update pending",
+    " (index_lost_points), or `memory check` found drift (index_drift), or `memory retry` left the"
+    " work pending; a save still succeeds with its index update pending",
     9: "DWH unavailable: a Catalog scan failed (connection, permission, missing schema); nothing was deleted",
     10: "service unavailable: not reachable or startable, lost mid-command, timed out, untrusted socket,"
     " or another version",

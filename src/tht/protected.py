@@ -68,7 +68,11 @@ def new_request(
 ) -> dict[str, Any]:
     """The request snapshot a backend signs (see `sign`)."""
     now = now or datetime.now(UTC)
+    # a backend that lost an answer signs the request again (a nonce is single-use) with
+    # the same idempotency key: present only when set, older snapshots stay as they were
+    key = {"idempotency_key": admin.idempotency_key} if admin.idempotency_key else {}
     return {
+        **key,
         "version": VERSION,
         "workspace": admin.workspace,
         "principal": {
@@ -117,6 +121,7 @@ class _Request(SignedRequest):
     body: Any = None
     filters: dict[str, Any] = Field(default_factory=dict)
     revision: int | None = None
+    idempotency_key: str | None = None
 
 
 Signed = TypeVar("Signed", bound=SignedRequest)
@@ -181,5 +186,6 @@ def verify(
         parsed.body,
         parsed.filters,
         parsed.revision,
+        parsed.idempotency_key,
     )
     return parsed.trusted_principal(), admin, parsed.nonce, parsed.expires_at

@@ -457,3 +457,20 @@ def test_an_agent_token_carries_recall_and_propose_only(world):
     assert session["principal"]["permissions"] == sorted([PROPOSE, RECALL])
     listed = world.client.get("/api/workspaces", headers=world.bearer("agent_a")).json()["items"]
     assert [(w["id"], w["manage"]) for w in listed] == [("ws-a", False)]
+
+
+def test_http_propose_retried_under_its_idempotency_key_answers_the_first_result(world):
+    prepare_sessions(world)
+    headers = {**world.bearer("agent_a"), "Idempotency-Key": "agent-propose-1"}
+    body = {"session": "s-propose", "data": proposals()}
+    url = "/api/workspaces/ws-a/memory/propose"
+    first = world.client.post(url, json=body, headers=headers)
+    assert first.status_code == 200, first.json()
+    proposals_file = world.root / "s-propose" / "memory_proposals.json"
+    written = proposals_file.read_text()
+    again = world.client.post(url, json=body, headers=headers)
+    assert again.status_code == 200 and again.json() == first.json()
+    assert proposals_file.read_text() == written  # nothing done twice (recorded_at kept)
+    other = {"session": "s-propose", "data": {"version": 1, "proposals": []}}
+    reused = world.client.post(url, json=other, headers=headers)
+    assert reused.status_code == 409 and reused.json()["error"]["code"] == "idempotency_key_reused"

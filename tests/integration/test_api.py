@@ -447,3 +447,24 @@ def test_invisible_or_control_text_and_a_boolean_revision_are_refused(world, cha
         f"{base}/{card_id}", headers=world.bearer("admin_a"), json=card_document(**change)
     )
     assert updated.status_code == 422, updated.json()
+
+
+def test_a_backend_retry_signed_again_under_its_idempotency_key_creates_one_card(world, protected):
+    run, admin, key = protected
+    before = world.snapshot()["ws-a"]
+
+    def signed():  # each delivery has its own nonce (single-use), the same key and body
+        return sign(
+            new_request(
+                admin,
+                AdminRequest(
+                    "ws-a", "create", body=card_document(title="Once"), idempotency_key="bk-1"
+                ),
+            ),
+            key,
+        )
+
+    first_code, first = run(signed())
+    again_code, again = run(signed())
+    assert first_code == again_code == 0 and again == first
+    assert len(world.snapshot()["ws-a"]) == len(before) + 1

@@ -1163,3 +1163,36 @@ def test_the_summary_offers_the_approved_solved_question_even_when_pi_proposed_n
     applied = flow.apply(session, flow.review(session, [selected("p1")]))
     assert applied.code == 0 and applied.document["declined"] == ["approved-sql"]
     assert flow.cards(family="solved_question") == []
+
+
+def test_propose_with_an_idempotency_key_answers_the_first_result(flow):
+    session = flow.session("s-key", decision("d1", "sql_corrected", explanation="code repeats"))
+    data = flow.file({"version": 1, "proposals": [add("a", ["d1"], join_rule())]})
+
+    def propose(path: str, key: str):
+        return flow.cli(
+            "memory",
+            "propose",
+            "--session",
+            session.id,
+            "--data",
+            path,
+            "-c",
+            flow.config,
+            "--idempotency-key",
+            key,
+        )
+
+    first = propose(data, "p-1")
+    assert first.code == 0, first.document
+    recorded = json.loads((session.path / "memory_proposals.json").read_text())["recorded_at"]
+    again = propose(data, "p-1")
+    assert again.code == 0 and again.document == first.document
+    # the replay wrote nothing: the proposals file is the first one
+    assert json.loads((session.path / "memory_proposals.json").read_text())["recorded_at"] == (
+        recorded
+    )
+    other = flow.file({"version": 1, "proposals": [add("a", ["d1"], join_rule(title="Other"))]})
+    reused = propose(other, "p-1")
+    assert reused.code == 4 and reused.document["error"]["code"] == "idempotency_key_reused"
+    assert propose(other, "p-2").code == 0

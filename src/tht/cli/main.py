@@ -58,6 +58,26 @@ ConfigOption = Annotated[
 ]
 
 
+IdempotencyKeyOption = Annotated[
+    str | None,
+    typer.Option(
+        "--idempotency-key",
+        help="A key of yours (e.g. a UUID): run again with the same key and the same input, the"
+        " command prints the first answer instead of doing it twice (kept 24 h); with other input"
+        " it fails with idempotency_key_reused",
+    ),
+]
+
+
+def idempotency_key_of(key: str | None) -> Any:
+    """The command's idempotency key, scoped to its principal (inside ``_services``:
+    the token's user, or the operator)."""
+    from tht.memory.idempotency import IdempotencyKey
+
+    principal = current().principal
+    return IdempotencyKey.given(key, principal.user if principal is not None else None)
+
+
 def emit(document: Any) -> None:
     write_stdout(json.dumps(document, ensure_ascii=False, default=str) + "\n")
 
@@ -181,12 +201,14 @@ def memory_show(
 def memory_create(
     config: ConfigOption,
     data: Annotated[str, typer.Option(help="Card JSON file ('-' for standard input)")],
+    idempotency_key: IdempotencyKeyOption = None,
 ) -> None:
     """Create a manual card with its dependencies and links."""
     runtime = load_runtime(config)
     card = parse_card_input(_read_document(data))
     with _services(runtime) as services:
-        emit(services.memory.create_card(runtime.workspace, card).as_json())
+        key = idempotency_key_of(idempotency_key)
+        emit(services.memory.create_card(runtime.workspace, card, idempotency=key).as_json())
 
 
 @memory_app.command("update")
@@ -199,6 +221,7 @@ def memory_update(
             help="Card JSON file ('-' for standard input); 'revision' makes the save conditional"
         ),
     ],
+    idempotency_key: IdempotencyKeyOption = None,
 ) -> None:
     """Replace a card's content, dependencies and outgoing links together."""
     runtime = load_runtime(config)
@@ -207,7 +230,10 @@ def memory_update(
     card_id = uuid_to_card_id(card_id_to_uuid(card_id))
     card = parse_card_input(_read_document(data), card_id=card_id, workspace=runtime.workspace)
     with _services(runtime) as services:
-        emit(services.memory.update_card(runtime.workspace, card_id, card).as_json())
+        key = idempotency_key_of(idempotency_key)
+        emit(
+            services.memory.update_card(runtime.workspace, card_id, card, idempotency=key).as_json()
+        )
 
 
 @memory_app.command("delete")
@@ -218,13 +244,19 @@ def memory_delete(
     revision: Annotated[
         int | None, typer.Option(help="Delete only if the card is still at this revision")
     ] = None,
+    idempotency_key: IdempotencyKeyOption = None,
 ) -> None:
     """Delete a card with its dependencies and incident links (other cards stay)."""
     runtime = load_runtime(config)
     if not yes:
         raise InvalidInput(f"refusing to delete {card_id} without --yes")
     with _services(runtime) as services:
-        emit(services.memory.delete_card(runtime.workspace, card_id, revision).as_json())
+        key = idempotency_key_of(idempotency_key)
+        emit(
+            services.memory.delete_card(
+                runtime.workspace, card_id, revision, idempotency=key
+            ).as_json()
+        )
 
 
 @memory_app.command("pending")
@@ -240,11 +272,20 @@ def memory_pending(config: ConfigOption) -> None:
 def memory_retry(
     card_id: Annotated[str, typer.Argument(help="Card id (mem-<uuid>)")], config: ConfigOption
 ) -> None:
-    """Retry a card's index work from its current state (re-index it, or remove a deleted card's point)."""
+    """Retry a card's index work from its current state (re-index it, or remove a deleted card's point).
+
+    Exits 8 (index_unavailable) when the work is still pending afterwards."""
+    from tht.memory.index.errors import IndexUnavailable
+
     runtime = load_runtime(config)
     with _services(runtime) as services:
         outcome = services.projector.retry(runtime.workspace, card_id)
-        emit({"id": card_id, "index": outcome.as_json()})
+    if outcome.status != "current":  # an operator's retry that did nothing is no success
+        raise IndexUnavailable(
+            f"the index work of card {card_id} is still pending: {outcome.error}",
+            details={"id": card_id, "index": outcome.as_json()},
+        )
+    emit({"id": card_id, "index": outcome.as_json()})
 
 
 @memory_app.command("index")

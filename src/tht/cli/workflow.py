@@ -13,10 +13,12 @@ import typer
 
 from tht.cli.main import (
     ConfigOption,
+    IdempotencyKeyOption,
     JsonFlag,
     _read_document,
     _services,
     emit,
+    idempotency_key_of,
     load_runtime,
     memory_app,
 )
@@ -33,12 +35,20 @@ def memory_propose(
     data: Annotated[
         str, typer.Option(help="memory_proposals.json to validate ('-' for standard input)")
     ],
+    idempotency_key: IdempotencyKeyOption = None,
 ) -> None:
     """Validate the session's Memory proposals against its ledger and the archive, and record them."""
     runtime = load_runtime(config)
     document = _read_document(data)
     with _services(runtime) as services:
-        emit(services.workflow.propose(runtime.workspace, session, document))
+        emit(
+            services.workflow.propose(
+                runtime.workspace,
+                session,
+                document,
+                idempotency=idempotency_key_of(idempotency_key),
+            )
+        )
 
 
 @memory_app.command("summary")

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from tht.accounts import MANAGE, READ, Principal
 from tht.errors import InvalidInput
+from tht.memory.idempotency import IdempotencyKey
 from tht.memory.model import card_id_to_uuid, parse_card_input, parse_list_query, uuid_to_card_id
 from tht.memory.projector import IndexProjector
 from tht.memory.service import MemoryService
@@ -47,6 +48,8 @@ class AdminRequest:
     body: Any = None
     filters: dict[str, Any] = field(default_factory=dict)
     revision: int | None = None
+    # create, update, delete: a retry under the same key answers the first result
+    idempotency_key: str | None = None
 
 
 class MemoryAdmin:
@@ -57,12 +60,15 @@ class MemoryAdmin:
     def execute(self, principal: Principal, request: AdminRequest) -> dict[str, Any]:
         principal.require(required_permission(request.operation), request.workspace)
         workspace, operation = request.workspace, request.operation
+        key = IdempotencyKey.given(request.idempotency_key, principal.user)
         if operation == "list":
             return self.memory.list_cards(workspace, parse_list_query(request.filters)).as_json()
         if operation == "pending":
             return {"items": [p.model_dump(mode="json") for p in self.memory.pending(workspace)]}
         if operation == "create":
-            return self.memory.create_card(workspace, parse_card_input(request.body)).as_json()
+            return self.memory.create_card(
+                workspace, parse_card_input(request.body), idempotency=key
+            ).as_json()
         if operation not in OPERATIONS:
             raise InvalidInput(f"unknown operation '{operation}'")
         card_id = uuid_to_card_id(card_id_to_uuid(request.card_id or ""))
@@ -70,9 +76,11 @@ class MemoryAdmin:
             return self.memory.get_card(workspace, card_id).as_json()
         if operation == "update":
             data = parse_card_input(request.body, card_id=card_id, workspace=workspace)
-            return self.memory.update_card(workspace, card_id, data).as_json()
+            return self.memory.update_card(workspace, card_id, data, idempotency=key).as_json()
         if operation == "delete":
-            return self.memory.delete_card(workspace, card_id, request.revision).as_json()
+            return self.memory.delete_card(
+                workspace, card_id, request.revision, idempotency=key
+            ).as_json()
         if self.projector is None:
             raise InvalidInput("no search index is configured: nothing to retry")
         return {"id": card_id, "index": self.projector.retry(workspace, card_id).as_json()}

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from tht.accounts import PROPOSE, RECALL, Principal
 from tht.errors import InvalidInput, NotFound
+from tht.memory.idempotency import IdempotencyKey
 from tht.memory.recall_service import RecallKind, RecallQuery, parse_recall_query
 from tht.workflow.contract import check_session_id
 
@@ -147,11 +148,13 @@ def propose_command(
     document: Any,
     *,
     principal: Principal | None = None,
+    idempotency_key: str | None = None,
 ) -> dict[str, Any]:
     """The answer of `tht memory propose`: the proposals validated and recorded."""
     _check(principal, PROPOSE, workspace)
     require_sessions(services, session)
-    return services.workflow.propose(workspace, session, document)
+    key = IdempotencyKey.given(idempotency_key, principal.user if principal else None)
+    return services.workflow.propose(workspace, session, document, idempotency=key)
 
 
 def summary_command(

@@ -397,6 +397,23 @@ class CardSummary(BaseModel):
 
 SortKey = Literal["updated_at", "created_at", "title", "family", "relevance"]
 
+_CALENDAR_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+def _calendar_day(value: Any) -> Any:
+    # "2026-12-01" names a whole day (UTC): left to the union, pydantic would read it as
+    # the datetime of its midnight, and `updated_to` would then drop the day it names
+    if isinstance(value, str) and _CALENDAR_DAY.match(value.strip()):
+        try:
+            return date.fromisoformat(value.strip())
+        except ValueError:
+            return value  # not a real day: the field's own validation says so
+    return value
+
+
+# A day (inclusive, UTC) or an instant (a datetime without an offset is UTC).
+DayOrInstant = Annotated[datetime | date, BeforeValidator(_calendar_day)]
+
 
 class ListQuery(_Strict):
     """Admin list filters: all applied to the whole archive before pagination."""
@@ -409,8 +426,8 @@ class ListQuery(_Strict):
     table: Identifier = None
     column: Identifier = None
     origin: Origin | None = None
-    updated_from: datetime | date | None = None
-    updated_to: datetime | date | None = None
+    updated_from: DayOrInstant | None = None
+    updated_to: DayOrInstant | None = None
     sort: SortKey | None = None
     order: Literal["asc", "desc"] | None = None
     page: int = Field(default=1, ge=1, le=1_000_000)

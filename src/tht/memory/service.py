@@ -8,14 +8,23 @@ is not configured, the card is saved and its operation stays pending, visibly.
 
 from __future__ import annotations
 
+import logging
 import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from tht.errors import Conflict, InvalidInput, NotFound, StaleRevision, ThothError
+from tht.errors import (
+    Conflict,
+    FamilyImmutable,
+    InvalidInput,
+    NotFound,
+    StaleRevision,
+    ThothError,
+)
 from tht.faults import crash_point
 from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive
+from tht.memory.idempotency import IdempotencyKey, request_digest
 from tht.memory.model import (
     Card,
     CardInput,
@@ -28,6 +37,8 @@ from tht.memory.model import (
     uuid_to_card_id,
 )
 from tht.settings import WORKSPACE_ID_PATTERN
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -56,12 +67,20 @@ class MutationResult:
     index: IndexOutcome
     deleted: str | None = None
     links_removed: int = 0
+    # the answer recorded under an idempotency key, sent again instead of a new mutation
+    replayed: dict[str, Any] | None = None
+
+    @classmethod
+    def replay(cls, document: dict[str, Any]) -> MutationResult:
+        return cls(card=None, index=IndexOutcome(**document["index"]), replayed=document)
 
     @property
     def status(self) -> str:
         return "saved" if self.index.status == "current" else "saved_index_incomplete"
 
     def as_json(self) -> dict[str, Any]:
+        if self.replayed is not None:
+            return self.replayed
         data: dict[str, Any] = {"status": self.status, "index": self.index.as_json()}
         if self.card is not None:
             data["card"] = self.card.as_json()
@@ -99,6 +118,12 @@ class WorkspaceDetail:
             "cards": self.cards,
             "pending": self.pending,
         }
+
+
+def _digest(operation: str, card_id: str | None, body: Any) -> str:
+    if isinstance(body, CardInput):
+        body = body.model_dump(mode="json", exclude_unset=True)
+    return request_digest(operation, card_id, body)
 
 
 def _require_workspace(tx: ArchiveTransaction) -> Workspace:
@@ -182,14 +207,18 @@ class MemoryService:
         *,
         origin: str = "manual",
         source: Source | None = None,
+        idempotency: IdempotencyKey | None = None,
     ) -> MutationResult:
         if origin == "manual" and source is not None:
             raise InvalidInput("a manual card has no workflow source")
         if data.revision is not None:
             raise InvalidInput("a new card has no revision to check")
         card_uuid = uuid.uuid4()
+        digest = _digest("create", None, data)
         with self.archive.transaction(workspace, lock=True) as tx:
             language = _require_workspace(tx).language
+            if idempotency is not None and (seen := idempotency.recorded(tx, digest)):
+                return MutationResult.replay(seen)
             links = self._checked_links(tx, card_uuid, data)
             revision = tx.insert_card(
                 card_uuid, data, language=language, origin=origin, source=source
@@ -197,36 +226,68 @@ class MemoryService:
             tx.replace_dependencies(card_uuid, data.dependencies)
             tx.replace_outgoing_links(card_uuid, links)
             tx.enqueue(card_uuid, "upsert", revision)
+            self._record(tx, idempotency, digest, card_uuid, "upsert")
             crash_point("save.before_archive_commit")
         crash_point("save.after_archive_commit")
-        return self._after_commit(workspace, card_uuid, "upsert")
+        return self._after_commit(workspace, card_uuid, "upsert", idempotency, digest)
 
-    def update_card(self, workspace: str, card_id: str, data: CardInput) -> MutationResult:
+    def update_card(
+        self,
+        workspace: str,
+        card_id: str,
+        data: CardInput,
+        *,
+        idempotency: IdempotencyKey | None = None,
+    ) -> MutationResult:
         card_uuid = card_id_to_uuid(card_id)
+        digest = _digest("update", card_id, data)
         with self.archive.transaction(workspace, lock=True) as tx:
             _require_workspace(tx)
-            current = tx.lock_card(card_uuid)
-            if current is None:
+            if idempotency is not None and (seen := idempotency.recorded(tx, digest)):
+                return MutationResult.replay(seen)
+            locked = tx.lock_card_family(card_uuid)
+            if locked is None:
                 raise NotFound(
                     f"card {card_id} does not exist in workspace '{workspace}'",
                     details={"id": card_id},
                 )
+            current, family = locked
             self._check_revision(card_id, data.revision, current)
+            if data.family != family:
+                raise FamilyImmutable(
+                    f"card {card_id} is a {family}: its family cannot change to {data.family};"
+                    " create a new card of that family (and delete this one) instead",
+                    details={
+                        "id": card_id,
+                        "field": "family",
+                        "current": family,
+                        "requested": data.family,
+                    },
+                )
             links = self._checked_links(tx, card_uuid, data)
             revision = tx.update_card(card_uuid, data)
             tx.replace_dependencies(card_uuid, data.dependencies)
             tx.replace_outgoing_links(card_uuid, links)
             tx.enqueue(card_uuid, "upsert", revision)
+            self._record(tx, idempotency, digest, card_uuid, "upsert")
             crash_point("save.before_archive_commit")
         crash_point("save.after_archive_commit")
-        return self._after_commit(workspace, card_uuid, "upsert")
+        return self._after_commit(workspace, card_uuid, "upsert", idempotency, digest)
 
     def delete_card(
-        self, workspace: str, card_id: str, expected_revision: int | None = None
+        self,
+        workspace: str,
+        card_id: str,
+        expected_revision: int | None = None,
+        *,
+        idempotency: IdempotencyKey | None = None,
     ) -> MutationResult:
         card_uuid = card_id_to_uuid(card_id)
+        digest = _digest("delete", card_id, {"revision": expected_revision})
         with self.archive.transaction(workspace, lock=True) as tx:
             _require_workspace(tx)
+            if idempotency is not None and (seen := idempotency.recorded(tx, digest)):
+                return MutationResult.replay(seen)
             current = tx.lock_card(card_uuid)
             if current is None:
                 raise NotFound(
@@ -237,11 +298,15 @@ class MemoryService:
             revision, links_removed = tx.delete_card(card_uuid)
             # the deletion is one revision past the card's last one
             tx.enqueue(card_uuid, "delete", revision + 1)
+            self._record(
+                tx, idempotency, digest, card_uuid, "delete", card_id, links_removed=links_removed
+            )
             crash_point("delete.before_archive_commit")
         crash_point("delete.after_archive_commit")
         result = self._after_commit(workspace, card_uuid, "delete")
         result.deleted = card_id
         result.links_removed = links_removed
+        self._answer(workspace, idempotency, digest, result)
         return result
 
     @staticmethod
@@ -268,7 +333,52 @@ class MemoryService:
             )
         return sorted(links)
 
-    def _after_commit(self, workspace: str, card_uuid: uuid.UUID, operation: str) -> MutationResult:
+    @staticmethod
+    def _record(
+        tx: ArchiveTransaction,
+        idempotency: IdempotencyKey | None,
+        digest: str,
+        card_uuid: uuid.UUID,
+        operation: str,
+        deleted: str | None = None,
+        links_removed: int = 0,
+    ) -> None:
+        """In the mutation's transaction: the answer as of the commit (the index update
+        still to come) under the request's idempotency key."""
+        if idempotency is None:
+            return
+        answer = MutationResult(
+            card=tx.card(card_uuid) if operation == "upsert" else None,
+            index=IndexOutcome("pending", operation, "the index update had not run yet"),
+            deleted=deleted,
+            links_removed=links_removed,
+        )
+        idempotency.record(tx, digest, answer.as_json())
+
+    def _answer(
+        self,
+        workspace: str,
+        idempotency: IdempotencyKey | None,
+        digest: str,
+        result: MutationResult,
+    ) -> None:
+        """The final answer replaces the one recorded with the commit. The mutation is
+        done whatever happens here: a failure keeps the first answer (true when written)."""
+        if idempotency is None:
+            return
+        try:
+            idempotency.answer(self.archive, workspace, digest, result.as_json())
+        except ThothError as exc:
+            log.warning("idempotency key %s keeps its first answer: %s", idempotency.key, exc)
+
+    def _after_commit(
+        self,
+        workspace: str,
+        card_uuid: uuid.UUID,
+        operation: str,
+        idempotency: IdempotencyKey | None = None,
+        digest: str = "",
+    ) -> MutationResult:
         if self.projector is None:
             outcome = IndexOutcome("pending", operation, "no search index is configured")
         else:
@@ -283,7 +393,10 @@ class MemoryService:
         if operation == "upsert":
             with self.archive.transaction(workspace) as tx:
                 card = tx.card(card_uuid)
-        return MutationResult(card=card, index=outcome)
+        result = MutationResult(card=card, index=outcome)
+        if operation == "upsert":
+            self._answer(workspace, idempotency, digest, result)
+        return result
 
 
 class WorkspaceService:

@@ -46,6 +46,7 @@ HEARTBEAT_SECONDS = 5.0
 POOL_CONNECTIONS = 16  # concurrent commands that reach PostgreSQL at once
 DRAIN_SECONDS = 30.0  # how long a stopping service lets running commands finish
 BUILD_CHECK_SECONDS = 2.0  # how often the service looks at the installed code's stamp
+DATABASE_CHECK_SECONDS = 2.0  # how often it looks whether its embedded PostgreSQL runs
 
 Send = Callable[[dict[str, Any]], None]
 
@@ -85,6 +86,7 @@ class Service:
         self._last_activity = time.monotonic()
         self._state = threading.Condition()
         self._embedded: Any = None  # the embedded PostgreSQL, when the archive is the embedded one
+        self.retrier: Any = None  # retries pending index work (tht.service.recovery)
         self.stopped = threading.Event()
 
     # --- life --------------------------------------------------------------------------
@@ -114,6 +116,7 @@ class Service:
         holding the lock proves nobody else serves it)."""
         from tht.bootstrap import Engines
         from tht.db.embedded import EmbeddedPostgres
+        from tht.service.recovery import PendingRetrier
         from tht.settings import database_settings
 
         settings = database_settings()
@@ -142,9 +145,25 @@ class Service:
         os.replace(tmp, self.run_dir / "service.json")
         threading.Thread(target=self._server.serve_forever, name="tht-socket", daemon=True).start()
         threading.Thread(target=self._watch_build, name="tht-build", daemon=True).start()
+        if self._embedded is not None:
+            threading.Thread(target=self._watch_database, name="tht-database", daemon=True).start()
+        self.retrier = PendingRetrier(self.engines.archive, lambda: self.engines.in_use()[2])
+        self.retrier.start()
         if self.idle_timeout > 0:
             threading.Thread(target=self._watch_idle, name="tht-idle", daemon=True).start()
         log.info("service %s listening on %s", os.getpid(), path)
+
+    def health(self) -> tuple[int, dict[str, Any]]:
+        """``/healthz``: the archive (its embedded server started again first, if it
+        stopped), each index and embedder in use; the pending work being retried."""
+        from tht.service.health import check_health
+
+        self._ensure_database()
+        indexes, embedders, _ = self.engines.in_use()
+        code, document = check_health(self.engines.archive, indexes, embedders)
+        if self.retrier is not None:
+            document["pending_retries"] = self.retrier.state()
+        return code, document
 
     def status(self) -> dict[str, Any]:
         return {
@@ -167,6 +186,9 @@ class Service:
     def close(self) -> None:
         """Stop listening, let running commands finish (bounded), close the engines."""
         self.stopped.set()  # ends the watchers
+        if self.retrier is not None:
+            self.retrier.stop(timeout=DRAIN_SECONDS)
+            self.retrier = None
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -324,6 +346,12 @@ class Service:
             self._embedded.ensure_running()
         except ThothError as exc:  # the command then reports the archive as unavailable
             log.error("cannot start the embedded PostgreSQL: %s", exc.message)
+
+    def _watch_database(self) -> None:
+        """The web pages and the API reach the archive without a command: the embedded
+        PostgreSQL is started again here, off any request, when it stopped."""
+        while not self.stopped.wait(DATABASE_CHECK_SECONDS):
+            self._ensure_database()
 
     def _mismatch(self, request: dict[str, Any]) -> str | None:
         if request.get("protocol") != paths.PROTOCOL or request.get("version") != __version__:

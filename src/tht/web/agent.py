@@ -109,12 +109,20 @@ def agent_router(services: Services, principal: Callable[..., Principal]) -> API
         summary="Validate and record a session's Memory proposals: `tht memory propose`",
     )
     def propose(
-        actor: Actor, workspace: WorkspaceId, request: Annotated[schemas.ProposeIn, Body()]
+        actor: Actor,
+        workspace: WorkspaceId,
+        request: Annotated[schemas.ProposeIn, Body()],
+        idempotency_key: schemas.IdempotencyKeyHeader = None,
     ) -> JSONResponse:
         actor.require(PROPOSE, workspace)
         return answer(
             agent.propose_command(
-                services, workspace, request.session, request.data, principal=actor
+                services,
+                workspace,
+                request.session,
+                request.data,
+                principal=actor,
+                idempotency_key=idempotency_key,
             )
         )
 

@@ -93,12 +93,29 @@ class LazyMcpEndpoint:
         await self.endpoint(scope, receive, send)
 
 
+def _services_health(services: Services) -> Callable[[], tuple[int, dict[str, Any]]]:
+    """``/healthz`` of an app built on its own services: their archive, index, embedder."""
+    from tht.service.health import check_health
+
+    def report() -> tuple[int, dict[str, Any]]:
+        projector = services.projector
+        indexes = {"index": projector.index} if projector else {}
+        embedders = (
+            {f"embedder:{projector.embedder.model_id}": projector.embedder} if projector else {}
+        )
+        return check_health(services.archive, indexes, embedders)
+
+    return report
+
+
 def create_app(
     services: Services,
     settings: WebSettings | None = None,
     run_command: Callable[..., None] | None = None,
+    health: Callable[[], tuple[int, dict[str, Any]]] | None = None,
 ) -> FastAPI:
-    """``run_command``: the service's command runner, served as ``POST /api/cli``."""
+    """``run_command``: the service's command runner, served as ``POST /api/cli``;
+    ``health``: the service's dependency report (default: these services' own)."""
     settings = settings or WebSettings()
     app = FastAPI(
         title="Thoth Memory administration API",
@@ -364,12 +381,18 @@ def create_app(
         summary="Create a card",
     )
     def create_card(
-        actor: Actor, workspace: WorkspaceId, card: Annotated[schemas.CardIn, Body()]
+        actor: Actor,
+        workspace: WorkspaceId,
+        card: Annotated[schemas.CardIn, Body()],
+        idempotency_key: schemas.IdempotencyKeyHeader = None,
     ) -> dict[str, Any]:
         return admin(
             actor,
             AdminRequest(
-                workspace, "create", body=card.model_dump(by_alias=True, exclude_unset=True)
+                workspace,
+                "create",
+                body=card.model_dump(by_alias=True, exclude_unset=True),
+                idempotency_key=idempotency_key,
             ),
         )
 
@@ -405,6 +428,7 @@ def create_app(
         workspace: WorkspaceId,
         card_id: CardId,
         card: Annotated[schemas.CardUpdate, Body()],
+        idempotency_key: schemas.IdempotencyKeyHeader = None,
     ) -> dict[str, Any]:
         return admin(
             actor,
@@ -413,6 +437,7 @@ def create_app(
                 "update",
                 card_id=card_id,
                 body=card.model_dump(by_alias=True, exclude_unset=True),
+                idempotency_key=idempotency_key,
             ),
         )
 
@@ -428,8 +453,18 @@ def create_app(
         workspace: WorkspaceId,
         card_id: CardId,
         revision: Annotated[int | None, Query(ge=1)] = None,
+        idempotency_key: schemas.IdempotencyKeyHeader = None,
     ) -> dict[str, Any]:
-        return admin(actor, AdminRequest(workspace, "delete", card_id=card_id, revision=revision))
+        return admin(
+            actor,
+            AdminRequest(
+                workspace,
+                "delete",
+                card_id=card_id,
+                revision=revision,
+                idempotency_key=idempotency_key,
+            ),
+        )
 
     @app.post(
         base + "/{cardId}/retry",
@@ -501,7 +536,8 @@ def create_app(
     )
 
     @app.get("/healthz", include_in_schema=False)
-    def health() -> dict[str, str]:
-        return {"status": "ok"}
+    def health_route() -> JSONResponse:
+        code, document = (health or _services_health(services))()
+        return JSONResponse(document, status_code=code)
 
     return app

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
+from fastapi import Header
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tht.memory.model import (
@@ -52,13 +53,28 @@ _DESCRIPTIONS = {
     401: "Not authenticated",
     403: "Not allowed (permission, workspace, CSRF)",
     404: "Not found",
-    409: "Conflict (stale revision)",
+    409: "Conflict (stale revision, family_immutable, idempotency_key_reused)",
     413: "Body too large",
     415: "Body is not JSON",
     422: "Invalid input",
     429: "Too many attempts: retry after the Retry-After header's seconds",
     503: "Archive or index unavailable",
 }
+
+
+# Mutations accept a client's idempotency key (tht.memory.idempotency, docs/reliability.md).
+IdempotencyKeyHeader = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        pattern=r"^[!-~]{1,255}$",
+        description=(
+            "A retry with the same key and the same request answers the first result without"
+            " doing it again (24 h, per principal and workspace); with another request: 409"
+            " idempotency_key_reused"
+        ),
+    ),
+]
 
 
 def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:

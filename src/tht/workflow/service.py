@@ -33,6 +33,7 @@ from tht.accounts import Principal
 from tht.errors import (
     ApprovedSqlReadOnly,
     Conflict,
+    FamilyImmutable,
     InvalidInput,
     NotFound,
     PermissionDenied,
@@ -44,6 +45,7 @@ from tht.errors import (
 from tht.faults import crash_point
 from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive
 from tht.memory.error_signature import normalize_error
+from tht.memory.idempotency import IdempotencyKey, request_digest
 from tht.memory.model import (
     MAX_TITLE,
     Card,
@@ -139,9 +141,35 @@ class WorkflowService:
 
     # --- propose --------------------------------------------------------------------
 
-    def propose(self, workspace: str, session: str, document: Any) -> dict[str, Any]:
+    def propose(
+        self,
+        workspace: str,
+        session: str,
+        document: Any,
+        *,
+        idempotency: IdempotencyKey | None = None,
+    ) -> dict[str, Any]:
         """Validate the session's proposals against its ledger and the archive, and
-        record them (with exact duplicates marked as reuse) in the session directory."""
+        record them (with exact duplicates marked as reuse) in the session directory.
+
+        With an idempotency key, a retry answers the first result. The proposals file is
+        not in the archive, so the key is recorded just after it is written: a crash in
+        between leaves no key, and the retry writes the same proposals again."""
+        if idempotency is None:
+            return self._propose(workspace, session, document)
+        digest = request_digest("propose", session, document)
+        with self.archive.transaction(workspace, lock=True) as tx:
+            _require_workspace(tx)
+            if seen := idempotency.recorded(tx, digest):
+                return seen
+        result = self._propose(workspace, session, document)
+        with self.archive.transaction(workspace, lock=True) as tx:
+            if seen := idempotency.recorded(tx, digest):
+                return seen  # a duplicate sent at the same time answered first
+            idempotency.record(tx, digest, result)
+        return result
+
+    def _propose(self, workspace: str, session: str, document: Any) -> dict[str, Any]:
         check_session_id(session)
         self.sessions.directory(session)
         if not isinstance(document, dict):
@@ -730,7 +758,8 @@ class WorkflowService:
                 )
                 continue
             if proposal.action == "update":
-                revision = tx.lock_card(card_uuid)
+                locked = tx.lock_card_family(card_uuid)
+                revision, family = locked if locked else (None, None)
                 if revision is None:
                     raise NotFound(
                         f"card {proposal.card_id} of proposal {proposal.id} was deleted: it is never"
@@ -745,6 +774,17 @@ class WorkflowService:
                             "id": proposal.card_id,
                             "expected": proposal.revision,
                             "current": revision,
+                        },
+                    )
+                if family != card.family:
+                    raise FamilyImmutable(
+                        f"card {proposal.card_id} of proposal {proposal.id} is a {family}, not a"
+                        f" {card.family}: a card's family cannot change; nothing was saved",
+                        details={
+                            "id": proposal.card_id,
+                            "field": "family",
+                            "current": family,
+                            "requested": card.family,
                         },
                     )
                 tx.update_card(card_uuid, card)

@@ -27,6 +27,7 @@ from tht.errors import (
     ArchiveUnavailable,
     Conflict,
     InvalidInput,
+    RuntimeLoginPrivileged,
     SchemaNotReady,
     ThothError,
     first_line,
@@ -209,6 +210,22 @@ class PostgresArchive:
             if refused is not None:
                 raise refused from exc
 
+    def ping(self, timeout: float) -> None:
+        """One round trip on a pooled connection, waiting at most ``timeout`` seconds for
+        one (a health probe: an unavailable archive raises ``ArchiveUnavailable``)."""
+        if not self._opened:
+            self.open()
+        try:
+            with self._pool.connection(timeout=timeout) as conn:
+                conn.execute("SELECT 1")
+                conn.rollback()
+        except psycopg_pool.PoolTimeout as exc:
+            raise ArchiveUnavailable(
+                f"the memory archive (PostgreSQL) is unavailable: {self._probe_connection_error()}"
+            ) from exc
+        except psycopg.Error as exc:
+            raise _translate(exc) from exc
+
     def _probe_connection_error(self) -> str:
         try:
             psycopg.connect(self._conninfo, connect_timeout=3).close()
@@ -219,13 +236,30 @@ class PostgresArchive:
     @staticmethod
     def _refuse_privileged_login(conn: psycopg.Connection) -> None:
         row = conn.execute(
-            "SELECT rolsuper, rolbypassrls FROM pg_roles WHERE rolname = current_user"
+            "SELECT current_user, rolsuper, rolbypassrls FROM pg_roles WHERE rolname = current_user"
         ).fetchone()
         conn.rollback()
-        if row and (row[0] or row[1]):
-            raise ThothError(
-                "refusing to run: the runtime database login is a superuser or bypasses row-level"
-                " security; give the runtime a restricted login (member of thoth_memory_runtime)"
+        if row and (row[1] or row[2]):
+            login, superuser, bypassrls = row
+            what = "a superuser" if superuser else "a login that bypasses row-level security"
+            restrict = sql.SQL("ALTER ROLE {} NOSUPERUSER NOBYPASSRLS;").format(
+                sql.Identifier(login)
+            )
+            raise RuntimeLoginPrivileged(
+                f"refusing to run: the runtime database login '{login}' is {what}, so row-level"
+                " security would not isolate workspaces. Configure a restricted login (LOGIN"
+                f" NOSUPERUSER NOBYPASSRLS, a member of {RUNTIME_ROLE}) as the runtime login;"
+                " the superuser belongs to the DBA, never to the runtime",
+                details={
+                    "login": login,
+                    "superuser": superuser,
+                    "bypassrls": bypassrls,
+                    "dba": [
+                        "CREATE ROLE <runtime_login> LOGIN NOSUPERUSER NOBYPASSRLS PASSWORD '...';",
+                        f"GRANT {RUNTIME_ROLE} TO <runtime_login>;",
+                    ],
+                    "or": restrict.as_string(conn),
+                },
             )
 
     def close(self) -> None:
@@ -477,8 +511,13 @@ class ArchiveTransaction:
         return cards
 
     def lock_card(self, card_uuid: uuid.UUID) -> int | None:
+        locked = self.lock_card_family(card_uuid)
+        return locked[0] if locked else None
+
+    def lock_card_family(self, card_uuid: uuid.UUID) -> tuple[int, str] | None:
+        """Lock the card's row until commit; its revision and family."""
         row = self.row("card_lock", id=card_uuid)
-        return row["revision"] if row else None
+        return (row["revision"], row["family"]) if row else None
 
     def existing_cards(self, card_uuids: list[uuid.UUID]) -> set[uuid.UUID]:
         if not card_uuids:

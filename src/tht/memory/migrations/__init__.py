@@ -19,7 +19,12 @@ from importlib import resources
 import psycopg
 from psycopg import sql
 
-from tht.errors import MigrationRefused, SchemaNotReady
+from tht.errors import (
+    DatabaseRolesMisconfigured,
+    MigrationRefused,
+    RuntimeRoleNotGrantable,
+    SchemaNotReady,
+)
 
 _FILE_NAME = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
 # Serializes concurrent migration runners across processes (session-level lock).
@@ -136,6 +141,14 @@ def migrate(
                         ).format(pack.ledger()),
                         (migration.version, migration.name, migration.checksum),
                     )
+            except psycopg.errors.InsufficientPrivilege as exc:
+                raise DatabaseRolesMisconfigured(
+                    f"migration {migration.version:03d}_{migration.name} needs a privilege the"
+                    f" migrator login lacks, and was rolled back: {str(exc).strip().splitlines()[0]}."
+                    " The migrator must own the database (and have CREATEROLE while the runtime"
+                    f" role {RUNTIME_ROLE} does not exist)",
+                    details={"version": migration.version, "sqlstate": exc.sqlstate},
+                ) from exc
             except psycopg.Error as exc:
                 raise MigrationRefused(
                     f"migration {migration.version:03d}_{migration.name} failed and was rolled back:"
@@ -144,12 +157,7 @@ def migrate(
                 ) from exc
             newly.append(f"{migration.version:03d}_{migration.name}")
         if runtime_login:
-            with conn.transaction():
-                conn.execute(
-                    sql.SQL("GRANT {} TO {}").format(
-                        sql.Identifier(RUNTIME_ROLE), sql.Identifier(runtime_login)
-                    )
-                )
+            grant_runtime_role(conn, runtime_login)
     finally:
         conn.execute("SELECT pg_advisory_unlock(%s)", (_MIGRATION_LOCK_KEY,))
     return {
@@ -157,6 +165,61 @@ def migrate(
         "already_applied": [f"{v:03d}_{n}" for v, (n, _) in sorted(applied.items())],
         "runtime_login": runtime_login,
     }
+
+
+def grant_runtime_role(conn: psycopg.Connection, runtime_login: str) -> None:
+    """Make ``runtime_login`` a member of the runtime role (nothing to do when it is one).
+
+    Granting a role takes ADMIN OPTION on it, which a CREATEROLE migrator has only on the
+    roles it created: on a cluster where another installation's migrator created the
+    runtime role, the grant is the DBA's to make, and the error says which."""
+    member = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM pg_auth_members m"
+        " JOIN pg_roles r ON r.oid = m.roleid JOIN pg_roles u ON u.oid = m.member"
+        " WHERE r.rolname = %s AND u.rolname = %s)",
+        (RUNTIME_ROLE, runtime_login),
+    ).fetchone()
+    if member and member[0]:
+        return
+    statement = sql.SQL("GRANT {} TO {}").format(
+        sql.Identifier(RUNTIME_ROLE), sql.Identifier(runtime_login)
+    )
+    try:
+        with conn.transaction():
+            conn.execute(statement)
+    except psycopg.errors.UndefinedObject as exc:
+        raise DatabaseRolesMisconfigured(
+            f"the runtime login '{runtime_login}' does not exist: create it (LOGIN NOSUPERUSER"
+            " NOBYPASSRLS) or correct THT_CATALOG_RUNTIME_USER / the runtime URL",
+            details={
+                "runtime_login": runtime_login,
+                "dba": [
+                    sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOBYPASSRLS PASSWORD '...';")
+                    .format(sql.Identifier(runtime_login))
+                    .as_string(conn)
+                ],
+            },
+        ) from exc
+    except psycopg.errors.InsufficientPrivilege as exc:
+        migrator = conn.execute("SELECT current_user").fetchone()
+        migrator_name = migrator[0] if migrator else "the migrator"
+        grant = statement.as_string(conn) + ";"
+        raise RuntimeRoleNotGrantable(
+            f"the migrator login '{migrator_name}' may not grant {RUNTIME_ROLE} to the runtime"
+            f" login '{runtime_login}' (the role exists already, created by another login: a"
+            f" second installation on this cluster). A superuser (or a holder of ADMIN OPTION"
+            f" on {RUNTIME_ROLE}) must run `{grant}` once; then migrate again.",
+            details={
+                "runtime_role": RUNTIME_ROLE,
+                "runtime_login": runtime_login,
+                "migrator": migrator_name,
+                "sqlstate": exc.sqlstate,
+                "dba": [grant],
+                "or": sql.SQL("GRANT {} TO {} WITH ADMIN OPTION;")
+                .format(sql.Identifier(RUNTIME_ROLE), sql.Identifier(migrator_name))
+                .as_string(conn),
+            },
+        ) from exc
 
 
 def check_schema(conn: psycopg.Connection, pack: MigrationPack = ARCHIVE) -> None:

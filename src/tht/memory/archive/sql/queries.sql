@@ -51,7 +51,7 @@ SELECT id, workspace_id, family, title, content, scope, rationale, question, sql
  WHERE workspace_id = %(workspace)s AND id = %(id)s;
 
 -- name: card_lock
-SELECT revision
+SELECT revision, family
   FROM thoth_memory.cards
  WHERE workspace_id = %(workspace)s AND id = %(id)s
    FOR UPDATE;

@@ -1,0 +1,275 @@
+"""The service looks after its dependencies (issue 16, points 8 and 10): `/healthz`
+reports each one, the embedded PostgreSQL is started again, and pending index work is
+retried on start and with a bounded, per-workspace backoff."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.factories import card, card_document
+from tests.integration.service_support import Installation, wait_for
+from tht.bootstrap import ProjectionSettings, build_services
+from tht.faults import CRASH_EXIT_CODE
+from tht.memory.model import card_id_to_uuid
+from tht.service.recovery import PendingRetrier, backoff_delay
+from tht.web.app import WebSettings, create_app
+
+PROJECTION = {"embedding": {"provider": "hashing", "dimension": 64}}
+
+
+def services_for(database, tmp_path):
+    return build_services(
+        env=database.env(),
+        projection=ProjectionSettings(
+            index={"engine": "edge", "path": str(tmp_path / "index")},
+            embedding=PROJECTION["embedding"],
+        ),
+    )
+
+
+def outstanding(database) -> list[tuple[str, int]]:
+    with psycopg.connect(database.superuser) as conn:
+        return conn.execute(
+            "SELECT card_id::text, attempts FROM thoth_memory.projection_ops ORDER BY 1"
+        ).fetchall()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def get(url: str, token: str | None = None) -> tuple[int, dict]:
+    request = urllib.request.Request(url)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+# --- backoff ---------------------------------------------------------------------------
+
+
+def test_backoff_doubles_per_failure_up_to_its_cap():
+    assert [backoff_delay(n) for n in range(0, 9)] == [0, 5, 10, 20, 40, 80, 160, 300, 300]
+    assert backoff_delay(10_000) == 300  # no overflow, still the cap
+
+
+# --- /healthz ----------------------------------------------------------------------------
+
+
+def test_healthz_reports_each_dependency_and_503_when_the_archive_is_down(
+    database, tmp_path, monkeypatch
+):
+    services = services_for(database, tmp_path)
+    web = TestClient(create_app(services, WebSettings()))
+    try:
+        healthy = web.get("/healthz")
+        assert healthy.status_code == 200
+        document = healthy.json()
+        assert document["status"] == "ok"
+        kinds = {d["kind"]: d for d in document["dependencies"]}
+        assert set(kinds) == {"archive", "index", "embedder"}
+        assert kinds["archive"]["required"] is True and kinds["index"]["required"] is False
+        assert all(d["status"] == "ok" and d["latency_ms"] >= 0 for d in kinds.values())
+
+        outage = tmp_path / "outage"
+        outage.write_text("index\n")
+        monkeypatch.setenv("THT_OUTAGE_FILE", str(outage))
+        degraded = web.get("/healthz")
+        assert degraded.status_code == 200 and degraded.json()["status"] == "degraded"
+        monkeypatch.delenv("THT_OUTAGE_FILE")
+
+        with psycopg.connect(database.cluster.superuser, autocommit=True) as admin:
+            admin.execute(f'ALTER DATABASE "{database.name}" ALLOW_CONNECTIONS false')
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                (database.name,),
+            )
+            try:
+                down = web.get("/healthz")
+                assert down.status_code == 503
+                archive = {d["kind"]: d for d in down.json()["dependencies"]}["archive"]
+                assert down.json()["status"] == "unavailable"
+                assert archive["status"] == "down"
+                assert archive["error"]["code"] == "archive_unavailable"
+            finally:
+                admin.execute(f'ALTER DATABASE "{database.name}" ALLOW_CONNECTIONS true')
+        assert wait_for(lambda: web.get("/healthz").status_code == 200, 30)
+    finally:
+        web.close()
+        services.close()
+
+
+def test_serve_starts_its_stopped_embedded_postgres_again_and_health_says_so():
+    # in /tmp itself: run as root, the embedded server's own user must reach the folder
+    home = Path(tempfile.mkdtemp(prefix="tht-test-serve-"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("THT_")}  # the embedded engines
+    tht = Installation(home, {**env, "THT_HOME": str(home), "THT_SERVICE": "off"})
+    (home / "server.yaml").write_text(
+        f"embedding: {{provider: hashing}}\nindex: {{path: {home / 'index'}}}\n"
+    )
+    port = free_port()
+    assert tht.run("workspace", "create", "acme", "--language", "en").code == 0
+    server = tht.start("serve", "--port", str(port), "-c", str(home / "server.yaml"))
+    try:
+        ready = json.loads(server.stdout.readline())
+        token = Path(ready["admin_token_file"]).read_text().strip()
+        base = f"http://127.0.0.1:{port}"
+        assert get(base + "/healthz")[0] == 200
+        assert tht.run("db", "stop").document["stopped"] is True
+        pid_file = home / "postgres" / "postmaster.pid"
+        # no request needed: the service notices and starts it again on its own
+        assert wait_for(pid_file.exists, 30)
+        assert wait_for(lambda: get(base + "/healthz")[0] == 200, 30)
+        code, listed = get(base + "/api/workspaces", token)
+        assert code == 200 and [w["id"] for w in listed["items"]] == ["acme"]
+    finally:
+        server.terminate()
+        server.wait(30)
+        tht.run("db", "stop")
+        shutil.rmtree(home, ignore_errors=True)
+
+
+# --- retrying pending work -----------------------------------------------------------------
+
+
+def test_pending_work_is_retried_with_backoff_until_the_index_returns(
+    database, tmp_path, monkeypatch
+):
+    services = services_for(database, tmp_path)
+    outage = tmp_path / "outage"
+    outage.write_text("index\n")
+    monkeypatch.setenv("THT_OUTAGE_FILE", str(outage))
+    try:
+        services.workspaces.create("acme", "en")
+        services.workspaces.create("calm", "en")  # nothing pending: never drained
+        for i in range(3):
+            saved = services.memory.create_card("acme", card(title=f"Card {i}"))
+            assert saved.status == "saved_index_incomplete"
+        assert [attempts for _, attempts in outstanding(database)] == [1, 1, 1]
+        retrier = PendingRetrier(
+            services.archive, lambda: [services.projector], base=0.2, cap=0.8, period=0.05
+        )
+        retrier.start()
+        try:
+            time.sleep(2.0)
+            state = retrier.state()
+            assert set(state) == {"acme"} and state["acme"]["failures"] >= 2
+            attempts = {a for _, a in outstanding(database)}
+            # 0.2 + 0.4 + 0.8 + 0.8 s: about 4 tries in 2 s, not 40 at the 0.05 s period
+            assert len(attempts) == 1 and 3 <= attempts.pop() <= 7
+            outage.write_text("")
+            assert wait_for(lambda: outstanding(database) == [], 5)
+            assert wait_for(lambda: retrier.state() == {}, 5)
+        finally:
+            retrier.stop(timeout=10)
+        assert not any(t.name == "tht-pending-retry" for t in threading.enumerate())
+        with services.archive.transaction("acme") as tx:
+            assert len(tx.projections()) == 3
+    finally:
+        services.close()
+
+
+def test_two_service_instances_never_drain_one_workspace_at_once(database, tmp_path):
+    services = services_for(database, tmp_path)
+    try:
+        services.workspaces.create("acme", "en")
+        saved = services.memory.create_card("acme", card())
+        assert saved.status == "saved"
+        with services.archive.transaction("acme", lock=True) as tx:  # pending again
+            tx.enqueue(card_id_to_uuid(saved.card.id), "upsert", saved.card.revision)
+        projector = services.projector
+        running, most = [0], [0]
+        guard = threading.Lock()
+
+        class SlowDrain:  # the real projector, observed: how many drains run at once
+            def drain(self, workspace: str) -> dict:
+                with guard:
+                    running[0] += 1
+                    most[0] = max(most[0], running[0])
+                time.sleep(0.5)
+                try:
+                    return projector.drain(workspace)
+                finally:
+                    with guard:
+                        running[0] -= 1
+
+        first = PendingRetrier(services.archive, lambda: [SlowDrain()])  # type: ignore[list-item]
+        second = PendingRetrier(services.archive, lambda: [SlowDrain()])  # type: ignore[list-item]
+        outcomes: list[dict | None] = []
+        barrier = threading.Barrier(2)
+
+        def round_(retrier: PendingRetrier) -> None:
+            barrier.wait()
+            outcomes.append(retrier.run_once())
+
+        threads = [threading.Thread(target=round_, args=(r,)) for r in (first, second)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert most[0] == 1
+        assert sorted(o["acme"] for o in outcomes if o) == ["drained", "skipped"]
+        assert outstanding(database) == []
+    finally:
+        services.close()
+
+
+def test_serve_retries_the_work_a_killed_command_left_pending(database, tmp_path):
+    """kill -9 between the commit and the index update leaves the card pending; the
+    next service start retries it without anyone running `tht memory retry`."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("THT_")}
+    env.update(database.env(), THT_HOME=str(home), THT_SERVICE="off")
+    tht = Installation(home, env)
+    config = tht.runtime("acme")
+    data = home / "card.json"
+    data.write_text(json.dumps(card_document()))
+    assert tht.run("workspace", "create", "acme", "--language", "en").code == 0
+    killed = subprocess.run(
+        [sys.executable, "-m", "tht", "memory", "create", "-c", config, "--data", str(data)],
+        env={**env, "THT_CRASH_AT": "save.after_archive_commit"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert killed.returncode == CRASH_EXIT_CODE
+    assert [a for _, a in outstanding(database)] == [0]  # nothing tried it
+    (home / "server.yaml").write_text(
+        f"embedding: {{provider: hashing}}\nindex: {{path: {home / 'index'}}}\n"
+    )
+    server = tht.start("serve", "--port", str(free_port()), "-c", str(home / "server.yaml"))
+    try:
+        json.loads(server.stdout.readline())
+        assert wait_for(lambda: outstanding(database) == [], 30)
+    finally:
+        server.terminate()
+        server.wait(30)
+    listed = tht.run("memory", "list", "-c", config).document["items"]
+    assert len(listed) == 1 and listed[0]["pending"] is None
+
+
+@pytest.fixture(autouse=True)
+def _no_outage_left(monkeypatch):
+    monkeypatch.delenv("THT_OUTAGE_FILE", raising=False)
