@@ -461,7 +461,27 @@ def create_app(
                 "workspaces": visible,
                 "active": active,
                 "families": FAMILIES,
+                "workspace_problem": workspace_problem(
+                    actor, request.query_params.get("workspace")
+                ),
             },
+        )
+
+    def workspace_problem(actor: Principal, requested: str | None) -> str | None:
+        """Why the workspace named in the URL is not shown, in words: never silently
+        another one. Whether a workspace the actor does not belong to exists is not
+        told."""
+        if not requested or actor.can_manage(requested):
+            return None
+        shown = requested if len(requested) <= 64 else requested[:64] + "…"
+        if requested in actor.workspaces:
+            return (
+                f"You can read workspace “{shown}” but not manage it: these pages need the"
+                " memory.manage permission there. Choose one of your workspaces below."
+            )
+        return (
+            f"Workspace “{shown}” does not exist, or you are not a member of it."
+            " Choose one of your workspaces below."
         )
 
     @app.get("/", include_in_schema=False)
