@@ -23,10 +23,7 @@ OUT = ROOT / "src" / "tht" / "demo_data" / "bird_demo.json"
 def main() -> None:
     evalcases = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT.parent / "shared" / "evalcases"
     raw = evalcases / "raw"
-    schemas = {
-        d["name"]: d
-        for d in json.loads((raw / "bird_dev" / "dev_tables_cleaned_arcwise.json").read_text())
-    }
+    schemas = {d["name"]: d for d in json.loads((raw / "bird_dev" / "dev_tables_cleaned_arcwise.json").read_text())}
     questions = json.loads((raw / "bird_mini_dev" / "mini_dev_postgresql.json").read_text())
     cards: list[dict] = []
     for database in DATABASES:
@@ -37,19 +34,8 @@ def main() -> None:
             found = []
             for table, column in columns:
                 names = {column["name"], column.get("original_name") or column["name"]}
-                if any(
-                    len(n) > 3
-                    and re.search(r"(?<![\w`])" + re.escape(n) + r"(?![\w`])", text, re.I)
-                    for n in names
-                ):
-                    found.append(
-                        {
-                            "database": database,
-                            "schema": "public",
-                            "table": table,
-                            "column": column["name"],
-                        }
-                    )
+                if any(len(n) > 3 and re.search(r"(?<![\w`])" + re.escape(n) + r"(?![\w`])", text, re.I) for n in names):
+                    found.append({"database": database, "schema": "public", "table": table, "column": column["name"]})
             return found[:4]
 
         seen: set[str] = set()
@@ -61,62 +47,30 @@ def main() -> None:
                 seen.add(sentence.lower())
                 formula = "=" in sentence or "refers to" in sentence.lower()
                 title = sentence.split("=")[0].split(" refers to ")[0].strip()[:80]
-                card = {
-                    "family": "sql_rule" if formula else "domain_clarification",
-                    "title": title[:1].upper() + title[1:],
-                    "content": sentence + ".",
-                    "scope": database.replace("_", " ").title(),
-                    "concepts": [w.lower() for w in re.findall(r"[A-Za-z]{5,}", title)][:3],
-                    "dependencies": dependencies(sentence),
-                }
+                card = {"family": "sql_rule" if formula else "domain_clarification",
+                        "title": title[:1].upper() + title[1:], "content": sentence + ".",
+                        "scope": database.replace("_", " ").title(),
+                        "concepts": [w.lower() for w in re.findall(r"[A-Za-z]{5,}", title)][:3],
+                        "dependencies": dependencies(sentence)}
                 if formula:
-                    card["rationale"] = (
-                        "BIRD Mini-Dev evidence: the definition the gold SQL relies on."
-                    )
+                    card["rationale"] = "BIRD Mini-Dev evidence: the definition the gold SQL relies on."
                 cards.append(card)
         for table, column in columns:
             if column.get("value_description") and len(column["value_description"]) > 20:
                 text = " ".join(column["value_description"].split())[:600]
-                cards.append(
-                    {
-                        "family": "domain_clarification",
-                        "title": f"{table}.{column['name']}: {column.get('description') or column['name']}"[
-                            :120
-                        ],
-                        "content": text,
-                        "scope": database.replace("_", " ").title(),
-                        "dependencies": [
-                            {
-                                "database": database,
-                                "schema": "public",
-                                "table": table,
-                                "column": column["name"],
-                            }
-                        ],
-                    }
-                )
+                cards.append({"family": "domain_clarification",
+                              "title": f"{table}.{column['name']}: {column.get('description') or column['name']}"[:120],
+                              "content": text, "scope": database.replace("_", " ").title(),
+                              "dependencies": [{"database": database, "schema": "public", "table": table,
+                                                "column": column["name"]}]})
         for q in [q for q in questions if q["db_id"] == database][:5]:
-            cards.append(
-                {
-                    "family": "solved_question",
-                    "title": q["question"][:120],
-                    "question": q["question"],
-                    "sql": q["SQL"],
-                    "context": f"BIRD Mini-Dev question {q['question_id']} ({q['difficulty']})",
-                    "dependencies": dependencies(q["SQL"]),
-                }
-            )
-    OUT.write_text(
-        json.dumps(
-            {
-                "attribution": "Derived from BIRD Mini-Dev (bird-bench/mini_dev), CC BY-SA 4.0; shared under the same licence.",
-                "cards": cards,
-            },
-            indent=1,
-            ensure_ascii=False,
-        )
-        + "\n"
-    )
+            cards.append({"family": "solved_question", "title": q["question"][:120], "question": q["question"],
+                          "sql": q["SQL"], "context": f"BIRD Mini-Dev question {q['question_id']} ({q['difficulty']})",
+                          "dependencies": dependencies(q["SQL"])})
+    OUT.write_text(json.dumps({
+        "attribution": "Derived from BIRD Mini-Dev (bird-bench/mini_dev), CC BY-SA 4.0; shared under the same licence.",
+        "cards": cards,
+    }, indent=1, ensure_ascii=False) + "\n")
     print(f"{len(cards)} cards -> {OUT.relative_to(ROOT)}")
 
 
