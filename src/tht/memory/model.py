@@ -1,7 +1,7 @@
 """Cards, their dependencies and links, and the admin list query: one schema for the
 API, the CLI and the service.
 
-Limits (documented in the README) keep a single card small enough to embed and to
+Limits (documented in docs/configuration.md, Cards) keep a single card small enough to embed and to
 render; they are enforced here so every entry point rejects the same input.
 """
 
