@@ -317,7 +317,9 @@ def test_every_page_fits_and_says_what_it_waits_for(layout_server, chromium, scr
 
         # --- the interactive API docs --------------------------------------------------------
         page.goto(server.url + "api/docs")
+        expect(page.locator('#swagger-ui[data-ready="true"]')).to_have_count(1)
         expect(page.locator(".swagger-ui .title")).to_contain_text("Thoth Memory")
+        expect(page.locator(".swagger-ui .btn.authorize")).to_be_visible()  # API tokens
         _fits(page, width, "api docs")
         shot("api-docs")
         assert not problems, problems
