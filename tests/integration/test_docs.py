@@ -4,7 +4,7 @@ Every fenced command block (bash, sh, shell, console) is either a ```bash block,
 illustrative with a reason (an HTML comment `<!-- illustrative: why -->` on the line
 before it). The ```bash blocks of one page run in order in one bash process (`set -euo
 pipefail`), in a temporary directory with its own THT_HOME, the repository's `.venv` and
-`scripts/` linked in, THT_SERVICE=off unless a block asks for the service, and PORT set
+`scripts/` linked in, THT_SERVICE=off (the README: auto, as a newcomer has it), and PORT set
 to a free port. Whatever a page leaves running (an embedded PostgreSQL, a service) is
 stopped afterwards.
 """
@@ -40,6 +40,8 @@ COMMAND_LANGUAGES = {"bash", "sh", "shell", "console", "zsh"}
 FENCE = re.compile(r"^```(\w*)\s*$")
 ILLUSTRATIVE = re.compile(r"^<!-- illustrative: (?P<reason>\S.*\S) -->$")
 LINKED = (".venv", "scripts", "bench", "schemas")
+# Run as a newcomer runs them: each command through the service it starts.
+THROUGH_THE_SERVICE = {"README.md"}
 PAGE_TIMEOUT = 600
 
 
@@ -164,7 +166,7 @@ def test_the_page_runs(page, tmp_path):
     env = {
         **os.environ,
         "THT_HOME": str(tmp_path / "home"),
-        "THT_SERVICE": "off",
+        "THT_SERVICE": "auto" if page in THROUGH_THE_SERVICE else "off",
         "TMPDIR": str(tmp_path),  # the README's `mktemp -d` lands here, and is cleaned up
         "PORT": str(_free_port()),
         "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
