@@ -25,6 +25,7 @@ from tests.browser.conftest import (
     _server_env,
     running_server,
 )
+from tests.integration.catalog_support import DWH_ENV, create_sqlite_dwh
 from tests.integration.workflow_support import Session, add, decision, join_rule, solved, update
 
 SESSION = "s-layout"
@@ -44,8 +45,11 @@ def _seed(env: dict[str, str], root: Path) -> None:
     services = build_services(
         env=env, projection=ProjectionSettings(**PROJECTION), sessions_root=root
     )
+    from tht.catalog.model import Binding
+
     try:
         services.workspaces.create(WORKSPACE, "en", "Acme accounting")
+        services.catalog.bind(Binding(WORKSPACE, "dwh", "main", DWH_ENV))
         services.workspaces.create(FOREIGN_WORKSPACE, "en", "Gamma (not mine)")
         services.accounts.create_user(USER, "admin", [WORKSPACE], password=PASSWORD)
         current = services.memory.create_card(
@@ -114,12 +118,14 @@ def layout_server(database, tmp_path):
     root = tmp_path / "sessions"
     root.mkdir()
     env = _server_env(database, home)
+    env[DWH_ENV] = create_sqlite_dwh(tmp_path / "dwh.sqlite")  # for a sync run with dates
     _seed(env, root)
     config = (
         "index: {engine: edge, open_timeout: 1}\nembedding: {provider: hashing, dimension: 64}\n"
         f"sessions_root: {root}\n"
     )
     with running_server(env, config, tmp_path, home) as server:
+        server.api("POST", f"/api/workspaces/{WORKSPACE}/catalog/sync")
         yield server
 
 
@@ -312,6 +318,11 @@ def test_every_page_fits_and_says_what_it_waits_for(layout_server, chromium, scr
         # --- Database management: its dates in the same format ----------------------------
         page.goto(server.url + "admin/databases")
         expect(page.get_by_test_id("workspace-table")).to_be_visible()
+        started = page.get_by_test_id("run-row").first.locator('td[data-label="Started"]')
+        expect(started).to_have_text(DATE)
+        expect(page.get_by_test_id("binding-last-snapshot")).to_contain_text(
+            re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC · ")
+        )
         _fits(page, width, "databases")
         shot("databases")
 
