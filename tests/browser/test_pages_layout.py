@@ -20,6 +20,7 @@ from tests.browser.conftest import (
     FOREIGN_WORKSPACE,
     PASSWORD,
     PROJECTION,
+    SERVER_CONFIG,
     USER,
     WORKSPACE,
     _server_env,
@@ -120,10 +121,7 @@ def layout_server(database, tmp_path):
     env = _server_env(database, home)
     env[DWH_ENV] = create_sqlite_dwh(tmp_path / "dwh.sqlite")  # for a sync run with dates
     _seed(env, root)
-    config = (
-        "index: {engine: edge, open_timeout: 1}\nembedding: {provider: hashing, dimension: 64}\n"
-        f"sessions_root: {root}\n"
-    )
+    config = SERVER_CONFIG + f"sessions_root: {root}\n"
     with running_server(env, config, tmp_path, home) as server:
         server.api("POST", f"/api/workspaces/{WORKSPACE}/catalog/sync")
         yield server
