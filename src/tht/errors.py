@@ -280,7 +280,7 @@ class Interrupted(ThothError):
     default_message = "interrupted"
 
 
-# Documented in the README; tests check that each class keeps its code.
+# Documented in docs/configuration.md (exit codes); tests check that each class keeps its code.
 EXIT_CODES = {
     0: "success",
     1: "internal error",

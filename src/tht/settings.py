@@ -180,6 +180,18 @@ def load_runtime_config(
         ) from exc
 
 
+def require_directory(path: Path, setting: str, source: str) -> Path:
+    """``path`` when it is an existing directory: a setting that points nowhere (a typo, a
+    volume not mounted) is refused when its file is read, not when a session is first
+    looked up there."""
+    if not path.is_dir():
+        reason = "is not a directory" if path.exists() else "does not exist"
+        raise ConfigurationError(
+            f"{source}: {setting} {path} {reason}", details={"setting": setting, "path": str(path)}
+        )
+    return path
+
+
 # --- database connection settings -------------------------------------------------
 
 

@@ -161,7 +161,7 @@ def test_capability_matrix_over_every_memory_route(world):
 
 
 def test_the_matrix_covers_every_memory_route_of_the_openapi_document(world):
-    document = world.client.get("/api/docs").json()
+    document = world.client.get("/api/openapi.json").json()
     documented = {
         (method.upper(), path)
         for path, operations in document["paths"].items()
@@ -172,7 +172,7 @@ def test_the_matrix_covers_every_memory_route_of_the_openapi_document(world):
 
 
 def test_openapi_documents_the_agent_routes_with_their_models_and_errors(world):
-    document = world.client.get("/api/docs").json()
+    document = world.client.get("/api/openapi.json").json()
     components = document["components"]["schemas"]
     expected = {
         "search": "SearchIn",

@@ -1,6 +1,6 @@
 """The quality benchmark runs end to end on a tiny BIRD excerpt (hashing embedder): it
 builds both protocols on the real engines and prints its figures. The figures
-themselves are measured by running the script (README), not asserted here."""
+themselves are measured by running the script (docs/benchmarks.md), not asserted here."""
 
 from __future__ import annotations
 

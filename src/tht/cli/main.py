@@ -27,7 +27,7 @@ from tht.cli.eval import memory_eval
 from tht.cli.invocation import current, invoked, progress, read_bytes, resolve, write_stdout
 from tht.errors import Forbidden, InvalidInput, ThothError
 from tht.memory.model import MAX_DOCUMENT_BYTES, parse_card_input, parse_list_query
-from tht.settings import RuntimeConfig, load_runtime_config
+from tht.settings import RuntimeConfig, load_runtime_config, require_directory
 
 log = logging.getLogger("tht")
 
@@ -88,7 +88,9 @@ def load_runtime(config: Path) -> RuntimeConfig:
     runtime = load_runtime_config(config, read=read_bytes)
     changes: dict[str, Any] = {}
     if runtime.sessions_root is not None:
-        changes["sessions_root"] = Path(resolve(runtime.sessions_root))
+        changes["sessions_root"] = require_directory(
+            Path(resolve(runtime.sessions_root)), "sessions_root", f"runtime file {config}"
+        )
     if runtime.index and runtime.index.get("path"):
         changes["index"] = {**runtime.index, "path": resolve(runtime.index["path"])}
     return runtime.model_copy(update=changes) if changes else runtime

@@ -1,7 +1,7 @@
 """Cards, their dependencies and links, and the admin list query: one schema for the
 API, the CLI and the service.
 
-Limits (documented in the README) keep a single card small enough to embed and to
+Limits (documented in docs/configuration.md, Cards) keep a single card small enough to embed and to
 render; they are enforced here so every entry point rejects the same input.
 """
 
@@ -437,6 +437,20 @@ class ListQuery(_Strict):
     @classmethod
     def _one_or_many(cls, value: Any) -> Any:
         return [value] if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _range_in_order(self) -> ListQuery:
+        # an inverted range would silently match nothing: say so instead
+        first, last = self.updated_from, self.updated_to
+        if first is not None and last is not None and _day(first) > _day(last):
+            raise ValueError(
+                f"updated_from ({_day(first)}) is after updated_to ({_day(last)}): nothing could match"
+            )
+        return self
+
+
+def _day(moment: datetime | date) -> date:
+    return moment.date() if isinstance(moment, datetime) else moment
 
 
 def parse_list_query(document: Any) -> ListQuery:

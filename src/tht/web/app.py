@@ -19,6 +19,7 @@ from datetime import date
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import fastapi_offline
 from fastapi import Body, Depends, FastAPI, Query, Request
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
@@ -48,6 +49,9 @@ from tht.web.guard import SAFE_METHODS, RequestGuard, normalized_origin, securit
 from tht.web.review import review_router
 
 HERE = Path(__file__).parent
+OPENAPI_URL = "/api/openapi.json"
+API_DOCS_ASSETS = "/api/docs/assets"
+SWAGGER_UI = Path(fastapi_offline.__file__).parent / "static"
 WORKSPACE_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 CARD_ID_PATTERN = r"^mem-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
 
@@ -120,13 +124,23 @@ def create_app(
     app = FastAPI(
         title="Thoth Memory administration API",
         version="1",
-        openapi_url="/api/docs",
+        openapi_url=OPENAPI_URL,
         docs_url=None,
         redoc_url=None,
         description='Administration → Memory management. Errors are {"error": {"code", "message", "details"}}.',
     )
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
+    # Swagger UI's own files, from the installed package: the API docs need no CDN.
+    app.mount(API_DOCS_ASSETS, StaticFiles(directory=str(SWAGGER_UI)), name="api-docs-assets")
+
+    @app.get("/api/docs", include_in_schema=False)
+    async def api_docs(request: Request) -> Response:
+        """Interactive API docs (Swagger UI) over the OpenAPI document; try-it-out
+        requests carry the page's session cookie, or a token given in Authorize."""
+        return templates.TemplateResponse(
+            request, "api_docs.html", {"openapi_url": OPENAPI_URL, "assets": API_DOCS_ASSETS}
+        )
 
     def csrf_token(session: str) -> str:
         return hmac.new(
@@ -499,7 +513,27 @@ def create_app(
                 "workspaces": visible,
                 "active": active,
                 "families": FAMILIES,
+                "workspace_problem": workspace_problem(
+                    actor, request.query_params.get("workspace")
+                ),
             },
+        )
+
+    def workspace_problem(actor: Principal, requested: str | None) -> str | None:
+        """Why the workspace named in the URL is not shown, in words: never silently
+        another one. Whether a workspace the actor does not belong to exists is not
+        told."""
+        if not requested or actor.can_manage(requested):
+            return None
+        shown = requested if len(requested) <= 64 else requested[:64] + "…"
+        if requested in actor.workspaces:
+            return (
+                f"You can read workspace “{shown}” but not manage it: these pages need the"
+                " memory.manage permission there. Choose one of your workspaces below."
+            )
+        return (
+            f"Workspace “{shown}” does not exist, or you are not a member of it."
+            " Choose one of your workspaces below."
         )
 
     @app.get("/", include_in_schema=False)

@@ -8,7 +8,7 @@ protocol below adds that deadline; the body's deadline is the ASGI guard's
 
 `limit_concurrency` answers 503 once that many connections or tasks are open, so a
 flood of idle connections costs the server a bounded amount; the header deadline
-then frees them. Documented in the README ("Serving: limits").
+then frees them. Documented in docs/http-api.md ("Logins and limits").
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from tht.bootstrap import ProjectionSettings
 from tht.errors import ConfigurationError, Conflict
-from tht.settings import default_home, find_credentials, load_yaml
+from tht.settings import default_home, find_credentials, load_yaml, require_directory
 from tht.validation import describe_validation_error
 
 if TYPE_CHECKING:
@@ -59,11 +59,14 @@ def read_server_config(path: Path | None) -> ServerConfig:
             f"({', '.join(credentials)}); use the environment"
         )
     try:
-        return ServerConfig.model_validate(document)
+        config = ServerConfig.model_validate(document)
     except ValidationError as exc:
         raise ConfigurationError(
             f"server configuration {path}: {describe_validation_error(exc)}"
         ) from exc
+    if config.sessions_root is not None:
+        require_directory(config.sessions_root, "sessions_root", f"server configuration {path}")
+    return config
 
 
 def ensure_admin(services: Any, home: Path) -> Path | None:

@@ -103,15 +103,7 @@
 
   function show(el, visible) { el.hidden = !visible; }
 
-  function pad(n) { return n < 10 ? "0" + n : String(n); }
-
-  function formatDate(iso) {
-    if (!iso) return "—";
-    var d = new Date(iso);
-    if (isNaN(d.getTime())) return iso;
-    return d.getUTCFullYear() + "-" + pad(d.getUTCMonth() + 1) + "-" + pad(d.getUTCDate()) + " " +
-      pad(d.getUTCHours()) + ":" + pad(d.getUTCMinutes()) + " UTC";
-  }
+  function formatDate(iso) { return window.ThothDates.dateTime(iso); }  // static/dates.js
 
   /* The list's compact form: the date, then the time (UTC) below it. */
   function shortTime(iso) {
@@ -496,10 +488,28 @@
       });
     }
 
+    /* "Updated from" after "Updated to" would match nothing: say so at the fields. */
+    function dateRangeValid() {
+      var f = els.filters.elements;
+      var from = f.updated_from.value, to = f.updated_to.value;
+      var wrong = !!(from && to && from > to);
+      var message = $("filter-date-error");
+      [f.updated_from, f.updated_to].forEach(function (input) {
+        if (wrong) input.setAttribute("aria-invalid", "true"); else input.removeAttribute("aria-invalid");
+      });
+      message.textContent = wrong ? "“Updated from” (" + from + ") is after “Updated to” (" + to + "): swap them or clear one." : "";
+      show(message, wrong);
+      return !wrong;
+    }
+
     els.filters.addEventListener("submit", function (event) {
       event.preventDefault();
+      if (!dateRangeValid()) { els.filters.elements.updated_from.focus(); return; }
       state.page = 1;
       loadList();
+    });
+    ["filter-updated-from", "filter-updated-to"].forEach(function (id) {
+      $(id).addEventListener("change", dateRangeValid);
     });
     ["filter-sort", "filter-order", "filter-page-size"].forEach(function (id) {
       $(id).addEventListener("change", function () { state.page = 1; loadList(); });
@@ -1042,7 +1052,10 @@
       clearErrors();
       var editing = state.mode === "edit";
       var button = $("save-card");
+      var label = button.textContent;
       button.disabled = true;
+      button.textContent = "Saving…";  // a save waits for the archive and then the index
+      button.classList.add("is-saving");
       editor.setAttribute("aria-busy", "true");
       var request = editing
         ? api("PUT", wsBase() + "/" + encodeURIComponent(state.card.id), collected.body)
@@ -1073,6 +1086,8 @@
         }
       }).then(function () {
         button.disabled = false;
+        button.textContent = label;
+        button.classList.remove("is-saving");
         editor.removeAttribute("aria-busy");
       });
     });

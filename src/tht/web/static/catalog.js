@@ -50,11 +50,7 @@
 
   function clear(node) { while (node.firstChild) node.removeChild(node.firstChild); }
 
-  function when(iso) {
-    if (!iso) return "";
-    var date = new Date(iso);
-    return isNaN(date.getTime()) ? iso : date.toLocaleString();
-  }
+  function when(iso) { return iso ? window.ThothDates.dateTime(iso) : ""; }  // static/dates.js
 
   function base(workspace) { return "/api/workspaces/" + encodeURIComponent(workspace) + "/catalog"; }
 

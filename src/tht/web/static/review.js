@@ -70,7 +70,7 @@
 
   function say(kind, text) {
     clear(feedback);
-    if (text) feedback.appendChild(h("p", { class: kind === "error" ? "alert error" : "note", text: text,
+    if (text) feedback.appendChild(h("p", { class: kind === "error" ? "alert error" : kind === "saving" ? "note saving" : "note", text: text,
       "data-testid": "review-message", "data-kind": kind }));
   }
 
@@ -78,12 +78,31 @@
 
   // --- sessions -------------------------------------------------------------------------
 
+  function placeholders() {
+    $("sessions-placeholder").hidden = !!state.workspace;
+    $("summary-placeholder").hidden = !!state.session;
+  }
+
+  /* The URL names the workspace and the session, so a reload or a shared link reopens them. */
+  function writeUrl() {
+    var params = new URLSearchParams();
+    if (state.workspace) params.set("workspace", state.workspace);
+    if (state.workspace && state.session) params.set("session", state.session);
+    var search = params.toString();
+    window.history.replaceState(null, "", window.location.pathname + (search ? "?" + search : ""));
+  }
+
   function loadSessions(keep) {
     var list = $("session-list");
     if (!keep) {
       $("summary").hidden = true;
       $("result").hidden = true;
+      state.session = "";
+      clear(list);
+      $("sessions-empty").hidden = true;
     }
+    placeholders();
+    writeUrl();
     if (!state.workspace) return Promise.resolve();
     return api("GET", base()).then(function (data) {
       clear(list);
@@ -108,6 +127,8 @@
   function openSession(session, keepMessage) {
     state.session = session;
     markCurrent();
+    placeholders();
+    writeUrl();
     if (!keepMessage) {
       say("", "");
       $("result").hidden = true;
@@ -186,15 +207,52 @@
       options.extra || null, body);
   }
 
+  /* A list-valued field (dependencies, concepts) as a list: what only one side has is
+   * marked removed (current) or added (proposed), the rest is shown as it is. */
+  function itemText(value) {
+    if (value && typeof value === "object") {
+      return [value.database, value.schema, value.table, value.column].filter(function (p) { return p; }).join(".");
+    }
+    return String(value);
+  }
+
+  function listDiff(mine, theirs, mark, kind) {
+    var others = (theirs || []).map(itemText);
+    var items = (mine || []).map(itemText);
+    if (!items.length) return h("span", { class: "muted", text: "none" });
+    return h("ul", { class: "diff-list" }, items.map(function (text) {
+      var changed = others.indexOf(text) < 0;
+      return h("li", { "data-change": changed ? kind : "same" },
+        changed ? h(mark, { text: text }) : text);
+    }));
+  }
+
+  function changeCell(change, side) {
+    var mine = side === "before" ? change.before : change.after;
+    var theirs = side === "before" ? change.after : change.before;
+    var mark = side === "before" ? "del" : "ins";
+    if (Array.isArray(mine) || Array.isArray(theirs)) {
+      return listDiff(mine, theirs, mark, side === "before" ? "removed" : "added");
+    }
+    return mine === null || mine === undefined || mine === "" ? h("span", { class: "muted", text: "—" })
+      : h(mark, { text: String(mine) });
+  }
+
+  var FIELD_LABELS = { content: "Content", scope: "Scope", rationale: "Rationale", context: "Context", sql: "SQL",
+    question: "Question", title: "Title", concepts: "Concepts", dependencies: "Dependencies",
+    error_signature: "Error signature" };
+
   function changesTable(update) {
     if (!update.changes.length) return h("p", { class: "muted", text: "No change to the content." });
     var rows = update.changes.map(function (c) {
-      var show = function (v) { return Array.isArray(v) ? JSON.stringify(v) : (v === null ? "—" : String(v)); };
-      return h("tr", { "data-testid": "change-row" }, h("th", { text: c.field }),
-        h("td", null, h("del", { text: show(c.before) })), h("td", null, h("ins", { text: show(c.after) })));
+      return h("tr", { "data-testid": "change-row", "data-change-field": c.field },
+        h("th", { scope: "row", text: FIELD_LABELS[c.field] || c.field }),
+        h("td", { "data-label": "Current" }, changeCell(c, "before")),
+        h("td", { "data-label": "Proposed" }, changeCell(c, "after")));
     });
-    return h("table", { class: "changes" }, h("thead", null, h("tr", null, h("th", { text: "Field" }),
-      h("th", { text: "Current" }), h("th", { text: "Proposed" }))), h("tbody", null, rows));
+    return h("div", { class: "changes-wrap" }, h("table", { class: "changes", "data-testid": "changes" },
+      h("thead", null, h("tr", null, h("th", { scope: "col", text: "Field" }),
+        h("th", { scope: "col", text: "Current" }), h("th", { scope: "col", text: "Proposed" }))), h("tbody", null, rows)));
   }
 
   function renderSummary(summary) {
@@ -233,7 +291,8 @@
     $("decline-all").disabled = reviewed;
     if (reviewed) {
       banner.textContent = "This session was reviewed (" + summary.reviewed.outcome + ") by " +
-        summary.reviewed.reviewer + " at " + summary.reviewed.created_at + ". A review is applied once.";
+        summary.reviewed.reviewer + " at " + window.ThothDates.dateTime(summary.reviewed.created_at) +
+        ". A review is applied once.";
     }
   }
 
@@ -284,14 +343,26 @@
       });
     }
     var review = { decision: decision, proposals_digest: state.summary.proposals_digest, selected: selected };
+    var button = $(decision === "apply" ? "apply-review" : "decline-all");
+    var label = button.textContent;
     $("apply-review").disabled = true;
     $("decline-all").disabled = true;
-    say("", "Saving…");
+    button.textContent = decision === "apply" ? "Saving…" : "Declining…";
+    button.classList.add("is-saving");
+    $("summary").setAttribute("aria-busy", "true");
+    say("saving", decision === "apply" ? "Saving the selection…" : "Recording the decline…");
+    var done = function () {
+      button.textContent = label;
+      button.classList.remove("is-saving");
+      $("summary").removeAttribute("aria-busy");
+    };
     return api("POST", base() + "/" + encodeURIComponent(state.session) + "/apply", review).then(function (result) {
+      done();
       say("ok", result.status === "applied" ? "Saved: the selection is in Memory." : "Declined: nothing was saved.");
       showResult(result);
       return openSession(state.session, true).then(function () { showResult(result); return loadSessions(true); });
     }).catch(function (err) {
+      done();
       say("error", "Nothing was saved: " + err.message);
       $("apply-review").disabled = false;
       $("decline-all").disabled = false;
@@ -361,6 +432,22 @@
   $("apply-review").addEventListener("click", function () { apply("apply"); });
   $("decline-all").addEventListener("click", function () { apply("decline_all"); });
   var select = $("review-workspace");
-  if (select.value) { state.workspace = select.value; loadSessions(); }
+  var params = new URLSearchParams(window.location.search);
+  var options = Array.prototype.map.call(select.options, function (o) { return o.value; }).filter(Boolean);
+  var wanted = params.get("workspace") || "";
+  // the URL's workspace when it is one of this user's (else the server says why not), or one restored by the browser
+  select.value = options.indexOf(wanted) >= 0 ? wanted : (options.indexOf(select.value) >= 0 ? select.value : "");
+  if (select.value) {
+    state.workspace = select.value;
+    var session = params.get("session");
+    loadSessions().then(function () {
+      if (session && document.querySelector('[data-testid=session-item][data-session="' + CSS.escape(session) + '"]')) {
+        return openSession(session);
+      }
+      if (session) say("error", "Session “" + session + "” has no Memory proposals in this workspace.");
+    });
+  } else {
+    placeholders();
+  }
   $("review-app").setAttribute("data-review-ready", "true");
 })();
