@@ -11,8 +11,9 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Depends, Query
+from fastapi import APIRouter, Body, Depends, Query, Request
 from fastapi import Path as PathParam
+from fastapi.responses import HTMLResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from tht.accounts import AUDIT_LIMIT, MANAGE, Principal
@@ -141,15 +142,20 @@ class AuditList(BaseModel):
     items: list[AuditEvent]
 
 
-def admin_router(services: Services, principal: Callable[..., Awaitable[Principal]]) -> APIRouter:
-    router = APIRouter(prefix="/api/admin", tags=["administration"])
+def admin_router(
+    services: Services,
+    principal: Callable[..., Awaitable[Principal]],
+    render: Callable[[Request, str, str], Response],
+) -> APIRouter:
+    """``render``: the app's page renderer (the session's principal and CSRF token)."""
+    router = APIRouter(tags=["administration"])
     Actor = Annotated[Principal, Depends(principal)]
     UserName = Annotated[str, PathParam(pattern=USER_PATTERN)]
     WorkspaceId = Annotated[str, PathParam(pattern=WORKSPACE_PATTERN)]
     accounts = services.accounts
 
     @router.get(
-        "/workspaces",
+        "/api/admin/workspaces",
         response_model=WorkspaceList,
         responses=errors(401, 403, 503),
         summary="The workspaces the admin administers",
@@ -165,7 +171,7 @@ def admin_router(services: Services, principal: Callable[..., Awaitable[Principa
         }
 
     @router.post(
-        "/workspaces",
+        "/api/admin/workspaces",
         status_code=201,
         response_model=WorkspaceOut,
         responses=errors(401, 403, 409, 415, 422, 503),
@@ -178,7 +184,7 @@ def admin_router(services: Services, principal: Callable[..., Awaitable[Principa
         return created.model_dump(mode="json")
 
     @router.get(
-        "/users",
+        "/api/admin/users",
         response_model=UserList,
         responses=errors(401, 403, 503),
         summary="Users with role, workspaces and token dates (never a secret)",
@@ -188,7 +194,7 @@ def admin_router(services: Services, principal: Callable[..., Awaitable[Principa
         return {"items": accounts.users(by=actor)}
 
     @router.post(
-        "/users",
+        "/api/admin/users",
         status_code=201,
         response_model=CreatedUser,
         responses=errors(401, 403, 404, 409, 415, 422, 503),
@@ -207,7 +213,7 @@ def admin_router(services: Services, principal: Callable[..., Awaitable[Principa
         )
 
     @router.put(
-        "/users/{name}/role",
+        "/api/admin/users/{name}/role",
         response_model=RoleOut,
         responses=errors(401, 403, 404, 409, 415, 422, 503),
         summary="Change a user's role (409 last_admin: the last admin keeps it)",
@@ -217,7 +223,7 @@ def admin_router(services: Services, principal: Callable[..., Awaitable[Principa
         return accounts.set_role(name, body.role, by=actor)
 
     @router.put(
-        "/users/{name}/workspaces/{workspace}",
+        "/api/admin/users/{name}/workspaces/{workspace}",
         response_model=MembershipOut,
         responses=errors(401, 403, 404, 503),
         summary="Make the user a member of the workspace",
@@ -227,7 +233,7 @@ def admin_router(services: Services, principal: Callable[..., Awaitable[Principa
         return accounts.grant(name, workspace, by=actor)
 
     @router.delete(
-        "/users/{name}/workspaces/{workspace}",
+        "/api/admin/users/{name}/workspaces/{workspace}",
         response_model=MembershipOut,
         responses=errors(401, 403, 404, 503),
         summary="End the user's membership of the workspace (effective at once)",
@@ -237,7 +243,7 @@ def admin_router(services: Services, principal: Callable[..., Awaitable[Principa
         return accounts.revoke(name, workspace, by=actor)
 
     @router.post(
-        "/users/{name}/token",
+        "/api/admin/users/{name}/token",
         response_model=TokenOut,
         responses=errors(401, 403, 404, 415, 422, 503),
         summary="Rotate the user's API token: the new one is returned once, the old one is dead",
@@ -249,7 +255,7 @@ def admin_router(services: Services, principal: Callable[..., Awaitable[Principa
         return accounts.rotate_token(name, expires_in=body.expires_in if body else None, by=actor)
 
     @router.delete(
-        "/users/{name}",
+        "/api/admin/users/{name}",
         response_model=DeletedUser,
         responses=errors(401, 403, 404, 409, 503),
         summary="Delete a user with its memberships and sessions (409 last_admin)",
@@ -259,7 +265,7 @@ def admin_router(services: Services, principal: Callable[..., Awaitable[Principa
         return accounts.delete_user(name, by=actor)
 
     @router.get(
-        "/audit",
+        "/api/admin/audit",
         response_model=AuditList,
         responses=errors(401, 403, 422, 503),
         summary="The audit log, newest first (account events and the admin's workspaces)",
@@ -274,5 +280,10 @@ def admin_router(services: Services, principal: Callable[..., Awaitable[Principa
         if since is not None and since.tzinfo is None:
             since = since.replace(tzinfo=UTC)
         return {"items": accounts.audit_log(since=since, user=user, limit=limit, by=actor)}
+
+    @router.get("/admin/accounts", include_in_schema=False, response_class=HTMLResponse)
+    def accounts_page(request: Request) -> Response:
+        # the page shows its panels to admins only; the routes it calls check on their own
+        return render(request, "accounts.html", "accounts")
 
     return router

@@ -436,7 +436,6 @@ def create_app(
     def retry(actor: Actor, workspace: WorkspaceId, card_id: CardId) -> dict[str, Any]:
         return admin(actor, AdminRequest(workspace, "retry", card_id=card_id))
 
-    app.include_router(admin_router(services, principal))  # accounts, workspaces, audit
     app.include_router(agent_router(services, principal))  # an agent's recall and proposals
     app.include_router(catalog_router(services, principal))  # Database management: DWH sync runs
 
@@ -489,6 +488,7 @@ def create_app(
     def databases_page(request: Request) -> Response:
         return render(request, "databases.html", "databases")
 
+    app.include_router(admin_router(services, principal, render))  # accounts, workspaces, audit
     app.include_router(review_router(services, principal, render))  # the reviewer's page and API
     if run_command is not None:
         app.include_router(
