@@ -421,8 +421,8 @@ def test_every_account_event_and_card_mutation_is_audited_with_its_actor(world, 
         ).status_code
         == 201
     )
-    code, by_cli = run(world.tokens["admin_a"], "user", "grant", "user_a", "--workspace", "ws-c")
-    assert code == 0
+    code, granted = run(world.tokens["admin_a"], "user", "grant", "user_a", "--workspace", "ws-c")
+    assert code == 0 and granted["changed"] is True
     code, _ = run(None, "user", "revoke", "user_a", "--workspace", "ws-c")
     assert code == 0
 
@@ -470,3 +470,20 @@ def test_every_account_event_and_card_mutation_is_audited_with_its_actor(world, 
     theirs = client.get("/api/admin/audit", headers=world.bearer("admin_b")).json()["items"]
     assert theirs and not [e for e in theirs if e["workspace"] == "ws-a"]
     page.close()
+
+
+def test_the_audit_log_is_append_only_and_hidden_from_memory_transactions(world):
+    world.services.accounts.set_role("user_a", "agent")  # one account event
+    with world.services.archive.transaction("ws-a") as tx:  # a memory transaction
+        assert tx.conn.execute("SELECT count(*) FROM thoth_memory.audit_log").fetchone()[0] == 0
+    for statement in (
+        "UPDATE thoth_memory.audit_log SET actor = 'someone-else'",
+        "DELETE FROM thoth_memory.audit_log",
+    ):
+        with (
+            pytest.raises(Exception, match="permission denied"),
+            world.services.archive.transaction(None, accounts=True) as tx,
+        ):
+            tx.conn.execute(statement)
+    with world.services.archive.transaction(None, accounts=True) as tx:
+        assert tx.conn.execute("SELECT count(*) FROM thoth_memory.audit_log").fetchone()[0] > 0

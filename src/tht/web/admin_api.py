@@ -18,11 +18,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tht.accounts import AUDIT_LIMIT, MANAGE, Principal
 from tht.bootstrap import Services
+from tht.web.schemas import TEXT_PATTERN
 from tht.web.schemas import error_responses as errors
 
 WORKSPACE_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 USER_PATTERN = r"^[A-Za-z0-9._@-]{1,64}$"
-LIFETIME_PATTERN = r"^(never|[1-9][0-9]{0,5}[hdw])$"
+# what tht.accounts.token_lifetime accepts, bounded below its 10000-day cap
+LIFETIME_PATTERN = r"^(never|[1-9][0-9]{0,3}[hd]|[1-9][0-9]{0,2}w)$"
 Role = Literal["admin", "user", "agent"]
 
 
@@ -33,7 +35,7 @@ class _Input(BaseModel):
 class WorkspaceIn(_Input):
     id: Annotated[str, Field(pattern=WORKSPACE_PATTERN, description="lowercase id")]
     language: Literal["en", "it"]
-    name: Annotated[str | None, Field(min_length=1, max_length=200)] = None
+    name: Annotated[str | None, Field(min_length=1, max_length=200, pattern=TEXT_PATTERN)] = None
 
 
 class WorkspaceOut(BaseModel):
