@@ -292,16 +292,8 @@ class Accounts:
             return tx.list_workspaces()
 
     def list_users(self) -> list[dict]:
-        with self.archive.transaction(None, accounts=True) as tx:
-            return [
-                {
-                    "user": r["name"],
-                    "role": r["role"],
-                    "workspaces": r["workspaces"],
-                    "created_at": r["created_at"].isoformat(),
-                }
-                for r in tx.rows("users_list")
-            ]
+        """Every user (the operator's view): see ``users``."""
+        return self.users()
 
     def _principal(self, tx, row: dict) -> Principal:
         workspaces = frozenset(
@@ -494,47 +486,41 @@ class Accounts:
 
     def grant(self, name: str, workspace: str, *, by: Principal | None = None) -> dict:
         """Make ``name`` a member of ``workspace`` (already one: nothing changes)."""
-        if by is not None:
-            by.require(MANAGE, workspace)
-        if workspace not in {w.id for w in self._workspaces()}:
-            raise NotFound(
-                f"workspace '{workspace}' does not exist", details={"workspace": workspace}
-            )
-        with self.archive.transaction(None, accounts=True) as tx:
-            row = self._target_member(tx, name)
-            added = tx.using(lifecycle_queries()).row(
-                "user_workspace_add", user_id=row["id"], workspace=workspace
-            )
-            if added is not None:
-                self._record(tx, "membership.grant", by, target=name, workspace=workspace)
-        return {"user": name, "workspace": workspace, "member": True, "changed": added is not None}
+        return self._membership(name, workspace, member=True, by=by)
 
     def revoke(self, name: str, workspace: str, *, by: Principal | None = None) -> dict:
         """End ``name``'s membership of ``workspace``: its token and sessions lose the
         workspace with their next request (not a member: nothing changes)."""
+        return self._membership(name, workspace, member=False, by=by)
+
+    def _membership(self, name: str, workspace: str, *, member: bool, by: Principal | None) -> dict:
+        # the admin must administer the workspace, not the user's other workspaces: an
+        # admin of ws-a may add a member of ws-b to ws-a
         if by is not None:
             by.require(MANAGE, workspace)
-        with self.archive.transaction(None, accounts=True) as tx:
-            row = self._target_member(tx, name)
-            removed = tx.using(lifecycle_queries()).row(
-                "user_workspace_revoke", user_id=row["id"], workspace=workspace
+        if member and workspace not in {w.id for w in self._workspaces()}:
+            raise NotFound(
+                f"workspace '{workspace}' does not exist", details={"workspace": workspace}
             )
-            if removed is not None:
-                self._record(tx, "membership.revoke", by, target=name, workspace=workspace)
+        with self.archive.transaction(None, accounts=True) as tx:
+            named = tx.using(lifecycle_queries())
+            row = named.row("user_lock", name=name)
+            if row is None:
+                raise NotFound(f"user '{name}' does not exist", details={"user": name})
+            changed = named.row(
+                "user_workspace_add" if member else "user_workspace_revoke",
+                user_id=row["id"],
+                workspace=workspace,
+            )
+            if changed is not None:
+                action = "membership.grant" if member else "membership.revoke"
+                self._record(tx, action, by, target=name, workspace=workspace)
         return {
             "user": name,
             "workspace": workspace,
-            "member": False,
-            "changed": removed is not None,
+            "member": member,
+            "changed": changed is not None,
         }
-
-    def _target_member(self, tx: ArchiveTransaction, name: str) -> dict:
-        # grant and revoke check the workspace itself, not the user's other workspaces:
-        # an admin of ws-a may add a member of ws-b to ws-a
-        row = tx.using(lifecycle_queries()).row("user_lock", name=name)
-        if row is None:
-            raise NotFound(f"user '{name}' does not exist", details={"user": name})
-        return row
 
     def set_role(self, name: str, role: str, *, by: Principal | None = None) -> dict:
         """Change ``name``'s role; the last admin keeps its role (LastAdmin)."""

@@ -339,13 +339,6 @@ SELECT u.id, u.name, u.role, s.one_time
 -- name: user_workspaces
 SELECT workspace_id FROM thoth_memory.user_workspaces WHERE user_id = %(user_id)s ORDER BY workspace_id;
 
--- name: users_list
-SELECT u.id, u.name, u.role, u.created_at,
-       coalesce(array_agg(w.workspace_id ORDER BY w.workspace_id) FILTER (WHERE w.workspace_id IS NOT NULL), '{}')
-           AS workspaces
-  FROM thoth_memory.users u LEFT JOIN thoth_memory.user_workspaces w ON w.user_id = u.id
- GROUP BY u.id ORDER BY u.name;
-
 -- name: session_insert
 INSERT INTO thoth_memory.web_sessions (id_hash, user_id, one_time, expires_at)
 VALUES (%(id_hash)s, %(user_id)s, %(one_time)s, now() + make_interval(secs => %(seconds)s));
