@@ -45,3 +45,15 @@ def acting(actor: str, *, via: str | None = None) -> Iterator[None]:
     finally:
         _via.reset(tokens[1])
         _actor.reset(tokens[0])
+
+
+@contextmanager
+def scoped() -> Iterator[None]:
+    """Within the block nobody is named yet, and whoever is named in it is forgotten
+    after it: one command of a process that runs many never lends its actor to the next."""
+    tokens = (_actor.set(None), _via.set(None))
+    try:
+        yield
+    finally:
+        _via.reset(tokens[1])
+        _actor.reset(tokens[0])

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.factories import card_document
+from tests.factories import card, card_document
 from tests.integration.service_support import installation
 from tests.integration.web_support import ORIGIN, build_world
 from tht.cli.main import main
@@ -487,3 +487,10 @@ def test_the_audit_log_is_append_only_and_hidden_from_memory_transactions(world)
             tx.conn.execute(statement)
     with world.services.archive.transaction(None, accounts=True) as tx:
         assert tx.conn.execute("SELECT count(*) FROM thoth_memory.audit_log").fetchone()[0] > 0
+
+
+def test_a_command_does_not_lend_its_actor_to_what_runs_after_it(world, run):
+    assert run(world.tokens["admin_a"], "user", "list")[0] == 0
+    world.services.memory.create_card("ws-a", card(title="After the command"))
+    latest = world.services.accounts.audit_log(limit=1)[0]
+    assert (latest["action"], latest["actor"]) == ("card.create", None)

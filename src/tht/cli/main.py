@@ -670,7 +670,11 @@ def main(argv: list[str] | None = None, *, token: str | None = None) -> int:
         # raising, and stdout carries only the JSON error, so the help goes to stderr
         # (in the service, where stdout is not the process's, help never arrives).
         grouped = invocation.services is None and _names_a_group(command, args)
-        with invoked(invocation), redirect_stdout(sys.stderr) if grouped else nullcontext():
+        with (
+            invoked(invocation),
+            audit.scoped(),
+            redirect_stdout(sys.stderr) if grouped else nullcontext(),
+        ):
             result = command.main(args=args, prog_name="tht", standalone_mode=False)
         return result if isinstance(result, int) else 0
     except typer.Exit as exc:
