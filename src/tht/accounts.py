@@ -418,6 +418,13 @@ class Accounts:
             if row is None or spent is None or not row["one_time"]:
                 raise Unauthenticated("this login link was already used or has expired")
             name = row["name"]
+            self._record(
+                tx,
+                "login.success",
+                self._principal(tx, row),
+                target=name,
+                details={"method": "one_time_link"},
+            )
         return self.open_session(name)
 
     def close_session(self, session: str) -> None:

@@ -494,3 +494,27 @@ def test_a_command_does_not_lend_its_actor_to_what_runs_after_it(world, run):
     world.services.memory.create_card("ws-a", card(title="After the command"))
     latest = world.services.accounts.audit_log(limit=1)[0]
     assert (latest["action"], latest["actor"]) == ("card.create", None)
+
+
+def test_the_accounts_page_shows_its_panels_to_admins_only(world):
+    admin_page, _ = session_client(world, "admin_a")
+    page = admin_page.get("/admin/accounts")
+    assert page.status_code == 200
+    assert 'data-testid="user-table"' in page.text and 'href="/admin/accounts"' in page.text
+    reader, _ = session_client(world, "user_a")
+    page = reader.get("/admin/accounts")
+    assert page.status_code == 200 and 'data-testid="accounts-forbidden"' in page.text
+    assert 'data-testid="user-table"' not in page.text and 'href="/admin/accounts"' not in page.text
+    admin_page.close()
+    reader.close()
+
+
+def test_a_one_time_login_link_is_audited(world):
+    link = world.services.accounts.open_session("user_a", one_time=True)
+    assert world.client.get(f"/login/once/{link}", follow_redirects=False).status_code == 303
+    latest = world.services.accounts.audit_log(limit=1)[0]
+    assert (latest["actor"], latest["action"], latest["details"]) == (
+        "user_a",
+        "login.success",
+        {"method": "one_time_link"},
+    )
