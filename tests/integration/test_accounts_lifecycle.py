@@ -518,3 +518,51 @@ def test_a_one_time_login_link_is_audited(world):
         "login.success",
         {"method": "one_time_link"},
     )
+
+
+def test_a_review_decision_is_audited_as_the_reviewers_via_review(database, tmp_path):
+    from tests.integration.workflow_support import Session, add, decision, join_rule
+    from tht.bootstrap import ProjectionSettings, build_services
+    from tht.web.app import WebSettings, create_app
+
+    root = tmp_path / "sessions"
+    services = build_services(
+        env=database.env(),
+        sessions_root=root,
+        projection=ProjectionSettings(
+            index={"engine": "edge", "path": str(tmp_path / "index")},
+            embedding={"provider": "hashing", "dimension": 64},
+        ),
+    )
+    try:
+        services.workspaces.create("ws-a", "en")
+        token = services.accounts.create_user("reviewer", "admin", ["ws-a"])["token"]
+        Session(root, "s-1").log(decision("d1", "sql_corrected", explanation="code repeats"))
+        services.workflow.propose("ws-a", "s-1", {"proposals": [add("p1", ["d1"], join_rule())]})
+        with TestClient(
+            create_app(services, WebSettings(public_origins=(ORIGIN,))), base_url=ORIGIN
+        ) as client:
+            bearer = {"Authorization": f"Bearer {token}"}
+            base = "/api/workspaces/ws-a/review/sessions/s-1"
+            summary = client.get(base, headers=bearer).json()
+            applied = client.post(
+                base + "/apply",
+                json={
+                    "decision": "apply",
+                    "proposals_digest": summary["proposals_digest"],
+                    "selected": [{"proposal": "p1"}],
+                },
+                headers=bearer,
+            )
+            assert applied.status_code == 200, applied.text
+        latest = services.accounts.audit_log(limit=1)[0]
+        assert (latest["actor"], latest["action"], latest["workspace"]) == (
+            "reviewer",
+            "card.create",
+            "ws-a",
+        )
+        assert latest["details"]["via"] == "review"
+        assert latest["details"]["origin"] == "workflow"
+        assert latest["details"]["source_session"] == "s-1"
+    finally:
+        services.close()
