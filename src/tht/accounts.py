@@ -583,23 +583,32 @@ class Accounts:
         return {"deleted": name, "role": row["role"], "workspaces": row["workspaces"]}
 
     def users(self, *, by: Principal | None = None) -> list[dict]:
-        """Every user with role, workspaces and token dates (never a secret)."""
+        """Users with role, workspaces and token dates (never a secret). An admin sees
+        the users of its workspaces, and users of none (to clean them up), with only
+        the memberships it administers; ``other_workspaces`` counts the rest."""
         if by is not None:
             by.require(MANAGE, None)
         with self.archive.transaction(None, accounts=True) as tx:
             rows = tx.using(lifecycle_queries()).rows("users_detail")
-        return [
-            {
-                "user": r["name"],
-                "role": r["role"],
-                "workspaces": list(r["workspaces"]),
-                "created_at": _iso(r["created_at"]),
-                "has_password": r["has_password"],
-                "token_issued_at": _iso(r["token_issued_at"]),
-                "token_expires_at": _iso(r["token_expires_at"]),
-            }
-            for r in rows
-        ]
+        found = []
+        for r in rows:
+            workspaces = list(r["workspaces"])
+            visible = workspaces if by is None else [w for w in workspaces if w in by.workspaces]
+            if workspaces and not visible:
+                continue
+            found.append(
+                {
+                    "user": r["name"],
+                    "role": r["role"],
+                    "workspaces": visible,
+                    "other_workspaces": len(workspaces) - len(visible),
+                    "created_at": _iso(r["created_at"]),
+                    "has_password": r["has_password"],
+                    "token_issued_at": _iso(r["token_issued_at"]),
+                    "token_expires_at": _iso(r["token_expires_at"]),
+                }
+            )
+        return found
 
     def audit_log(
         self,

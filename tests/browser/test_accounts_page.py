@@ -11,7 +11,14 @@ import urllib.request
 
 import pytest
 
-from tests.browser.conftest import PASSWORD, USER, WORKSPACE, Server
+from tests.browser.conftest import (
+    PASSWORD,
+    PROJECTION,
+    USER,
+    WORKSPACE,
+    Server,
+    _server_env,
+)
 
 
 def bearer_status(server: Server, token: str) -> int:
@@ -25,12 +32,21 @@ def bearer_status(server: Server, token: str) -> int:
         return error.code
 
 
-def users(server: Server) -> dict[str, dict]:
-    return {u["user"]: u for u in server.api("GET", "/api/admin/users")["items"]}
+def users(database, server: Server) -> dict[str, dict]:
+    """Every user as the operator sees them (THT_HOME and the database credentials)."""
+    from tht.bootstrap import ProjectionSettings, build_services
+
+    services = build_services(
+        env=_server_env(database, server.home), projection=ProjectionSettings(**PROJECTION)
+    )
+    try:
+        return {u["user"]: u for u in services.accounts.users()}
+    finally:
+        services.close()
 
 
 @pytest.mark.parametrize("width", [1280, 390])
-def test_accounts_page(server: Server, chromium, screenshots, width):
+def test_accounts_page(server: Server, database, chromium, screenshots, width):
     from playwright.sync_api import expect
 
     expect.set_options(timeout=15_000)
@@ -107,12 +123,12 @@ def test_accounts_page(server: Server, chromium, screenshots, width):
         row.get_by_role("button", name=f"Revoke {name} from {WORKSPACE}").click()
         expect(feedback).to_contain_text(f"{name} no longer belongs to {WORKSPACE}")
         expect(memberships).to_have_text([re.compile(workspace)])
-        assert users(server)[name]["workspaces"] == [workspace]
+        assert users(database, server)[name]["workspaces"] == [workspace]
 
         # a new role
         row.get_by_test_id("role-select").select_option("agent")
         expect(feedback).to_contain_text(f"{name} is now agent")
-        assert users(server)[name]["role"] == "agent"
+        assert users(database, server)[name]["role"] == "agent"
         shot("granted-revoked-role", "user-table")
 
         # rotation: the old token stops working, the new one works
@@ -130,13 +146,16 @@ def test_accounts_page(server: Server, chromium, screenshots, width):
         row.get_by_test_id("confirm-delete").click()
         expect(feedback).to_contain_text(f"{name} was deleted")
         expect(row).to_have_count(0)
-        assert name not in users(server)
+        assert name not in users(database, server)
         assert bearer_status(server, second_token) == 401
 
         # the last admin is refused, and says why (the server's own `admin` demotes itself
         # so that USER is the last one; its token cannot call the admin routes after that)
         admin_row = page.locator(f'[data-testid="user-row"][data-user="{USER}"]')
-        assert [u for u, v in users(server).items() if v["role"] == "admin"] == ["admin", USER]
+        assert [u for u, v in users(database, server).items() if v["role"] == "admin"] == [
+            "admin",
+            USER,
+        ]
         server.api("PUT", "/api/admin/users/admin/role", {"role": "user"})
         page.reload()
         expect(page.locator('[data-page="accounts"][data-ready="true"]')).to_have_count(1)

@@ -566,3 +566,20 @@ def test_a_review_decision_is_audited_as_the_reviewers_via_review(database, tmp_
         assert latest["details"]["source_session"] == "s-1"
     finally:
         services.close()
+
+
+def test_an_admin_lists_the_users_of_its_workspaces_only(world, run):
+    def listed(actor):
+        answer = world.client.get("/api/admin/users", headers=world.bearer(actor))
+        assert answer.status_code == 200
+        return {u["user"]: (u["workspaces"], u["other_workspaces"]) for u in answer.json()["items"]}
+
+    assert listed("admin_b") == {"admin_b": (["ws-b"], 0)}
+    assert run(None, "user", "grant", "user_a", "--workspace", "ws-b")[0] == 0
+    assert listed("admin_b")["user_a"] == (["ws-b"], 1)  # ws-a is not admin_b's to see
+    assert listed("admin_a")["user_a"] == (["ws-a"], 1)
+    assert run(None, "user", "revoke", "agent_a", "--workspace", "ws-a")[0] == 0
+    assert listed("admin_b")["agent_a"] == ([], 0)  # a user of no workspace, to clean up
+    code, everyone = run(None, "user", "list")  # the operator sees every membership
+    assert code == 0
+    assert {u["user"]: u["workspaces"] for u in everyone["items"]}["user_a"] == ["ws-a", "ws-b"]

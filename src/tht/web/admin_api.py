@@ -72,7 +72,10 @@ class UserIn(_Input):
 class UserOut(BaseModel):
     user: str
     role: Role
-    workspaces: list[str]
+    workspaces: list[str] = Field(description="Its workspaces that the admin administers")
+    other_workspaces: int = Field(
+        description="How many more it belongs to: then only their admins change it"
+    )
     created_at: str
     has_password: bool
     token_issued_at: str | None
@@ -189,7 +192,7 @@ def admin_router(
         "/api/admin/users",
         response_model=UserList,
         responses=errors(401, 403, 503),
-        summary="Users with role, workspaces and token dates (never a secret)",
+        summary="The users of the admin's workspaces: role, workspaces, token dates (no secret)",
     )
     def users(actor: Actor) -> dict[str, Any]:
         actor.require(MANAGE, None)

@@ -108,10 +108,6 @@
 
   // --- users --------------------------------------------------------------------------
 
-  function administered(id) {
-    return state.workspaces.some(function (w) { return w.id === id; });
-  }
-
   function roleCell(user) {
     var select = h("select", { "aria-label": "Role of " + user.user, "data-testid": "role-select" });
     ROLES.forEach(function (role) {
@@ -131,21 +127,24 @@
 
   function membershipCell(user) {
     var chips = h("ul", { class: "chips small", "aria-label": "Workspaces of " + user.user });
+    // the server lists only the memberships this admin administers: each may be revoked
     user.workspaces.forEach(function (id) {
       var chip = h("li", { class: "chip", "data-testid": "membership" }, id);
-      if (administered(id)) {
-        var remove = h("button", { type: "button", class: "chip-remove", "data-testid": "revoke",
-                                   "aria-label": "Revoke " + user.user + " from " + id, title: "Revoke", text: "×" });
-        remove.addEventListener("click", function () {
-          remove.disabled = true;
-          api("DELETE", "/api/admin/users/" + encodeURIComponent(user.user) + "/workspaces/" + encodeURIComponent(id))
-            .then(function () { say("saved", user.user + " no longer belongs to " + id + "."); return reload(); })
-            .catch(function (error) { remove.disabled = false; failed(error); });
-        });
-        chip.appendChild(remove);
-      }
+      var remove = h("button", { type: "button", class: "chip-remove", "data-testid": "revoke",
+                                 "aria-label": "Revoke " + user.user + " from " + id, title: "Revoke", text: "×" });
+      remove.addEventListener("click", function () {
+        remove.disabled = true;
+        api("DELETE", "/api/admin/users/" + encodeURIComponent(user.user) + "/workspaces/" + encodeURIComponent(id))
+          .then(function () { say("saved", user.user + " no longer belongs to " + id + "."); return reload(); })
+          .catch(function (error) { remove.disabled = false; failed(error); });
+      });
+      chip.appendChild(remove);
       chips.appendChild(chip);
     });
+    if (user.other_workspaces) {
+      chips.appendChild(h("li", { class: "muted small",
+        text: "+" + user.other_workspaces + " not yours" }));
+    }
     var cell = h("div", { class: "membership-cell" }, chips);
     var missing = state.workspaces.filter(function (w) { return user.workspaces.indexOf(w.id) < 0; });
     if (missing.length) {
@@ -210,7 +209,7 @@
     state.users.forEach(function (user) {
       // the server refuses changes to a user who also belongs to workspaces this admin
       // does not administer: the page does not offer them
-      var mine = user.workspaces.every(administered);
+      var mine = user.other_workspaces === 0;
       var name = h("div", { class: "user-name" }, h("strong", { text: user.user }));
       if (user.user === me()) name.appendChild(h("span", { class: "badge", text: "you" }));
       var expiry = user.token_expires_at
