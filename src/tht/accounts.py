@@ -15,22 +15,28 @@ import re
 import secrets
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
+from psycopg.types.json import Jsonb
+
+from tht import audit
 from tht.errors import (
     Conflict,
     Forbidden,
     InvalidInput,
+    LastAdmin,
     NotFound,
     PermissionDenied,
+    TokenExpired,
     TooManyRequests,
     Unauthenticated,
 )
-from tht.memory.archive.postgres import PostgresArchive
+from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive
+from tht.sqlfiles import named_queries
 
 Role = Literal["admin", "user", "agent"]
 # Capabilities. The service enforces them (DESIGN.md §3a); faces only ask.
@@ -47,6 +53,17 @@ ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
 }
 ROLES: tuple[str, ...] = tuple(ROLE_PERMISSIONS)
 SESSION_SECONDS = 8 * 3600
+# API tokens expire (migration 012). A new or rotated token lives this long unless its
+# command or request says otherwise (`--expires-in 30d`, or `never` for a service
+# account that an operator rotates by hand); THT_TOKEN_EXPIRES_IN, where tokens are
+# issued (the service, `tht serve`, or the operator's process), changes the default.
+DEFAULT_TOKEN_LIFETIME = "90d"
+TOKEN_LIFETIME_ENV = "THT_TOKEN_EXPIRES_IN"
+NEVER = "never"
+_LIFETIME = re.compile(r"^([1-9][0-9]{0,5})([hdw])$")
+_LIFETIME_UNIT_SECONDS = {"h": 3600, "d": 86400, "w": 7 * 86400}
+MAX_TOKEN_SECONDS = 10_000 * 86400  # about 27 years: longer is `never`, said so
+AUDIT_LIMIT = 1000  # rows one audit read returns at most
 ONE_TIME_SECONDS = 15 * 60
 _NAME = re.compile(r"^[A-Za-z0-9._@-]{1,64}$")
 _SCRYPT = {"n": 2**14, "r": 8, "p": 1, "dklen": 32}
@@ -154,6 +171,43 @@ def _hashing_slot() -> Iterator[None]:
         _hashing.release()
 
 
+def token_lifetime(text: str | None) -> int | None:
+    """Seconds a token lives, from '12h', '30d', '8w' or 'never' (None); None or an
+    empty text: the configured default."""
+    if text is None or not text.strip():
+        text = os.environ.get(TOKEN_LIFETIME_ENV) or DEFAULT_TOKEN_LIFETIME
+    text = text.strip().lower()
+    if text == NEVER:
+        return None
+    match = _LIFETIME.match(text)
+    if match is None:
+        raise InvalidInput(
+            f"a token lifetime is a number of hours, days or weeks ('12h', '30d', '8w') or"
+            f" '{NEVER}', not '{text[:20]}'",
+            details={"field": "expires_in"},
+        )
+    seconds = int(match.group(1)) * _LIFETIME_UNIT_SECONDS[match.group(2)]
+    if seconds > MAX_TOKEN_SECONDS:
+        raise InvalidInput(
+            f"a token lifetime is at most 10000 days: use '{NEVER}' for a token that does not"
+            " expire",
+            details={"field": "expires_in"},
+        )
+    return seconds
+
+
+def new_token() -> str:
+    return "tht_" + secrets.token_urlsafe(32)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def lifecycle_queries() -> dict[str, str]:
+    return named_queries("tht.memory.archive", "sql/accounts.sql")
+
+
 def digest(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).hexdigest()
 
@@ -163,9 +217,17 @@ class Accounts:
         self.archive = archive
 
     def create_user(
-        self, name: str, role: str, workspaces: list[str], password: str | None = None
+        self,
+        name: str,
+        role: str,
+        workspaces: list[str],
+        password: str | None = None,
+        *,
+        expires_in: str | None = None,
+        by: Principal | None = None,
     ) -> dict:
-        """Create a user; returns its API token, shown this once."""
+        """Create a user; returns its API token, shown this once. ``by``: the admin
+        asking (None: the operator), who may give access only to what it administers."""
         if not _NAME.match(name or ""):
             raise InvalidInput("a user name has 1 to 64 letters, digits, '.', '_', '@' or '-'")
         if role not in ROLE_PERMISSIONS:
@@ -174,11 +236,14 @@ class Accounts:
             raise InvalidInput("a password has at least 12 characters")
         if not workspaces:
             raise InvalidInput("a user needs at least one workspace (--workspace)")
+        token_seconds = token_lifetime(expires_in)
+        for workspace in workspaces if by is not None else ():
+            by.require(MANAGE, workspace)
         known = {w.id for w in self._workspaces()}
         missing = sorted(set(workspaces) - known)
         if missing:
             raise NotFound(f"workspace '{missing[0]}' does not exist", details={"missing": missing})
-        token = "tht_" + secrets.token_urlsafe(32)
+        token = new_token()
         user_id = uuid.uuid4()
         with self.archive.transaction(None, accounts=True) as tx:
             created = tx.row(
@@ -188,12 +253,31 @@ class Accounts:
                 role=role,
                 password_hash=hash_password(password) if password else None,
                 token_hash=digest(token),
+                token_seconds=token_seconds,
             )
             if created is None:
                 raise Conflict(f"user '{name}' already exists")
             for workspace in sorted(set(workspaces)):
                 tx.execute("user_workspace_insert", user_id=user_id, workspace=workspace)
-        return {"user": name, "role": role, "workspaces": sorted(set(workspaces)), "token": token}
+            expires = _iso(created["token_expires_at"])
+            self._record(
+                tx,
+                "user.create",
+                by,
+                target=name,
+                details={
+                    "role": role,
+                    "workspaces": sorted(set(workspaces)),
+                    "token_expires_at": expires,
+                },
+            )
+        return {
+            "user": name,
+            "role": role,
+            "workspaces": sorted(set(workspaces)),
+            "token": token,
+            "token_expires_at": expires,
+        }
 
     def add_memberships(self, name: str, workspaces: list[str]) -> None:
         with self.archive.transaction(None, accounts=True) as tx:
@@ -208,16 +292,8 @@ class Accounts:
             return tx.list_workspaces()
 
     def list_users(self) -> list[dict]:
-        with self.archive.transaction(None, accounts=True) as tx:
-            return [
-                {
-                    "user": r["name"],
-                    "role": r["role"],
-                    "workspaces": r["workspaces"],
-                    "created_at": r["created_at"].isoformat(),
-                }
-                for r in tx.rows("users_list")
-            ]
+        """Every user (the operator's view): see ``users``."""
+        return self.users()
 
     def _principal(self, tx, row: dict) -> Principal:
         workspaces = frozenset(
@@ -227,9 +303,15 @@ class Accounts:
 
     def by_token(self, token: str) -> Principal:
         with self.archive.transaction(None, accounts=True) as tx:
-            row = tx.row("user_by_token", token_hash=digest(token))
+            row = tx.using(lifecycle_queries()).row("token_principal", token_hash=digest(token))
             if row is None:
                 raise Unauthenticated("invalid API token")
+            if row["expired"]:
+                raise TokenExpired(
+                    f"the API token of {row['name']} expired at {_iso(row['token_expires_at'])}:"
+                    f" an admin issues a new one (tht user token rotate {row['name']})",
+                    details={"expired_at": _iso(row["token_expires_at"])},
+                )
             return self._principal(tx, row)
 
     def by_password(self, name: str, password: str, client: str = "unknown") -> Principal:
@@ -253,11 +335,36 @@ class Accounts:
                         client=client,
                         window=LOGIN_WINDOW_SECONDS,
                     )
+                    # the backoff forgets this row after its window; the audit log keeps it
+                    self._record(
+                        tx, "login.failure", None, target=name, client=client, anonymous=True
+                    )
         if not ok:
             raise Unauthenticated("wrong user name or password")
         with self.archive.transaction(None, accounts=True) as tx:
             tx.execute("login_failures_clear", name=name)
-            return self._principal(tx, row)
+            found = self._principal(tx, row)
+            self._record(
+                tx,
+                "login.success",
+                found,
+                target=name,
+                client=client,
+                details={"method": "password"},
+            )
+            return found
+
+    def record_token_login(self, principal: Principal, client: str) -> None:
+        """A web login with an API token (the token was checked by ``by_token``)."""
+        with self.archive.transaction(None, accounts=True) as tx:
+            self._record(
+                tx,
+                "login.success",
+                principal,
+                target=principal.user,
+                client=client[:128] or "unknown",
+                details={"method": "token"},
+            )
 
     def _refuse_in_backoff(self, name: str, client: str) -> dict | None:
         """The user row of ``name`` (None if there is none), unless the name or the
@@ -311,6 +418,13 @@ class Accounts:
             if row is None or spent is None or not row["one_time"]:
                 raise Unauthenticated("this login link was already used or has expired")
             name = row["name"]
+            self._record(
+                tx,
+                "login.success",
+                self._principal(tx, row),
+                target=name,
+                details={"method": "one_time_link"},
+            )
         return self.open_session(name)
 
     def close_session(self, session: str) -> None:
@@ -322,3 +436,212 @@ class Accounts:
         with self.archive.transaction(None, accounts=True) as tx:
             if tx.row("nonce_use", nonce=nonce, expires_at=expires_at) is None:
                 raise PermissionDenied("this protected request was already used (replay refused)")
+
+    # --- lifecycle (migration 012) ------------------------------------------------------
+    # ``by`` is the admin asking (None: the operator). An admin acts only on what it
+    # administers: the workspace it grants or revokes, and every workspace of a user
+    # whose role, token or existence it changes. The routes check the same before.
+
+    @staticmethod
+    def _record(
+        tx: ArchiveTransaction,
+        action: str,
+        by: Principal | None,
+        *,
+        target: str | None = None,
+        workspace: str | None = None,
+        client: str | None = None,
+        details: Mapping[str, Any] | None = None,
+        anonymous: bool = False,
+    ) -> None:
+        """One audit row, in the transaction of the change it records."""
+        actor = (
+            None if anonymous else by.user if by is not None else audit.actor() or audit.OPERATOR
+        )
+        tx.using(lifecycle_queries()).execute(
+            "audit_insert",
+            actor=actor,
+            action=action,
+            target_user=target,
+            workspace=workspace,
+            client=client,
+            details=Jsonb(dict(details or {})),
+        )
+
+    def _target(self, tx: ArchiveTransaction, name: str, by: Principal | None) -> dict:
+        """The user row of ``name``, locked, once ``by`` may administer it."""
+        if by is not None:
+            by.require(MANAGE, None)
+        row = tx.using(lifecycle_queries()).row("user_lock", name=name)
+        if row is None:
+            raise NotFound(f"user '{name}' does not exist", details={"user": name})
+        row["workspaces"] = sorted(
+            r["workspace_id"] for r in tx.rows("user_workspaces", user_id=row["id"])
+        )
+        for workspace in row["workspaces"] if by is not None else ():
+            by.require(MANAGE, workspace)
+        return row
+
+    def _keep_an_admin(self, tx: ArchiveTransaction, row: dict, change: str) -> None:
+        admins = [r["name"] for r in tx.using(lifecycle_queries()).rows("admins_lock")]
+        if row["role"] == "admin" and admins == [row["name"]]:
+            raise LastAdmin(
+                f"{row['name']} is the last admin: {change} would leave nobody to administer"
+                " the installation; make another user admin first (tht user role NAME admin)",
+                details={"user": row["name"]},
+            )
+
+    def grant(self, name: str, workspace: str, *, by: Principal | None = None) -> dict:
+        """Make ``name`` a member of ``workspace`` (already one: nothing changes)."""
+        return self._membership(name, workspace, member=True, by=by)
+
+    def revoke(self, name: str, workspace: str, *, by: Principal | None = None) -> dict:
+        """End ``name``'s membership of ``workspace``: its token and sessions lose the
+        workspace with their next request (not a member: nothing changes)."""
+        return self._membership(name, workspace, member=False, by=by)
+
+    def _membership(self, name: str, workspace: str, *, member: bool, by: Principal | None) -> dict:
+        # the admin must administer the workspace, not the user's other workspaces: an
+        # admin of ws-a may add a member of ws-b to ws-a
+        if by is not None:
+            by.require(MANAGE, workspace)
+        if member and workspace not in {w.id for w in self._workspaces()}:
+            raise NotFound(
+                f"workspace '{workspace}' does not exist", details={"workspace": workspace}
+            )
+        with self.archive.transaction(None, accounts=True) as tx:
+            named = tx.using(lifecycle_queries())
+            row = named.row("user_lock", name=name)
+            if row is None:
+                raise NotFound(f"user '{name}' does not exist", details={"user": name})
+            changed = named.row(
+                "user_workspace_add" if member else "user_workspace_revoke",
+                user_id=row["id"],
+                workspace=workspace,
+            )
+            if changed is not None:
+                action = "membership.grant" if member else "membership.revoke"
+                self._record(tx, action, by, target=name, workspace=workspace)
+        return {
+            "user": name,
+            "workspace": workspace,
+            "member": member,
+            "changed": changed is not None,
+        }
+
+    def set_role(self, name: str, role: str, *, by: Principal | None = None) -> dict:
+        """Change ``name``'s role; the last admin keeps its role (LastAdmin)."""
+        if role not in ROLE_PERMISSIONS:
+            raise InvalidInput(f"role must be one of {', '.join(ROLES)}, not '{role}'")
+        with self.archive.transaction(None, accounts=True) as tx:
+            row = self._target(tx, name, by)
+            if role != "admin":
+                self._keep_an_admin(tx, row, f"making it {role}")
+            if row["role"] != role:
+                tx.using(lifecycle_queries()).execute("user_role_set", user_id=row["id"], role=role)
+                self._record(
+                    tx, "user.role", by, target=name, details={"from": row["role"], "to": role}
+                )
+        return {
+            "user": name,
+            "role": role,
+            "previous_role": row["role"],
+            "workspaces": row["workspaces"],
+        }
+
+    def rotate_token(
+        self, name: str, *, expires_in: str | None = None, by: Principal | None = None
+    ) -> dict:
+        """A new API token for ``name`` (returned this once); the old one stops working
+        now, and so do the user's web sessions, which a leaked token may have opened."""
+        seconds = token_lifetime(expires_in)
+        token = new_token()
+        with self.archive.transaction(None, accounts=True) as tx:
+            row = self._target(tx, name, by)
+            named = tx.using(lifecycle_queries())
+            issued = named.row(
+                "user_token_set", user_id=row["id"], token_hash=digest(token), seconds=seconds
+            )
+            named.execute("user_sessions_close", user_id=row["id"])
+            expires = _iso(issued["token_expires_at"]) if issued else None
+            self._record(tx, "token.rotate", by, target=name, details={"token_expires_at": expires})
+        return {"user": name, "token": token, "token_expires_at": expires}
+
+    def delete_user(self, name: str, *, by: Principal | None = None) -> dict:
+        """Delete ``name`` with its memberships and sessions; the last admin stays."""
+        with self.archive.transaction(None, accounts=True) as tx:
+            row = self._target(tx, name, by)
+            self._keep_an_admin(tx, row, "deleting it")
+            tx.using(lifecycle_queries()).execute("user_delete", user_id=row["id"])
+            self._record(
+                tx,
+                "user.delete",
+                by,
+                target=name,
+                details={"role": row["role"], "workspaces": row["workspaces"]},
+            )
+        return {"deleted": name, "role": row["role"], "workspaces": row["workspaces"]}
+
+    def users(self, *, by: Principal | None = None) -> list[dict]:
+        """Users with role, workspaces and token dates (never a secret). An admin sees
+        the users of its workspaces, and users of none (to clean them up), with only
+        the memberships it administers; ``other_workspaces`` counts the rest."""
+        if by is not None:
+            by.require(MANAGE, None)
+        with self.archive.transaction(None, accounts=True) as tx:
+            rows = tx.using(lifecycle_queries()).rows("users_detail")
+        found = []
+        for r in rows:
+            workspaces = list(r["workspaces"])
+            visible = workspaces if by is None else [w for w in workspaces if w in by.workspaces]
+            if workspaces and not visible:
+                continue
+            found.append(
+                {
+                    "user": r["name"],
+                    "role": r["role"],
+                    "workspaces": visible,
+                    "other_workspaces": len(workspaces) - len(visible),
+                    "created_at": _iso(r["created_at"]),
+                    "has_password": r["has_password"],
+                    "token_issued_at": _iso(r["token_issued_at"]),
+                    "token_expires_at": _iso(r["token_expires_at"]),
+                }
+            )
+        return found
+
+    def audit_log(
+        self,
+        *,
+        since: datetime | None = None,
+        user: str | None = None,
+        limit: int = 100,
+        by: Principal | None = None,
+    ) -> list[dict]:
+        """Audit rows, newest first. An admin reads the account events and the rows of
+        its workspaces; the operator reads everything."""
+        if by is not None:
+            by.require(MANAGE, None)
+        if not 1 <= limit <= AUDIT_LIMIT:
+            raise InvalidInput(f"--limit is 1 to {AUDIT_LIMIT}", details={"field": "limit"})
+        with self.archive.transaction(None, accounts=True) as tx:
+            rows = tx.using(lifecycle_queries()).rows(
+                "audit_list",
+                since=since,
+                user=user,
+                limit=limit,
+                workspaces=sorted(by.workspaces) if by is not None else None,
+            )
+        return [
+            {
+                "id": r["id"],
+                "at": _iso(r["at"]),
+                "actor": r["actor"],
+                "action": r["action"],
+                "user": r["target_user"],
+                "workspace": r["workspace_id"],
+                "client": r["client"],
+                "details": r["details"],
+            }
+            for r in rows
+        ]

@@ -73,6 +73,13 @@ class Conflict(ThothError):
     default_message = "conflict"
 
 
+class LastAdmin(Conflict):
+    """The change would leave the installation without an admin."""
+
+    code = "last_admin"
+    default_message = "the last admin cannot be removed"
+
+
 class StaleRevision(Conflict):
     code = "stale_revision"
     default_message = "the card changed since it was read"
@@ -127,6 +134,14 @@ class Unauthenticated(PermissionDenied):
     code = "unauthenticated"
     http_status = 401
     default_message = "authentication required"
+
+
+class TokenExpired(Unauthenticated):
+    """The API token was valid but its expiry has passed: an admin rotates it
+    (`tht user token rotate NAME`)."""
+
+    code = "token_expired"
+    default_message = "the API token has expired"
 
 
 class TooManyRequests(PermissionDenied):

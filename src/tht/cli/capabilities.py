@@ -37,6 +37,12 @@ CAPABILITIES: dict[tuple[str, ...], str] = {
     ("workspace", "create"): MANAGE,
     ("user", "create"): MANAGE,
     ("user", "list"): MANAGE,
+    ("user", "grant"): MANAGE,
+    ("user", "revoke"): MANAGE,
+    ("user", "role"): MANAGE,
+    ("user", "token"): MANAGE,  # token rotate
+    ("user", "delete"): MANAGE,
+    ("audit",): MANAGE,
     ("catalog", "bind"): MANAGE,
     ("catalog", "sync"): MANAGE,
     ("catalog", "retry"): MANAGE,

@@ -20,6 +20,7 @@ from typing import Annotated, Any
 import typer
 from typer._click import exceptions as click_exceptions  # Typer vendors click
 
+from tht import audit
 from tht.accounts import MANAGE
 from tht.cli.capabilities import OPERATOR_ONLY, SIGNED, required
 from tht.cli.catalog import catalog_app
@@ -159,8 +160,10 @@ def authorize(services: Any, workspace: str | None) -> None:
     operator (no token: this process holds THT_HOME or the database credentials)."""
     invocation = current()
     if invocation.token is None:
+        audit.act_as(audit.OPERATOR)
         return
     principal = invocation.principal = services.accounts.by_token(invocation.token)
+    audit.act_as(principal.user)
     if invocation.capability != SIGNED:  # OPERATOR_ONLY never gets here with a token (see main)
         principal.require(invocation.capability, workspace)
 
@@ -496,8 +499,12 @@ def user_create(
     password_file: Annotated[
         Path | None, typer.Option(help="File holding a password for the login form")
     ] = None,
+    expires_in: Annotated[
+        str | None,
+        typer.Option(help="How long the token lives: 12h, 30d, 8w or never (default 90d)"),
+    ] = None,
 ) -> None:
-    """Create a user; prints its API bearer token (shown once)."""
+    """Create a user; prints its API bearer token (shown once) and when it expires."""
     password = None
     if password_file is not None:
         password = read_text(str(password_file), 4096).rstrip("\r\n")
@@ -505,7 +512,7 @@ def user_create(
         principal = current().principal
         for each in workspace if principal is not None else ():
             principal.require(MANAGE, each)  # an admin gives access only to what it administers
-        emit(services.accounts.create_user(name, role, workspace, password))
+        emit(services.accounts.create_user(name, role, workspace, password, expires_in=expires_in))
 
 
 @user_app.command("list")
@@ -710,7 +717,11 @@ def main(argv: list[str] | None = None, *, token: str | None = None) -> int:
         # raising, and stdout carries only the JSON error, so the help goes to stderr
         # (in the service, where stdout is not the process's, help never arrives).
         grouped = invocation.services is None and _names_a_group(command, args)
-        with invoked(invocation), redirect_stdout(sys.stderr) if grouped else nullcontext():
+        with (
+            invoked(invocation),
+            audit.scoped(),
+            redirect_stdout(sys.stderr) if grouped else nullcontext(),
+        ):
             result = command.main(args=args, prog_name="tht", standalone_mode=False)
         return result if isinstance(result, int) else 0
     except typer.Exit as exc:
@@ -733,6 +744,7 @@ def main(argv: list[str] | None = None, *, token: str | None = None) -> int:
     return error.exit_code
 
 
+import tht.cli.accounts  # noqa: E402  (registers user grant/revoke/role/token/delete, audit)
 import tht.cli.mcp  # noqa: E402  (registers mcp)
 import tht.cli.workflow  # noqa: E402,F401  (registers propose, summary, review-apply, solved-index)
 

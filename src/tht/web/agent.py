@@ -10,7 +10,7 @@ sessions_root (`tht serve -c`: sessions_root).
 No `from __future__ import annotations`: FastAPI must resolve the local Annotated aliases.
 """
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends
@@ -26,7 +26,7 @@ from tht.web import schemas
 WORKSPACE_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 
 
-def agent_router(services: Services, principal: Callable[..., Principal]) -> APIRouter:
+def agent_router(services: Services, principal: Callable[..., Awaitable[Principal]]) -> APIRouter:
     router = APIRouter(prefix="/api/workspaces/{workspaceId}/memory", tags=["agent"])
     Actor = Annotated[Principal, Depends(principal)]
     WorkspaceId = Annotated[str, PathParam(alias="workspaceId", pattern=WORKSPACE_PATTERN)]

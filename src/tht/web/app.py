@@ -27,9 +27,11 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from pydantic import Field
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 
+from tht import audit
 from tht.accounts import Principal
 from tht.bootstrap import Services
 from tht.errors import (
@@ -42,6 +44,7 @@ from tht.errors import (
 from tht.memory.admin import AdminRequest, required_permission
 from tht.memory.model import FAMILIES, MAX_DOCUMENT_BYTES
 from tht.web import schemas
+from tht.web.admin_api import admin_router
 from tht.web.agent import agent_router
 from tht.web.catalog import catalog_router
 from tht.web.cli_route import cli_router
@@ -221,7 +224,7 @@ def create_app(
         if not hmac.compare_digest(token, csrf_token(session)):
             raise PermissionDenied("missing or invalid CSRF token", details={"reason": "csrf"})
 
-    def principal(request: Request) -> Principal:
+    def resolve_principal(request: Request) -> Principal:
         authorization = request.headers.get("authorization")
         if authorization:
             scheme, _, token = authorization.partition(" ")
@@ -234,6 +237,14 @@ def create_app(
         found = services.accounts.by_session(session)
         if request.method not in SAFE_METHODS:
             check_csrf(request, session)
+        return found
+
+    async def principal(request: Request) -> Principal:
+        """The request's principal, named as the actor of what the request changes
+        (tht.audit): resolved on a worker thread, named in the request's own context,
+        which the route's thread inherits."""
+        found = await run_in_threadpool(resolve_principal, request)
+        audit.act_as(found.user)
         return found
 
     Actor = Annotated[Principal, Depends(principal)]
@@ -260,12 +271,13 @@ def create_app(
     def login(
         credentials: Annotated[schemas.Login, Body()], request: Request, response: Response
     ) -> dict[str, Any]:
+        # the backoff's client is the peer address (uvicorn substitutes X-Forwarded-For
+        # only from the proxies it trusts, loopback by default)
+        client = request.client.host if request.client else "unknown"
         if isinstance(credentials, schemas.TokenLogin):
             found = services.accounts.by_token(credentials.token)
+            services.accounts.record_token_login(found, client)
         else:
-            # the backoff's client is the peer address (uvicorn substitutes X-Forwarded-For
-            # only from the proxies it trusts, loopback by default)
-            client = request.client.host if request.client else "unknown"
             found = services.accounts.by_password(credentials.name, credentials.password, client)
         session = services.accounts.open_session(found.user)
         set_session_cookie(response, session)
@@ -562,9 +574,11 @@ def create_app(
     def databases_page(request: Request) -> Response:
         return render(request, "databases.html", "databases")
 
+    app.include_router(admin_router(services, principal, render))  # accounts, workspaces, audit
     app.include_router(review_router(services, principal, render))  # the reviewer's page and API
     if run_command is not None:
-        app.include_router(cli_router(run_command))  # tht commands over HTTP (THT_SERVICE_URL)
+        # tht commands over HTTP (THT_SERVICE_URL)
+        app.include_router(cli_router(run_command, services.accounts.by_token))
     app.router.routes.append(  # an agent's MCP tools (streamable HTTP), see tht.mcp.http
         Route("/mcp/{workspace}", LazyMcpEndpoint(services), methods=["GET", "POST", "DELETE"])
     )

@@ -3,7 +3,7 @@ now" and retry. Every route takes the authenticated principal (bearer token, or
 session cookie with the CSRF checks of the app) and requires `memory.manage` in the
 path's workspace before the Catalog is touched."""
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query
@@ -107,7 +107,7 @@ class CatalogOut(_Out):
     runs: list[RunOut]
 
 
-def catalog_router(services: Services, principal: Callable[..., Principal]) -> APIRouter:
+def catalog_router(services: Services, principal: Callable[..., Awaitable[Principal]]) -> APIRouter:
     router = APIRouter(prefix="/api/workspaces/{workspaceId}/catalog", tags=["catalog"])
     Actor = Annotated[Principal, Depends(principal)]
     WorkspaceId = Annotated[str, PathParam(alias="workspaceId", pattern=WORKSPACE_PATTERN)]

@@ -17,13 +17,15 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
 
 from tht.errors import InvalidInput, Unauthenticated
 
 _DONE = object()
 
 
-def cli_router(run_command: Callable[..., None]) -> APIRouter:
+def cli_router(run_command: Callable[..., None], check_token: Callable[[str], Any]) -> APIRouter:
+    """``check_token``: refuses an unknown or expired token (401) before anything streams."""
     router = APIRouter()
 
     @router.post(
@@ -38,6 +40,7 @@ def cli_router(run_command: Callable[..., None]) -> APIRouter:
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise Unauthenticated("use 'Authorization: Bearer <token>'")
+        await run_in_threadpool(check_token, token.strip())
         try:
             body = json.loads(await request.body())
         except ValueError as exc:

@@ -8,7 +8,7 @@ the authenticated principal (the CLI's `review-apply` needs a signed gate reques
 No `from __future__ import annotations`: FastAPI must resolve the local Annotated aliases.
 """
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Request
@@ -28,7 +28,7 @@ WORKSPACE_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 
 def review_router(
     services: Services,
-    principal: Callable[..., Principal],
+    principal: Callable[..., Awaitable[Principal]],
     render: Callable[[Request, str, str], Response],
 ) -> APIRouter:
     router = APIRouter()

@@ -29,6 +29,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 from pydantic import ValidationError
 
+from tht import audit
 from tht.accounts import Principal
 from tht.errors import (
     ApprovedSqlReadOnly,
@@ -621,7 +622,10 @@ class WorkflowService:
                 "review": review.model_dump(mode="json", exclude_none=True),
             }
         )
-        with self.archive.transaction(workspace, lock=True, accounts=nonce is not None) as tx:
+        with (
+            audit.acting(principal.user, via="review"),
+            self.archive.transaction(workspace, lock=True, accounts=nonce is not None) as tx,
+        ):
             language = _require_workspace(tx)
             receipt = _sql(tx).row("receipt_get", session=session)
             replayed = receipt is not None

@@ -22,6 +22,7 @@ import psycopg_pool
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from tht import audit
 from tht.errors import (
     ArchiveLoginRefused,
     ArchiveUnavailable,
@@ -317,6 +318,8 @@ class PostgresArchive:
                         "workspace": workspace or "",
                         "directory": "on" if directory else "off",
                         "accounts": "on" if accounts else "off",
+                        "actor": audit.actor() or "",
+                        "via": audit.via() or "",
                         "lock": "shared" if lock == "shared" else "exclusive" if lock else "none",
                     },
                 )

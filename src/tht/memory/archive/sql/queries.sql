@@ -12,6 +12,9 @@ SELECT set_config('role', %(role)s, true),
        set_config('thoth.workspace', %(workspace)s, true),
        set_config('thoth.directory', %(directory)s, true),
        set_config('thoth.accounts', %(accounts)s, true),
+       -- who acts, and through which workflow: the cards' audit trigger reads them (012)
+       set_config('thoth.actor', %(actor)s, true),
+       set_config('thoth.via', %(via)s, true),
        (SELECT 1 FROM (SELECT CASE %(lock)s
             WHEN 'exclusive' THEN (SELECT 1 FROM pg_advisory_xact_lock(
                 hashtextextended('thoth_memory.workspace:' || %(workspace)s, 0)))
@@ -311,10 +314,12 @@ SELECT id, revision FROM thoth_memory.cards WHERE workspace_id = %(workspace)s;
 -- Accounts (only in the accounts mode; see migration 004) ---------------------------
 
 -- name: user_insert
-INSERT INTO thoth_memory.users (id, name, role, password_hash, token_hash)
-VALUES (%(id)s, %(name)s, %(role)s, %(password_hash)s, %(token_hash)s)
+-- token_seconds NULL: a token that never expires (012)
+INSERT INTO thoth_memory.users (id, name, role, password_hash, token_hash, token_issued_at, token_expires_at)
+VALUES (%(id)s, %(name)s, %(role)s, %(password_hash)s, %(token_hash)s, now(),
+        now() + make_interval(secs => %(token_seconds)s::bigint))
 ON CONFLICT (name) DO NOTHING
-RETURNING id;
+RETURNING id, token_expires_at;
 
 -- name: user_workspace_insert
 INSERT INTO thoth_memory.user_workspaces (user_id, workspace_id) VALUES (%(user_id)s, %(workspace)s);
@@ -326,9 +331,6 @@ ON CONFLICT DO NOTHING;
 -- name: user_by_name
 SELECT id, name, role, password_hash FROM thoth_memory.users WHERE name = %(name)s;
 
--- name: user_by_token
-SELECT id, name, role FROM thoth_memory.users WHERE token_hash = %(token_hash)s;
-
 -- name: user_by_session
 SELECT u.id, u.name, u.role, s.one_time
   FROM thoth_memory.web_sessions s JOIN thoth_memory.users u ON u.id = s.user_id
@@ -336,13 +338,6 @@ SELECT u.id, u.name, u.role, s.one_time
 
 -- name: user_workspaces
 SELECT workspace_id FROM thoth_memory.user_workspaces WHERE user_id = %(user_id)s ORDER BY workspace_id;
-
--- name: users_list
-SELECT u.id, u.name, u.role, u.created_at,
-       coalesce(array_agg(w.workspace_id ORDER BY w.workspace_id) FILTER (WHERE w.workspace_id IS NOT NULL), '{}')
-           AS workspaces
-  FROM thoth_memory.users u LEFT JOIN thoth_memory.user_workspaces w ON w.user_id = u.id
- GROUP BY u.id ORDER BY u.name;
 
 -- name: session_insert
 INSERT INTO thoth_memory.web_sessions (id_hash, user_id, one_time, expires_at)

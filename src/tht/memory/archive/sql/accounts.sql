@@ -1,0 +1,71 @@
+-- The accounts' lifecycle (migration 012): token expiry and rotation, roles,
+-- memberships, deletion, and the audit log. Every query runs in the accounts mode.
+
+-- name: token_principal
+-- The token's user, and whether the token has expired (by the database clock that
+-- every service instance shares).
+SELECT id, name, role, token_expires_at,
+       token_expires_at IS NOT NULL AND token_expires_at <= now() AS expired
+  FROM thoth_memory.users
+ WHERE token_hash = %(token_hash)s;
+
+-- name: user_lock
+SELECT id, name, role, token_expires_at
+  FROM thoth_memory.users WHERE name = %(name)s FOR UPDATE;
+
+-- name: admins_lock
+-- Every admin row, locked: two concurrent demotions or deletions cannot both see
+-- another admin left and remove the last two.
+SELECT name FROM thoth_memory.users WHERE role = 'admin' ORDER BY name FOR UPDATE;
+
+-- name: user_role_set
+UPDATE thoth_memory.users SET role = %(role)s WHERE id = %(user_id)s;
+
+-- name: user_token_set
+UPDATE thoth_memory.users
+   SET token_hash = %(token_hash)s,
+       token_issued_at = now(),
+       token_expires_at = CASE WHEN %(seconds)s::bigint IS NULL THEN NULL
+                               ELSE now() + make_interval(secs => %(seconds)s::bigint) END
+ WHERE id = %(user_id)s
+RETURNING token_issued_at, token_expires_at;
+
+-- name: user_delete
+-- Sessions and memberships cascade (004).
+DELETE FROM thoth_memory.users WHERE id = %(user_id)s;
+
+-- name: user_workspace_revoke
+DELETE FROM thoth_memory.user_workspaces
+ WHERE user_id = %(user_id)s AND workspace_id = %(workspace)s
+RETURNING workspace_id;
+
+-- name: user_workspace_add
+INSERT INTO thoth_memory.user_workspaces (user_id, workspace_id) VALUES (%(user_id)s, %(workspace)s)
+ON CONFLICT DO NOTHING
+RETURNING workspace_id;
+
+-- name: user_sessions_close
+DELETE FROM thoth_memory.web_sessions WHERE user_id = %(user_id)s;
+
+-- name: users_detail
+SELECT u.name, u.role, u.created_at, u.token_issued_at, u.token_expires_at,
+       u.password_hash IS NOT NULL AS has_password,
+       coalesce(array_agg(w.workspace_id ORDER BY w.workspace_id) FILTER (WHERE w.workspace_id IS NOT NULL), '{}')
+           AS workspaces
+  FROM thoth_memory.users u LEFT JOIN thoth_memory.user_workspaces w ON w.user_id = u.id
+ GROUP BY u.id ORDER BY u.name;
+
+-- name: audit_insert
+INSERT INTO thoth_memory.audit_log (actor, action, target_user, workspace_id, client, details)
+VALUES (%(actor)s, %(action)s, %(target_user)s, %(workspace)s, %(client)s, %(details)s);
+
+-- name: audit_list
+-- Newest first. %(workspaces)s NULL: every row (the operator); otherwise the rows of
+-- those workspaces and the rows of no workspace (account events).
+SELECT id, at, actor, action, target_user, workspace_id, client, details
+  FROM thoth_memory.audit_log
+ WHERE (%(since)s::timestamptz IS NULL OR at >= %(since)s::timestamptz)
+   AND (%(user)s::text IS NULL OR actor = %(user)s::text OR target_user = %(user)s::text)
+   AND (%(workspaces)s::text[] IS NULL OR workspace_id IS NULL OR workspace_id = ANY(%(workspaces)s::text[]))
+ ORDER BY at DESC, id DESC
+ LIMIT %(limit)s;
