@@ -686,7 +686,7 @@ def main(argv: list[str] | None = None, *, token: str | None = None) -> int:
     return error.exit_code
 
 
-import tht.cli.transfer  # noqa: E402,F401  (registers import, export)
+import tht.cli.transfer  # noqa: E402  (registers import, export)
 import tht.cli.workflow  # noqa: E402,F401  (registers propose, summary, review-apply, solved-index)
 
 if __name__ == "__main__":
