@@ -72,7 +72,7 @@ class ImportOptions:
     scope: str | None = None  # the business scope of records whose format has none
 
 
-@dataclass
+@dataclass(slots=True)
 class _Planned:
     line: int
     card_uuid: uuid.UUID
@@ -91,6 +91,11 @@ class _Check:
     skipped_kinds: dict[str, int] = field(default_factory=dict)
     lines: list[dict[str, Any]] = field(default_factory=list)  # the dry run's report
     records: int = 0
+    report_lines: bool = False  # a dry run: keep ``lines``
+
+    def line(self, entry: dict[str, Any]) -> None:
+        if self.report_lines:
+            self.lines.append(entry)
 
 
 class _Resolver:
@@ -248,13 +253,13 @@ class CardTransfer:
         resolver: _Resolver,
         progress: Progress | None,
     ) -> _Check:
-        check = _Check()
+        check = _Check(report_lines=options.dry_run)
         batch: list[ImportCard] = []
         for item in self._records(open_source, options):
             check.records += 1
             if isinstance(item, Skipped):
                 check.skipped_kinds[item.kind] = check.skipped_kinds.get(item.kind, 0) + 1
-                check.lines.append({"line": item.line, "action": f"not_imported ({item.kind})"})
+                check.line({"line": item.line, "action": f"not_imported ({item.kind})"})
                 continue
             if isinstance(item, ImportCard):
                 item = self._admissible(item, options, check)
@@ -300,7 +305,7 @@ class CardTransfer:
         key = error.details.get("key")
         if key is not None and key not in check.planned:
             check.invalid_keys.add(key)
-        check.lines.append({"line": error.line, "action": "invalid", "message": error.message})
+        check.line({"line": error.line, "action": "invalid", "message": error.message})
 
     def _classify(
         self,
@@ -327,8 +332,9 @@ class CardTransfer:
                 self._invalid(check, action)
                 continue
             check.planned[item.key] = _Planned(item.line, card_uuid, action)
-            check.links[item.key] = [ref for ref, _ in item.links]
-            check.lines.append(
+            if item.links:
+                check.links[item.key] = [ref for ref, _ in item.links]
+            check.line(
                 {
                     "line": item.line,
                     "key": item.key,
