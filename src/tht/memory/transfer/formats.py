@@ -80,7 +80,8 @@ CSV_COLUMNS = (
     "updated_at",
 )
 CSV_JSON_COLUMNS = ("concepts", "dependencies", "links", "source")
-VANNA_KEYS = {"id", "question", "content", "training_data_type"}
+VANNA_COLUMNS = ("id", "question", "content", "training_data_type")
+VANNA_KEYS = set(VANNA_COLUMNS)
 WRENAI_SQL_PAIR_KEYS = {"id", "projectId", "question", "sql", "createdAt", "updatedAt"}
 WRENAI_INSTRUCTION_KEYS = {
     "id",
@@ -656,57 +657,39 @@ def _json_or_lines(stream: IO[bytes]) -> Iterator[RawRecord]:
 def _vanna_records(stream: IO[bytes]) -> Iterator[RawRecord]:
     if _first_byte(stream) in (b"[", b"{"):
         return _json_or_lines(stream)
-    return _without_header(iter_csv_rows(stream, LINE_LIMIT, allow_index_column=True), VANNA_KEYS)
+    return _rows(
+        iter_csv_rows(stream, LINE_LIMIT, allow_index_column=True),
+        VANNA_COLUMNS,
+        ("content", "training_data_type"),
+    )
 
 
-def _without_header(rows: Iterator[RawRecord], allowed: set[str]) -> Iterator[RawRecord]:
+def _rows(
+    rows: Iterator[RawRecord], allowed: tuple[str, ...], required: tuple[str, ...]
+) -> Iterator[RawRecord]:
+    """The rows of a CSV file once its header names only ``allowed`` columns and all
+    the ``required`` ones; a header that does not fit stops the import (line 1)."""
     for record in rows:
-        if record.document is not None and "__header__" in record.document:
-            header = [h for h in record.document["__header__"] if h]
-            unknown = sorted(h for h in header if h not in allowed)
-            missing = sorted(h for h in ("training_data_type", "content") if h not in header)
-            if unknown or missing:
-                raise InvalidInput(
-                    f"the header on line {record.line} does not fit: "
-                    + "; ".join(
-                        x
-                        for x in (
-                            f"unknown column(s) {', '.join(unknown)}" if unknown else "",
-                            f"missing column(s) {', '.join(missing)}" if missing else "",
-                        )
-                        if x
-                    ),
-                    details={"line": record.line, "unknown": unknown, "missing": missing},
-                )
-            continue
         if record.details.get("header"):
             raise InvalidInput(record.error or "bad header", details={"line": record.line})
-        yield record
+        if record.document is None or "__header__" not in record.document:
+            yield record
+            continue
+        header = [h for h in record.document["__header__"] if h]
+        unknown = sorted(h for h in header if h not in allowed)
+        missing = sorted(h for h in required if h not in header)
+        if unknown or missing:
+            problems = [f"unknown column(s) {', '.join(unknown)}"] if unknown else []
+            problems += [f"missing column(s) {', '.join(missing)}"] if missing else []
+            raise InvalidInput(
+                f"the CSV header on line {record.line} does not fit: {'; '.join(problems)}"
+                f" (columns: {', '.join(allowed)})",
+                details={"line": record.line, "unknown": unknown, "missing": missing},
+            )
 
 
 def _card_csv(stream: IO[bytes]) -> Iterator[ImportCard | RecordError | Skipped]:
-    for record in iter_csv_rows(stream, LINE_LIMIT):
-        if record.details.get("header"):
-            raise InvalidInput(record.error or "bad header", details={"line": record.line})
-        if record.document is not None and "__header__" in record.document:
-            header = record.document["__header__"]
-            unknown = sorted(h for h in header if h not in CSV_COLUMNS)
-            missing = sorted(h for h in ("family", "title") if h not in header)
-            if unknown or missing:
-                raise InvalidInput(
-                    f"the CSV header on line {record.line} does not fit: "
-                    + "; ".join(
-                        x
-                        for x in (
-                            f"unknown column(s) {', '.join(unknown)}" if unknown else "",
-                            f"missing column(s) {', '.join(missing)}" if missing else "",
-                        )
-                        if x
-                    )
-                    + f" (columns: {', '.join(CSV_COLUMNS)})",
-                    details={"line": record.line, "unknown": unknown, "missing": missing},
-                )
-            continue
+    for record in _rows(iter_csv_rows(stream, LINE_LIMIT), CSV_COLUMNS, ("family", "title")):
         yield _one(
             record, lambda r: parse_card_document(_csv_document(r.document or {}, r.line), r.line)
         )
