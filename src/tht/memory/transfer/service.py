@@ -484,6 +484,7 @@ class CardTransfer:
             all_targets = {t for targets in targets_of for t in targets.values()}
             present = tx.existing_cards(list(all_targets)) | set(uuids)
             # the batch's cards first, then their links: a link may name a later card of it
+            created: list[tuple[uuid.UUID, ImportCard]] = []
             revisions: dict[uuid.UUID, int] = {}
             for item, card_uuid, targets in zip(batch, uuids, targets_of, strict=True):
                 found = self._action(item, existing.get(card_uuid), targets, options)
@@ -491,38 +492,49 @@ class CardTransfer:
                     raise Conflict(found.message, details={"line": item.line, **found.details})
                 actions.append(found)
                 if found == "create":
-                    queries.execute(
-                        "import_card_insert",
-                        id=card_uuid,
-                        language=workspace_row.language,
-                        origin=item.origin,
-                        source_session=item.source_session,
-                        source_decisions=item.source_decisions,
-                        revision=item.revision,
-                        created_at=item.created_at,
-                        updated_at=item.updated_at,
-                        **tx._fields(item.data),
-                    )
+                    created.append((card_uuid, item))
                     revisions[card_uuid] = item.revision or 1
                 elif found == "update":
                     revisions[card_uuid] = tx.update_card(card_uuid, item.data)
+            if created:
+                queries.execute(
+                    "import_cards_insert", language=workspace_row.language, **_new_cards(created)
+                )
+                queries.execute("import_dependencies_add", **_dependencies(created))
+            new = {card_uuid for card_uuid, _ in created}
+            links: list[tuple[uuid.UUID, uuid.UUID, str]] = []
             for item, card_uuid, targets in zip(batch, uuids, targets_of, strict=True):
-                links = [(targets[ref], meaning) for ref, meaning in item.links]
-                for target, meaning in links:
+                outgoing = [(targets[ref], meaning) for ref, meaning in item.links]
+                for target, meaning in outgoing:
                     if target not in present:  # written with the batch that creates it
                         pending_links.setdefault(target, []).append((card_uuid, meaning))
-                if card_uuid in revisions:
+                now = sorted((t, m) for t, m in outgoing if t in present)
+                if card_uuid in new:
+                    links += [(card_uuid, target, meaning) for target, meaning in now]
+                elif card_uuid in revisions:  # updated: as `memory update` replaces them
                     tx.replace_dependencies(card_uuid, item.data.dependencies)
-                    tx.replace_outgoing_links(
-                        card_uuid, sorted((t, m) for t, m in links if t in present)
-                    )
-                    tx.enqueue(card_uuid, "upsert", revisions[card_uuid])
+                    tx.replace_outgoing_links(card_uuid, now)
+                if card_uuid in revisions or card_uuid in operations:
+                    # operations of cards an interrupted run wrote but did not index
                     to_project.append(card_uuid)
-                elif card_uuid in operations:
-                    to_project.append(card_uuid)  # written by an interrupted run, not indexed
-            for card_uuid in uuids:
-                for source, meaning in pending_links.pop(card_uuid, []):
-                    queries.execute("import_link_add", id=source, target=card_uuid, meaning=meaning)
+            links += [
+                (source, target, meaning)
+                for target in uuids
+                for source, meaning in pending_links.pop(target, [])
+            ]
+            if links:
+                queries.execute(
+                    "import_links_add",
+                    sources=[s for s, _, _ in links],
+                    targets=[t for _, t, _ in links],
+                    meanings=[m for _, _, m in links],
+                )
+            if revisions:
+                queries.execute(
+                    "import_operations_enqueue",
+                    ids=list(revisions),
+                    revisions=list(revisions.values()),
+                )
         return actions, to_project
 
     def _project(self, workspace: str, card_uuids: list[uuid.UUID]) -> tuple[int, int]:
@@ -588,6 +600,50 @@ class CardTransfer:
             "cards": done,
             "seconds": round(seconds, 3),
         }
+
+
+def _new_cards(created: list[tuple[uuid.UUID, ImportCard]]) -> dict[str, list[Any]]:
+    """The columns of import_cards_insert: one array per column, one element per card."""
+    data = [item.data for _, item in created]
+    items = [item for _, item in created]
+    columns: dict[str, list[Any]] = {
+        "ids": [card_uuid for card_uuid, _ in created],
+        "families": [d.family for d in data],
+        "titles": [d.title for d in data],
+        "contents": [d.content for d in data],
+        "scopes": [d.scope for d in data],
+        "rationales": [d.rationale for d in data],
+        "questions": [d.question for d in data],
+        "sqls": [d.sql for d in data],
+        "contexts": [d.context for d in data],
+    }
+    columns["error_signatures"] = [i.data.error_signature for i in items]
+    columns["concepts"] = [json.dumps(i.data.concepts) for i in items]
+    columns["origins"] = [i.origin for i in items]
+    columns["source_sessions"] = [i.source_session for i in items]
+    columns["source_decisions"] = [
+        None if i.source_decisions is None else json.dumps(i.source_decisions) for i in items
+    ]
+    columns["revisions"] = [i.revision for i in items]
+    columns["created_ats"] = [i.created_at for i in items]
+    columns["updated_ats"] = [i.updated_at for i in items]
+    return columns
+
+
+def _dependencies(created: list[tuple[uuid.UUID, ImportCard]]) -> dict[str, list[Any]]:
+    rows = [
+        (card_uuid, position, dep)
+        for card_uuid, item in created
+        for position, dep in enumerate(item.data.dependencies)
+    ]
+    return {
+        "ids": [r[0] for r in rows],
+        "positions": [r[1] for r in rows],
+        "databases": [r[2].database for r in rows],
+        "schemas": [r[2].schema_name for r in rows],
+        "tables": [r[2].table for r in rows],
+        "columns": [r[2].column for r in rows],
+    }
 
 
 def export_document(card: Card) -> dict[str, Any]:
