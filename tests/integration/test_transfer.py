@@ -484,3 +484,16 @@ def test_import_and_export_through_the_service_respect_capabilities(database, tm
         assert "THT_SERVICE=off" in big.document["error"]["message"]
     finally:
         tht.stop()
+
+
+def test_many_bad_lines_are_counted_and_the_first_hundred_reported(
+    cli, run, runtime_file, tmp_path
+):
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(b"not json\n" * 250 + _jsonl(GOOD))
+    result = _import(cli, path, runtime_file("acme"))
+    assert result.code == 2
+    details = result.document["error"]["details"]
+    assert (details["line"], details["invalid"], len(details["errors"])) == (1, 250, 100)
+    assert [e["line"] for e in details["errors"]] == list(range(1, 101))
+    assert _count(cli) == 0

@@ -86,7 +86,9 @@ class _Check:
     planned: dict[str, _Planned] = field(default_factory=dict)
     seen: dict[str, int] = field(default_factory=dict)  # key -> the line it was first read on
     links: dict[str, list[str]] = field(default_factory=dict)  # key -> link targets
-    errors: list[RecordError] = field(default_factory=list)
+    errors: list[RecordError] = field(default_factory=list)  # the first by line, bounded
+    invalid: int = 0
+    conflicts: int = 0  # of the invalid: conflicts with the archive (--on-conflict fail)
     invalid_keys: set[str] = field(default_factory=set)
     skipped_kinds: dict[str, int] = field(default_factory=dict)
     lines: list[dict[str, Any]] = field(default_factory=list)  # the dry run's report
@@ -96,6 +98,16 @@ class _Check:
     def line(self, entry: dict[str, Any]) -> None:
         if self.report_lines:
             self.lines.append(entry)
+
+    def error(self, error: RecordError) -> None:
+        """Count every error, keep the ``MAX_REPORTED_ERRORS`` first by line (a file of
+        bad lines costs no more memory than a few)."""
+        self.invalid += 1
+        self.conflicts += error.details.get("code") == "conflict"
+        self.errors.append(error)
+        if len(self.errors) > 2 * MAX_REPORTED_ERRORS:
+            self.errors.sort(key=lambda e: e.line)
+            del self.errors[MAX_REPORTED_ERRORS:]
 
 
 class _Resolver:
@@ -196,26 +208,23 @@ class CardTransfer:
             "created": sum(1 for p in check.planned.values() if p.action == "create"),
             "updated": sum(1 for p in check.planned.values() if p.action == "update"),
             "skipped": sum(1 for p in check.planned.values() if p.action in ("skip", "unchanged")),
-            "invalid": len(check.errors),
+            "invalid": check.invalid,
         }
         if check.skipped_kinds:
             summary["not_imported"] = dict(check.skipped_kinds)
-        errors = sorted(check.errors, key=lambda e: e.line)
-        reported = [e.as_json() for e in errors[:MAX_REPORTED_ERRORS]]
+        errors = sorted(check.errors, key=lambda e: e.line)[:MAX_REPORTED_ERRORS]
+        reported = [e.as_json() for e in errors]
         if errors and not options.keep_going:
             # only conflicts with the archive (--on-conflict fail): a conflict, else bad input
-            kind = (
-                Conflict
-                if all(e.details.get("code") == "conflict" for e in errors)
-                else InvalidInput
-            )
+            kind = Conflict if check.conflicts == check.invalid else InvalidInput
             raise kind(
-                f"{len(errors)} record(s) cannot be imported, the first on line {errors[0].line}:"
-                f" {errors[0].message}. Nothing was written (--continue imports the valid ones)",
+                f"{check.invalid} record(s) cannot be imported, the first on line"
+                f" {errors[0].line}: {errors[0].message}. Nothing was written (--continue"
+                " imports the valid ones)",
                 details={
                     "line": errors[0].line,
                     "errors": reported,
-                    "invalid": len(errors),
+                    "invalid": check.invalid,
                     "written": 0,
                 },
             )
@@ -301,7 +310,7 @@ class CardTransfer:
 
     @staticmethod
     def _invalid(check: _Check, error: RecordError) -> None:
-        check.errors.append(error)
+        check.error(error)
         key = error.details.get("key")
         if key is not None and key not in check.planned:
             check.invalid_keys.add(key)
@@ -392,7 +401,7 @@ class CardTransfer:
                         f"links to {bad[0]}, which is neither a valid record of the file nor a"
                         f" card of workspace '{workspace}'"
                     )
-                    check.errors.append(
+                    check.error(
                         RecordError(planned.line, message, {"key": key, "missing_targets": bad})
                     )
                     check.lines = [
