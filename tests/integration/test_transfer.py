@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -497,3 +499,49 @@ def test_many_bad_lines_are_counted_and_the_first_hundred_reported(
     assert (details["line"], details["invalid"], len(details["errors"])) == (1, 250, 100)
     assert [e["line"] for e in details["errors"]] == list(range(1, 101))
     assert _count(cli) == 0
+
+
+def test_ctrl_c_in_its_own_process_prints_how_to_resume(database, runtime_file, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("THT_")}
+    env.update(database.env(), THT_HOME=str(tmp_path / "home"), THT_SERVICE="off")
+    config = runtime_file("acme")
+
+    def tht(*args):
+        done = subprocess.run(
+            [sys.executable, "-m", "tht", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        return done.returncode, json.loads(done.stdout)
+
+    assert tht("workspace", "create", "acme", "--language", "en")[0] == 0
+    path = tmp_path / "many.jsonl"
+    path.write_bytes(
+        _jsonl(
+            *(card_document(title=f"Card {i}", content=f"Content number {i}.") for i in range(1500))
+        )
+    )
+    running = subprocess.Popen(
+        [sys.executable, "-m", "tht", "memory", "import", str(path), "-c", config],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    for line in running.stderr:
+        if line.startswith("imported"):  # the first batch is committed
+            running.send_signal(signal.SIGINT)
+            break
+    out, _ = running.communicate(timeout=120)
+    assert running.returncode == 130, out
+    error = json.loads(out)["error"]
+    assert error["code"] == "interrupted" and error["details"]["resume"] == "rerun the same command"
+    written = error["details"]["written"]
+    assert 0 < written < 1500
+    code, summary = tht("memory", "import", str(path), "-c", config)
+    assert code == 0, summary
+    assert (summary["created"], summary["skipped"]) == (1500 - written, written)
+    assert tht("workspace", "show", "acme")[1]["cards"] == {"domain_clarification": 1500}
+    assert tht("memory", "pending", "-c", config)[1]["items"] == []
