@@ -58,7 +58,7 @@ LINE_LIMIT = MAX_DOCUMENT_BYTES
 # the index state `show` adds).
 META_KEYS = ("id", "origin", "source", "revision", "created_at", "updated_at")
 IGNORED_KEYS = ("workspace", "incoming_links", "index")
-CARD_KEYS = (*CardInput.model_fields, "schema")
+CARD_KEYS = tuple(CardInput.model_fields)
 CSV_COLUMNS = (
     "id",
     "family",
