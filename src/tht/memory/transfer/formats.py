@@ -241,13 +241,17 @@ def detect_format(name: str, head: bytes, requested: str | None) -> str:
         return requested
     lowered = name.lower()
     text = head.decode("utf-8", "replace")
+
+    def key(name: str) -> bool:  # a JSON key, not the same word inside a value
+        return re.search(rf'"{name}"\s*:', text) is not None
+
     looks = (
         "vanna"
-        if '"training_data_type"' in text or re.search(r"^[^\n]*training_data_type", text)
+        if key("training_data_type") or re.match(r"[^\n{]*\btraining_data_type\b", text)
         else "bird"
-        if '"db_id"' in text and '"SQL"' in text
+        if key("db_id") and key("SQL")
         else "wrenai"
-        if '"sql_pairs"' in text or '"instructions"' in text or '"isDefault"' in text
+        if key("sql_pairs") or key("instructions") or key("isDefault")
         else None
     )
     by_extension = (
