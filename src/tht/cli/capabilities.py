@@ -23,6 +23,8 @@ CAPABILITIES: dict[tuple[str, ...], str] = {
     ("memory", "delete"): MANAGE,
     ("memory", "retry"): MANAGE,
     ("memory", "index"): MANAGE,
+    ("memory", "import"): MANAGE,
+    ("memory", "export"): READ,
     ("memory", "search"): RECALL,
     ("memory", "rules"): RECALL,
     ("memory", "solved-search"): RECALL,

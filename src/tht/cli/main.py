@@ -746,6 +746,7 @@ def main(argv: list[str] | None = None, *, token: str | None = None) -> int:
 
 import tht.cli.accounts  # noqa: E402  (registers user grant/revoke/role/token/delete, audit)
 import tht.cli.mcp  # noqa: E402  (registers mcp)
+import tht.cli.transfer  # noqa: E402  (registers import, export)
 import tht.cli.workflow  # noqa: E402,F401  (registers propose, summary, review-apply, solved-index)
 
 if __name__ == "__main__":

@@ -45,6 +45,11 @@ from tht.errors import (
 from tht.service import paths
 
 FILE_OPTIONS = ("-c", "--config", "--data", "--cases", "--request", "--password-file")
+# Commands whose first argument is a file, with their options that take a value (the
+# client knows no command's options but these, to find that argument).
+FILE_ARGUMENTS = {
+    ("memory", "import"): ("-c", "--config", "--format", "--on-conflict", "--family", "--scope")
+}
 MAX_FILE_BYTES = 16 * 1024 * 1024  # the largest input any command accepts (eval cases)
 # Commands that manage this process, the embedded server or the schema: always here.
 LOCAL_COMMANDS = {("serve",), ("db",), ("memory", "migrate"), ("mcp",)}
@@ -127,6 +132,23 @@ def _read(path: str, stdin_data: list[bytes | None]) -> dict[str, str]:
     return {"data": binascii.b2a_base64(data, newline=False).decode("ascii")}
 
 
+def _file_argument(args: list[str]) -> int | None:
+    """The position of the file a command of ``FILE_ARGUMENTS`` names, if any."""
+    words = command_words(args)
+    valued = FILE_ARGUMENTS.get(words)
+    if valued is None:
+        return None
+    i = len(words)
+    while i < len(args):
+        if args[i] in valued:
+            i += 2
+        elif args[i].startswith("-") and args[i] != "-":
+            i += 1
+        else:
+            return i
+    return None
+
+
 def build_request(
     args: list[str], token: str | None, *, stdin: bytes | None = None
 ) -> dict[str, Any]:
@@ -137,11 +159,14 @@ def build_request(
     files: dict[str, dict[str, str]] = {}
     stdin_data: list[bytes | None] = [stdin]
     env: dict[str, str] = {}
+    argument = _file_argument(args)
     for i, arg in enumerate(args):
         if arg == "--":  # what follows is positional (a question), never a file option
             break
         value = None
-        if arg in FILE_OPTIONS and i + 1 < len(args):
+        if i == argument:
+            value = arg
+        elif arg in FILE_OPTIONS and i + 1 < len(args):
             value = args[i + 1]
         elif "=" in arg and arg.split("=", 1)[0] in FILE_OPTIONS[1:]:
             value = arg.split("=", 1)[1]

@@ -1,0 +1,188 @@
+"""`tht memory import` and `tht memory export`: cards in and out in bulk.
+
+Import prints one JSON summary on stdout, progress (count, rate, ETA) on stderr.
+Export prints the card documents on stdout (one a line, or CSV rows) and its summary
+on stderr. In its own process the import file is streamed (read twice, never held);
+through the service the client sends the file whole, so it is bounded there
+(``MAX_SENT_FILE_BYTES``, the client's limit for every file a command names).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import IO, Annotated
+
+import typer
+
+from tht.cli.invocation import current, progress, read_bytes, write_stdout
+from tht.cli.main import ConfigOption, _services, emit, load_runtime, memory_app
+from tht.errors import InvalidInput
+from tht.memory.model import FAMILIES
+from tht.memory.transfer.formats import FORMATS, LINE_LIMIT, detect_format
+from tht.memory.transfer.service import CONFLICT_POLICIES, CardTransfer, ImportOptions
+
+# What the client sends of a named file (tht.service.client.MAX_FILE_BYTES).
+MAX_SENT_FILE_BYTES = 16 * 1024 * 1024
+PROGRESS_SECONDS = 1.0  # at most one progress line a second (and the last one)
+
+
+def progress_meter(
+    write: Callable[[str], None] = progress,
+) -> Callable[[str, int, int | None], None]:
+    """Progress lines with the count, the rate and (when the total is known) the ETA."""
+    started = time.perf_counter()
+    last = [0.0]
+
+    def report(phase: str, done: int, total: int | None) -> None:
+        now = time.perf_counter()
+        final = total is not None and done >= total
+        if not final and now - last[0] < PROGRESS_SECONDS:
+            return
+        last[0] = now
+        elapsed = max(now - started, 1e-9)
+        rate = done / elapsed
+        text = f"{phase} {done}" + (f"/{total}" if total is not None else "") + " records"
+        text += f", {rate:.0f}/s"
+        if total is not None and not final and rate > 0:
+            text += f", ETA {(total - done) / rate:.0f}s"
+        write(text)
+
+    return report
+
+
+@contextmanager
+def _local_copy_of_stdin() -> Iterator[str]:
+    """Standard input, kept in a temporary file: the import reads its input twice."""
+    with tempfile.NamedTemporaryFile(prefix="tht-import-", suffix=".in", delete=False) as copy:
+        shutil.copyfileobj(sys.stdin.buffer, copy, 1 << 20)
+    try:
+        yield copy.name
+    finally:
+        os.unlink(copy.name)
+
+
+@contextmanager
+def _source(path: str) -> Iterator[Callable[[], IO[bytes]]]:
+    """A way to open the import file from its beginning, once per pass."""
+    if current().files is None:  # in its own process: the file itself, streamed
+        if path == "-":
+            with _local_copy_of_stdin() as name:
+                yield lambda: open(name, "rb", buffering=LINE_LIMIT + 1)
+            return
+        if not os.path.isfile(path):
+            raise InvalidInput(f"cannot read {path}: no such file", details={"line": None})
+        yield lambda: open(path, "rb", buffering=LINE_LIMIT + 1)
+        return
+    try:
+        data = read_bytes(path, MAX_SENT_FILE_BYTES)
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {path}: {exc.strerror}", details={"line": None}) from exc
+    if len(data) > MAX_SENT_FILE_BYTES:
+        raise InvalidInput(
+            f"{path} is larger than {MAX_SENT_FILE_BYTES} bytes, what a client sends to the"
+            " service with a command: import it in its own process (THT_SERVICE=off, where"
+            " THT_HOME or the database credentials are), which streams files of any size",
+            details={"line": None, "limit": MAX_SENT_FILE_BYTES},
+        )
+    yield lambda: io.BufferedReader(io.BytesIO(data), buffer_size=LINE_LIMIT + 1)
+
+
+@memory_app.command("import")
+def memory_import(
+    file: Annotated[str, typer.Argument(help="The file to import ('-' for standard input)")],
+    config: ConfigOption,
+    fmt: Annotated[
+        str | None,
+        typer.Option(
+            "--format",
+            help=f"{' | '.join(FORMATS)} (default: from the extension, .jsonl or .csv; required"
+            " for .json and whenever the content suggests another format)",
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Check everything, write nothing; report each line")
+    ] = False,
+    on_conflict: Annotated[
+        str,
+        typer.Option(
+            "--on-conflict",
+            help="A record whose card exists with other content: skip (default), update, or fail",
+        ),
+    ] = "skip",
+    keep_going: Annotated[
+        bool,
+        typer.Option(
+            "--continue",
+            help="Import the valid records and report the invalid ones (default: one invalid"
+            " record and nothing is written)",
+        ),
+    ] = False,
+    family: Annotated[
+        str | None,
+        typer.Option(help="Refuse records of any other family (a file of one family only)"),
+    ] = None,
+    scope: Annotated[
+        str | None,
+        typer.Option(
+            help="Business scope of records whose format has none (vanna, wrenai); default: the"
+            " runtime file's database"
+        ),
+    ] = None,
+) -> None:
+    """Import cards in bulk: card documents (jsonl, csv) or a peer's knowledge (vanna,
+    wrenai, bird). Idempotent: a rerun creates nothing twice."""
+    runtime = load_runtime(config)
+    if on_conflict not in CONFLICT_POLICIES:
+        raise InvalidInput(
+            f"--on-conflict must be one of {', '.join(CONFLICT_POLICIES)}, not '{on_conflict}'",
+            details={"line": None},
+        )
+    if family is not None and family not in FAMILIES:
+        raise InvalidInput(
+            f"--family must be one of {', '.join(FAMILIES)}, not '{family}'", details={"line": None}
+        )
+    with _source(file) as open_source:
+        with open_source() as head_stream:
+            head = head_stream.read(65536)
+        chosen = detect_format(file, head, fmt)
+        options = ImportOptions(
+            fmt=chosen,
+            dry_run=dry_run,
+            on_conflict=on_conflict,
+            keep_going=keep_going,
+            family=family,
+            scope=scope or runtime.database,
+        )
+        with _services(runtime) as services:
+            transfer = CardTransfer(services.archive, services.projector)
+            emit(
+                transfer.import_file(
+                    runtime.workspace, open_source, options, progress=progress_meter()
+                )
+            )
+
+
+@memory_app.command("export")
+def memory_export(
+    config: ConfigOption,
+    fmt: Annotated[str, typer.Option("--format", help="jsonl (default) or csv")] = "jsonl",
+) -> None:
+    """Write every card of the workspace to stdout, losslessly (ids, all fields,
+    dependencies, links with meanings, origin, source, revision, timestamps); the
+    summary goes to stderr."""
+    runtime = load_runtime(config)
+    if fmt not in ("jsonl", "csv"):
+        raise InvalidInput(f"--format must be jsonl or csv, not '{fmt}'")
+    with _services(runtime) as services:
+        summary = CardTransfer(services.archive, services.projector).export(
+            runtime.workspace, fmt, write_stdout, progress=progress_meter()
+        )
+    progress(json.dumps(summary))

@@ -1,0 +1,1 @@
+"""Cards in and out in bulk: ``tht memory import`` and ``tht memory export``."""

@@ -1,0 +1,685 @@
+"""Bulk import and export of a workspace's cards.
+
+An import reads its file twice, streaming both times:
+
+1. **check**: every record is parsed and validated, its key mapped to the card it
+   becomes, duplicates and links resolved (a link names a record of the file or a
+   card of the workspace), and each record classified (create, update, skip) against
+   the archive. Bad records are collected with their line numbers. Unless
+   ``keep_going`` (``--continue``), one bad record stops the import here: nothing is
+   written. A dry run stops here too and reports every line.
+2. **write**: batches of ``BATCH`` records, one archive transaction each under the
+   workspace's lock (cards, dependencies, links and their projection operations
+   together, as a save does), then the batch's projection through the projector, in
+   the embedder's batches. A link to a card of a later batch is written with that
+   batch.
+
+A record's card is the card its key names: an exported card id that exists in the
+workspace, else the id derived from workspace and key (``derived_uuid``). A rerun
+therefore finds what an earlier run wrote, and an interrupted import is finished by
+running it again: committed batches are skipped as unchanged (their projection is
+completed if it was not), and the rest is written.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from tht.errors import Conflict, Interrupted, InvalidInput, NotFound, ThothError
+from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive
+from tht.memory.model import Card, card_id_to_uuid, uuid_to_card_id
+from tht.memory.projector import IndexProjector
+from tht.memory.transfer.formats import (
+    CSV_COLUMNS,
+    CSV_JSON_COLUMNS,
+    ImportCard,
+    RecordError,
+    Skipped,
+    card_id_key,
+    derived_uuid,
+    read_records,
+)
+from tht.sqlfiles import named_queries
+
+BATCH = 256  # records per archive transaction (and per projection call)
+MAX_REPORTED_ERRORS = 100
+CONFLICT_POLICIES = ("skip", "update", "fail")
+
+Opener = Callable[[], AbstractContextManager[IO[bytes]]]
+# (phase, records done, records in all or None while unknown)
+Progress = Callable[[str, int, int | None], None]
+
+
+def _queries() -> dict[str, str]:
+    return named_queries("tht.memory.transfer", "sql/transfer.sql")
+
+
+@dataclass(frozen=True)
+class ImportOptions:
+    fmt: str
+    dry_run: bool = False
+    on_conflict: str = "skip"
+    keep_going: bool = False
+    family: str | None = None  # when set, every record must be of this family
+    scope: str | None = None  # the business scope of records whose format has none
+
+
+@dataclass(slots=True)
+class _Planned:
+    line: int
+    card_uuid: uuid.UUID
+    action: str = "create"
+
+
+@dataclass
+class _Check:
+    """What the check pass learnt of the file."""
+
+    planned: dict[str, _Planned] = field(default_factory=dict)
+    seen: dict[str, int] = field(default_factory=dict)  # key -> the line it was first read on
+    links: dict[str, list[str]] = field(default_factory=dict)  # key -> link targets
+    errors: list[RecordError] = field(default_factory=list)  # the first by line, bounded
+    invalid: int = 0
+    conflicts: int = 0  # of the invalid: conflicts with the archive (--on-conflict fail)
+    invalid_keys: set[str] = field(default_factory=set)
+    skipped_kinds: dict[str, int] = field(default_factory=dict)
+    lines: list[dict[str, Any]] = field(default_factory=list)  # the dry run's report
+    records: int = 0
+    report_lines: bool = False  # a dry run: keep ``lines``
+
+    def line(self, entry: dict[str, Any]) -> None:
+        if self.report_lines:
+            self.lines.append(entry)
+
+    def error(self, error: RecordError) -> None:
+        """Count every error, keep the ``MAX_REPORTED_ERRORS`` first by line (a file of
+        bad lines costs no more memory than a few)."""
+        self.invalid += 1
+        self.conflicts += error.details.get("code") == "conflict"
+        self.errors.append(error)
+        if len(self.errors) > 2 * MAX_REPORTED_ERRORS:
+            self.errors.sort(key=lambda e: e.line)
+            del self.errors[MAX_REPORTED_ERRORS:]
+
+
+class _Resolver:
+    """Key -> card: an exported card id present in the workspace is that card; any
+    other key gets the id derived from it. Existence is asked in batches and kept."""
+
+    def __init__(self, workspace: str) -> None:
+        self.workspace = workspace
+        self.present: dict[uuid.UUID, bool] = {}
+
+    def learn(self, tx: ArchiveTransaction, keys: set[str]) -> None:
+        ids = {card_id_key(k) for k in keys} - {None} - set(self.present)
+        asked = [i for i in ids if i is not None]
+        if asked:
+            found = tx.existing_cards(asked)
+            self.present.update({i: i in found for i in asked})
+
+    def card_uuid(self, key: str) -> uuid.UUID:
+        named = card_id_key(key)
+        if named is not None and self.present.get(named):
+            return named
+        return derived_uuid(self.workspace, key)
+
+    def in_workspace(self, key: str) -> bool:
+        named = card_id_key(key)
+        return named is not None and bool(self.present.get(named))
+
+
+def _comparable_input(item: ImportCard, targets: dict[str, uuid.UUID]) -> tuple:
+    d = item.data
+    return (
+        d.family,
+        d.title,
+        d.content,
+        d.scope,
+        d.rationale,
+        d.question,
+        d.sql,
+        d.context,
+        d.error_signature,
+        tuple(d.concepts),
+        tuple(dep.key() for dep in d.dependencies),
+        frozenset((targets[ref], meaning) for ref, meaning in item.links),
+    )
+
+
+def _comparable_card(card: Card) -> tuple:
+    return (
+        card.family,
+        card.title,
+        card.content,
+        card.scope,
+        card.rationale,
+        card.question,
+        card.sql,
+        card.context,
+        card.error_signature,
+        tuple(card.concepts),
+        tuple(dep.key() for dep in card.dependencies),
+        frozenset((card_id_to_uuid(link.target), link.meaning) for link in card.links),
+    )
+
+
+class CardTransfer:
+    def __init__(self, archive: PostgresArchive, projector: IndexProjector | None = None) -> None:
+        self.archive = archive
+        self.projector = projector
+
+    # --- import ---------------------------------------------------------------------
+
+    def import_file(
+        self,
+        workspace: str,
+        open_source: Opener,
+        options: ImportOptions,
+        progress: Progress | None = None,
+    ) -> dict[str, Any]:
+        if options.on_conflict not in CONFLICT_POLICIES:
+            raise InvalidInput(
+                f"--on-conflict must be one of {', '.join(CONFLICT_POLICIES)}, not"
+                f" '{options.on_conflict}'",
+                details={"line": None},
+            )
+        started = time.perf_counter()
+        with self.archive.transaction(workspace) as tx:
+            if tx.workspace() is None:
+                raise NotFound(
+                    f"workspace '{workspace}' does not exist", details={"workspace": workspace}
+                )
+        resolver = _Resolver(workspace)
+        check = self._check(workspace, open_source, options, resolver, progress)
+        summary: dict[str, Any] = {
+            "workspace": workspace,
+            "format": options.fmt,
+            "dry_run": options.dry_run,
+            "on_conflict": options.on_conflict,
+            "records": check.records,
+            "created": sum(1 for p in check.planned.values() if p.action == "create"),
+            "updated": sum(1 for p in check.planned.values() if p.action == "update"),
+            "skipped": sum(1 for p in check.planned.values() if p.action in ("skip", "unchanged")),
+            "invalid": check.invalid,
+        }
+        if check.skipped_kinds:
+            summary["not_imported"] = dict(check.skipped_kinds)
+        errors = sorted(check.errors, key=lambda e: e.line)[:MAX_REPORTED_ERRORS]
+        reported = [e.as_json() for e in errors]
+        if errors and not options.keep_going:
+            # only conflicts with the archive (--on-conflict fail): a conflict, else bad input
+            kind = Conflict if check.conflicts == check.invalid else InvalidInput
+            raise kind(
+                f"{check.invalid} record(s) cannot be imported, the first on line"
+                f" {errors[0].line}: {errors[0].message}. Nothing was written (--continue"
+                " imports the valid ones)",
+                details={
+                    "line": errors[0].line,
+                    "errors": reported,
+                    "invalid": check.invalid,
+                    "written": 0,
+                },
+            )
+        if errors:
+            summary["errors"] = reported
+        if options.dry_run:
+            summary["lines"] = sorted(check.lines, key=lambda entry: entry["line"])
+            summary["seconds"] = round(time.perf_counter() - started, 3)
+            return summary
+        written = self._write(workspace, open_source, options, check, resolver, progress)
+        seconds = time.perf_counter() - started
+        summary.update(
+            {
+                "created": written["create"],
+                "updated": written["update"],
+                "skipped": written["skip"] + written["unchanged"],
+                "index": written["index"],
+                "seconds": round(seconds, 3),
+                "records_per_second": round(check.records / seconds, 1) if seconds else None,
+            }
+        )
+        return summary
+
+    def _records(
+        self, open_source: Opener, options: ImportOptions
+    ) -> Iterator[ImportCard | RecordError | Skipped]:
+        with open_source() as stream:
+            yield from read_records(stream, options.fmt, scope=options.scope)
+
+    def _check(
+        self,
+        workspace: str,
+        open_source: Opener,
+        options: ImportOptions,
+        resolver: _Resolver,
+        progress: Progress | None,
+    ) -> _Check:
+        check = _Check(report_lines=options.dry_run)
+        batch: list[ImportCard] = []
+        for item in self._records(open_source, options):
+            check.records += 1
+            if isinstance(item, Skipped):
+                check.skipped_kinds[item.kind] = check.skipped_kinds.get(item.kind, 0) + 1
+                check.line({"line": item.line, "action": f"not_imported ({item.kind})"})
+                continue
+            if isinstance(item, ImportCard):
+                item = self._admissible(item, options, check)
+            if isinstance(item, RecordError):
+                self._invalid(check, item)
+                continue
+            batch.append(item)
+            if len(batch) >= BATCH:
+                self._classify(workspace, batch, options, check, resolver)
+                batch = []
+                if progress:
+                    progress("checked", check.records, None)
+        if batch:
+            self._classify(workspace, batch, options, check, resolver)
+        self._resolve_links(workspace, check, resolver)
+        if progress:
+            progress("checked", check.records, check.records)
+        return check
+
+    @staticmethod
+    def _admissible(
+        item: ImportCard, options: ImportOptions, check: _Check
+    ) -> ImportCard | RecordError:
+        if options.family is not None and item.data.family != options.family:
+            return RecordError(
+                item.line,
+                f"a {item.data.family} card in a file imported as {options.family} only (--family)",
+                {"key": item.key, "family": item.data.family},
+            )
+        first = check.seen.get(item.key)
+        if first is not None:
+            return RecordError(
+                item.line,
+                f"duplicate of the record on line {first} (key {item.key})",
+                {"duplicate_of": first},
+            )
+        check.seen[item.key] = item.line
+        return item
+
+    @staticmethod
+    def _invalid(check: _Check, error: RecordError) -> None:
+        check.error(error)
+        key = error.details.get("key")
+        if key is not None and key not in check.planned:
+            check.invalid_keys.add(key)
+        check.line({"line": error.line, "action": "invalid", "message": error.message})
+
+    def _classify(
+        self,
+        workspace: str,
+        batch: list[ImportCard],
+        options: ImportOptions,
+        check: _Check,
+        resolver: _Resolver,
+    ) -> None:
+        with self.archive.transaction(workspace) as tx:
+            resolver.learn(tx, {i.key for i in batch} | {t for i in batch for t, _ in i.links})
+            uuids = {i.key: resolver.card_uuid(i.key) for i in batch}
+            existing = tx.cards(list(uuids.values()))
+        for item in batch:
+            card_uuid = uuids[item.key]
+            targets = {ref: resolver.card_uuid(ref) for ref, _ in item.links}
+            if card_uuid in targets.values():
+                self._invalid(
+                    check, RecordError(item.line, "a card cannot link to itself", {"key": item.key})
+                )
+                continue
+            action = self._action(item, existing.get(card_uuid), targets, options)
+            if isinstance(action, RecordError):
+                self._invalid(check, action)
+                continue
+            check.planned[item.key] = _Planned(item.line, card_uuid, action)
+            if item.links:
+                check.links[item.key] = [ref for ref, _ in item.links]
+            check.line(
+                {
+                    "line": item.line,
+                    "key": item.key,
+                    "id": uuid_to_card_id(card_uuid),
+                    "family": item.data.family,
+                    "action": action,
+                }
+            )
+
+    @staticmethod
+    def _action(
+        item: ImportCard,
+        card: Card | None,
+        targets: dict[str, uuid.UUID],
+        options: ImportOptions,
+    ) -> str | RecordError:
+        if card is None:
+            return "create"
+        if _comparable_card(card) == _comparable_input(item, targets):
+            return "unchanged"
+        if options.on_conflict == "update":
+            return "update"
+        if options.on_conflict == "fail":
+            return RecordError(
+                item.line,
+                f"card {card.id} already exists with other content (--on-conflict fail)",
+                {"key": item.key, "id": card.id, "code": "conflict"},
+            )
+        return "skip"
+
+    def _resolve_links(self, workspace: str, check: _Check, resolver: _Resolver) -> None:
+        """Every link names a record of the file or a card of the workspace; a record
+        linking to an invalid one is invalid too (its link could not be written)."""
+        unknown = {ref for refs in check.links.values() for ref in refs if ref not in check.planned}
+        for start in range(0, len(unknown), 1000):
+            with self.archive.transaction(workspace) as tx:
+                resolver.learn(tx, set(sorted(unknown)[start : start + 1000]))
+        changed = True
+        while changed:
+            changed = False
+            for key, refs in list(check.links.items()):
+                planned = check.planned.get(key)
+                if planned is None:
+                    continue
+                bad = [
+                    ref
+                    for ref in refs
+                    if (ref not in check.planned or ref in check.invalid_keys)
+                    and not resolver.in_workspace(ref)
+                ]
+                if bad:
+                    del check.planned[key]
+                    check.invalid_keys.add(key)
+                    message = (
+                        f"links to {bad[0]}, which is neither a valid record of the file nor a"
+                        f" card of workspace '{workspace}'"
+                    )
+                    check.error(
+                        RecordError(planned.line, message, {"key": key, "missing_targets": bad})
+                    )
+                    check.lines = [
+                        e if e.get("key") != key else {**e, "action": "invalid", "message": message}
+                        for e in check.lines
+                    ]
+                    changed = True
+
+    def _write(
+        self,
+        workspace: str,
+        open_source: Opener,
+        options: ImportOptions,
+        check: _Check,
+        resolver: _Resolver,
+        progress: Progress | None,
+    ) -> dict[str, Any]:
+        counts: dict[str, Any] = {"create": 0, "update": 0, "skip": 0, "unchanged": 0}
+        index = {"indexed": 0, "pending": 0}
+        total = len(check.planned)
+        pending_links: dict[uuid.UUID, list[tuple[uuid.UUID, str]]] = {}
+        done = 0
+        batch: list[ImportCard] = []
+
+        def flush() -> None:
+            nonlocal done
+            actions, to_project = self._write_batch(
+                workspace, batch, options, resolver, pending_links
+            )
+            for action in actions:
+                counts[action] += 1
+            if to_project:
+                outcome = self._project(workspace, to_project)
+                index["indexed"] += outcome[0]
+                index["pending"] += outcome[1]
+            done += len(batch)
+            batch.clear()
+            if progress:
+                progress("imported", done, total)
+
+        try:
+            for item in self._records(open_source, options):
+                if not isinstance(item, ImportCard):
+                    continue
+                planned = check.planned.get(item.key)
+                if planned is None or planned.line != item.line:
+                    continue  # invalid, or a later duplicate (--continue)
+                batch.append(item)
+                if len(batch) >= BATCH:
+                    flush()
+            if batch:
+                flush()
+        except KeyboardInterrupt:
+            raise Interrupted(
+                f"interrupted after {done} of {total} records: the batches written so far are"
+                " committed, the current one rolled back. Rerun the same command to finish: it"
+                " is idempotent (written records are skipped as unchanged, their index entries"
+                " completed)",
+                details={
+                    "written": done,
+                    "total": total,
+                    "resume": "rerun the same command",
+                    **{k: v for k, v in counts.items()},
+                },
+            ) from None
+        counts["index"] = index
+        return counts
+
+    def _write_batch(
+        self,
+        workspace: str,
+        batch: list[ImportCard],
+        options: ImportOptions,
+        resolver: _Resolver,
+        pending_links: dict[uuid.UUID, list[tuple[uuid.UUID, str]]],
+    ) -> tuple[list[str], list[uuid.UUID]]:
+        actions: list[str] = []
+        to_project: list[uuid.UUID] = []
+        with self.archive.transaction(workspace, lock=True) as tx:
+            workspace_row = tx.workspace()
+            if workspace_row is None:
+                raise NotFound(f"workspace '{workspace}' does not exist")
+            queries = tx.using(_queries())
+            resolver.learn(tx, {i.key for i in batch} | {t for i in batch for t, _ in i.links})
+            uuids = [resolver.card_uuid(i.key) for i in batch]
+            existing = tx.cards(uuids)
+            operations = tx.operations_for(uuids)
+            targets_of = [{ref: resolver.card_uuid(ref) for ref, _ in i.links} for i in batch]
+            all_targets = {t for targets in targets_of for t in targets.values()}
+            present = tx.existing_cards(list(all_targets)) | set(uuids)
+            # the batch's cards first, then their links: a link may name a later card of it
+            created: list[tuple[uuid.UUID, ImportCard]] = []
+            revisions: dict[uuid.UUID, int] = {}
+            for item, card_uuid, targets in zip(batch, uuids, targets_of, strict=True):
+                found = self._action(item, existing.get(card_uuid), targets, options)
+                if isinstance(found, RecordError):  # changed since the check
+                    raise Conflict(found.message, details={"line": item.line, **found.details})
+                actions.append(found)
+                if found == "create":
+                    created.append((card_uuid, item))
+                    revisions[card_uuid] = item.revision or 1
+                elif found == "update":
+                    revisions[card_uuid] = tx.update_card(card_uuid, item.data)
+            if created:
+                queries.execute(
+                    "import_cards_insert", language=workspace_row.language, **_new_cards(created)
+                )
+                queries.execute("import_dependencies_add", **_dependencies(created))
+            new = {card_uuid for card_uuid, _ in created}
+            links: list[tuple[uuid.UUID, uuid.UUID, str]] = []
+            for item, card_uuid, targets in zip(batch, uuids, targets_of, strict=True):
+                outgoing = [(targets[ref], meaning) for ref, meaning in item.links]
+                for target, meaning in outgoing:
+                    if target not in present:  # written with the batch that creates it
+                        pending_links.setdefault(target, []).append((card_uuid, meaning))
+                now = sorted((t, m) for t, m in outgoing if t in present)
+                if card_uuid in new:
+                    links += [(card_uuid, target, meaning) for target, meaning in now]
+                elif card_uuid in revisions:  # updated: as `memory update` replaces them
+                    tx.replace_dependencies(card_uuid, item.data.dependencies)
+                    tx.replace_outgoing_links(card_uuid, now)
+                if card_uuid in revisions or card_uuid in operations:
+                    # operations of cards an interrupted run wrote but did not index
+                    to_project.append(card_uuid)
+            links += [
+                (source, target, meaning)
+                for target in uuids
+                for source, meaning in pending_links.pop(target, [])
+            ]
+            if links:
+                queries.execute(
+                    "import_links_add",
+                    sources=[s for s, _, _ in links],
+                    targets=[t for _, t, _ in links],
+                    meanings=[m for _, _, m in links],
+                )
+            if revisions:
+                queries.execute(
+                    "import_operations_enqueue",
+                    ids=list(revisions),
+                    revisions=list(revisions.values()),
+                )
+        return actions, to_project
+
+    def _project(self, workspace: str, card_uuids: list[uuid.UUID]) -> tuple[int, int]:
+        """(indexed, left pending): a failing index leaves the cards saved, their
+        operations pending and visible (as a save does)."""
+        if self.projector is None:
+            return 0, len(card_uuids)
+        try:
+            report = self.projector.sync(workspace, card_uuids)
+        except ThothError:
+            return 0, len(card_uuids)
+        return report.indexed, len(report.failed)
+
+    # --- export ---------------------------------------------------------------------
+
+    def export(
+        self,
+        workspace: str,
+        fmt: str,
+        write: Callable[[str], None],
+        progress: Progress | None = None,
+    ) -> dict[str, Any]:
+        """Write every card of the workspace, ordered by id, one document a line
+        (``jsonl``) or a CSV row. Each batch is read in its own transaction: a card
+        edited during a long export is written whole, as one of its revisions."""
+        if fmt not in ("jsonl", "csv"):
+            raise InvalidInput(f"export writes jsonl or csv, not '{fmt}'", details={"format": fmt})
+        started = time.perf_counter()
+        with self.archive.transaction(workspace) as tx:
+            if tx.workspace() is None:
+                raise NotFound(
+                    f"workspace '{workspace}' does not exist", details={"workspace": workspace}
+                )
+            total = tx.using(_queries()).row("export_count")["cards"]  # type: ignore[index]
+        if fmt == "csv":
+            write(_csv_line(list(CSV_COLUMNS)))
+        after = uuid.UUID(int=0)
+        done = 0
+        while True:
+            with self.archive.transaction(workspace) as tx:
+                ids = tx.card_ids_after(after, BATCH)
+                cards = tx.cards(ids)
+            if not ids:
+                break
+            lines = []
+            for card_uuid in ids:
+                if card_uuid in cards:
+                    document = export_document(cards[card_uuid])
+                    lines.append(
+                        json.dumps(document, ensure_ascii=False) + "\n"
+                        if fmt == "jsonl"
+                        else _csv_row(document)
+                    )
+            write("".join(lines))
+            done += len(lines)
+            after = ids[-1]
+            if progress:
+                progress("exported", done, max(total, done))
+        seconds = time.perf_counter() - started
+        return {
+            "workspace": workspace,
+            "format": fmt,
+            "cards": done,
+            "seconds": round(seconds, 3),
+        }
+
+
+def _new_cards(created: list[tuple[uuid.UUID, ImportCard]]) -> dict[str, list[Any]]:
+    """The columns of import_cards_insert: one array per column, one element per card."""
+    data = [item.data for _, item in created]
+    items = [item for _, item in created]
+    columns: dict[str, list[Any]] = {
+        "ids": [card_uuid for card_uuid, _ in created],
+        "families": [d.family for d in data],
+        "titles": [d.title for d in data],
+        "contents": [d.content for d in data],
+        "scopes": [d.scope for d in data],
+        "rationales": [d.rationale for d in data],
+        "questions": [d.question for d in data],
+        "sqls": [d.sql for d in data],
+        "contexts": [d.context for d in data],
+    }
+    columns["error_signatures"] = [i.data.error_signature for i in items]
+    columns["concepts"] = [json.dumps(i.data.concepts) for i in items]
+    columns["origins"] = [i.origin for i in items]
+    columns["source_sessions"] = [i.source_session for i in items]
+    columns["source_decisions"] = [
+        None if i.source_decisions is None else json.dumps(i.source_decisions) for i in items
+    ]
+    columns["revisions"] = [i.revision for i in items]
+    columns["created_ats"] = [i.created_at for i in items]
+    columns["updated_ats"] = [i.updated_at for i in items]
+    return columns
+
+
+def _dependencies(created: list[tuple[uuid.UUID, ImportCard]]) -> dict[str, list[Any]]:
+    rows = [
+        (card_uuid, position, dep)
+        for card_uuid, item in created
+        for position, dep in enumerate(item.data.dependencies)
+    ]
+    return {
+        "ids": [r[0] for r in rows],
+        "positions": [r[1] for r in rows],
+        "databases": [r[2].database for r in rows],
+        "schemas": [r[2].schema_name for r in rows],
+        "tables": [r[2].table for r in rows],
+        "columns": [r[2].column for r in rows],
+    }
+
+
+def export_document(card: Card) -> dict[str, Any]:
+    """The card as ``show`` prints it, without what is not the card's own: the links
+    of other cards to it (each is exported with its source) and the index state."""
+    document = card.as_json()
+    document.pop("incoming_links", None)
+    document.pop("index", None)
+    return document
+
+
+def _csv_line(cells: list[str]) -> str:
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerow(cells)
+    return out.getvalue()
+
+
+def _csv_row(document: dict[str, Any]) -> str:
+    cells = []
+    for column in CSV_COLUMNS:
+        value = document.get(column)
+        if column == "links" and value is not None:
+            value = [{"target": x["target"], "meaning": x["meaning"]} for x in value]
+        if value is None or (value == [] and column in ("concepts", "dependencies", "links")):
+            cells.append("")
+        elif column in CSV_JSON_COLUMNS:
+            cells.append(json.dumps(value, ensure_ascii=False))
+        else:
+            cells.append(str(value))
+    return _csv_line(cells)

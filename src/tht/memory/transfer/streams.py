@@ -1,0 +1,303 @@
+"""Reading an import file as a stream of raw records, each with the line it starts on.
+
+Nothing here holds more than one record in memory: lines are read with a bound
+(``limit`` bytes, the per-line limit), a longer line is skipped to its end and
+reported, and a JSON array or object of records (BIRD's dev.json, a Vanna or WrenAI
+export) is cut into its elements by a scanner that never parses the whole document.
+Every problem becomes a record with an ``error`` and its line number: the caller
+decides whether one bad line stops the import. Pure functions over a binary stream.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+CHUNK = 1 << 20
+
+
+@dataclass
+class RawRecord:
+    """One record of the file: a JSON object (``document``) or why it is not one.
+    ``label`` names the array a record came from in a JSON object of arrays (WrenAI's
+    ``sql_pairs`` / ``instructions``)."""
+
+    line: int
+    document: dict[str, Any] | None = None
+    error: str | None = None
+    label: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def iter_text_lines(stream: IO[bytes], limit: int) -> Iterator[tuple[int, str | None, str | None]]:
+    """(line number, text, error) for each physical line; the text keeps its newline.
+    A line over ``limit`` bytes or not UTF-8 gives (number, None, error)."""
+    number = 0
+    while True:
+        raw = stream.readline(limit + 1)
+        if not raw:
+            return
+        number += 1
+        if len(raw) > limit and not raw.endswith(b"\n"):
+            while True:  # skip the rest of the line without holding it
+                rest = stream.readline(CHUNK)
+                if not rest or rest.endswith(b"\n"):
+                    break
+            yield number, None, f"line {number} is longer than {limit} bytes (the per-line limit)"
+            continue
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            yield (
+                number,
+                None,
+                f"line {number} is not UTF-8 text (byte {exc.start + 1} of the line)",
+            )
+            continue
+        if number == 1:
+            text = text.removeprefix("\ufeff")
+        yield number, text, None
+
+
+def iter_json_lines(stream: IO[bytes], limit: int) -> Iterator[RawRecord]:
+    """JSON Lines: one object a line; blank lines are ignored."""
+    for number, text, error in iter_text_lines(stream, limit):
+        if error is not None:
+            yield RawRecord(number, error=error)
+        elif text is not None and text.strip():
+            yield _object(number, text)
+
+
+def _object(line: int, text: str | bytes, label: str | None = None) -> RawRecord:
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return RawRecord(
+            line + exc.lineno - 1, error=f"line {line + exc.lineno - 1} is not JSON: {exc.msg}"
+        )
+    except UnicodeDecodeError as exc:
+        return RawRecord(line, error=f"the record on line {line} is not UTF-8 text ({exc.reason})")
+    if not isinstance(document, dict):
+        return RawRecord(line, error=f"line {line} is not a JSON object")
+    return RawRecord(line, document, label=label)
+
+
+def iter_csv_rows(
+    stream: IO[bytes], limit: int, *, allow_index_column: bool = False
+) -> Iterator[RawRecord]:
+    """A CSV file with a header: each row as {column: cell} (empty cells omitted).
+    The first record is the header; a row whose cells do not match it is an error."""
+    csv.field_size_limit(max(limit, csv.field_size_limit()))
+    bad: dict[int, str] = {}
+    position = [0]
+
+    def lines() -> Iterator[str]:
+        for number, text, error in iter_text_lines(stream, limit):
+            position[0] = number
+            if error is not None:
+                bad[number] = error
+                yield "\n"
+            else:
+                yield text or "\n"
+
+    reader = csv.reader(lines(), strict=True)
+    header: list[str] | None = None
+    end = 0
+    while True:
+        start = end + 1
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            end = position[0]
+            yield RawRecord(start, error=f"line {start} is not CSV: {exc}")
+            continue
+        end = position[0]
+        errors = [bad[n] for n in range(start, end + 1) if n in bad]
+        if header is None:
+            if errors:
+                yield RawRecord(start, error=errors[0], details={"header": True})
+                return
+            header = [cell.strip() for cell in row]
+            if allow_index_column and header and header[0] in ("", "index"):
+                header[0] = ""  # pandas' to_csv writes the row index first, unnamed
+            duplicated = sorted({h for h in header if header.count(h) > 1 and h})
+            if duplicated:
+                yield RawRecord(
+                    start,
+                    error=f"the header names {', '.join(duplicated)} more than once",
+                    details={"header": True},
+                )
+                return
+            yield RawRecord(start, {"__header__": header})
+            continue
+        if not row or (len(row) == 1 and not row[0].strip()):
+            continue
+        if errors:
+            yield RawRecord(start, error=errors[0])
+        elif len(row) != len(header):
+            missing = header[len(row) :]
+            yield RawRecord(
+                start,
+                error=(
+                    f"line {start} has {len(row)} cells, the header names {len(header)}"
+                    + (f": missing {', '.join(missing)}" if missing else "")
+                ),
+                details={"missing_columns": missing} if missing else {},
+            )
+        else:
+            yield RawRecord(
+                start,
+                {name: cell for name, cell in zip(header, row, strict=True) if name and cell != ""},
+            )
+
+
+_STRUCTURE = re.compile(rb'["\\\[\]{}\n]')
+_IN_STRING = re.compile(rb'["\\\n]')
+
+
+class _Scanner:
+    """Cuts a JSON array of objects, or an object whose values are arrays of objects,
+    into the objects' bytes, tracking nesting, strings and escapes byte by byte (JSON's
+    structural characters are ASCII and never occur inside a UTF-8 sequence)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.stack: list[int] = []
+        self.in_string = False
+        self.skip_next = False
+        self.line = 1
+        self.string_start: int | None = None  # a key being read at the top of an object
+        self.key_parts: list[bytes] = []
+        self.label: str | None = None
+        self.element: list[bytes] | None = None
+        self.element_size = 0
+        self.element_line = 0
+        self.element_label: str | None = None
+        self.element_start = 0
+        self.started = False
+        self.closed = False  # the top-level value ended
+        self.fatal = False  # the structure is broken: nothing after it can be read
+
+    def _record_level(self) -> bool:
+        return self.stack == [ord("[")] or self.stack == [ord("{"), ord("[")]
+
+    def feed(self, chunk: bytes) -> Iterator[RawRecord]:
+        pos = 0
+        if self.element is not None:
+            self.element_start = 0
+        if not self.started:
+            stripped = chunk.lstrip(b" \t\r\n\xef\xbb\xbf")
+            if not stripped:
+                return
+            self.started = True
+            if stripped[:1] not in (b"[", b"{"):
+                self.fatal = True
+                yield RawRecord(self.line, error="the file is not a JSON array or object")
+                return
+        while pos < len(chunk):
+            if self.skip_next:
+                self.skip_next = False
+                pos += 1
+                continue
+            match = (_IN_STRING if self.in_string else _STRUCTURE).search(chunk, pos)
+            if match is None:
+                break
+            char = chunk[match.start()]
+            pos = match.end()
+            if char == 0x0A:
+                self.line += 1
+            elif char == 0x5C:  # a backslash: the next byte is escaped
+                self.skip_next = True
+            elif char == 0x22:
+                self._quote(chunk, match.start())
+            elif char in (0x5B, 0x7B):  # [ {
+                if not self.stack and self.closed:
+                    self.fatal = True
+                    yield RawRecord(
+                        self.line,
+                        error=f"line {self.line} starts a second JSON document: one array or"
+                        " object is expected (JSON Lines? then pass the jsonl layout)",
+                    )
+                    return
+                if char == 0x7B and self.element is None and self._record_level():
+                    self.element = []
+                    self.element_size = 0
+                    self.element_line = self.line
+                    self.element_label = self.label if self.stack[0] == 0x7B else None
+                    self.element_start = match.start()
+                if char == 0x5B and self.stack == [0x7B]:
+                    self.label = b"".join(self.key_parts).decode("utf-8", "replace")
+                self.stack.append(char)
+            elif char in (0x5D, 0x7D):  # ] }
+                if not self.stack or self.stack[-1] != (0x5B if char == 0x5D else 0x7B):
+                    self.fatal = True
+                    yield RawRecord(self.line, error=f"line {self.line}: unbalanced JSON brackets")
+                    return
+                self.stack.pop()
+                self.closed = not self.stack
+                if char == 0x7D and self.element is not None and self._record_level():
+                    yield self._finish(chunk, match.end())
+        if self.element is not None:
+            self._keep(chunk[self.element_start :])
+
+    def _quote(self, chunk: bytes, at: int) -> None:
+        if not self.in_string:
+            self.in_string = True
+            if self.stack == [0x7B] and self.element is None:
+                self.string_start = at + 1
+                self.key_parts = []
+            return
+        self.in_string = False
+        if self.string_start is not None:
+            self.key_parts.append(chunk[self.string_start : at])
+            self.string_start = None
+
+    def _keep(self, part: bytes) -> None:
+        assert self.element is not None
+        self.element_size += len(part)
+        if self.element_size <= self.limit:
+            self.element.append(part)
+
+    def _finish(self, chunk: bytes, end: int) -> RawRecord:
+        self._keep(chunk[self.element_start : end])
+        parts, self.element = self.element, None
+        line = self.element_line
+        if self.element_size > self.limit:
+            return RawRecord(
+                line, error=f"the record on line {line} is longer than {self.limit} bytes"
+            )
+        return _object(line, b"".join(parts or []), self.element_label)
+
+    def end_of_chunk(self, chunk: bytes) -> None:
+        if self.in_string and self.string_start is not None:
+            self.key_parts.append(chunk[self.string_start :])
+            self.string_start = 0
+
+    def finish(self) -> Iterator[RawRecord]:
+        if self.fatal:
+            return
+        if not self.started:
+            yield RawRecord(1, error="the file is empty")
+        elif self.stack or self.in_string:
+            yield RawRecord(self.line, error="the file ends inside a JSON value (is it truncated?)")
+
+
+def iter_json_records(stream: IO[bytes], limit: int) -> Iterator[RawRecord]:
+    """The objects of a JSON array, or of the arrays an object holds (labelled with
+    their key), each with the line it starts on."""
+    scanner = _Scanner(limit)
+    while True:
+        chunk = stream.read(CHUNK)
+        if not chunk:
+            break
+        yield from scanner.feed(chunk)
+        if scanner.fatal:
+            return
+        scanner.end_of_chunk(chunk)
+    yield from scanner.finish()

@@ -1,0 +1,547 @@
+"""`tht memory import` and `tht memory export` against the real archive and index:
+lossless round trips, the peers' formats, idempotent reruns, per-line errors that
+write nothing, resuming an interrupted import, and the service's face."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.factories import card, card_document
+from tests.integration.service_support import installation
+from tht.memory.archive.postgres import PostgresArchive
+from tht.memory.model import Source, uuid_to_card_id
+from tht.memory.service import MemoryService
+from tht.memory.transfer import service as transfer_service
+from tht.memory.transfer.formats import derived_uuid
+
+DATA = Path(__file__).parent.parent / "data" / "transfer"
+MISSING = "mem-00000000-0000-4000-8000-000000000000"
+
+
+@pytest.fixture
+def run(cli, runtime_file, monkeypatch, capsys):
+    """`tht` in-process: (exit code, stdout lines, stderr)."""
+    from tht.cli.main import main
+
+    cli("workspace", "create", "acme", "--language", "en")
+
+    def invoke(*args: str, stdin: bytes | None = None):
+        capsys.readouterr()
+        if stdin is not None:
+            monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
+        code = main(list(args))
+        captured = capsys.readouterr()
+        return code, [line for line in captured.out.splitlines() if line.strip()], captured.err
+
+    return invoke
+
+
+def _import(cli, path, config, *extra):
+    return cli("memory", "import", str(path), "-c", config, *extra)
+
+
+def _export(run, config, fmt="jsonl"):
+    code, lines, err = run("memory", "export", "-c", config, "--format", fmt)
+    assert code == 0, (lines, err)
+    return lines, json.loads(err.strip().splitlines()[-1])
+
+
+def _count(cli, workspace="acme"):
+    shown = cli("workspace", "show", workspace)
+    assert shown.code == 0, shown.document
+    return sum(shown.document["cards"].values())
+
+
+def _seed(database):
+    """Cards of every family, with dependencies, links (a cycle among them), an
+    edited card and a workflow card with its source references."""
+    archive = PostgresArchive(database.runtime).open()
+    try:
+        memory = MemoryService(archive)
+        shipped = memory.create_card(
+            "acme",
+            card(
+                dependencies=[
+                    {"database": "dwh", "schema": "sales", "table": "orders", "column": "status"}
+                ],
+                concepts=["shipping", "orders"],
+            ),
+        ).card
+        rule = memory.create_card("acme", card("sql_rule")).card
+        solved = memory.create_card(
+            "acme",
+            card(
+                "solved_question",
+                links=[
+                    {"target": shipped.id, "meaning": "uses definition"},
+                    {"target": rule.id, "meaning": "follows rule"},
+                ],
+            ),
+            origin="workflow",
+            source=Source(session="s-1", decisions=["d-1", "d-2"]),
+        ).card
+        error = memory.create_card(
+            "acme",
+            card("explained_error", error_signature='column "totl" does not exist'),
+        ).card
+        # a cycle: the rule links back to the solved question; edited twice
+        memory.update_card(
+            "acme",
+            rule.id,
+            card(
+                "sql_rule",
+                links=[{"target": solved.id, "meaning": "example"}],
+                content="Join movements and jobs on job_code and fiscal_year, always.",
+            ),
+        )
+        return [shipped.id, rule.id, solved.id, error.id]
+    finally:
+        archive.close()
+
+
+def _remapped(documents, mapping, workspace):
+    text = json.dumps(documents, sort_keys=True)
+    for old, new in mapping.items():
+        text = text.replace(old, new)
+    return _ordered(json.loads(text), workspace)
+
+
+def _ordered(documents, workspace):
+    """Documents by id, links by target (both orders follow the ids, which differ)."""
+    for document in documents:
+        document["workspace"] = workspace
+        document["links"].sort(key=lambda link: link["target"])
+    return sorted(documents, key=lambda d: d["id"])
+
+
+def test_export_import_export_is_lossless_and_a_rerun_creates_nothing(
+    cli, run, database, runtime_file, tmp_path
+):
+    ids = _seed(database)
+    source = runtime_file("acme")
+    lines, summary = _export(run, source)
+    assert summary["cards"] == 4 and len(lines) == 4
+    exported = [json.loads(line) for line in lines]
+    by_id = {d["id"]: d for d in exported}
+    assert by_id[ids[2]]["origin"] == "workflow"
+    assert by_id[ids[2]]["source"] == {"session": "s-1", "decisions": ["d-1", "d-2"]}
+    assert by_id[ids[1]]["revision"] == 2
+    assert by_id[ids[3]]["error_signature"]
+    path = tmp_path / "acme.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+
+    assert cli("workspace", "create", "copy", "--language", "en").code == 0
+    target = runtime_file("copy")
+    imported = _import(cli, path, target)
+    assert imported.code == 0, imported.document
+    assert (imported.document["created"], imported.document["invalid"]) == (4, 0)
+    assert imported.document["index"] == {"indexed": 4, "pending": 0}
+    again, _ = _export(run, target)
+    mapping = {old: uuid_to_card_id(derived_uuid("copy", old)) for old in ids}
+    assert _ordered([json.loads(line) for line in again], "copy") == _remapped(
+        exported, mapping, "copy"
+    )
+
+    rerun = _import(cli, path, target)
+    assert rerun.code == 0
+    assert (rerun.document["created"], rerun.document["updated"], rerun.document["skipped"]) == (
+        0,
+        0,
+        4,
+    )
+    # the copy's own export, imported into the copy, is the same cards
+    copy_path = tmp_path / "copy.jsonl"
+    copy_path.write_text("\n".join(again) + "\n")
+    same = _import(cli, copy_path, target)
+    assert (same.document["created"], same.document["skipped"]) == (0, 4)
+    assert _count(cli, "copy") == 4
+    # imported cards are searchable: projected, nothing pending
+    assert cli("memory", "pending", "-c", target).document["items"] == []
+    found = cli("memory", "search", "when is an order shipped", "-c", target)
+    assert found.code == 0 and found.document["results"][0]["id"] == mapping[ids[0]]
+
+
+def test_csv_import_and_round_trip(cli, run, runtime_file, tmp_path):
+    config = runtime_file("acme")
+    imported = _import(cli, DATA / "cards.csv", config)
+    assert imported.code == 0, imported.document
+    assert imported.document["created"] == 3
+    lines, _ = _export(run, config)
+    documents = {d["title"]: d for d in map(json.loads, lines)}
+    solved = documents["Active customers by month"]
+    assert solved["links"] == [
+        {
+            "target": documents["Active customer"]["id"],
+            "meaning": "uses definition",
+            "target_title": "Active customer",
+        }
+    ]
+    assert "GROUP BY 1" in solved["sql"] and "\n" in solved["sql"]
+    assert documents["Active customer"]["dependencies"] == [
+        {"database": "dwh", "schema": "sales", "table": "orders", "column": None}
+    ]
+
+    csv_lines, summary = _export(run, config, "csv")
+    assert summary["cards"] == 3
+    path = tmp_path / "acme.csv"
+    path.write_text("\n".join(csv_lines) + "\n")
+    assert cli("workspace", "create", "copy", "--language", "en").code == 0
+    copy = runtime_file("copy")
+    assert _import(cli, path, copy).document["created"] == 3
+    copied = {d["title"]: d for d in map(json.loads, _export(run, copy)[0])}
+    for title, document in documents.items():
+        other = copied[title]
+        assert other["id"] == uuid_to_card_id(derived_uuid("copy", document["id"]))
+        for field in ("family", "content", "sql", "concepts", "dependencies", "revision"):
+            assert other[field] == document[field]
+        assert other["created_at"] == document["created_at"]
+        assert [link["target_title"] for link in other["links"]] == [
+            link["target_title"] for link in document["links"]
+        ]
+
+
+def test_bird_rows_become_evidence_cards_and_linked_solved_questions(cli, run, runtime_file):
+    config = runtime_file("acme")
+    refused = _import(cli, DATA / "bird_dev.json", config)
+    assert refused.code == 2
+    assert "--format" in refused.document["error"]["message"]
+    assert refused.document["error"]["details"]["looks_like"] == "bird"
+
+    imported = _import(cli, DATA / "bird_dev.json", config, "--format", "bird")
+    assert imported.code == 0, imported.document
+    # 5 questions; evidence: 1 + 2 + 3 (one shared with the row before) + 1 + 0 pieces
+    assert imported.document["created"] == 5 + 6
+    documents = {d["title"]: d for d in map(json.loads, _export(run, config)[0])}
+    monthly = documents[
+        "What was the average monthly consumption of customers in SME for the year 2013?"
+    ]
+    assert monthly["family"] == "solved_question" and monthly["scope"] == "debit_card_specializing"
+    linked = sorted(link["target_title"] for link in monthly["links"])
+    assert linked == [
+        "Average Monthly consumption = AVG(Consumption) / 12",
+        "The first 4 strings of the Date values in the yearmonth table can represent year.",
+        "Year 2013 can be presented as Between 201301 And 201312",
+    ]
+    shared = documents[linked[1]]
+    least = documents["In 2012, who had the least consumption in LAM?"]
+    assert shared["id"] in {link["target"] for link in least["links"]}
+    assert shared["dependencies"] == [
+        {"database": "debit_card_specializing", "schema": None, "table": None, "column": None}
+    ]
+    rerun = _import(cli, DATA / "bird_dev.json", config, "--format", "bird")
+    assert (rerun.document["created"], rerun.document["skipped"]) == (0, 11)
+
+
+def test_vanna_training_data_csv_and_json_agree(cli, run, runtime_file):
+    config = runtime_file("acme")
+    refused = _import(cli, DATA / "vanna_training_data.csv", config)
+    assert refused.code == 2 and refused.document["error"]["details"]["looks_like"] == "vanna"
+    imported = _import(cli, DATA / "vanna_training_data.csv", config, "--format", "vanna")
+    assert imported.code == 0, imported.document
+    assert imported.document["created"] == 3
+    assert imported.document["not_imported"] == {"ddl": 1}
+    families = sorted(d["family"] for d in map(json.loads, _export(run, config)[0]))
+    assert families == ["domain_clarification", "solved_question", "solved_question"]
+    # the same records exported as JSON: the same keys (Vanna's ids), nothing new
+    again = _import(cli, DATA / "vanna_training_data.json", config, "--format", "vanna")
+    assert again.code == 0, again.document
+    assert (again.document["created"], again.document["skipped"]) == (0, 2)
+    assert again.document["not_imported"] == {"ddl": 1}
+
+
+def test_wrenai_sql_pairs_and_instructions(cli, run, runtime_file):
+    config = runtime_file("acme", database="olist")
+    imported = _import(cli, DATA / "wrenai_knowledge.json", config, "--format", "wrenai")
+    assert imported.code == 0, imported.document
+    assert imported.document["created"] == 4
+    documents = {
+        d["family"] + ":" + d["title"][:20]: d for d in map(json.loads, _export(run, config)[0])
+    }
+    rules = [d for d in documents.values() if d["family"] == "sql_rule"]
+    assert len(rules) == 2 and all(d["scope"] == "olist" for d in rules)
+    scoped = next(d for d in rules if d["context"])
+    assert "How many orders were delivered last month?" in scoped["context"]
+    assert sum(d["family"] == "solved_question" for d in documents.values()) == 2
+
+
+def test_dry_run_reports_every_line_and_writes_nothing(cli, run, runtime_file):
+    config = runtime_file("acme")
+    dry = _import(cli, DATA / "vanna_training_data.csv", config, "--format", "vanna", "--dry-run")
+    assert dry.code == 0, dry.document
+    assert [(e["line"], e["action"]) for e in dry.document["lines"]] == [
+        (2, "create"),
+        (3, "create"),
+        (6, "not_imported (ddl)"),
+        (7, "create"),
+    ]
+    assert _count(cli) == 0
+    _import(cli, DATA / "vanna_training_data.csv", config, "--format", "vanna")
+    again = _import(cli, DATA / "vanna_training_data.csv", config, "--format", "vanna", "--dry-run")
+    assert {e["action"] for e in again.document["lines"] if "key" in e} == {"unchanged"}
+
+
+def _jsonl(*documents) -> bytes:
+    return b"".join(
+        (d if isinstance(d, bytes) else json.dumps(d).encode()) + b"\n" for d in documents
+    )
+
+
+GOOD = card_document(title="A good card")
+BAD_INPUTS = {
+    "unknown field": (_jsonl(GOOD, card_document(colour="red")), "jsonl", 2),
+    "duplicate in the file": (
+        _jsonl(
+            {**GOOD, "id": MISSING},
+            card_document(title="Other"),
+            {**GOOD, "id": MISSING, "title": "Again"},
+        ),
+        "jsonl",
+        3,
+    ),
+    "link to nowhere": (
+        _jsonl(GOOD, card_document(title="Linked", links=[{"target": MISSING, "meaning": "x"}])),
+        "jsonl",
+        2,
+    ),
+    "invalid UTF-8": (
+        _jsonl(GOOD, b'{"family": "domain_clarification", "title": "\xff"}'),
+        "jsonl",
+        2,
+    ),
+    "a line over the limit": (
+        _jsonl(GOOD, card_document(content="x" * 1_100_000)),
+        "jsonl",
+        2,
+    ),
+    "a family rule broken": (
+        _jsonl(GOOD, {"family": "sql_rule", "title": "No content"}),
+        "jsonl",
+        2,
+    ),
+    "wrong format": (_jsonl(GOOD), "bird", 1),
+    "csv row with a missing column": (
+        b"family,title,content,scope\n"
+        b"domain_clarification,Good,Some content,Sales\n"
+        b"domain_clarification,Short row\n",
+        "csv",
+        3,
+    ),
+    "csv header without a required column": (
+        b"title,content,scope\nGood,Some content,Sales\n",
+        "csv",
+        1,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_input_names_its_line_and_writes_nothing(cli, run, runtime_file, tmp_path, case):
+    data, fmt, line = BAD_INPUTS[case]
+    path = tmp_path / f"input.{'csv' if fmt == 'csv' else 'jsonl'}"
+    path.write_bytes(data)
+    result = _import(cli, path, runtime_file("acme"), "--format", fmt)
+    assert result.code == 2, result.document
+    error = result.document["error"]
+    assert error["details"]["line"] == line, error
+    assert str(line) in error["message"]
+    assert _count(cli) == 0
+
+
+def test_mixed_families_are_refused_with_family(cli, run, runtime_file, tmp_path):
+    path = tmp_path / "rules.jsonl"
+    path.write_bytes(_jsonl(card_document("sql_rule"), card_document(title="A clarification")))
+    result = _import(cli, path, runtime_file("acme"), "--family", "sql_rule")
+    assert result.code == 2 and result.document["error"]["details"]["line"] == 2
+    assert _count(cli) == 0
+
+
+def test_continue_writes_the_valid_records_and_reports_the_others(cli, run, runtime_file, tmp_path):
+    path = tmp_path / "mixed.jsonl"
+    path.write_bytes(
+        _jsonl(
+            GOOD,
+            card_document(colour="red"),
+            b"not json",
+            card_document(title="Linked", links=[{"target": MISSING, "meaning": "x"}]),
+            card_document(title="Second good"),
+        )
+    )
+    result = _import(cli, path, runtime_file("acme"), "--continue")
+    assert result.code == 0, result.document
+    assert (result.document["created"], result.document["invalid"]) == (2, 3)
+    assert [e["line"] for e in result.document["errors"]] == [2, 3, 4]
+    assert _count(cli) == 2
+
+
+def test_on_conflict_skip_update_fail(cli, run, runtime_file, tmp_path):
+    config = runtime_file("acme")
+    key = "mem-11111111-1111-4111-8111-111111111111"
+    path = tmp_path / "one.jsonl"
+    path.write_bytes(_jsonl({**GOOD, "id": key}))
+    assert _import(cli, path, config).document["created"] == 1
+    path.write_bytes(_jsonl({**GOOD, "id": key, "content": "Changed content."}))
+    skipped = _import(cli, path, config)
+    assert (skipped.document["skipped"], skipped.document["updated"]) == (1, 0)
+    failed = _import(cli, path, config, "--on-conflict", "fail")
+    assert failed.code == 4 and failed.document["error"]["details"]["line"] == 1
+    updated = _import(cli, path, config, "--on-conflict", "update")
+    assert updated.document["updated"] == 1
+    (document,) = map(json.loads, _export(run, config)[0])
+    assert (document["content"], document["revision"]) == ("Changed content.", 2)
+
+
+def test_an_interrupted_import_says_how_to_resume_and_a_rerun_finishes_it(
+    cli, run, runtime_file, tmp_path, monkeypatch
+):
+    # five cards, the first linking to the last (a link to a later batch)
+    titles = [f"Card {i}" for i in range(5)]
+    ids = [f"mem-{i}1111111-1111-4111-8111-111111111111" for i in range(5)]
+    documents = [
+        card_document(title=title, id=card_id, content=f"Content {title}.")
+        for title, card_id in zip(titles, ids, strict=True)
+    ]
+    documents[0]["links"] = [{"target": ids[4], "meaning": "see also"}]
+    path = tmp_path / "five.jsonl"
+    path.write_bytes(_jsonl(*documents))
+    config = runtime_file("acme")
+    monkeypatch.setattr(transfer_service, "BATCH", 2)
+    original = transfer_service.CardTransfer._write_batch
+    calls = []
+
+    def interrupted_on_the_second_batch(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(
+        transfer_service.CardTransfer, "_write_batch", interrupted_on_the_second_batch
+    )
+    stopped = _import(cli, path, config)
+    assert stopped.code == 130, stopped.document
+    assert stopped.document["error"]["details"]["resume"] == "rerun the same command"
+    assert stopped.document["error"]["details"]["written"] == 2
+    assert _count(cli) == 2
+    monkeypatch.setattr(transfer_service.CardTransfer, "_write_batch", original)
+    finished = _import(cli, path, config)
+    assert finished.code == 0, finished.document
+    assert (finished.document["created"], finished.document["skipped"]) == (3, 2)
+    exported = {d["title"]: d for d in map(json.loads, _export(run, config)[0])}
+    assert len(exported) == 5
+    assert [link["target_title"] for link in exported["Card 0"]["links"]] == ["Card 4"]
+    assert cli("memory", "pending", "-c", config).document["items"] == []
+
+
+def test_import_and_export_through_the_service_respect_capabilities(database, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    tht = installation(database, home)
+    try:
+        assert tht.run("workspace", "create", "acme", "--language", "en").code == 0
+        config = tht.runtime("acme", database="dwh")
+        shutil.copy(DATA / "bird_dev.json", home / "dev.json")
+        # a relative path, read by the client and sent with the command
+        imported = tht.run("memory", "import", "dev.json", "-c", config, "--format", "bird")
+        assert imported.code == 0, (imported.document, imported.stderr)
+        assert imported.document["created"] == 11
+        assert tht.service_pid() is not None
+        assert "records" in imported.stderr  # progress reached the client's stderr
+        dry = tht.run("memory", "import", "--format", "bird", "--dry-run", "-c", config, "dev.json")
+        assert dry.code == 0 and dry.document["skipped"] == 11
+
+        tokens = {}
+        for role in ("user", "agent"):
+            made = tht.run("user", "create", f"the-{role}", "--role", role, "--workspace", "acme")
+            tokens[role] = made.document["token"]
+        refused = tht.run(
+            "memory", "import", "dev.json", "-c", config, "--format", "bird", token=tokens["user"]
+        )
+        assert refused.code == 5, refused.document
+        exported = subprocess.run(
+            [sys.executable, "-m", "tht", "memory", "export", "-c", config],
+            env={**tht.env, "THT_TOKEN": tokens["user"]},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=home,
+        )
+        assert exported.returncode == 0, exported.stdout + exported.stderr
+        assert len(exported.stdout.splitlines()) == 11
+        denied = tht.run("memory", "export", "-c", config, token=tokens["agent"])
+        assert denied.code == 5, denied.document
+        # the client sends a file whole: past its limit the import says where to run it
+        line = json.dumps(card_document(content="y" * 1000)).encode() + b"\n"
+        (home / "big.jsonl").write_bytes(line * (17 * 1024 * 1024 // len(line)))
+        big = tht.run("memory", "import", "big.jsonl", "-c", config)
+        assert big.code == 2, big.document
+        assert "THT_SERVICE=off" in big.document["error"]["message"]
+    finally:
+        tht.stop()
+
+
+def test_many_bad_lines_are_counted_and_the_first_hundred_reported(
+    cli, run, runtime_file, tmp_path
+):
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(b"not json\n" * 250 + _jsonl(GOOD))
+    result = _import(cli, path, runtime_file("acme"))
+    assert result.code == 2
+    details = result.document["error"]["details"]
+    assert (details["line"], details["invalid"], len(details["errors"])) == (1, 250, 100)
+    assert [e["line"] for e in details["errors"]] == list(range(1, 101))
+    assert _count(cli) == 0
+
+
+def test_ctrl_c_in_its_own_process_prints_how_to_resume(database, runtime_file, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("THT_")}
+    env.update(database.env(), THT_HOME=str(tmp_path / "home"), THT_SERVICE="off")
+    config = runtime_file("acme")
+
+    def tht(*args):
+        done = subprocess.run(
+            [sys.executable, "-m", "tht", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        return done.returncode, json.loads(done.stdout)
+
+    assert tht("workspace", "create", "acme", "--language", "en")[0] == 0
+    path = tmp_path / "many.jsonl"
+    path.write_bytes(
+        _jsonl(
+            *(card_document(title=f"Card {i}", content=f"Content number {i}.") for i in range(1500))
+        )
+    )
+    running = subprocess.Popen(
+        [sys.executable, "-m", "tht", "memory", "import", str(path), "-c", config],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    for line in running.stderr:
+        if line.startswith("imported"):  # the first batch is committed
+            running.send_signal(signal.SIGINT)
+            break
+    out, _ = running.communicate(timeout=120)
+    assert running.returncode == 130, out
+    error = json.loads(out)["error"]
+    assert error["code"] == "interrupted" and error["details"]["resume"] == "rerun the same command"
+    written = error["details"]["written"]
+    assert 0 < written < 1500
+    code, summary = tht("memory", "import", str(path), "-c", config)
+    assert code == 0, summary
+    assert (summary["created"], summary["skipped"]) == (1500 - written, written)
+    assert tht("workspace", "show", "acme")[1]["cards"] == {"domain_clarification": 1500}
+    assert tht("memory", "pending", "-c", config)[1]["items"] == []
