@@ -22,6 +22,7 @@ from tht.bootstrap import Services
 from tht.memory import agent
 from tht.memory.recall_service import RecallKind
 from tht.web import schemas
+from tht.web.headers import IdempotencyKeyHeader
 
 WORKSPACE_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 
@@ -112,7 +113,7 @@ def agent_router(services: Services, principal: Callable[..., Awaitable[Principa
         actor: Actor,
         workspace: WorkspaceId,
         request: Annotated[schemas.ProposeIn, Body()],
-        idempotency_key: schemas.IdempotencyKeyHeader = None,
+        idempotency_key: IdempotencyKeyHeader = None,
     ) -> JSONResponse:
         actor.require(PROPOSE, workspace)
         return answer(

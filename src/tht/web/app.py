@@ -49,6 +49,7 @@ from tht.web.agent import agent_router
 from tht.web.catalog import catalog_router
 from tht.web.cli_route import cli_router
 from tht.web.guard import SAFE_METHODS, RequestGuard, normalized_origin, security_headers
+from tht.web.headers import IdempotencyKeyHeader
 from tht.web.review import review_router
 
 HERE = Path(__file__).parent
@@ -410,7 +411,7 @@ def create_app(
         actor: Actor,
         workspace: WorkspaceId,
         card: Annotated[schemas.CardIn, Body()],
-        idempotency_key: schemas.IdempotencyKeyHeader = None,
+        idempotency_key: IdempotencyKeyHeader = None,
     ) -> dict[str, Any]:
         return admin(
             actor,
@@ -454,7 +455,7 @@ def create_app(
         workspace: WorkspaceId,
         card_id: CardId,
         card: Annotated[schemas.CardUpdate, Body()],
-        idempotency_key: schemas.IdempotencyKeyHeader = None,
+        idempotency_key: IdempotencyKeyHeader = None,
     ) -> dict[str, Any]:
         return admin(
             actor,
@@ -479,7 +480,7 @@ def create_app(
         workspace: WorkspaceId,
         card_id: CardId,
         revision: Annotated[int | None, Query(ge=1)] = None,
-        idempotency_key: schemas.IdempotencyKeyHeader = None,
+        idempotency_key: IdempotencyKeyHeader = None,
     ) -> dict[str, Any]:
         return admin(
             actor,

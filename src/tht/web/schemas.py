@@ -6,7 +6,6 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import Header
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tht.memory.model import (
@@ -60,21 +59,6 @@ _DESCRIPTIONS = {
     429: "Too many attempts: retry after the Retry-After header's seconds",
     503: "Archive or index unavailable",
 }
-
-
-# Mutations accept a client's idempotency key (tht.memory.idempotency, docs/reliability.md).
-IdempotencyKeyHeader = Annotated[
-    str | None,
-    Header(
-        alias="Idempotency-Key",
-        pattern=r"^[!-~]{1,255}$",
-        description=(
-            "A retry with the same key and the same request answers the first result without"
-            " doing it again (24 h, per principal and workspace); with another request: 409"
-            " idempotency_key_reused"
-        ),
-    ),
-]
 
 
 def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
