@@ -103,6 +103,12 @@ class Catalog:
         ]
 
 
+def _clean(text: str | None) -> str:
+    """One line of visible text: BIRD's descriptions hold C1 controls (cp1252 bullets
+    read as Latin-1) that a card refuses."""
+    return " ".join(re.sub(r"[\x00-\x1f\x7f-\x9f]", " ", text or "").split())
+
+
 def _names(name: str, text: str) -> bool:
     return re.search(r"(?<![\w`])" + re.escape(name) + r"(?![\w`])", text, re.I) is not None
 
@@ -152,8 +158,8 @@ def evidence_card(text: str, catalog: Catalog) -> dict[str, Any]:
 def column_cards(catalog: Catalog) -> list[dict[str, Any]]:
     cards = []
     for table, column in catalog.columns:
-        description = " ".join((column.get("description") or "").split())
-        values = " ".join((column.get("value_description") or "").split())
+        description = _clean(column.get("description"))
+        values = _clean(column.get("value_description"))
         if not description and not values:
             continue
         name = column.get("original_name") or column["name"]
@@ -408,7 +414,8 @@ def run_protocol(
             "search",
             database=case.database,
             schema=SCHEMA,
-            query=RecallQuery(top=TOP),
+            # every reusable family, widened explicitly: the baselines' pool
+            query=RecallQuery(top=TOP, families=list(REUSABLE_FAMILIES)),
         )
         latencies.append(time.perf_counter() - t0)
         returned["ours"].append([r.card.id for r in results])

@@ -45,6 +45,7 @@ def agent_router(services: Services, principal: Callable[..., Principal]) -> API
         question: str | None,
         session: str | None = None,
         error: str | None = None,
+        explain: str | None = None,
     ) -> JSONResponse:
         actor.require(RECALL, workspace)  # the route's check; recall_command checks again
         query = parse_recall_query(request.filters_document())
@@ -59,6 +60,7 @@ def agent_router(services: Services, principal: Callable[..., Principal]) -> API
                 query,
                 session=session,
                 error=error,
+                explain=explain,
                 binding=agent.workspace_binding(services, workspace),
                 principal=actor,
             )
@@ -66,15 +68,21 @@ def agent_router(services: Services, principal: Callable[..., Principal]) -> API
 
     @router.post(
         "/search",
-        response_model=schemas.RecallOut,
+        response_model=schemas.SearchOut,
         responses=errors(401, 403, 404, 413, 415, 422, 503),
-        summary="Recall domain memory (clarifications, SQL rules, explained errors): `tht memory search`",
+        summary="Recall domain clarifications (filters.families widens it): `tht memory search`",
     )
     def search(
         actor: Actor, workspace: WorkspaceId, request: Annotated[schemas.SearchIn, Body()]
     ) -> JSONResponse:
         return recall(
-            actor, workspace, "search", request, question=request.question, session=request.session
+            actor,
+            workspace,
+            "search",
+            request,
+            question=request.question,
+            session=request.session,
+            explain=request.explain,
         )
 
     @router.post(

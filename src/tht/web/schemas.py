@@ -297,6 +297,18 @@ class _Filters(_Input):
     concepts: list[
         Annotated[str, Field(min_length=1, max_length=MAX_CONCEPT, pattern=TEXT_PATTERN)]
     ] = Field(default_factory=list, max_length=50, description="Every concept must be present")
+    families: (
+        list[Literal["domain_clarification", "sql_rule", "explained_error", "solved_question"]]
+        | None
+    ) = Field(
+        default=None,
+        min_length=1,
+        max_length=3,
+        description=(
+            "Families to recall (default: the command's own; search: domain_clarification"
+            " only). search may be widened to sql_rule and explained_error explicitly"
+        ),
+    )
     top: Annotated[int, Field(ge=1, le=100)] | None = Field(
         default=None, description="Results (default 10)"
     )
@@ -370,6 +382,13 @@ class SearchIn(SolvedSearchIn):
         default=None,
         description="Workflow session: leave out Memory already decided in it (its ledger)",
     )
+    explain: Annotated[str, Field(max_length=100)] | None = Field(
+        default=None,
+        description=(
+            "A card id: the answer's `explain` says why it is or is not among the results"
+            " (`tht memory search --explain`)"
+        ),
+    )
 
 
 class RulesIn(RecallRequest):
@@ -439,8 +458,22 @@ class RecallHit(BaseModel):
     retrieval: Retrieval
 
 
+class Explain(BaseModel):
+    """Why a card is or is not among the results: `reason` is returned, family, scope,
+    concepts, binding, filters, decided, pending, not_indexed or ranked_below_cut."""
+
+    card: str
+    returned: bool
+    reason: str
+    details: dict[str, Any]
+
+
 class RecallOut(BaseModel):
     results: list[RecallHit]
+
+
+class SearchOut(RecallOut):
+    explain: Explain | None = None
 
 
 class RulesOut(RecallOut):
