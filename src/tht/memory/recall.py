@@ -126,6 +126,19 @@ def direct_score(seed_rank: int) -> float:
 
 
 @dataclass(frozen=True)
+class RecallTuning:
+    """Which of our additions to the spec's ranking are on (all, by default); the
+    quality bench measures each one's ablation. ``spec_only()`` is the spec's fusion
+    (RRF of the dense and BM25 ranks) with its link scoring and nothing of ours."""
+
+    coverage: bool = True
+
+    @classmethod
+    def spec_only(cls) -> RecallTuning:
+        return cls(coverage=False)
+
+
+@dataclass(frozen=True)
 class SeedSignals:
     """A verified direct hit before ordering: its rank in each search branch (None
     when that branch did not return it) and the BM25 terms of its indexed text."""
@@ -158,17 +171,24 @@ def coverage(
     return shares
 
 
-def order_seeds(question_terms: Collection[int], candidates: Sequence[SeedSignals]) -> list[str]:
+def order_seeds(
+    question_terms: Collection[int],
+    candidates: Sequence[SeedSignals],
+    tuning: RecallTuning = RecallTuning(),
+) -> list[str]:
     """The seeds, best first: RRF (k = 60) of dense rank, BM25 rank and coverage rank
-    (among the candidates; equal coverage ordered by card id); equal scores by card id."""
+    (among the candidates; equal coverage ordered by card id); equal scores by card id.
+    Without ``tuning.coverage``: the spec's RRF of the dense and BM25 ranks alone."""
     if len({c.card_id for c in candidates}) != len(candidates):
         raise ValueError("candidates must be distinct card ids")
-    shares = coverage(question_terms, candidates)
-    by_coverage = sorted(candidates, key=lambda c: (-shares[c.card_id], c.card_id))
-    coverage_rank = {c.card_id: rank for rank, c in enumerate(by_coverage, start=1)}
+    coverage_rank: dict[str, int] = {}
+    if tuning.coverage:
+        shares = coverage(question_terms, candidates)
+        by_coverage = sorted(candidates, key=lambda c: (-shares[c.card_id], c.card_id))
+        coverage_rank = {c.card_id: rank for rank, c in enumerate(by_coverage, start=1)}
 
     def fused(c: SeedSignals) -> float:
-        ranks = (c.dense_rank, c.bm25_rank, coverage_rank[c.card_id])
+        ranks = (c.dense_rank, c.bm25_rank, coverage_rank.get(c.card_id))
         return sum(1 / (RRF_K + r) for r in ranks if r is not None)
 
     return [c.card_id for c in sorted(candidates, key=lambda c: (-fused(c), c.card_id))]

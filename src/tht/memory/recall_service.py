@@ -24,7 +24,14 @@ from tht.memory.index.errors import IndexLost
 from tht.memory.model import MAX_CONCEPT, Card, Dependency, card_id_to_uuid, uuid_to_card_id
 from tht.memory.projection import indexed_text, searchable
 from tht.memory.projector import IndexProjector
-from tht.memory.recall import RankedCard, SeedSignals, order_seeds, rank_recall, seed_count
+from tht.memory.recall import (
+    RankedCard,
+    RecallTuning,
+    SeedSignals,
+    order_seeds,
+    rank_recall,
+    seed_count,
+)
 from tht.memory.recall_explain import Explanation, exclusion, ranked
 from tht.memory.recall_filters import (
     CLARIFICATION_FAMILIES,
@@ -157,7 +164,9 @@ class RecallService:
         index: SearchIndex,
         embedder: Embedder,
         projector: IndexProjector,
+        tuning: RecallTuning | None = None,
     ) -> None:
+        self.tuning = tuning or RecallTuning()
         self.archive = archive
         self.index = index
         self.embedder = embedder
@@ -340,7 +349,7 @@ class RecallService:
                     SeedSignals(uuid_to_card_id(hit.id), hit.dense_rank, hit.bm25_rank, terms)
                 )
             ranking = rank_recall(
-                order_seeds(sparse.indices, signals),
+                order_seeds(sparse.indices, signals, self.tuning),
                 top=query.top,
                 links_of=verifier.links_of,
                 eligible=verifier.eligible,
