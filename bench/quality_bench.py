@@ -71,6 +71,9 @@ BASELINES = ("dense", "bm25", "rrf")
 # signal of ours removed; "spec" is the spec's fusion and link scoring alone
 VARIANTS: dict[str, RecallTuning] = {
     "ours": RecallTuning(),
+    "ours-coverage": RecallTuning(coverage=False),
+    "ours-language": RecallTuning(language_aware=False),
+    "ours-xlcoverage": RecallTuning(coverage_across_languages=False),
     "spec": RecallTuning.spec_only(),
 }
 MAX_DEPENDENCIES = 8
@@ -316,12 +319,12 @@ def crosslingual_protocol(
             )
     for number, (italian,) in list(italian_questions.items())[:limit]:
         english = by_id[number]["question"]
+        part = half(by_id[number]["db_id"], databases)
         for language, space in spaces.items():
-            other = "en" if language == "it" else "it"
             for asked, question in (("en", english), ("it", italian)):
                 space.cases.append((question, [str(number)]))
-                pair = f"{language} cards, {asked} questions"
-                space.groups.append(("cross: " if asked == other else "same: ") + pair)
+                kind = "same" if asked == language else "cross"
+                space.groups.append(f"{kind} {part}: {language} cards, {asked} questions")
     return list(spaces.values())
 
 
@@ -558,12 +561,14 @@ def run_protocol(
                 1 for i in returned[method][-1] if i not in in_scope[case.workspace]
             )
     groups = sorted({c.group for c in cases})
+    # the cross-lingual set: also each kind (cross, same) by half, both directions together
+    groups += sorted({c.group.split(":")[0] for c in cases if ":" in c.group})
 
     def metrics(method: str, group: str | None) -> dict[str, Any]:
         chosen = [
             (c.expected, r)
             for c, r in zip(cases, returned[method], strict=True)
-            if group is None or c.group == group
+            if group is None or c.group == group or c.group.split(":")[0] == group
         ]
         return {"queries": len(chosen), **summarize(chosen)}
 

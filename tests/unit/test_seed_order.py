@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tht.memory.recall import SeedSignals, coverage, order_seeds
+from tht.memory.recall import SeedSignals, coverage_shares, order_seeds
 
 
 def seed(card_id, dense, bm25, *terms):
@@ -26,7 +26,7 @@ def idf(n, df):
 
 def test_coverage_weights_terms_by_their_idf_among_the_candidates():
     candidates = [seed("a", 1, 1, 1, 2), seed("b", 2, 2, 1, 3, 4), seed("c", 3, None)]
-    shares = coverage([1, 3], candidates)
+    shares = coverage_shares([1, 3], candidates)
     assert shares["a"] == pytest.approx(idf(3, 2) / (idf(3, 2) + idf(3, 1)))
     assert shares["b"] == pytest.approx((idf(3, 2) + idf(3, 1)) / (idf(3, 2) + 2 * idf(3, 1)))
     assert shares["c"] == 0  # a card without terms covers nothing
@@ -81,4 +81,4 @@ def test_the_order_is_a_permutation_and_does_not_depend_on_input_order(rows, que
     ordered = order_seeds(question, candidates)
     assert sorted(ordered) == sorted(c.card_id for c in candidates)
     assert order_seeds(question, list(reversed(candidates))) == ordered
-    assert all(0 <= share <= 1 for share in coverage(question, candidates).values())
+    assert all(0 <= share <= 1 for share in coverage_shares(question, candidates).values())

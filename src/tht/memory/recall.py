@@ -132,10 +132,14 @@ class RecallTuning:
     (RRF of the dense and BM25 ranks) with its link scoring and nothing of ours."""
 
     coverage: bool = True
+    # a question in another language than the workspace's: BM25 without its stop words
+    language_aware: bool = True
+    # ... and the coverage signal for such a question too (its terms rarely meet the cards')
+    coverage_across_languages: bool = True
 
     @classmethod
     def spec_only(cls) -> RecallTuning:
-        return cls(coverage=False)
+        return cls(coverage=False, language_aware=False, coverage_across_languages=False)
 
 
 @dataclass(frozen=True)
@@ -149,7 +153,7 @@ class SeedSignals:
     terms: frozenset[int]
 
 
-def coverage(
+def coverage_shares(
     question_terms: Collection[int], candidates: Sequence[SeedSignals]
 ) -> dict[str, float]:
     """The IDF-weighted share of each candidate's terms that the question holds, with
@@ -172,18 +176,16 @@ def coverage(
 
 
 def order_seeds(
-    question_terms: Collection[int],
-    candidates: Sequence[SeedSignals],
-    tuning: RecallTuning = RecallTuning(),
+    question_terms: Collection[int], candidates: Sequence[SeedSignals], *, coverage: bool = True
 ) -> list[str]:
     """The seeds, best first: RRF (k = 60) of dense rank, BM25 rank and coverage rank
     (among the candidates; equal coverage ordered by card id); equal scores by card id.
-    Without ``tuning.coverage``: the spec's RRF of the dense and BM25 ranks alone."""
+    Without ``coverage``: the spec's RRF of the dense and BM25 ranks alone."""
     if len({c.card_id for c in candidates}) != len(candidates):
         raise ValueError("candidates must be distinct card ids")
     coverage_rank: dict[str, int] = {}
-    if tuning.coverage:
-        shares = coverage(question_terms, candidates)
+    if coverage:
+        shares = coverage_shares(question_terms, candidates)
         by_coverage = sorted(candidates, key=lambda c: (-shares[c.card_id], c.card_id))
         coverage_rank = {c.card_id: rank for rank, c in enumerate(by_coverage, start=1)}
 

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from tht.errors import InvalidInput, NotFound
 from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive, RecallFacts, SeedFacts
 from tht.memory.embedding import Embedder, SparseEncoder, SparseVector
+from tht.memory.embedding.sparse import text_language, without_stopwords
 from tht.memory.index import IndexHit, IndexUnavailable, SearchIndex
 from tht.memory.index.errors import IndexLost
 from tht.memory.model import MAX_CONCEPT, Card, Dependency, card_id_to_uuid, uuid_to_card_id
@@ -204,8 +205,7 @@ class RecallService:
         language = self._language(workspace)
         filters = self._filters(workspace, kind, database, schema, query)
         dense = self.embedder.embed_query(question)
-        # BM25 sees the question as the cards' indexed text sees identifiers
-        sparse = self.projector.encoder(language).encode_query(searchable(question))
+        sparse, crossing = self._bm25_query(question, language)
         if not self.index.collection_exists():
             raise IndexUnavailable("the search index has no collection yet: run `tht memory index`")
         current = self.projector.fingerprint(language)
@@ -225,7 +225,22 @@ class RecallService:
                 exclude,
                 sparse,
                 self.projector.encoder(language),
+                coverage=self.tuning.coverage
+                and (not crossing or self.tuning.coverage_across_languages),
             )
+
+    def _bm25_query(self, question: str, language: str) -> tuple[SparseVector, bool]:
+        """The BM25 query, and whether the question is in another language than the
+        workspace's. BM25 sees the question as the cards' indexed text sees identifiers;
+        a question in another language (ours, ``tuning.language_aware``) first loses
+        that language's stop words, which the workspace's analyzer would keep as terms
+        ("the" in an Italian workspace, "di" in an English one)."""
+        text = searchable(question)
+        asked = text_language(question) if self.tuning.language_aware else None
+        crossing = asked is not None and asked != language
+        if crossing and asked is not None:
+            text = without_stopwords(text, asked)
+        return self.projector.encoder(language).encode_query(text), crossing
 
     def explain(
         self,
@@ -276,7 +291,7 @@ class RecallService:
             return excluded
         # eligible, yet not returned: where each branch ranks it among the eligible cards
         dense = self.embedder.embed_query(question.strip())
-        sparse = self.projector.encoder(language).encode_query(searchable(question))
+        sparse, _ = self._bm25_query(question, language)
         with self.index.session():
             hits = self.index.hybrid_search(dense, sparse, filters, limit=EXPLAIN_DEPTH)
         hit = next((h for h in hits if h.id == card_uuid), None)
@@ -331,6 +346,8 @@ class RecallService:
         exclude: frozenset[uuid.UUID],
         sparse: SparseVector,
         encoder: SparseEncoder,
+        *,
+        coverage: bool,
     ) -> list[RecallResult]:
         with self.archive.transaction(workspace, lock="shared") as tx:
             verifier = _Verifier(tx, filters, current, exclude)
@@ -349,7 +366,7 @@ class RecallService:
                     SeedSignals(uuid_to_card_id(hit.id), hit.dense_rank, hit.bm25_rank, terms)
                 )
             ranking = rank_recall(
-                order_seeds(sparse.indices, signals, self.tuning),
+                order_seeds(sparse.indices, signals, coverage=coverage),
                 top=query.top,
                 links_of=verifier.links_of,
                 eligible=verifier.eligible,
