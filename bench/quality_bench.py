@@ -73,7 +73,9 @@ VARIANTS: dict[str, RecallTuning] = {
     "ours": RecallTuning(),
     "ours-coverage": RecallTuning(coverage=False),
     "ours-language": RecallTuning(language_aware=False),
-    "ours-xlcoverage": RecallTuning(coverage_across_languages=False),
+    "ours+xlcoverage": RecallTuning(coverage_across_languages=True),
+    "ours+xlbm25w0.5": RecallTuning(bm25_weight_across_languages=0.5),
+    "ours+xlbm25w1": RecallTuning(bm25_weight_across_languages=1.0),
     "spec": RecallTuning.spec_only(),
 }
 MAX_DEPENDENCIES = 8

@@ -134,12 +134,14 @@ class RecallTuning:
     coverage: bool = True
     # a question in another language than the workspace's: BM25 without its stop words
     language_aware: bool = True
-    # ... and the coverage signal for such a question too (its terms rarely meet the cards')
-    coverage_across_languages: bool = True
+    # ... and for such a question, the coverage signal (its words rarely are the cards')
+    # and the weight of the BM25 rank in the seed order (1: the spec's RRF)
+    coverage_across_languages: bool = False
+    bm25_weight_across_languages: float = 0.0
 
     @classmethod
     def spec_only(cls) -> RecallTuning:
-        return cls(coverage=False, language_aware=False, coverage_across_languages=False)
+        return cls(coverage=False, language_aware=False)
 
 
 @dataclass(frozen=True)
@@ -176,11 +178,16 @@ def coverage_shares(
 
 
 def order_seeds(
-    question_terms: Collection[int], candidates: Sequence[SeedSignals], *, coverage: bool = True
+    question_terms: Collection[int],
+    candidates: Sequence[SeedSignals],
+    *,
+    coverage: bool = True,
+    bm25_weight: float = 1.0,
 ) -> list[str]:
     """The seeds, best first: RRF (k = 60) of dense rank, BM25 rank and coverage rank
     (among the candidates; equal coverage ordered by card id); equal scores by card id.
-    Without ``coverage``: the spec's RRF of the dense and BM25 ranks alone."""
+    Without ``coverage``: the spec's RRF of the dense and BM25 ranks alone; the BM25
+    rank's term is multiplied by ``bm25_weight``."""
     if len({c.card_id for c in candidates}) != len(candidates):
         raise ValueError("candidates must be distinct card ids")
     coverage_rank: dict[str, int] = {}
@@ -190,8 +197,10 @@ def order_seeds(
         coverage_rank = {c.card_id: rank for rank, c in enumerate(by_coverage, start=1)}
 
     def fused(c: SeedSignals) -> float:
-        ranks = (c.dense_rank, c.bm25_rank, coverage_rank.get(c.card_id))
-        return sum(1 / (RRF_K + r) for r in ranks if r is not None)
+        weighted = ((c.dense_rank, 1.0), (c.bm25_rank, bm25_weight))
+        score = sum(w / (RRF_K + r) for r, w in weighted if r is not None)
+        covered = coverage_rank.get(c.card_id)
+        return score + (1 / (RRF_K + covered) if covered is not None else 0.0)
 
     return [c.card_id for c in sorted(candidates, key=lambda c: (-fused(c), c.card_id))]
 

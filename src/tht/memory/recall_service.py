@@ -227,6 +227,7 @@ class RecallService:
                 self.projector.encoder(language),
                 coverage=self.tuning.coverage
                 and (not crossing or self.tuning.coverage_across_languages),
+                bm25_weight=self.tuning.bm25_weight_across_languages if crossing else 1.0,
             )
 
     def _bm25_query(self, question: str, language: str) -> tuple[SparseVector, bool]:
@@ -348,6 +349,7 @@ class RecallService:
         encoder: SparseEncoder,
         *,
         coverage: bool,
+        bm25_weight: float,
     ) -> list[RecallResult]:
         with self.archive.transaction(workspace, lock="shared") as tx:
             verifier = _Verifier(tx, filters, current, exclude)
@@ -366,7 +368,7 @@ class RecallService:
                     SeedSignals(uuid_to_card_id(hit.id), hit.dense_rank, hit.bm25_rank, terms)
                 )
             ranking = rank_recall(
-                order_seeds(sparse.indices, signals, coverage=coverage),
+                order_seeds(sparse.indices, signals, coverage=coverage, bm25_weight=bm25_weight),
                 top=query.top,
                 links_of=verifier.links_of,
                 eligible=verifier.eligible,
