@@ -141,3 +141,44 @@ def test_explain_refuses_what_show_refuses(cli, acme, runtime_file, tmp_path):
         assert shown.code in (2, 3), shown.document
         assert (explained.code, explained.document) == (shown.code, shown.document), card_id
         assert "Shipped order elsewhere" not in explained.stdout
+
+
+def test_a_close_solved_question_brings_the_cards_it_used(cli, runtime_file, tmp_path):
+    """Exemplar links (ours, RecallTuning.exemplar_links): a card that shares no word
+    with the question is recalled first because the closest solved question used it;
+    one the binding excludes never is."""
+    assert cli("workspace", "create", "acme", "--language", "en").code == 0
+    config = runtime_file("acme")
+
+    def create(document):
+        path = tmp_path / "card.json"
+        path.write_text(json.dumps(document))
+        created = cli("memory", "create", "-c", config, "--data", str(path))
+        assert created.code == 0, created.document
+        return created.document["card"]["id"]
+
+    used = create(
+        card_document(title="Branch codes", content="A branch code is unique within a region.")
+    )
+    elsewhere = create(
+        card_document(
+            title="Region codes",
+            content="A region code names a sales area.",
+            dependencies=[_dep("acc")],
+        )
+    )
+    for n in range(4):  # distractors: no word of the question either
+        create(card_document(title=f"Note {n}", content=f"Fiscal calendars start in month {n}."))
+    create(
+        card_document(
+            "solved_question",
+            title="Invoices per branch",
+            question="How many invoices per branch and region?",
+            links=[{"target": used, "meaning": "uses"}, {"target": elsewhere, "meaning": "uses"}],
+        )
+    )
+    answer = cli("memory", "search", "how many invoices were issued", "-c", config).document
+    ids = [r["id"] for r in answer["results"]]
+    assert ids[0] == used, answer
+    assert elsewhere not in ids
+    assert {r["family"] for r in answer["results"]} == {"domain_clarification"}
