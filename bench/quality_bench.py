@@ -72,7 +72,6 @@ BASELINES = ("dense", "bm25", "rrf")
 VARIANTS: dict[str, RecallTuning] = {
     "ours": RecallTuning(),
     "ours-coverage": RecallTuning(coverage=False),
-    "ours-exemplars": RecallTuning(exemplar_links=False),
     "ours-language": RecallTuning(language_aware=False),
     "ours+xlcoverage": RecallTuning(coverage_across_languages=True),
     "ours+xlbm25w0.5": RecallTuning(bm25_weight_across_languages=0.5),

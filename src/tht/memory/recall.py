@@ -138,13 +138,10 @@ class RecallTuning:
     # and the weight of the BM25 rank in the seed order (1: the spec's RRF)
     coverage_across_languages: bool = False
     bm25_weight_across_languages: float = 0.0
-    # exemplar links: the cards that the solved questions closest to the question link
-    # to (what those solutions used) are candidates too, ranked by their exemplar's rank
-    exemplar_links: bool = True
 
     @classmethod
     def spec_only(cls) -> RecallTuning:
-        return cls(coverage=False, language_aware=False, exemplar_links=False)
+        return cls(coverage=False, language_aware=False)
 
 
 @dataclass(frozen=True)
@@ -156,8 +153,6 @@ class SeedSignals:
     dense_rank: int | None
     bm25_rank: int | None
     terms: frozenset[int]
-    # the rank of the best solved question (exemplar) that links to it, if any
-    exemplar_rank: int | None = None
 
 
 def coverage_shares(
@@ -189,9 +184,8 @@ def order_seeds(
     coverage: bool = True,
     bm25_weight: float = 1.0,
 ) -> list[str]:
-    """The seeds, best first: RRF (k = 60) of dense rank, BM25 rank, coverage rank
-    (among the candidates; equal coverage ordered by card id) and exemplar rank (when
-    a close solved question links to the card); equal scores by card id.
+    """The seeds, best first: RRF (k = 60) of dense rank, BM25 rank and coverage rank
+    (among the candidates; equal coverage ordered by card id); equal scores by card id.
     Without ``coverage``: the spec's RRF of the dense and BM25 ranks alone; the BM25
     rank's term is multiplied by ``bm25_weight``."""
     if len({c.card_id for c in candidates}) != len(candidates):
@@ -205,9 +199,8 @@ def order_seeds(
     def fused(c: SeedSignals) -> float:
         weighted = ((c.dense_rank, 1.0), (c.bm25_rank, bm25_weight))
         score = sum(w / (RRF_K + r) for r, w in weighted if r is not None)
-        for rank in (coverage_rank.get(c.card_id), c.exemplar_rank):
-            score += 1 / (RRF_K + rank) if rank is not None else 0.0
-        return score
+        covered = coverage_rank.get(c.card_id)
+        return score + (1 / (RRF_K + covered) if covered is not None else 0.0)
 
     return [c.card_id for c in sorted(candidates, key=lambda c: (-fused(c), c.card_id))]
 

@@ -10,7 +10,7 @@ own data. Index payloads are never returned.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Literal
 
@@ -45,8 +45,6 @@ from tht.memory.recall_filters import (
 from tht.validation import describe_validation_error, validation_details
 
 MAX_QUESTION = 2_000
-EXEMPLARS = 3  # solved questions whose links make candidates (RecallTuning.exemplar_links)
-MAX_SEEDS = 100  # rank_recall's limit (tht.memory.recall.MAX_TOP)
 EXPLAIN_DEPTH = 1_000  # candidates per branch `--explain` looks through for a card's ranks
 DEFAULT_TOP = 10
 RecallKind = Literal["search", "rules", "solved"]
@@ -218,12 +216,6 @@ class RecallService:
             hits = self.index.hybrid_search(dense, sparse, filters, limit=seed_count(query.top))
             if not hits:
                 self._raise_if_lost(workspace)
-            exemplars: list[IndexHit] = []
-            if self.tuning.exemplar_links and kind != "solved":
-                # the same vectors, no second embedding: one more engine query
-                exemplars = self.index.hybrid_search(
-                    dense, sparse, replace(filters, families=EXEMPLAR_FAMILIES), limit=EXEMPLARS
-                )
             return self._verified(
                 workspace,
                 filters,
@@ -236,7 +228,6 @@ class RecallService:
                 coverage=self.tuning.coverage
                 and (not crossing or self.tuning.coverage_across_languages),
                 bm25_weight=self.tuning.bm25_weight_across_languages if crossing else 1.0,
-                exemplars=exemplars,
             )
 
     def _bm25_query(self, question: str, language: str) -> tuple[SparseVector, bool]:
@@ -359,12 +350,10 @@ class RecallService:
         *,
         coverage: bool,
         bm25_weight: float,
-        exemplars: list[IndexHit],
     ) -> list[RecallResult]:
         with self.archive.transaction(workspace, lock="shared") as tx:
             verifier = _Verifier(tx, filters, current, exclude)
             seeds, read = verifier.seeds(hits)
-            linked = _exemplar_ranks(tx, filters, current, exclude, exemplars, verifier)
             signals = []
             for hit in seeds:
                 # the coverage signal: the terms of the seed's BM25 vector, recorded with
@@ -376,24 +365,10 @@ class RecallService:
                     )
                     terms = frozenset(encoder.encode_document(text).indices)
                 signals.append(
-                    SeedSignals(
-                        uuid_to_card_id(hit.id),
-                        hit.dense_rank,
-                        hit.bm25_rank,
-                        terms,
-                        linked.pop(hit.id, None),
-                    )
+                    SeedSignals(uuid_to_card_id(hit.id), hit.dense_rank, hit.bm25_rank, terms)
                 )
-            # cards only the exemplars reached: no branch rank, no terms (coverage 0)
-            signals += [
-                SeedSignals(uuid_to_card_id(i), None, None, frozenset(), rank)
-                for i, rank in linked.items()
-            ]
-            ordered = order_seeds(
-                sparse.indices, signals, coverage=coverage, bm25_weight=bm25_weight
-            )
             ranking = rank_recall(
-                ordered[:MAX_SEEDS],
+                order_seeds(sparse.indices, signals, coverage=coverage, bm25_weight=bm25_weight),
                 top=query.top,
                 links_of=verifier.links_of,
                 eligible=verifier.eligible,
@@ -404,28 +379,6 @@ class RecallService:
             RecallResult(cards[card_id_to_uuid(r.card_id)], r, hit_of.get(r.card_id))
             for r in ranking.cards
         ]
-
-
-def _exemplar_ranks(
-    tx: ArchiveTransaction,
-    filters: RecallFilters,
-    current: str,
-    exclude: frozenset[uuid.UUID],
-    exemplars: list[IndexHit],
-    verifier: _Verifier,
-) -> dict[uuid.UUID, int]:
-    """The eligible cards that the verified exemplars (solved questions, best first)
-    link to, each with the rank of the best exemplar linking to it."""
-    if not exemplars:
-        return {}
-    solved = _Verifier(tx, replace(filters, families=EXEMPLAR_FAMILIES), current, exclude)
-    verified, read = solved.seeds(exemplars)
-    ranks: dict[uuid.UUID, int] = {}
-    for rank, hit in enumerate(verified, start=1):
-        for target, _meaning in read.links.get(hit.id, []):
-            ranks.setdefault(target, rank)
-    eligible = verifier.eligible_ids(list(ranks))
-    return {target: rank for target, rank in ranks.items() if target in eligible}
 
 
 def _indexed_card(fields: dict[str, Any], dependencies: tuple[Dependency, ...]) -> SimpleNamespace:
@@ -462,7 +415,7 @@ class _Verifier:
         # outgoing links already read, by source (the seeds' come with their facts)
         self._links: dict[uuid.UUID, list[tuple[uuid.UUID, str]]] = {}
 
-    def eligible_ids(self, ids: list[uuid.UUID]) -> set[uuid.UUID]:
+    def _eligible_ids(self, ids: list[uuid.UUID]) -> set[uuid.UUID]:
         missing = [i for i in ids if i not in self._facts]
         if missing:
             self._facts.update(self.tx.recall_facts(missing))
@@ -482,7 +435,7 @@ class _Verifier:
         self._facts.update(read.target_facts)
         self._facts.update(read.facts)
         self._links.update({i: read.links.get(i, []) for i in ids})
-        eligible = self.eligible_ids(ids)
+        eligible = self._eligible_ids(ids)
         # the point itself must be the recorded projection of the current revision
         return [
             h
@@ -497,7 +450,7 @@ class _Verifier:
 
     def eligible(self, card_ids: list[str]) -> set[str]:
         return {
-            uuid_to_card_id(i) for i in self.eligible_ids([card_id_to_uuid(c) for c in card_ids])
+            uuid_to_card_id(i) for i in self._eligible_ids([card_id_to_uuid(c) for c in card_ids])
         }
 
     def links_of(self, card_ids: list[str]) -> dict[str, list[tuple[str, str]]]:
