@@ -32,6 +32,13 @@ each term weighted by its IDF among the candidates: BM25 asks how much of the qu
 a card holds, coverage asks how much of the card the question is about, which ranks a
 card that merely shares a clause with the question below one that fits it whole.
 
+Language-aware fusion (ours too, ``RecallTuning``, measured and ablated by the quality
+bench, docs/quality.md): a question in another language than the workspace's (told by
+the stop words it uses) loses that language's stop words before BM25, and its seeds
+are ordered by the dense rank alone (BM25 weight 0, no coverage): across languages,
+BM25 and coverage only meet names and identifiers, and on the cross-lingual dev half
+they cost more than they bring.
+
 Choices where the rules leave room:
 
 - Paths are simple: a path never visits a card twice, so no path leads back to its
