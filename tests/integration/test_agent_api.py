@@ -28,6 +28,8 @@ from tht.web.app import WebSettings, create_app
 from tht.workflow.contract import Review
 
 BASE = "/api/workspaces/{workspaceId}/memory"
+# `search` widened explicitly to rules (it recalls domain clarifications by default)
+WIDENED = ["domain_clarification", "sql_rule", "explained_error"]
 MEMBERSHIP = {"admin_a": "ws-a", "admin_b": "ws-b", "user_a": "ws-a", "agent_a": "ws-a"}
 ROLE = {"admin_a": "admin", "admin_b": "admin", "user_a": "user", "agent_a": "agent"}
 
@@ -227,6 +229,12 @@ def _cards_for_recall(world) -> dict[str, str]:
             error_signature='ERROR:  column "total" does not exist',
             dependencies=[{"database": "dwh", "schema": "sales", "table": "orders"}],
         ),
+        "note": card(
+            title="Cancelled orders keep their totals",
+            content="A cancelled order keeps orders.total; only its status changes.",
+            scope="Sales",
+            dependencies=[{"database": "dwh", "schema": "sales", "table": "orders"}],
+        ),
         "solved": card(
             "solved_question",
             title="Order totals per customer",
@@ -249,7 +257,11 @@ def test_http_recall_answers_what_the_cli_answers(world, cli, runtime_file, tmp_
     world.services.catalog.bind(Binding("ws-a", "dwh", "sales", "DWH_URL"))
     config = runtime_file("ws-a", index=f"{{engine: edge, path: '{tmp_path / 'index'}'}}")
     cases = [
-        ("search", {"question": "order totals cancelled"}, ["search", "order totals cancelled"]),
+        (
+            "search",
+            {"question": "order totals cancelled", "filters": {"families": WIDENED}},
+            ["search", "order totals cancelled", "--filters", json.dumps({"families": WIDENED})],
+        ),
         (
             "search",
             {
@@ -280,6 +292,22 @@ def test_http_recall_answers_what_the_cli_answers(world, cli, runtime_file, tmp_
             {"error": 'column "total" does not exist'},
             ["rules", "--error", 'column "total" does not exist'],
         ),
+        (
+            "search",
+            {
+                "question": "order totals",
+                "filters": {"families": WIDENED},
+                "explain": made["other_rule"],
+            },
+            [
+                "search",
+                "order totals",
+                "--filters",
+                json.dumps({"families": WIDENED}),
+                "--explain",
+                made["other_rule"],
+            ],
+        ),
     ]
     answers = []
     for route, body, _ in cases:
@@ -294,6 +322,21 @@ def test_http_recall_answers_what_the_cli_answers(world, cli, runtime_file, tmp_
         assert answer["results"], route  # a real answer, not two empty ones
     ids = [[r["id"] for r in a["results"]] for a in answers]
     assert made["sales_rule"] in ids[0] and made["other_rule"] not in ids[0]  # bound to dwh.sales
+    # search: domain clarifications only (F2)
+    assert made["note"] in ids[1]
+    assert {r["family"] for r in answers[1]["results"]} == {"domain_clarification"}
+    # --explain over HTTP: the same answer as the CLI's, saying the binding left it out
+    assert answers[6]["explain"] == {
+        "card": made["other_rule"],
+        "returned": False,
+        "reason": "binding",
+        "details": {
+            "dependencies": [
+                {"database": "archive", "schema": "old", "table": "orders", "column": None}
+            ],
+            "bound": {"database": "dwh", "schema": "sales"},
+        },
+    }
     assert answers[3]["exact"] == 1 and ids[3][0] == made["error"]
     assert ids[4] == [made["solved"]]
     assert (
@@ -303,7 +346,7 @@ def test_http_recall_answers_what_the_cli_answers(world, cli, runtime_file, tmp_
 
 def test_recall_is_bound_by_the_workspace_configuration_never_the_request(world):
     made = _cards_for_recall(world)
-    question = {"question": "order totals cancelled", "top": 20}
+    question = {"question": "order totals cancelled", "filters": {"top": 20, "families": WIDENED}}
     unbound = [r["id"] for r in _http(world, "search", question).json()["results"]]
     assert {made["sales_rule"], made["other_rule"]} <= set(
         unbound
@@ -317,7 +360,7 @@ def test_recall_is_bound_by_the_workspace_configuration_never_the_request(world)
         "ws-a",
         "search",
         question["question"],
-        parse_recall_query({"top": 20}),
+        parse_recall_query({"top": 20, "families": WIDENED}),
         binding=DwhBinding("dwh", "sales"),
     )
     assert bound == json.loads(json.dumps(expected))
@@ -348,11 +391,31 @@ def test_recall_requests_are_validated_like_the_cli(world):
         ("rules", {"error": "..."}),
         ("search", {"question": "x", "session": "../etc"}),
     ]
+    cases += [
+        ("search", {"question": "x", "filters": {"families": ["note"]}}),
+        ("search", {"question": "x", "filters": {"families": []}}),
+        ("search", {"question": "x", "explain": "x" * 101}),
+    ]
     for route, body in cases:
         response = _http(world, route, body)
         assert response.status_code == 422, (route, body, response.json())
         assert set(response.json()["error"]) == {"code", "message", "details"}
     assert _http(world, "search", {"question": "x", "top": 2}).status_code == 200
+    # a family the command does not serve, a malformed or unknown card to explain:
+    # the JSON errors of the CLI (and of `memory show`)
+    refused = _http(
+        world, "rules", {"question": "x", "filters": {"families": ["domain_clarification"]}}
+    )
+    assert refused.status_code == 422 and refused.json()["error"]["code"] == "invalid_input"
+    malformed = _http(world, "search", {"question": "x", "explain": "mem-42"})
+    assert malformed.status_code == 422, malformed.json()
+    absent = "mem-00000000-0000-4000-8000-000000000000"
+    missing = _http(world, "search", {"question": "x", "explain": absent})
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+    shown = world.client.get(
+        f"/api/workspaces/ws-a/memory/{absent}", headers=world.bearer("admin_a")
+    )
+    assert shown.json() == missing.json()
     assert (
         _http(
             world, "search", {"question": "x", "filters": {"top": 2, "table": "t", "column": "c"}}

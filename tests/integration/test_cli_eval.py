@@ -99,9 +99,55 @@ def test_eval_reports_recall_mrr_and_misses(cli, workspace):
         and miss["missing"] == [ids["solved"]]
         and miss["ranks"] == {ids["solved"]: None}
     )
-    assert (
-        ids["solved"] not in miss["returned"] and len(miss["returned"]) == 3
-    )  # the three other cards
+    # search recalls domain clarifications only (F2): the two of them
+    assert sorted(miss["returned"]) == sorted([ids["shipped"], ids["carrier"]])
+    # and the miss says why, as `memory search --explain` would
+    assert miss["reasons"] == {
+        ids["solved"]: {
+            "card": ids["solved"],
+            "returned": False,
+            "reason": "family",
+            "details": {
+                "family": "solved_question",
+                "recalled_families": ["domain_clarification"],
+            },
+        }
+    }
+
+
+def test_eval_misses_name_a_deleted_card_and_a_rank_below_the_cut(cli, workspace):
+    config, ids, cases = workspace
+    assert cli("memory", "delete", ids["carrier"], "--yes", "-c", config).code == 0
+    path = cases(
+        {"question": "carrier codes", "expected": [ids["carrier"]]},
+        # a rule through search widened explicitly: found; through plain search: family
+        {
+            "question": "fiscal year join",
+            "expected": [ids["fiscal"]],
+            "filters": {"families": ["domain_clarification", "sql_rule"]},
+        },
+        {"question": "fiscal year join", "expected": [ids["fiscal"]]},
+    )
+    document = cli("memory", "eval", "--cases", path, "-c", config).document
+    reasons = {m["line"]: m["reasons"] for m in document["misses"]}
+    assert reasons == {
+        1: {
+            ids["carrier"]: {
+                "card": ids["carrier"],
+                "returned": False,
+                "reason": "not_found",
+                "details": {},
+            }
+        },
+        3: {
+            ids["fiscal"]: {
+                "card": ids["fiscal"],
+                "returned": False,
+                "reason": "family",
+                "details": {"family": "sql_rule", "recalled_families": ["domain_clarification"]},
+            }
+        },
+    }
 
 
 @pytest.mark.parametrize(

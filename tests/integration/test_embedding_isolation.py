@@ -72,8 +72,8 @@ class Stack:
         self.memory = MemoryService(archive, self.projector)
         self.recall = RecallService(archive, index, embedder, self.projector)
 
-    def recall_ids(self, workspace: str, question: str) -> list[str]:
-        return [r.card.id for r in self.recall.recall(workspace, question, "search", **DWH)]
+    def recall_ids(self, workspace: str, question: str, kind: str = "search") -> list[str]:
+        return [r.card.id for r in self.recall.recall(workspace, question, kind, **DWH)]
 
 
 @pytest.fixture
@@ -170,7 +170,7 @@ def test_a_109_kb_card_saves_with_its_projection_current(make_stack):
     assert shown.index == CardIndex(
         revision=1, current=True, indexed_chars=len(text), embedded_chars=8192
     )
-    assert stack.recall_ids("acme", "ledger refunds") == [saved.card.id]
+    assert stack.recall_ids("acme", "ledger refunds", "rules") == [saved.card.id]
     assert stack.projector.check("acme")["stale"] == []
 
 

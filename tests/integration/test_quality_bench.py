@@ -1,6 +1,6 @@
 """The quality benchmark runs end to end on a tiny BIRD excerpt (hashing embedder): it
-builds both protocols on the real engines and prints its figures. The figures
-themselves are measured by running the script (docs/benchmarks.md), not asserted here."""
+builds every protocol on the real engines and prints its figures. The figures
+themselves are measured by running the script (docs/quality.md), not asserted here."""
 
 from __future__ import annotations
 
@@ -38,10 +38,22 @@ def test_quality_bench_runs_on_a_tiny_subset(tmp_path):
     )
     assert results["reference"]["queries"] == sum(1 for q in questions if q["evidence"].strip())
     assert results["split"]["queries"] == sum(1 for q in questions[1::2] if q["evidence"].strip())
+    assert results["reference+columns"]["queries"] == results["reference"]["queries"]
+    # the columns are distractors: more cards, the same queries
+    assert results["reference+columns"]["cards"] > results["reference"]["cards"]
+    # the excerpt's questions with an Italian card and question (1471, 1472, 1479), each
+    # asked in both languages of both workspaces
+    crosslingual = results["crosslingual"]
+    assert crosslingual["queries"] == 3 * 4
+    methods = {"ours", "spec", "dense", "bm25", "rrf"}
     for result in results.values():
-        assert set(result["methods"]) == {"ours", "dense", "bm25", "rrf"}
+        assert methods <= set(result["methods"])
         for figures in result["methods"].values():
             assert figures["out_of_scope"] == 0
             assert all(0 <= figures[k] <= 1 for k in ("recall@1", "recall@5", "recall@10", "mrr"))
             assert figures["recall@1"] <= figures["recall@5"] <= figures["recall@10"]
-    assert table.count("\n") == 2 + 8  # header, rule, four methods per protocol
+    groups = crosslingual["methods"]["ours"]["groups"]
+    assert {g for g in groups if ":" not in g} == {"cross test", "same test"}
+    assert groups["cross test"]["queries"] == groups["same test"]["queries"] == 6
+    rows = sum(1 + len(m["groups"]) for r in results.values() for m in r["methods"].values())
+    assert table.count("\n") == 2 + rows  # header, rule, a row per method and part

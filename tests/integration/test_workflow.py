@@ -896,6 +896,25 @@ def test_search_and_rules_with_a_session_leave_out_memory_decided_in_it(flow):
     )
     ids = [r["id"] for r in scoped.document["results"]]
     assert other["id"] in ids and used["id"] not in ids and rule["id"] not in ids
+    # --explain names the session's decision as the reason
+    explained = flow.cli(
+        "memory",
+        "search",
+        "shipped order",
+        "--session",
+        session.id,
+        "--explain",
+        used["id"],
+        "-c",
+        flow.config,
+    )
+    assert explained.code == 0, explained.document
+    assert explained.document["explain"] == {
+        "card": used["id"],
+        "returned": False,
+        "reason": "decided",
+        "details": {},
+    }
     rules = flow.cli("memory", "rules", "shipped orders", "-c", flow.config)
     assert rule["id"] in [r["id"] for r in rules.document["results"]]
     rules_scoped = flow.cli(

@@ -408,3 +408,17 @@ def test_sparse_encoder_stems_per_language() -> None:
     )
     with pytest.raises(ConfigurationError, match="no BM25 settings"):
         SparseEncoder("de")
+
+
+def test_the_language_of_a_question_is_the_one_whose_stop_words_it_uses():
+    from tht.memory.embedding.sparse import text_language, without_stopwords
+
+    assert text_language("how do I join movements with jobs across fiscal years") == "en"
+    assert text_language("Qual è il rapporto tra i clienti che pagano in euro?") == "it"
+    # too little to tell: identifiers, a single stop word, or a tie
+    assert text_language("orders.total") is None
+    assert text_language("the orders") is None
+    assert text_language("the il") is None
+    # an Italian workspace's analyzer would keep "the" and "of" as terms; these go
+    assert without_stopwords("the sum of the orders", "en").split() == ["sum", "orders"]
+    assert without_stopwords("il codice della commessa", "it").split() == ["codice", "commessa"]

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tht.memory.recall import SeedSignals, coverage, order_seeds
+from tht.memory.recall import SeedSignals, coverage_shares, order_seeds
 
 
 def seed(card_id, dense, bm25, *terms):
@@ -26,7 +26,7 @@ def idf(n, df):
 
 def test_coverage_weights_terms_by_their_idf_among_the_candidates():
     candidates = [seed("a", 1, 1, 1, 2), seed("b", 2, 2, 1, 3, 4), seed("c", 3, None)]
-    shares = coverage([1, 3], candidates)
+    shares = coverage_shares([1, 3], candidates)
     assert shares["a"] == pytest.approx(idf(3, 2) / (idf(3, 2) + idf(3, 1)))
     assert shares["b"] == pytest.approx((idf(3, 2) + idf(3, 1)) / (idf(3, 2) + 2 * idf(3, 1)))
     assert shares["c"] == 0  # a card without terms covers nothing
@@ -81,4 +81,22 @@ def test_the_order_is_a_permutation_and_does_not_depend_on_input_order(rows, que
     ordered = order_seeds(question, candidates)
     assert sorted(ordered) == sorted(c.card_id for c in candidates)
     assert order_seeds(question, list(reversed(candidates))) == ordered
-    assert all(0 <= share <= 1 for share in coverage(question, candidates).values())
+    assert all(0 <= share <= 1 for share in coverage_shares(question, candidates).values())
+
+
+def test_a_bm25_weight_of_zero_orders_by_the_dense_rank_alone():
+    # a question in another language than the workspace's (RecallTuning)
+    candidates = [
+        SeedSignals("mem-a", dense_rank=3, bm25_rank=1, terms=frozenset({1})),
+        SeedSignals("mem-b", dense_rank=1, bm25_rank=None, terms=frozenset({2})),
+        SeedSignals("mem-c", dense_rank=2, bm25_rank=2, terms=frozenset({1, 2})),
+        SeedSignals("mem-d", dense_rank=None, bm25_rank=3, terms=frozenset({3})),
+    ]
+    assert order_seeds([1], candidates, coverage=False, bm25_weight=0.0) == [
+        "mem-b",
+        "mem-c",
+        "mem-a",
+        "mem-d",
+    ]
+    # the spec's weights: BM25's first rank lifts mem-a above mem-b
+    assert order_seeds([1], candidates, coverage=False)[0] == "mem-a"

@@ -54,6 +54,7 @@ def memory_eval(
         queries.append(query.model_copy(update={"top": max(query.top, MISS_K)}))
     returned = []
     with _services(runtime) as services:
+        answers = []
         for case, query in zip(parsed, queries, strict=True):
             results = services.recall.recall(
                 runtime.workspace,
@@ -63,5 +64,28 @@ def memory_eval(
                 schema=runtime.schema_name,
                 query=query,
             )
+            answers.append(results)
             returned.append([result.card.id for result in results])
-    emit({"workspace": runtime.workspace, **report(parsed, returned)})
+        document = report(parsed, returned)
+        # each missing card with the reason `memory search --explain` would give
+        by_line = {
+            case.line: (case, query, results)
+            for case, query, results in zip(parsed, queries, answers, strict=True)
+        }
+        for miss in document["misses"]:
+            case, query, results = by_line[miss["line"]]
+            miss["reasons"] = {
+                card_id: services.recall.explain(
+                    runtime.workspace,
+                    case.question,
+                    case.command,
+                    card_id,
+                    results,
+                    database=runtime.database,
+                    schema=runtime.schema_name,
+                    query=query.model_copy(update={"top": MISS_K}),
+                    strict=False,
+                ).as_json()
+                for card_id in miss["missing"]
+            }
+    emit({"workspace": runtime.workspace, **document})

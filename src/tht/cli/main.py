@@ -345,6 +345,7 @@ def _recall(
     filters: str | None,
     session: str | None = None,
     error: str | None = None,
+    explain: str | None = None,
 ) -> None:
     from tht.memory.agent import DwhBinding, recall_command
     from tht.memory.recall_service import parse_recall_query
@@ -361,6 +362,7 @@ def _recall(
                 query,
                 session=session,
                 error=error,
+                explain=explain,
                 binding=DwhBinding(runtime.database, runtime.schema_name),
             )
         )
@@ -373,11 +375,19 @@ def memory_search(
     filters: FiltersOption = None,
     json_output: JsonFlag = False,
     session: SessionFilter = None,
+    explain: Annotated[
+        str | None,
+        typer.Option(
+            "--explain",
+            help="A card id: say why it is or is not among the results (binding, scope, family, decided, pending, rank)",
+        ),
+    ] = None,
 ) -> None:
-    """Recall domain memory (clarifications, SQL rules, explained errors) for a question.
+    """Recall domain clarifications for a question (F2). `--filters '{"families": [...]}'`
+    widens it explicitly to SQL rules and explained errors (those are `memory rules`').
 
     Results are verified against the archive; `score` is a ranking score, not a similarity."""
-    _recall("search", question, config, filters, session)
+    _recall("search", question, config, filters, session, explain=explain)
 
 
 @memory_app.command("solved-search")

@@ -79,11 +79,15 @@ def recall_command(
     *,
     session: str | None = None,
     error: str | None = None,
+    explain: str | None = None,
     binding: DwhBinding = NO_BINDING,
     principal: Principal | None = None,
 ) -> dict[str, Any]:
     """The answer of `tht memory search|rules|solved-search`: ``{"results": [...]}``,
-    or with ``error`` (rules only) the exact error-signature matches first."""
+    or with ``error`` (rules only) the exact error-signature matches first. With
+    ``explain`` (a card id), ``"explain"`` says why that card is or is not among the
+    results (tht.memory.recall_explain); an id that is not the workspace's card is
+    refused as `memory show` refuses it."""
     _check(principal, RECALL, workspace)
     exclude = services.workflow.decided_cards(session) if session is not None else frozenset()
     if error is not None:
@@ -107,7 +111,20 @@ def recall_command(
         query=query,
         exclude=exclude,
     )
-    return {"results": [r.as_json() for r in results]}
+    answer: dict[str, Any] = {"results": [r.as_json() for r in results]}
+    if explain is not None:
+        answer["explain"] = services.recall.explain(
+            workspace,
+            question,
+            kind,
+            explain,
+            results,
+            database=binding.database,
+            schema=binding.schema,
+            query=query,
+            exclude=exclude,
+        ).as_json()
+    return answer
 
 
 def service_recall(
@@ -120,6 +137,7 @@ def service_recall(
     *,
     session: str | None = None,
     error: str | None = None,
+    explain: str | None = None,
 ) -> dict[str, Any]:
     """Recall for a token's principal in the service (the HTTP routes, the MCP tools):
     the workspace's configured binding, sessions from the service's sessions_root, and
@@ -136,6 +154,7 @@ def service_recall(
         query,
         session=session,
         error=error,
+        explain=explain,
         binding=workspace_binding(services, workspace),
         principal=principal,
     )

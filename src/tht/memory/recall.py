@@ -32,6 +32,13 @@ each term weighted by its IDF among the candidates: BM25 asks how much of the qu
 a card holds, coverage asks how much of the card the question is about, which ranks a
 card that merely shares a clause with the question below one that fits it whole.
 
+Language-aware fusion (ours too, ``RecallTuning``, measured and ablated by the quality
+bench, docs/quality.md): a question in another language than the workspace's (told by
+the stop words it uses) loses that language's stop words before BM25, and its seeds
+are ordered by the dense rank alone (BM25 weight 0, no coverage): across languages,
+BM25 and coverage only meet names and identifiers, and on the cross-lingual dev half
+they cost more than they bring.
+
 Choices where the rules leave room:
 
 - Paths are simple: a path never visits a card twice, so no path leads back to its
@@ -126,6 +133,25 @@ def direct_score(seed_rank: int) -> float:
 
 
 @dataclass(frozen=True)
+class RecallTuning:
+    """Which of our additions to the spec's ranking are on (all, by default); the
+    quality bench measures each one's ablation. ``spec_only()`` is the spec's fusion
+    (RRF of the dense and BM25 ranks) with its link scoring and nothing of ours."""
+
+    coverage: bool = True
+    # a question in another language than the workspace's: BM25 without its stop words
+    language_aware: bool = True
+    # ... and for such a question, the coverage signal (its words rarely are the cards')
+    # and the weight of the BM25 rank in the seed order (1: the spec's RRF)
+    coverage_across_languages: bool = False
+    bm25_weight_across_languages: float = 0.0
+
+    @classmethod
+    def spec_only(cls) -> RecallTuning:
+        return cls(coverage=False, language_aware=False)
+
+
+@dataclass(frozen=True)
 class SeedSignals:
     """A verified direct hit before ordering: its rank in each search branch (None
     when that branch did not return it) and the BM25 terms of its indexed text."""
@@ -136,7 +162,7 @@ class SeedSignals:
     terms: frozenset[int]
 
 
-def coverage(
+def coverage_shares(
     question_terms: Collection[int], candidates: Sequence[SeedSignals]
 ) -> dict[str, float]:
     """The IDF-weighted share of each candidate's terms that the question holds, with
@@ -158,18 +184,30 @@ def coverage(
     return shares
 
 
-def order_seeds(question_terms: Collection[int], candidates: Sequence[SeedSignals]) -> list[str]:
+def order_seeds(
+    question_terms: Collection[int],
+    candidates: Sequence[SeedSignals],
+    *,
+    coverage: bool = True,
+    bm25_weight: float = 1.0,
+) -> list[str]:
     """The seeds, best first: RRF (k = 60) of dense rank, BM25 rank and coverage rank
-    (among the candidates; equal coverage ordered by card id); equal scores by card id."""
+    (among the candidates; equal coverage ordered by card id); equal scores by card id.
+    Without ``coverage``: the spec's RRF of the dense and BM25 ranks alone; the BM25
+    rank's term is multiplied by ``bm25_weight``."""
     if len({c.card_id for c in candidates}) != len(candidates):
         raise ValueError("candidates must be distinct card ids")
-    shares = coverage(question_terms, candidates)
-    by_coverage = sorted(candidates, key=lambda c: (-shares[c.card_id], c.card_id))
-    coverage_rank = {c.card_id: rank for rank, c in enumerate(by_coverage, start=1)}
+    coverage_rank: dict[str, int] = {}
+    if coverage:
+        shares = coverage_shares(question_terms, candidates)
+        by_coverage = sorted(candidates, key=lambda c: (-shares[c.card_id], c.card_id))
+        coverage_rank = {c.card_id: rank for rank, c in enumerate(by_coverage, start=1)}
 
     def fused(c: SeedSignals) -> float:
-        ranks = (c.dense_rank, c.bm25_rank, coverage_rank[c.card_id])
-        return sum(1 / (RRF_K + r) for r in ranks if r is not None)
+        weighted = ((c.dense_rank, 1.0), (c.bm25_rank, bm25_weight))
+        score = sum(w / (RRF_K + r) for r, w in weighted if r is not None)
+        covered = coverage_rank.get(c.card_id)
+        return score + (1 / (RRF_K + covered) if covered is not None else 0.0)
 
     return [c.card_id for c in sorted(candidates, key=lambda c: (-fused(c), c.card_id))]
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from tht.memory.model import Dependency
 
+CLARIFICATION_FAMILIES = ("domain_clarification",)
 REUSABLE_FAMILIES = ("domain_clarification", "sql_rule", "explained_error")
 RULE_FAMILIES = ("sql_rule", "explained_error")
 EXEMPLAR_FAMILIES = ("solved_question",)

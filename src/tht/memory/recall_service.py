@@ -19,13 +19,23 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from tht.errors import InvalidInput, NotFound
 from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive, RecallFacts, SeedFacts
 from tht.memory.embedding import Embedder, SparseEncoder, SparseVector
+from tht.memory.embedding.sparse import text_language, without_stopwords
 from tht.memory.index import IndexHit, IndexUnavailable, SearchIndex
 from tht.memory.index.errors import IndexLost
 from tht.memory.model import MAX_CONCEPT, Card, Dependency, card_id_to_uuid, uuid_to_card_id
 from tht.memory.projection import indexed_text, searchable
 from tht.memory.projector import IndexProjector
-from tht.memory.recall import RankedCard, SeedSignals, order_seeds, rank_recall, seed_count
+from tht.memory.recall import (
+    RankedCard,
+    RecallTuning,
+    SeedSignals,
+    order_seeds,
+    rank_recall,
+    seed_count,
+)
+from tht.memory.recall_explain import Explanation, exclusion, ranked
 from tht.memory.recall_filters import (
+    CLARIFICATION_FAMILIES,
     EXEMPLAR_FAMILIES,
     REUSABLE_FAMILIES,
     RULE_FAMILIES,
@@ -35,12 +45,21 @@ from tht.memory.recall_filters import (
 from tht.validation import describe_validation_error, validation_details
 
 MAX_QUESTION = 2_000
+EXPLAIN_DEPTH = 1_000  # candidates per branch `--explain` looks through for a card's ranks
 DEFAULT_TOP = 10
 RecallKind = Literal["search", "rules", "solved"]
 FAMILIES_OF: dict[str, tuple[str, ...]] = {
-    "search": REUSABLE_FAMILIES,  # domain Memory: clarifications, rules, explained errors
+    # F2 consumes domain clarifications (the spec); rules are `memory rules`' (F4/F6/F7)
+    "search": CLARIFICATION_FAMILIES,
     "rules": RULE_FAMILIES,  # F4/F6/F7: SQL rules and explained errors
     "solved": EXEMPLAR_FAMILIES,  # consultative exemplars
+}
+# what `--filters {"families": [...]}` may ask of each command: search may be widened
+# explicitly to every reusable family; rules and solved-search only narrowed
+WIDEST_FAMILIES_OF: dict[str, tuple[str, ...]] = {
+    "search": REUSABLE_FAMILIES,
+    "rules": RULE_FAMILIES,
+    "solved": EXEMPLAR_FAMILIES,
 }
 
 
@@ -51,6 +70,8 @@ class RecallQuery(BaseModel):
 
     scope: str | None = Field(default=None, min_length=1, max_length=300)
     concepts: list[str] = Field(default_factory=list, max_length=50)
+    # None: the command's own families (search: domain clarifications only)
+    families: list[str] | None = Field(default=None, min_length=1, max_length=3)
     table: str | None = Field(default=None, min_length=1, max_length=128)
     column: str | None = Field(default=None, min_length=1, max_length=128)
     top: int = Field(default=DEFAULT_TOP, ge=1, le=100)
@@ -74,7 +95,26 @@ class RecallQuery(BaseModel):
     def _column_needs_table(self) -> RecallQuery:
         if self.column and not self.table:
             raise ValueError("a column filter needs a table filter")
+        if self.families is not None:
+            unknown = sorted(set(self.families) - set(REUSABLE_FAMILIES + EXEMPLAR_FAMILIES))
+            if unknown:
+                raise ValueError(f"unknown families: {', '.join(unknown)}")
         return self
+
+    def families_for(self, kind: RecallKind) -> tuple[str, ...]:
+        """The families this query recalls with ``kind``: the command's own, or the
+        explicit ``families`` filter, which must stay within what the command serves."""
+        if self.families is None:
+            return FAMILIES_OF[kind]
+        allowed = WIDEST_FAMILIES_OF[kind]
+        refused = sorted(set(self.families) - set(allowed))
+        if refused:
+            raise InvalidInput(
+                f"families {', '.join(refused)} are not recalled by this command"
+                f" (it serves {', '.join(allowed)})",
+                details={"families": refused, "allowed": list(allowed)},
+            )
+        return tuple(f for f in allowed if f in self.families)
 
 
 def parse_recall_query(document: Any) -> RecallQuery:
@@ -125,7 +165,9 @@ class RecallService:
         index: SearchIndex,
         embedder: Embedder,
         projector: IndexProjector,
+        tuning: RecallTuning | None = None,
     ) -> None:
+        self.tuning = tuning or RecallTuning()
         self.archive = archive
         self.index = index
         self.embedder = embedder
@@ -161,19 +203,9 @@ class RecallService:
             raise InvalidInput(f"the question is longer than {MAX_QUESTION} characters")
         query = query or RecallQuery()
         language = self._language(workspace)
-        filters = RecallFilters(
-            workspace=workspace,
-            families=FAMILIES_OF[kind],
-            scope=query.scope,
-            concepts=tuple(query.concepts),
-            database=database,
-            schema_name=schema,
-            table=query.table,
-            column=query.column,
-        )
+        filters = self._filters(workspace, kind, database, schema, query)
         dense = self.embedder.embed_query(question)
-        # BM25 sees the question as the cards' indexed text sees identifiers
-        sparse = self.projector.encoder(language).encode_query(searchable(question))
+        sparse, crossing = self._bm25_query(question, language)
         if not self.index.collection_exists():
             raise IndexUnavailable("the search index has no collection yet: run `tht memory index`")
         current = self.projector.fingerprint(language)
@@ -193,7 +225,104 @@ class RecallService:
                 exclude,
                 sparse,
                 self.projector.encoder(language),
+                coverage=self.tuning.coverage
+                and (not crossing or self.tuning.coverage_across_languages),
+                bm25_weight=self.tuning.bm25_weight_across_languages if crossing else 1.0,
             )
+
+    def _bm25_query(self, question: str, language: str) -> tuple[SparseVector, bool]:
+        """The BM25 query, and whether the question is in another language than the
+        workspace's. BM25 sees the question as the cards' indexed text sees identifiers;
+        a question in another language (ours, ``tuning.language_aware``) first loses
+        that language's stop words, which the workspace's analyzer would keep as terms
+        ("the" in an Italian workspace, "di" in an English one)."""
+        text = searchable(question)
+        asked = text_language(question) if self.tuning.language_aware else None
+        crossing = asked is not None and asked != language
+        if crossing and asked is not None:
+            text = without_stopwords(text, asked)
+        return self.projector.encoder(language).encode_query(text), crossing
+
+    def explain(
+        self,
+        workspace: str,
+        question: str,
+        kind: RecallKind,
+        card_id: str,
+        results: list[RecallResult],
+        *,
+        database: str | None = None,
+        schema: str | None = None,
+        query: RecallQuery | None = None,
+        exclude: frozenset[uuid.UUID] = frozenset(),
+        strict: bool = True,
+    ) -> Explanation:
+        """Why ``card_id`` is or is not among ``results`` (the answer of the same
+        ``recall``); see ``tht.memory.recall_explain``. A card that is not in the
+        workspace (malformed, deleted, another workspace's) raises what ``memory show``
+        raises, or with ``strict=False`` is explained as ``not_found``."""
+        card_uuid = card_id_to_uuid(card_id)  # InvalidInput on a malformed id, as show
+        card_id = uuid_to_card_id(card_uuid)
+        query = query or RecallQuery()
+        for rank, result in enumerate(results, start=1):
+            if result.card.id == card_id:
+                hit = result.hit
+                return ranked(
+                    card_id,
+                    rank=rank,
+                    top=query.top,
+                    dense_rank=hit.dense_rank if hit else None,
+                    bm25_rank=hit.bm25_rank if hit else None,
+                    depth=seed_count(query.top),
+                )
+        language = self._language(workspace)
+        filters = self._filters(workspace, kind, database, schema, query)
+        current = self.projector.fingerprint(language)
+        with self.archive.transaction(workspace, lock="shared") as tx:
+            facts = tx.recall_facts([card_uuid]).get(card_uuid)
+        if facts is None:
+            if not strict:
+                return Explanation(card_id, "not_found", {})
+            raise NotFound(
+                f"card {card_id} does not exist in workspace '{workspace}'", details={"id": card_id}
+            )
+        state, card = facts
+        excluded = exclusion(card_id, card, state, filters, current, decided=card_uuid in exclude)
+        if excluded is not None:
+            return excluded
+        # eligible, yet not returned: where each branch ranks it among the eligible cards
+        dense = self.embedder.embed_query(question.strip())
+        sparse, _ = self._bm25_query(question, language)
+        with self.index.session():
+            hits = self.index.hybrid_search(dense, sparse, filters, limit=EXPLAIN_DEPTH)
+        hit = next((h for h in hits if h.id == card_uuid), None)
+        return ranked(
+            card_id,
+            rank=None,
+            top=query.top,
+            dense_rank=hit.dense_rank if hit else None,
+            bm25_rank=hit.bm25_rank if hit else None,
+            depth=EXPLAIN_DEPTH,
+        )
+
+    def _filters(
+        self,
+        workspace: str,
+        kind: RecallKind,
+        database: str | None,
+        schema: str | None,
+        query: RecallQuery,
+    ) -> RecallFilters:
+        return RecallFilters(
+            workspace=workspace,
+            families=query.families_for(kind),
+            scope=query.scope,
+            concepts=tuple(query.concepts),
+            database=database,
+            schema_name=schema,
+            table=query.table,
+            column=query.column,
+        )
 
     def _raise_if_lost(self, workspace: str) -> None:
         """Reading never silently falls back: an empty search is an answer only if the
@@ -218,6 +347,9 @@ class RecallService:
         exclude: frozenset[uuid.UUID],
         sparse: SparseVector,
         encoder: SparseEncoder,
+        *,
+        coverage: bool,
+        bm25_weight: float,
     ) -> list[RecallResult]:
         with self.archive.transaction(workspace, lock="shared") as tx:
             verifier = _Verifier(tx, filters, current, exclude)
@@ -236,7 +368,7 @@ class RecallService:
                     SeedSignals(uuid_to_card_id(hit.id), hit.dense_rank, hit.bm25_rank, terms)
                 )
             ranking = rank_recall(
-                order_seeds(sparse.indices, signals),
+                order_seeds(sparse.indices, signals, coverage=coverage, bm25_weight=bm25_weight),
                 top=query.top,
                 links_of=verifier.links_of,
                 eligible=verifier.eligible,

@@ -46,6 +46,7 @@ def agent_router(services: Services, principal: Callable[..., Awaitable[Principa
         question: str | None,
         session: str | None = None,
         error: str | None = None,
+        explain: str | None = None,
     ) -> JSONResponse:
         return answer(
             agent.service_recall(
@@ -57,20 +58,27 @@ def agent_router(services: Services, principal: Callable[..., Awaitable[Principa
                 request.filters_document(),
                 session=session,
                 error=error,
+                explain=explain,
             )
         )
 
     @router.post(
         "/search",
-        response_model=schemas.RecallOut,
+        response_model=schemas.SearchOut,
         responses=errors(401, 403, 404, 413, 415, 422, 503),
-        summary="Recall domain memory (clarifications, SQL rules, explained errors): `tht memory search`",
+        summary="Recall domain clarifications (filters.families widens it): `tht memory search`",
     )
     def search(
         actor: Actor, workspace: WorkspaceId, request: Annotated[schemas.SearchIn, Body()]
     ) -> JSONResponse:
         return recall(
-            actor, workspace, "search", request, question=request.question, session=request.session
+            actor,
+            workspace,
+            "search",
+            request,
+            question=request.question,
+            session=request.session,
+            explain=request.explain,
         )
 
     @router.post(

@@ -3,6 +3,7 @@ tht.memory.model; these models describe the same rules to API clients."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -322,6 +323,49 @@ class RecallColumnFiltersIn(_Filters):
 
 
 FiltersIn = RecallFiltersIn | RecallColumnFiltersIn
+
+# `filters.families`: what each command may be asked for. search recalls domain
+# clarifications by default (F2) and may be widened explicitly to every reusable family;
+# rules and solved-search may only narrow their own.
+SearchFamily = Literal["domain_clarification", "sql_rule", "explained_error"]
+RuleFamily = Literal["sql_rule", "explained_error"]
+SolvedFamily = Literal["solved_question"]
+_FAMILIES = "Families to recall (default: the command's own)"
+
+
+class SearchFiltersIn(RecallFiltersIn):
+    families: Sequence[SearchFamily] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=3,
+        description=_FAMILIES + "; domain_clarification only unless widened here",
+    )
+
+
+class SearchColumnFiltersIn(RecallColumnFiltersIn):
+    families: Sequence[SearchFamily] | None = SearchFiltersIn.model_fields["families"]
+
+
+class RulesFiltersIn(RecallFiltersIn):
+    families: Sequence[RuleFamily] | None = Field(
+        default=None, min_length=1, max_length=2, description=_FAMILIES
+    )
+
+
+class RulesColumnFiltersIn(RecallColumnFiltersIn):
+    families: Sequence[RuleFamily] | None = RulesFiltersIn.model_fields["families"]
+
+
+class SolvedFiltersIn(RecallFiltersIn):
+    families: Sequence[SolvedFamily] | None = Field(
+        default=None, min_length=1, max_length=1, description=_FAMILIES
+    )
+
+
+class SolvedColumnFiltersIn(RecallColumnFiltersIn):
+    families: Sequence[SolvedFamily] | None = SolvedFiltersIn.model_fields["families"]
+
+
 # `top` is filters.top; a request gives one or the other
 _ONE_TOP: dict[str, Any] = {
     "not": {"required": ["top"], "properties": {"filters": {"required": ["top"]}}}
@@ -362,13 +406,27 @@ SessionId = Annotated[str, Field(pattern=SESSION_ID)]
 class SolvedSearchIn(RecallRequest):
     model_config = ConfigDict(json_schema_extra=_ONE_TOP)
 
+    filters: SolvedFiltersIn | SolvedColumnFiltersIn | None = Field(
+        default=None, description="The object of --filters"
+    )
+
     question: Question = Field(description="The user's question")
 
 
 class SearchIn(SolvedSearchIn):
+    filters: SearchFiltersIn | SearchColumnFiltersIn | None = Field(
+        default=None, description="The object of --filters"
+    )
     session: SessionId | None = Field(
         default=None,
         description="Workflow session: leave out Memory already decided in it (its ledger)",
+    )
+    explain: Annotated[str, Field(pattern=CARD_ID)] | None = Field(
+        default=None,
+        description=(
+            "A card id: the answer's `explain` says why it is or is not among the results"
+            " (`tht memory search --explain`)"
+        ),
     )
 
 
@@ -384,6 +442,9 @@ class RulesIn(RecallRequest):
         }
     )
 
+    filters: RulesFiltersIn | RulesColumnFiltersIn | None = Field(
+        default=None, description="The object of --filters"
+    )
     question: Question | None = Field(
         default=None, description="The user's question (optional with error)"
     )
@@ -439,8 +500,22 @@ class RecallHit(BaseModel):
     retrieval: Retrieval
 
 
+class Explain(BaseModel):
+    """Why a card is or is not among the results: `reason` is returned, family, scope,
+    concepts, binding, filters, decided, pending, not_indexed or ranked_below_cut."""
+
+    card: str
+    returned: bool
+    reason: str
+    details: dict[str, Any]
+
+
 class RecallOut(BaseModel):
     results: list[RecallHit]
+
+
+class SearchOut(RecallOut):
+    explain: Explain | None = None
 
 
 class RulesOut(RecallOut):

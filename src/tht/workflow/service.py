@@ -931,14 +931,12 @@ class WorkflowService:
     ) -> dict[str, Any]:
         """Explained errors whose signature equals the error's (PostgreSQL, exact),
         then hybrid recall of rules and explained errors."""
-        from tht.memory.recall_filters import RULE_FAMILIES
-
         signature = normalize_error(error_text)
         if signature is None:
             raise InvalidInput("--error holds no error text")
         filters = RecallFilters(
             workspace=workspace,
-            families=RULE_FAMILIES,
+            families=query.families_for("rules"),
             scope=query.scope,
             concepts=tuple(query.concepts),
             database=database,

@@ -4,6 +4,8 @@ sparse vector carries the IDF modifier, so vectors here hold term frequencies on
 
 from __future__ import annotations
 
+import re
+from functools import cache
 from typing import NamedTuple
 
 import qdrant_edge
@@ -43,3 +45,34 @@ class SparseEncoder:
 
 def _plain(vector: qdrant_edge.SparseVector) -> SparseVector:
     return SparseVector(list(vector.indices), list(vector.values))
+
+
+_WORD = re.compile(r"[^\W\d_]+")
+
+
+@cache
+def _analyzer(language: str) -> qdrant_edge.Bm25:
+    return qdrant_edge.Bm25(qdrant_edge.Bm25Config(language=LANGUAGES[language]))
+
+
+@cache
+def is_stopword(word: str, language: str) -> bool:
+    """Whether BM25's analyzer of ``language`` drops the word (its stop-word list)."""
+    return not _analyzer(language).embed_query(word).indices
+
+
+def text_language(text: str) -> str | None:
+    """The language (of ``LANGUAGES``) whose stop words the text uses most, or None when
+    no language has at least two and more than any other: a question says "the", "of",
+    "what" or "il", "di", "quale" long before it says anything else."""
+    words = [w.lower() for w in _WORD.findall(text)]
+    counts = {language: sum(1 for w in words if is_stopword(w, language)) for language in LANGUAGES}
+    best = max(counts.values())
+    winners = [language for language, count in counts.items() if count == best]
+    return winners[0] if best >= 2 and len(winners) == 1 else None
+
+
+def without_stopwords(text: str, language: str) -> str:
+    """The text without the stop words of ``language``: what an analyzer of another
+    language would otherwise keep as terms ("the" in an Italian workspace)."""
+    return _WORD.sub(lambda m: " " if is_stopword(m.group().lower(), language) else m.group(), text)
