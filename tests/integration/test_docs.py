@@ -116,7 +116,10 @@ def _anchors(page: Path) -> set[str]:
     return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
 
 
-@pytest.mark.parametrize("page", PAGES)
+@pytest.mark.parametrize(
+    "page",
+    sorted({*PAGES, *(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md"))}),
+)
 def test_links_lead_somewhere(page):
     source = ROOT / page
     broken = []
