@@ -2,12 +2,13 @@
 #   make run   - the administration web app on the embedded engines, with a demo workspace
 #   make test  - the lint and type gates, then the whole test suite against real engines (installs Debian's chromium
 #                for the browser tests when it is missing and we are root)
+# and, while editing: make test-fast (unit and contract tests, no slow or browser ones), make lint
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: run test lint install lock bench bench-peers clean chromium
+.PHONY: run test test-fast lint install lock bench bench-peers clean chromium
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +39,12 @@ lint: $(STAMP)
 test: $(STAMP) lint chromium
 	@$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+# The fast tier (docs/testing.md): unit and adapter-contract tests without the `slow` and
+# `browser` ones, for the edit-test loop. No gates: `make lint` (or pre-commit) runs them.
+FAST_TESTS = tests/unit tests/integration/test_index_contract.py
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow and not browser" $(FAST_TESTS) $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python bench/archive_bench.py
