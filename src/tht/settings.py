@@ -199,7 +199,8 @@ class DatabaseSettings:
     def runtime_login(self) -> str | None:
         if not self.runtime_conninfo:
             return None
-        return conninfo_to_dict(self.runtime_conninfo).get("user")
+        user = conninfo_to_dict(self.runtime_conninfo).get("user")
+        return None if user is None else str(user)
 
 
 def _read_password(env: Mapping[str, str], variable: str) -> str:

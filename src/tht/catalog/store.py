@@ -49,6 +49,13 @@ class CatalogTransaction:
         rows = self.rows(name, **params)
         return rows[0] if rows else None
 
+    def one(self, name: str, /, **params: Any) -> dict:
+        """The row of a query that always returns one."""
+        row = self.row(name, **params)
+        if row is None:
+            raise ThothError(f"the catalog query {name} returned no row")
+        return row
+
 
 class CatalogStore:
     """The Catalog's transactions, on the archive's connection pool (the same database

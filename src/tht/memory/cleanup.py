@@ -21,7 +21,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from tht.errors import Conflict, NotFound, ThothError
+from tht.errors import Conflict, ThothError
 from tht.faults import crash_point
 from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive
 from tht.memory.model import uuid_to_card_id
@@ -99,10 +99,7 @@ class PhysicalCleanup:
         index. Repeatable: a second call with the same run only finishes the index."""
         digest = removals.digest()
         with self.archive.transaction(workspace, lock=True) as tx:
-            if tx.workspace() is None:
-                raise NotFound(
-                    f"workspace '{workspace}' does not exist", details={"workspace": workspace}
-                )
+            tx.require_workspace()
             existing = _sql(tx).row("receipt_get", run_id=removals.run_id)
             if existing is not None:
                 if existing["removals_digest"] != digest:
@@ -137,7 +134,7 @@ class PhysicalCleanup:
         ids = [m["id"] for m in matches]
         links_removed = 0
         if ids:
-            links_removed = _sql(tx).row("incident_links", ids=ids)["count"]
+            links_removed = _sql(tx).one("incident_links", ids=ids)["count"]
             for row in _sql(tx).rows("cards_delete", ids=ids):
                 # the deletion is one revision past the card's last one (as MemoryService)
                 tx.enqueue(row["id"], "delete", row["revision"] + 1)
@@ -179,7 +176,7 @@ class PhysicalCleanup:
         with self.archive.transaction(workspace, lock=True) as tx:
             if not error:
                 _sql(tx).rows("receipt_completed", run_id=run_id)
-            row = _sql(tx).row("receipt_get", run_id=run_id)
+            row = _sql(tx).one("receipt_get", run_id=run_id)
         return CleanupReceipt(
             run_id=run_id,
             deleted_cards=row["deleted_cards"],

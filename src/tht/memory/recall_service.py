@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from tht.errors import InvalidInput, NotFound
+from tht.errors import InvalidInput
 from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive, RecallFacts, SeedFacts
 from tht.memory.embedding import Embedder, SparseEncoder, SparseVector
 from tht.memory.index import IndexHit, IndexUnavailable, SearchIndex
@@ -135,12 +135,7 @@ class RecallService:
     def _language(self, workspace: str) -> str:
         if workspace not in self._languages:
             with self.archive.transaction(workspace) as tx:
-                row = tx.workspace()
-            if row is None:
-                raise NotFound(
-                    f"workspace '{workspace}' does not exist", details={"workspace": workspace}
-                )
-            self._languages[workspace] = row.language
+                self._languages[workspace] = tx.require_workspace().language
         return self._languages[workspace]
 
     def recall(

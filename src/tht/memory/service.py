@@ -101,15 +101,6 @@ class WorkspaceDetail:
         }
 
 
-def _require_workspace(tx: ArchiveTransaction) -> Workspace:
-    workspace = tx.workspace()
-    if workspace is None:
-        raise NotFound(
-            f"workspace '{tx.workspace_id}' does not exist", details={"workspace": tx.workspace_id}
-        )
-    return workspace
-
-
 class MemoryService:
     def __init__(self, archive: PostgresArchive, projector: Projector | None = None) -> None:
         self.archive = archive
@@ -119,7 +110,7 @@ class MemoryService:
 
     def list_cards(self, workspace: str, query: ListQuery) -> CardPage:
         with self.archive.transaction(workspace) as tx:
-            language = _require_workspace(tx).language
+            language = tx.require_workspace().language
             items, total = tx.list_cards(query, language)
         return CardPage(items, total, query.page, query.page_size)
 
@@ -127,7 +118,7 @@ class MemoryService:
         """The complete card, with what the search index holds of it (``index``)."""
         card_uuid = card_id_to_uuid(card_id)
         with self.archive.transaction(workspace) as tx:
-            language = _require_workspace(tx).language
+            language = tx.require_workspace().language
             card = tx.card(card_uuid)
             if card is not None:
                 card.index = tx.card_index(card_uuid, self._fingerprint(language))
@@ -152,7 +143,7 @@ class MemoryService:
         """Outstanding operations, plus cards whose projection is missing or of an older
         format (after a model change or migration 002): both are excluded from recall."""
         with self.archive.transaction(workspace) as tx:
-            language = _require_workspace(tx).language
+            language = tx.require_workspace().language
             items = tx.pending_operations()
             if self.projector is not None:
                 items += [
@@ -189,7 +180,7 @@ class MemoryService:
             raise InvalidInput("a new card has no revision to check")
         card_uuid = uuid.uuid4()
         with self.archive.transaction(workspace, lock=True) as tx:
-            language = _require_workspace(tx).language
+            language = tx.require_workspace().language
             links = self._checked_links(tx, card_uuid, data)
             revision = tx.insert_card(
                 card_uuid, data, language=language, origin=origin, source=source
@@ -204,7 +195,7 @@ class MemoryService:
     def update_card(self, workspace: str, card_id: str, data: CardInput) -> MutationResult:
         card_uuid = card_id_to_uuid(card_id)
         with self.archive.transaction(workspace, lock=True) as tx:
-            _require_workspace(tx)
+            tx.require_workspace()
             current = tx.lock_card(card_uuid)
             if current is None:
                 raise NotFound(
@@ -226,7 +217,7 @@ class MemoryService:
     ) -> MutationResult:
         card_uuid = card_id_to_uuid(card_id)
         with self.archive.transaction(workspace, lock=True) as tx:
-            _require_workspace(tx)
+            tx.require_workspace()
             current = tx.lock_card(card_uuid)
             if current is None:
                 raise NotFound(
@@ -315,6 +306,6 @@ class WorkspaceService:
 
     def show(self, workspace_id: str) -> WorkspaceDetail:
         with self.archive.transaction(workspace_id) as tx:
-            workspace = _require_workspace(tx)
+            workspace = tx.require_workspace()
             counts, pending = tx.workspace_counts()
         return WorkspaceDetail(workspace, counts, pending)

@@ -31,11 +31,14 @@ PRINTABLE_WORD = TEXT_PATTERN
 CARD_ID = r"^mem-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
 
 
-def _text(max_length: int) -> Any:
-    return Annotated[str, Field(max_length=max_length, pattern=TEXT_PATTERN)]
-
-
-Name = _text(MAX_IDENTIFIER)
+# Text fields as the model bounds them (tht.memory.model), in the API's JSON Schema.
+Name = Annotated[str, Field(max_length=MAX_IDENTIFIER, pattern=TEXT_PATTERN)]
+Title = Annotated[str, Field(max_length=MAX_TITLE, pattern=TEXT_PATTERN)]
+Concept = Annotated[str, Field(max_length=MAX_CONCEPT, pattern=TEXT_PATTERN)]
+Meaning = Annotated[str, Field(max_length=MAX_MEANING, pattern=TEXT_PATTERN)]
+Scope = Annotated[str, Field(max_length=MAX_SCOPE, pattern=TEXT_PATTERN)]
+Text = Annotated[str, Field(max_length=MAX_TEXT, pattern=TEXT_PATTERN)]
+SqlText = Annotated[str, Field(max_length=MAX_SQL, pattern=TEXT_PATTERN)]
 
 
 class ErrorBody(BaseModel):
@@ -103,12 +106,12 @@ DependencyIn = DatabaseDependency | SchemaDependency | TableDependency | ColumnD
 
 class LinkIn(_Input):
     target: Annotated[str, Field(pattern=CARD_ID)]
-    meaning: _text(MAX_MEANING)
+    meaning: Meaning
 
 
 class _CardBase(_Input):
-    title: _text(MAX_TITLE)
-    concepts: list[_text(MAX_CONCEPT)] = Field(default_factory=list, max_length=MAX_CONCEPTS)
+    title: Title
+    concepts: list[Concept] = Field(default_factory=list, max_length=MAX_CONCEPTS)
     dependencies: list[DependencyIn] = Field(default_factory=list, max_length=MAX_DEPENDENCIES)
     links: list[LinkIn] = Field(
         default_factory=list,
@@ -119,38 +122,38 @@ class _CardBase(_Input):
 
 class _DomainClarification(_CardBase):
     family: Literal["domain_clarification"]
-    content: _text(MAX_TEXT)
-    scope: _text(MAX_SCOPE)
-    rationale: _text(MAX_TEXT) | None = None
-    context: _text(MAX_TEXT) | None = None
+    content: Text
+    scope: Scope
+    rationale: Text | None = None
+    context: Text | None = None
 
 
 class _SqlRule(_CardBase):
     family: Literal["sql_rule"]
-    content: _text(MAX_TEXT)
-    scope: _text(MAX_SCOPE)
-    rationale: _text(MAX_TEXT)
-    sql: _text(MAX_SQL) | None = None
-    context: _text(MAX_TEXT) | None = None
+    content: Text
+    scope: Scope
+    rationale: Text
+    sql: SqlText | None = None
+    context: Text | None = None
 
 
 class _SolvedQuestion(_CardBase):
     family: Literal["solved_question"]
-    question: _text(MAX_TEXT)
-    sql: _text(MAX_SQL)
-    context: _text(MAX_TEXT)
-    scope: _text(MAX_SCOPE) | None = None
-    content: _text(MAX_TEXT) | None = None
+    question: Text
+    sql: SqlText
+    context: Text
+    scope: Scope | None = None
+    content: Text | None = None
 
 
 class _ExplainedError(_CardBase):
     family: Literal["explained_error"]
-    context: _text(MAX_TEXT) = Field(description="The error observed")
-    content: _text(MAX_TEXT) = Field(description="The correction")
-    rationale: _text(MAX_TEXT)
-    scope: _text(MAX_SCOPE) | None = None
-    sql: _text(MAX_SQL) | None = None
-    error_signature: _text(MAX_TEXT) | None = Field(
+    context: Text = Field(description="The error observed")
+    content: Text = Field(description="The correction")
+    rationale: Text
+    scope: Scope | None = None
+    sql: SqlText | None = None
+    error_signature: Text | None = Field(
         default=None,
         description="The database error text; stored normalized. Omitted on an edit: kept",
     )

@@ -115,15 +115,6 @@ def _parse_card(document: Any, where: str) -> CardInput:
         raise type(exc)(f"{where}: {exc.message}", details=exc.details) from exc
 
 
-def _require_workspace(tx: ArchiveTransaction) -> str:
-    workspace = tx.workspace()
-    if workspace is None:
-        raise NotFound(
-            f"workspace '{tx.workspace_id}' does not exist", details={"workspace": tx.workspace_id}
-        )
-    return workspace.language
-
-
 class WorkflowService:
     def __init__(
         self,
@@ -200,7 +191,7 @@ class WorkflowService:
             self._check_links(proposal, ids, refuse)
 
         with self.archive.transaction(workspace) as tx:
-            _require_workspace(tx)
+            tx.require_workspace()
             if _sql(tx).row("receipt_get", session=session) is not None:
                 raise Conflict(
                     f"session {session} was already reviewed: its proposals cannot change",
@@ -470,7 +461,7 @@ class WorkflowService:
                     }
                 )
         with self.archive.transaction(workspace) as tx:
-            _require_workspace(tx)
+            tx.require_workspace()
             for item in found:
                 receipt = _sql(tx).row("receipt_get", session=item["session"])
                 item["reviewed"] = receipt["outcome"] if receipt else None
@@ -487,7 +478,7 @@ class WorkflowService:
         self.sessions.directory(session)
         recorded = self._recorded(workspace, session)
         with self.archive.transaction(workspace) as tx:
-            _require_workspace(tx)
+            tx.require_workspace()
             receipt = _sql(tx).row("receipt_get", session=session)
             wanted = {
                 card_id_to_uuid(c)
@@ -594,7 +585,7 @@ class WorkflowService:
             }
         )
         with self.archive.transaction(workspace, lock=True, accounts=nonce is not None) as tx:
-            language = _require_workspace(tx)
+            language = tx.require_workspace().language
             receipt = _sql(tx).row("receipt_get", session=session)
             replayed = receipt is not None
             if receipt is not None:
@@ -850,7 +841,7 @@ class WorkflowService:
         only reads the receipt: it never creates or restores content."""
         check_session_id(session)
         with self.archive.transaction(workspace) as tx:
-            _require_workspace(tx)
+            tx.require_workspace()
             receipt = _sql(tx).row("receipt_get", session=session)
         if receipt is None:
             raise NotFound(
@@ -903,7 +894,7 @@ class WorkflowService:
             column=query.column,
         )
         with self.archive.transaction(workspace, lock="shared") as tx:
-            _require_workspace(tx)
+            tx.require_workspace()
             ids = [r["id"] for r in _sql(tx).rows("error_signature_matches", signature=signature)]
             facts = tx.recall_facts(ids)
             matching = [

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import psycopg
 import psycopg_pool
@@ -26,6 +26,7 @@ from tht.errors import (
     ArchiveUnavailable,
     Conflict,
     InvalidInput,
+    NotFound,
     SchemaNotReady,
     ThothError,
     first_line,
@@ -291,6 +292,16 @@ def _day_start(value: datetime | date, *, next_day: bool = False) -> datetime:
     return start + timedelta(days=1) if next_day else start
 
 
+_Row = TypeVar("_Row")
+
+
+def _only(row: _Row | None) -> _Row:
+    """The row of a query that always returns one."""
+    if row is None:
+        raise ThothError("an archive query that returns one row returned none")
+    return row
+
+
 class ArchiveTransaction:
     """Queries inside one archive transaction; the workspace is already set."""
 
@@ -309,6 +320,11 @@ class ArchiveTransaction:
         SQL file (the cleanup's, the workflow's)."""
         return ArchiveTransaction(self.conn, self.workspace_id, named)
 
+    def _bound_workspace(self) -> str:
+        if self.workspace_id is None:
+            raise ThothError("this archive transaction is bound to no workspace")
+        return self.workspace_id
+
     def _params(self, **params: Any) -> dict[str, Any]:
         return {"workspace": self.workspace_id, **params}
 
@@ -318,6 +334,10 @@ class ArchiveTransaction:
     def row(self, query: str, /, **params: Any) -> dict | None:
         with self.conn.cursor(row_factory=dict_row) as cur:
             return cur.execute(self._sql(query), self._params(**params)).fetchone()
+
+    def one(self, query: str, /, **params: Any) -> dict:
+        """The row of a query that always returns one (a count, an INSERT ... RETURNING)."""
+        return _only(self.row(query, **params))
 
     def rows(self, query: str, /, **params: Any) -> list[dict]:
         with self.conn.cursor(row_factory=dict_row) as cur:
@@ -332,6 +352,16 @@ class ArchiveTransaction:
         row = self.row("workspace_get")
         return Workspace(**row) if row else None
 
+    def require_workspace(self) -> Workspace:
+        """The transaction's workspace: the one place that says it must exist."""
+        workspace = self.workspace()
+        if workspace is None:
+            raise NotFound(
+                f"workspace '{self.workspace_id}' does not exist",
+                details={"workspace": self.workspace_id},
+            )
+        return workspace
+
     def insert_workspace(self, name: str, language: str) -> Workspace | None:
         row = self.row("workspace_insert", name=name, language=language)
         return Workspace(**row) if row else None
@@ -341,7 +371,7 @@ class ArchiveTransaction:
 
     def workspace_counts(self) -> tuple[dict[str, int], int]:
         counts = {row["family"]: row["cards"] for row in self.rows("workspace_card_counts")}
-        pending = self.row("workspace_pending_count")["count"]
+        pending = self.one("workspace_pending_count")["count"]
         return counts, pending
 
     # --- cards ----------------------------------------------------------------
@@ -391,7 +421,7 @@ class ArchiveTransaction:
             deps[d["card_id"]].append(
                 Dependency(
                     database=d["database_name"],
-                    schema=d["schema_name"],
+                    schema_name=d["schema_name"],
                     table=d["table_name"],
                     column=d["column_name"],
                 )
@@ -468,7 +498,7 @@ class ArchiveTransaction:
         origin: str,
         source: Source | None,
     ) -> int:
-        row = self.row(
+        row = self.one(
             "card_insert",
             id=card_uuid,
             language=language,
@@ -481,16 +511,15 @@ class ArchiveTransaction:
 
     def update_card(self, card_uuid: uuid.UUID, data: CardInput) -> int:
         keep_signature = "error_signature" not in data.model_fields_set
-        return self.row(
+        return self.one(
             "card_update", id=card_uuid, keep_signature=keep_signature, **self._fields(data)
         )["revision"]
 
-    def delete_card(self, card_uuid: uuid.UUID) -> tuple[int, int] | None:
-        """Delete the card (dependencies and incident links cascade); returns
-        (last revision, number of incident links removed)."""
-        links = self.row("card_incident_link_count", id=card_uuid)["count"]
-        row = self.row("card_delete", id=card_uuid)
-        return (row["revision"], links) if row else None
+    def delete_card(self, card_uuid: uuid.UUID) -> tuple[int, int]:
+        """Delete the card, locked by the caller (dependencies and incident links
+        cascade); returns (last revision, number of incident links removed)."""
+        links = self.one("card_incident_link_count", id=card_uuid)["count"]
+        return self.one("card_delete", id=card_uuid)["revision"], links
 
     def replace_dependencies(self, card_uuid: uuid.UUID, deps: list[Dependency]) -> None:
         self.conn.execute(_q("dependencies_clear"), self._params(id=card_uuid))
@@ -615,7 +644,9 @@ class ArchiveTransaction:
             ProjectionState(
                 row["revision"], row["projected_revision"], row["fingerprint"], row["operation"]
             ),
-            CardFacts(self.workspace_id, row["family"], row["scope"], tuple(row["concepts"]), deps),
+            CardFacts(
+                self._bound_workspace(), row["family"], row["scope"], tuple(row["concepts"]), deps
+            ),
         )
 
     def operations_for(self, card_uuids: list[uuid.UUID]) -> dict[uuid.UUID, tuple[str, int]]:
@@ -714,14 +745,15 @@ class ArchiveTransaction:
         candidates = None
         if tsquery or query.concepts:
             # selective GIN filters first: the list query then reads these rows by key
-            candidates = self.conn.execute(
+            found = self.conn.execute(
                 _q("matching_card_ids"),
                 {
                     "ts_config": TS_CONFIG[language],
                     "tsquery": tsquery,
                     "concepts": query.concepts,
                 },
-            ).fetchone()[0]
+            ).fetchone()
+            candidates = _only(found)[0]
             if not candidates:
                 return [], 0
         params = self._params(
@@ -756,9 +788,11 @@ class ArchiveTransaction:
             if query.page == 1 and len(rows) < query.page_size:
                 total = len(rows)  # the first page holds everything
             else:
-                total = cur.execute(
-                    sql.SQL(_q("list_count")).format(filters=filters), params
-                ).fetchone()["count"]
+                total = _only(
+                    cur.execute(
+                        sql.SQL(_q("list_count")).format(filters=filters), params
+                    ).fetchone()
+                )["count"]
         items = [
             CardSummary(
                 id=uuid_to_card_id(r["id"]),
