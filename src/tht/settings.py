@@ -21,9 +21,9 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tht.errors import ConfigurationError
+from tht.memory.model import WORKSPACE_ID_PATTERN
 from tht.validation import describe_validation_error, validation_details
 
-WORKSPACE_ID_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 _CREDENTIAL_KEY = re.compile(
     r"pass(word|wd)?|secret|token|api[_-]?key|credential|private[_-]?key|dsn", re.IGNORECASE
 )

@@ -11,22 +11,13 @@ from typing import Annotated
 
 import typer
 
-from tht.cli.main import (
-    ConfigOption,
-    JsonFlag,
-    _read_document,
-    _services,
-    emit,
-    load_runtime,
-    memory_app,
-)
+from tht.cli._common import ConfigOption, JsonFlag, _read_document, _services, emit, load_runtime
 
 SessionOption = Annotated[
     str, typer.Option("--session", help="The workflow session id (a directory of sessions_root)")
 ]
 
 
-@memory_app.command("propose")
 def memory_propose(
     config: ConfigOption,
     session: SessionOption,
@@ -41,7 +32,6 @@ def memory_propose(
         emit(services.workflow.propose(runtime.workspace, session, document))
 
 
-@memory_app.command("summary")
 def memory_summary(
     config: ConfigOption, session: SessionOption, json_output: JsonFlag = False
 ) -> None:
@@ -51,7 +41,6 @@ def memory_summary(
         emit(services.workflow.summary(runtime.workspace, session))
 
 
-@memory_app.command("review-apply")
 def memory_review_apply(
     config: ConfigOption,
     request: Annotated[
@@ -78,7 +67,6 @@ def memory_review_apply(
         )
 
 
-@memory_app.command("solved-index")
 def memory_solved_index(
     session: Annotated[
         str, typer.Argument(help="The session whose reviewed solved question to re-index")
@@ -90,3 +78,11 @@ def memory_solved_index(
     runtime = load_runtime(config)
     with _services(runtime) as services:
         emit(services.workflow.solved_index(runtime.workspace, session))
+
+
+def register(memory_app: typer.Typer) -> None:
+    """Add the workflow commands to `tht memory` (in this order: the help lists them so)."""
+    memory_app.command("propose")(memory_propose)
+    memory_app.command("summary")(memory_summary)
+    memory_app.command("review-apply")(memory_review_apply)
+    memory_app.command("solved-index")(memory_solved_index)

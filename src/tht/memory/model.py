@@ -72,7 +72,11 @@ FAMILY_FIELDS: dict[str, dict[str, bool]] = {
 }
 TEXT_FIELDS = ("content", "scope", "rationale", "question", "sql", "context")
 
-_CARD_ID = re.compile(r"^mem-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$")
+# The identifiers, one definition each: every entry point (the runtime file, the CLI, the
+# API's paths and JSON Schema, the index's shard names) accepts exactly these.
+WORKSPACE_ID_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+CARD_ID_PATTERN = r"^mem-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+_CARD_ID = re.compile(CARD_ID_PATTERN)
 # What text may not hold: C0 and C1 controls but tab, newline and carriage return; the
 # bidirectional embeddings, overrides and isolates (they make a reader see text in
 # another order than it is stored: "Trojan Source").
@@ -91,12 +95,12 @@ _VISIBLE = re.compile(f"[^{_INVISIBLE}]")
 
 
 def card_id_to_uuid(card_id: str) -> uuid.UUID:
-    match = _CARD_ID.match(card_id.strip().lower()) if isinstance(card_id, str) else None
-    if not match:
+    normalized = card_id.strip().lower() if isinstance(card_id, str) else None
+    if normalized is None or not _CARD_ID.match(normalized):
         raise InvalidInput(
             f"'{card_id}' is not a card id (expected mem-<uuid>)", details={"id": card_id}
         )
-    return uuid.UUID(match.group(1))
+    return uuid.UUID(normalized.removeprefix("mem-"))
 
 
 def uuid_to_card_id(value: uuid.UUID) -> str:

@@ -17,6 +17,7 @@ from tht.errors import Conflict, InvalidInput, NotFound, StaleRevision, ThothErr
 from tht.faults import crash_point
 from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive
 from tht.memory.model import (
+    WORKSPACE_ID_PATTERN,
     Card,
     CardInput,
     CardSummary,
@@ -27,7 +28,6 @@ from tht.memory.model import (
     card_id_to_uuid,
     uuid_to_card_id,
 )
-from tht.settings import WORKSPACE_ID_PATTERN
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from tht.errors import (
     Unauthenticated,
 )
 from tht.memory.admin import AdminRequest, required_permission
-from tht.memory.model import FAMILIES, MAX_DOCUMENT_BYTES
+from tht.memory.model import CARD_ID_PATTERN, FAMILIES, MAX_DOCUMENT_BYTES, WORKSPACE_ID_PATTERN
 from tht.web import schemas
 from tht.web.agent import agent_router
 from tht.web.catalog import catalog_router
@@ -47,8 +47,6 @@ from tht.web.guard import SAFE_METHODS, RequestGuard, normalized_origin, securit
 from tht.web.review import review_router
 
 HERE = Path(__file__).parent
-WORKSPACE_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
-CARD_ID_PATTERN = r"^mem-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
 
 
 @dataclass
@@ -189,7 +187,7 @@ def create_app(
         return found
 
     Actor = Annotated[Principal, Depends(principal)]
-    WorkspaceId = Annotated[str, PathParam(alias="workspaceId", pattern=WORKSPACE_PATTERN)]
+    WorkspaceId = Annotated[str, PathParam(alias="workspaceId", pattern=WORKSPACE_ID_PATTERN)]
     CardId = Annotated[str, PathParam(alias="cardId", pattern=CARD_ID_PATTERN)]
 
     def admin(actor: Principal, request: AdminRequest) -> dict[str, Any]:

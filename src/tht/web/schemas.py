@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tht.memory.model import (
+    CARD_ID_PATTERN,
     MAX_CONCEPT,
     MAX_CONCEPTS,
     MAX_DEPENDENCIES,
@@ -28,7 +29,6 @@ from tht.memory.model import (
 
 # Text as tht.memory.model accepts it: printable, with at least one visible character.
 PRINTABLE_WORD = TEXT_PATTERN
-CARD_ID = r"^mem-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
 
 
 # Text fields as the model bounds them (tht.memory.model), in the API's JSON Schema.
@@ -105,7 +105,7 @@ DependencyIn = DatabaseDependency | SchemaDependency | TableDependency | ColumnD
 
 
 class LinkIn(_Input):
-    target: Annotated[str, Field(pattern=CARD_ID)]
+    target: Annotated[str, Field(pattern=CARD_ID_PATTERN)]
     meaning: Meaning
 
 
