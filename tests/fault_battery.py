@@ -1237,7 +1237,7 @@ def pool_leak_battery(target: Target, checkouts: int = 10_000) -> dict[str, Any]
                         )
                 if i % 50 == 0:
                     with (
-                        archive._pool.connection() as conn
+                        archive.connection() as conn
                     ):  # a bare checkout, outside any memory transaction
                         setting, role, visible = conn.execute(
                             "SELECT current_setting('thoth.workspace', true), current_user,"

@@ -26,7 +26,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from psycopg.types.json import Jsonb
 from pydantic import ValidationError
 
 from tht.accounts import Principal
@@ -54,7 +53,6 @@ from tht.memory.model import (
     uuid_to_card_id,
 )
 from tht.memory.recall_filters import RecallFilters, card_matches
-from tht.sqlfiles import named_queries
 from tht.validation import describe_validation_error, validation_details
 from tht.workflow.contract import (
     ADMISSIBLE_TYPES,
@@ -81,14 +79,6 @@ CARD_FIELDS = (
     "error_signature",
     "concepts",
 )
-
-
-def _queries() -> dict[str, str]:
-    return named_queries(__package__, "sql/queries.sql")
-
-
-def _sql(tx: ArchiveTransaction) -> ArchiveTransaction:
-    return tx.using(_queries())
 
 
 def _digest(document: Any) -> str:
@@ -192,7 +182,7 @@ class WorkflowService:
 
         with self.archive.transaction(workspace) as tx:
             tx.require_workspace()
-            if _sql(tx).row("receipt_get", session=session) is not None:
+            if tx.reviews.receipt(session) is not None:
                 raise Conflict(
                     f"session {session} was already reviewed: its proposals cannot change",
                     details={"session": session},
@@ -395,19 +385,18 @@ class WorkflowService:
 
     @staticmethod
     def _exact_duplicate(tx: ArchiveTransaction, card: CardInput) -> str | None:
-        rows = _sql(tx).rows(
-            "exact_duplicates",
-            family=card.family,
+        ids = tx.reviews.exact_duplicates(
+            card.family,
             content=_fold(card.content),
             scope=_fold(card.scope),
             question=_fold(card.question),
             sql=_fold(card.sql),
             context=_fold(card.context),
         )
-        if not rows:
+        if not ids:
             return None
         wanted = sorted(d.key() for d in card.dependencies)
-        for uid, existing in tx.cards([r["id"] for r in rows]).items():
+        for uid, existing in tx.cards(ids).items():
             if sorted(d.key() for d in existing.dependencies) == wanted:
                 return uuid_to_card_id(uid)
         return None
@@ -463,7 +452,7 @@ class WorkflowService:
         with self.archive.transaction(workspace) as tx:
             tx.require_workspace()
             for item in found:
-                receipt = _sql(tx).row("receipt_get", session=item["session"])
+                receipt = tx.reviews.receipt(item["session"])
                 item["reviewed"] = receipt["outcome"] if receipt else None
         return sorted(found, key=lambda i: (i["recorded_at"] or "", i["session"]), reverse=True)
 
@@ -479,7 +468,7 @@ class WorkflowService:
         recorded = self._recorded(workspace, session)
         with self.archive.transaction(workspace) as tx:
             tx.require_workspace()
-            receipt = _sql(tx).row("receipt_get", session=session)
+            receipt = tx.reviews.receipt(session)
             wanted = {
                 card_id_to_uuid(c)
                 for p in recorded.proposals
@@ -586,7 +575,7 @@ class WorkflowService:
         )
         with self.archive.transaction(workspace, lock=True, accounts=nonce is not None) as tx:
             language = tx.require_workspace().language
-            receipt = _sql(tx).row("receipt_get", session=session)
+            receipt = tx.reviews.receipt(session)
             replayed = receipt is not None
             if receipt is not None:
                 if receipt["request_digest"] != request_digest:
@@ -595,10 +584,7 @@ class WorkflowService:
                         details={"session": session, "receipt": _receipt_json(receipt)},
                     )
             else:
-                if (
-                    nonce is not None
-                    and tx.row("nonce_use", nonce=nonce, expires_at=nonce_expires) is None
-                ):
+                if nonce is not None and not tx.use_nonce(nonce, nonce_expires):
                     raise PermissionDenied("this gate request was already used (replay refused)")
                 recorded = self._recorded(workspace, session)
                 if review.proposals_digest != recorded.digest:
@@ -607,22 +593,21 @@ class WorkflowService:
                         details={"expected": recorded.digest, "reviewed": review.proposals_digest},
                     )
                 result = self._apply(tx, language, session, recorded, review)
-                receipt = _sql(tx).row(
-                    "receipt_insert",
-                    session=session,
+                receipt = tx.reviews.insert_receipt(
+                    session,
                     request_digest=request_digest,
                     proposals_digest=recorded.digest,
                     outcome=result["outcome"],
                     reviewer=principal.user,
-                    result=Jsonb(result),
+                    result=result,
                 )
         crash_point("review_apply.after_memory_commit")
         appended = self._append_reviewed(workspace, session, receipt)
         crash_point("review_apply.after_ledger_append")
         if receipt["ledger_appended_at"] is None:
             with self.archive.transaction(workspace) as tx:
-                _rows_update(tx, "receipt_ledger_appended", session=session)
-                receipt = _sql(tx).row("receipt_get", session=session)
+                tx.reviews.mark_ledger_appended(session)
+                receipt = tx.reviews.receipt(session)
         cards = receipt["result"]["cards"]
         written = [card_id_to_uuid(c["card"]) for c in cards if c["action"] in ("add", "update")]
         index = self._index(workspace, written)
@@ -842,7 +827,7 @@ class WorkflowService:
         check_session_id(session)
         with self.archive.transaction(workspace) as tx:
             tx.require_workspace()
-            receipt = _sql(tx).row("receipt_get", session=session)
+            receipt = tx.reviews.receipt(session)
         if receipt is None:
             raise NotFound(
                 f"session {session} has no review receipt: there is no solved question to index",
@@ -895,7 +880,7 @@ class WorkflowService:
         )
         with self.archive.transaction(workspace, lock="shared") as tx:
             tx.require_workspace()
-            ids = [r["id"] for r in _sql(tx).rows("error_signature_matches", signature=signature)]
+            ids = tx.reviews.error_signature_matches(signature)
             facts = tx.recall_facts(ids)
             matching = [
                 i
@@ -946,10 +931,6 @@ class WorkflowService:
         if recall_error is not None:
             answer["recall_error"] = recall_error
         return answer
-
-
-def _rows_update(tx: ArchiveTransaction, name: str, **params: Any) -> None:
-    tx.conn.execute(_queries()[name], {"workspace": tx.workspace_id, **params})
 
 
 def _receipt_json(receipt: dict) -> dict[str, Any]:

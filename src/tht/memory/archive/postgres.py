@@ -12,16 +12,16 @@ import logging
 import re
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, Literal, TypeVar
 
 import psycopg
-import psycopg_pool
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from tht.db.connector import PostgresConnector, StoreErrors, translate
 from tht.errors import (
     ArchiveUnavailable,
     Conflict,
@@ -31,6 +31,8 @@ from tht.errors import (
     ThothError,
     first_line,
 )
+from tht.memory.archive.cleanup_records import CleanupRecords
+from tht.memory.archive.review_records import ReviewRecords
 from tht.memory.migrations import RUNTIME_ROLE, check_schema
 from tht.memory.model import (
     Card,
@@ -100,13 +102,29 @@ def id_prefix(text: str) -> str | None:
     return match.group(1)
 
 
+def _login_refused(message: str | None) -> ThothError:
+    return SchemaNotReady(f"the runtime login cannot use {RUNTIME_ROLE}: {message}")
+
+
+ERRORS = StoreErrors(
+    what="the memory archive (PostgreSQL)",
+    unavailable=ArchiveUnavailable,
+    schema_missing=lambda: SchemaNotReady(
+        "the thoth_memory schema is missing: run the memory migration"
+    ),
+    failed=lambda line: ThothError(f"archive error: {line}"),
+    privileged_login=lambda: ThothError(
+        "refusing to run: the runtime database login is a superuser or bypasses row-level"
+        " security; give the runtime a restricted login (member of thoth_memory_runtime)"
+    ),
+    login_refused=_login_refused,
+)
+
+
 def _translate(exc: psycopg.Error) -> ThothError:
-    if isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.InvalidSchemaName):
-        return SchemaNotReady("the thoth_memory schema is missing: run the memory migration")
-    if isinstance(exc, psycopg.errors.InsufficientPrivilege | psycopg.errors.InvalidParameterValue):
-        return SchemaNotReady(
-            f"the runtime login cannot use {RUNTIME_ROLE}: {exc.diag.message_primary}"
-        )
+    # what the archive's own constraints say, before the errors every store shares
+    if isinstance(exc, psycopg.errors.InvalidParameterValue):  # SET ROLE refused
+        return _login_refused(exc.diag.message_primary)
     if isinstance(exc, psycopg.errors.ForeignKeyViolation):
         return InvalidInput("a referenced card does not exist in this workspace")
     if isinstance(exc, psycopg.errors.UniqueViolation):
@@ -115,83 +133,31 @@ def _translate(exc: psycopg.Error) -> ThothError:
         return InvalidInput(f"rejected by the archive: {first_line(exc)}")
     if isinstance(exc, psycopg.errors.CheckViolation):
         return InvalidInput(f"rejected by the archive: {exc.diag.constraint_name}")
-    if isinstance(exc, psycopg.OperationalError):
-        return ArchiveUnavailable(
-            f"the memory archive (PostgreSQL) is unavailable: {first_line(exc)}"
-        )
-    return ThothError(f"archive error: {first_line(exc)}")
+    return translate(exc, ERRORS)
 
 
 class PostgresArchive:
-    """A pool of runtime-login connections to the archive."""
+    """A pool of runtime-login connections to the archive (tht.db.connector)."""
 
     def __init__(
         self, conninfo: str, *, max_connections: int = 4, check: bool = True, timeout: float = 10.0
     ) -> None:
-        self._conninfo = conninfo
-        self._check = check
-        self._timeout = timeout
-        self._pool = psycopg_pool.ConnectionPool(
+        self._conninfo = conninfo  # tests build a login's environment from it
+        self._connector = PostgresConnector(
             conninfo,
-            min_size=1,
-            max_size=max_connections,
-            open=False,
+            ERRORS,
+            max_connections=max_connections,
             timeout=timeout,
-            kwargs={"connect_timeout": int(timeout), "autocommit": False},
-            # a connection is checked (one round trip) when taken: after PostgreSQL
-            # restarts, a long-running service would otherwise hand out dead ones
-            check=psycopg_pool.ConnectionPool.check_connection,
-            name="thoth-memory-archive",
+            probe_timeout=3,
+            check=check_schema if check else None,
         )
-        self._opened = False
 
     def open(self) -> PostgresArchive:
-        if self._opened:
-            return self
-        try:
-            self._pool.open(wait=True, timeout=self._timeout)
-        except psycopg_pool.PoolTimeout as exc:
-            self._pool.close()
-            detail = self._probe_connection_error()
-            raise ArchiveUnavailable(
-                f"the memory archive (PostgreSQL) is unavailable: {detail}"
-            ) from exc
-        self._opened = True
-        try:
-            with self._pool.connection() as conn:
-                self._refuse_privileged_login(conn)
-                if self._check:
-                    check_schema(conn)
-        except psycopg.Error as exc:
-            self.close()
-            raise _translate(exc) from exc
-        except ThothError:
-            self.close()
-            raise
+        self._connector.open()
         return self
 
-    def _probe_connection_error(self) -> str:
-        try:
-            psycopg.connect(self._conninfo, connect_timeout=3).close()
-        except psycopg.Error as exc:
-            return first_line(exc)
-        return "timed out waiting for a connection"
-
-    @staticmethod
-    def _refuse_privileged_login(conn: psycopg.Connection) -> None:
-        row = conn.execute(
-            "SELECT rolsuper, rolbypassrls FROM pg_roles WHERE rolname = current_user"
-        ).fetchone()
-        conn.rollback()
-        if row and (row[0] or row[1]):
-            raise ThothError(
-                "refusing to run: the runtime database login is a superuser or bypasses row-level"
-                " security; give the runtime a restricted login (member of thoth_memory_runtime)"
-            )
-
     def close(self) -> None:
-        self._pool.close()
-        self._opened = False
+        self._connector.close()
 
     def __enter__(self) -> PostgresArchive:
         return self.open()
@@ -199,19 +165,10 @@ class PostgresArchive:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    @contextmanager
-    def connection(self) -> Iterator[psycopg.Connection]:
+    def connection(self) -> AbstractContextManager[psycopg.Connection]:
         """A pooled runtime-login connection, for a schema with its own transaction
         context (the Catalog's): the same database and login need no second pool."""
-        if not self._opened:
-            self.open()
-        try:
-            with self._pool.connection() as conn:
-                yield conn
-        except psycopg_pool.PoolTimeout as exc:
-            raise ArchiveUnavailable(
-                "the memory archive (PostgreSQL) did not provide a connection in time"
-            ) from exc
+        return self._connector.connection()
 
     @contextmanager
     def transaction(
@@ -229,14 +186,12 @@ class PostgresArchive:
         ``directory`` allows reading the list of workspaces (never their cards);
         ``accounts`` reaches the users, sessions and nonces (never cards).
         """
-        if not self._opened:
-            self.open()
         try:
             if lock and not workspace:
                 raise ValueError("a locked transaction needs a workspace")
             # Pipeline mode: BEGIN and the context travel with the transaction's first
             # query instead of costing two round trips of their own (recall pays each).
-            with self._pool.connection() as conn, conn.pipeline(), conn.transaction():
+            with self._connector.connection() as conn, conn.pipeline(), conn.transaction():
                 conn.execute(
                     _q("set_context"),
                     {
@@ -248,10 +203,6 @@ class PostgresArchive:
                     },
                 )
                 yield ArchiveTransaction(conn, workspace)
-        except psycopg_pool.PoolTimeout as exc:
-            raise ArchiveUnavailable(
-                "the memory archive (PostgreSQL) did not provide a connection in time"
-            ) from exc
         except psycopg.Error as exc:
             raise _translate(exc) from exc
 
@@ -345,6 +296,20 @@ class ArchiveTransaction:
 
     def execute(self, query: str, /, **params: Any) -> None:
         self.conn.execute(self._sql(query), self._params(**params))
+
+    @property
+    def reviews(self) -> ReviewRecords:
+        """The workflow's records: review receipts, proposal and error-rule lookups."""
+        return ReviewRecords(self)
+
+    @property
+    def cleanup(self) -> CleanupRecords:
+        """Physical cleanup's records: matching cards, receipts, tombstones."""
+        return CleanupRecords(self)
+
+    def use_nonce(self, nonce: str, expires_at: datetime | None) -> bool:
+        """Count a signed request's nonce once: False when it was already used."""
+        return self.row("nonce_use", nonce=nonce, expires_at=expires_at) is not None
 
     # --- workspaces -----------------------------------------------------------
 

@@ -22,7 +22,6 @@ workspace, and every statement also names the workspace itself.
 from __future__ import annotations
 
 import json
-import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -33,11 +32,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 import psycopg
-import psycopg_pool
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from tht.errors import InvalidInput, SchemaNotReady, ThothError, first_line
+from tht.db.connector import PostgresConnector, StoreErrors, translate
+from tht.errors import InvalidInput, SchemaNotReady, ThothError
 from tht.memory.embedding.sparse import SparseVector
 from tht.memory.index import filters as f
 from tht.memory.index.errors import IndexIncompatible, IndexUnavailable
@@ -142,12 +141,16 @@ class PgVectorIndex:
     ) -> None:
         self.collection = collection
         self.timeout = timeout
-        self._conninfo = conninfo
-        self._max_connections = max_connections
         # Connected on first use: building the adapter must not touch the database, so
         # browsing and editing work while it is unreachable.
-        self._pool: psycopg_pool.ConnectionPool | None = None
-        self._lock = threading.Lock()
+        self._connector = PostgresConnector(
+            conninfo,
+            ERRORS,
+            max_connections=max_connections,
+            timeout=timeout,
+            check=_check_schema,
+            name="thoth-memory-pgvector",
+        )
 
     # -- collection ---------------------------------------------------------------
 
@@ -181,10 +184,7 @@ class PgVectorIndex:
             conn.execute(_q("collection_drop"), {"collection": self.collection})
 
     def close(self) -> None:
-        with self._lock:
-            if self._pool is not None:
-                self._pool.close()
-                self._pool = None
+        self._connector.close()
 
     def optimize(self) -> None:
         """After a rebuild: planner statistics for the rows just written (the HNSW
@@ -436,65 +436,12 @@ class PgVectorIndex:
                 },
             )
 
-    def _ready_pool(self) -> psycopg_pool.ConnectionPool:
-        """The pool, opened and checked on first use (and again after a failed check:
-        a closed psycopg pool cannot be reopened, so each attempt gets a new one)."""
-        with self._lock:
-            if self._pool is not None:
-                return self._pool
-            pool = psycopg_pool.ConnectionPool(
-                self._conninfo,
-                min_size=1,
-                max_size=self._max_connections,
-                open=False,
-                timeout=self.timeout,
-                kwargs={"connect_timeout": max(1, round(self.timeout)), "autocommit": False},
-                name="thoth-memory-pgvector",
-            )
-            try:
-                pool.open(wait=True, timeout=self.timeout)
-            except psycopg_pool.PoolTimeout as exc:
-                pool.close()
-                raise IndexUnavailable(
-                    f"the pgvector index (PostgreSQL) is unavailable: {self._probe()}"
-                ) from exc
-            try:
-                with pool.connection() as conn:
-                    (privileged,) = conn.execute(_q("readiness")).fetchone()
-                    conn.rollback()
-                    if privileged:
-                        raise IndexUnavailable(
-                            "refusing to use the pgvector index: the runtime database login is a superuser or"
-                            " bypasses row-level security; give the runtime a restricted login"
-                            " (member of thoth_memory_runtime)"
-                        )
-                    check_schema(conn, PACK)
-            except SchemaNotReady as exc:
-                pool.close()
-                raise IndexSchemaNotReady(exc.message, details=exc.details) from exc
-            except ThothError:
-                pool.close()
-                raise
-            except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-                pool.close()
-                raise _translate(exc) from exc
-            self._pool = pool
-            return pool
-
-    def _probe(self) -> str:
-        try:
-            psycopg.connect(self._conninfo, connect_timeout=max(1, round(self.timeout))).close()
-        except psycopg.Error as exc:
-            return first_line(exc)
-        return "timed out waiting for a connection"
-
     @contextmanager
     def _transaction(self, workspace: str, *, lock: bool = False) -> Iterator[psycopg.Connection]:
         """One transaction as the runtime role in ``workspace`` ("" sees no workspace
         data: collection operations); ``lock`` serializes the workspace's writers."""
-        pool = self._ready_pool()
         try:
-            with pool.connection() as conn, conn.transaction():
+            with self._connector.connection() as conn, conn.transaction():
                 conn.execute(
                     _q("set_context"),
                     {"workspace": workspace, "lock": lock, "collection": self.collection},
@@ -502,7 +449,7 @@ class PgVectorIndex:
                 yield conn
         except ThothError:
             raise
-        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+        except psycopg.Error as exc:
             raise _translate(exc) from exc
 
 
@@ -617,17 +564,31 @@ def _point_row(point: IndexPoint) -> dict[str, Any]:
     }
 
 
+ERRORS = StoreErrors(
+    what="the pgvector index (PostgreSQL)",
+    unavailable=IndexUnavailable,
+    schema_missing=lambda: IndexSchemaNotReady(
+        f"the {PACK.schema} schema is missing: run {PACK.command} with the migrator credentials"
+    ),
+    failed=lambda line: IndexUnavailable(f"the pgvector index failed: {line}"),
+    privileged_login=lambda: IndexUnavailable(
+        "refusing to use the pgvector index: the runtime database login is a superuser or"
+        " bypasses row-level security; give the runtime a restricted login"
+        " (member of thoth_memory_runtime)"
+    ),
+    login_refused=lambda message: IndexSchemaNotReady(
+        f"the runtime login cannot use the pgvector index tables: {message}"
+    ),
+)
+
+
 def _translate(exc: BaseException) -> ThothError:
-    if isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.InvalidSchemaName):
-        return IndexSchemaNotReady(
-            f"the {PACK.schema} schema is missing: run {PACK.command} with the migrator credentials"
-        )
-    if isinstance(exc, psycopg.errors.InsufficientPrivilege):
-        return IndexSchemaNotReady(
-            f"the runtime login cannot use the pgvector index tables: {exc.diag.message_primary}"
-        )
-    if isinstance(exc, psycopg.OperationalError | psycopg_pool.PoolTimeout):
-        return IndexUnavailable(
-            f"the pgvector index (PostgreSQL) is unavailable: {first_line(exc)}"
-        )
-    return IndexUnavailable(f"the pgvector index failed: {first_line(exc)}")
+    return translate(exc, ERRORS)
+
+
+def _check_schema(conn: psycopg.Connection) -> None:
+    """The pgvector pack's migrations, applied unchanged (its own error class)."""
+    try:
+        check_schema(conn, PACK)
+    except SchemaNotReady as exc:
+        raise IndexSchemaNotReady(exc.message, details=exc.details) from exc

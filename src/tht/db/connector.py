@@ -1,0 +1,160 @@
+"""One way to reach PostgreSQL for every store kept there: the memory archive, the
+pgvector index (and the Catalog, on the archive's pool).
+
+A ``PostgresConnector`` holds a pool of runtime-login connections, opened and checked on
+first use (a login that is a superuser or bypasses row-level security is refused; then
+the store's own schema check), and opened again after a failed attempt (a closed
+psycopg pool cannot be reopened). When the server cannot be reached, a direct
+connection probes why, so the error names the cause rather than a pool timeout.
+``translate`` turns a driver error into the product's errors, worded by the store's
+``StoreErrors``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import psycopg
+import psycopg_pool
+
+from tht.errors import ThothError, first_line
+from tht.sqlfiles import named_queries
+
+
+@dataclass(frozen=True)
+class StoreErrors:
+    """How one store words its failures."""
+
+    what: str  # the store, as errors name it: "the memory archive (PostgreSQL)"
+    unavailable: Callable[[str], ThothError]  # the server, or a connection, is out of reach
+    schema_missing: Callable[[], ThothError]  # its tables are not there: which migration to run
+    failed: Callable[[str], ThothError]  # any other driver error (its first line)
+    # the runtime login may not use the store's tables (None: a failure like any other)
+    login_refused: Callable[[str], ThothError] | None = None
+    # a store with a connector of its own: its login would make tenancy moot
+    privileged_login: Callable[[], ThothError] | None = None
+
+    def refuse_privileged_login(self) -> ThothError:
+        if self.privileged_login is not None:
+            return self.privileged_login()
+        return ThothError(
+            f"refusing to use {self.what}: the runtime database login is a superuser or"
+            " bypasses row-level security"
+        )
+
+
+def translate(exc: BaseException, errors: StoreErrors) -> ThothError:
+    """The product's error for a driver error (or a pool timeout) of ``errors``' store."""
+    if isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.InvalidSchemaName):
+        return errors.schema_missing()
+    if errors.login_refused is not None and isinstance(exc, psycopg.errors.InsufficientPrivilege):
+        return errors.login_refused(exc.diag.message_primary or first_line(exc))
+    if isinstance(exc, psycopg.OperationalError | psycopg_pool.PoolTimeout):
+        return errors.unavailable(f"{errors.what} is unavailable: {first_line(exc)}")
+    return errors.failed(first_line(exc))
+
+
+def _queries() -> dict[str, str]:
+    return named_queries("tht.db", "sql/connector.sql")
+
+
+class PostgresConnector:
+    """A pool of connections to one database with one login, for one store."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        errors: StoreErrors,
+        *,
+        max_connections: int = 4,
+        timeout: float = 10.0,
+        probe_timeout: float | None = None,
+        check: Callable[[psycopg.Connection], None] | None = None,
+        name: str | None = None,
+    ) -> None:
+        self.errors = errors
+        self._conninfo = conninfo
+        self._max_connections = max_connections
+        self._timeout = timeout
+        self._probe_timeout = timeout if probe_timeout is None else probe_timeout
+        self._check = check
+        self._name = name
+        self._pool: psycopg_pool.ConnectionPool | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def opened(self) -> bool:
+        return self._pool is not None
+
+    def open(self) -> psycopg_pool.ConnectionPool:
+        """The pool, opened and checked now if it is not yet (a failed check closes it)."""
+        with self._lock:
+            if self._pool is not None:
+                return self._pool
+            pool = psycopg_pool.ConnectionPool(
+                self._conninfo,
+                min_size=1,
+                max_size=self._max_connections,
+                open=False,
+                timeout=self._timeout,
+                kwargs={"connect_timeout": _seconds(self._timeout), "autocommit": False},
+                name=self._name,
+            )
+            try:
+                pool.open(wait=True, timeout=self._timeout)
+            except psycopg_pool.PoolTimeout as exc:
+                pool.close()
+                raise self.errors.unavailable(
+                    f"{self.errors.what} is unavailable: {self.probe()}"
+                ) from exc
+            try:
+                with pool.connection() as conn:
+                    privileged = conn.execute(_queries()["login_is_privileged"]).fetchone()
+                    conn.rollback()
+                    if privileged is not None and privileged[0]:
+                        raise self.errors.refuse_privileged_login()
+                    if self._check is not None:
+                        self._check(conn)
+            except ThothError:
+                pool.close()
+                raise
+            except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+                pool.close()
+                raise translate(exc, self.errors) from exc
+            self._pool = pool
+            return pool
+
+    def probe(self) -> str:
+        """Why a connection cannot be made (the driver's first line), from a direct try."""
+        try:
+            psycopg.connect(self._conninfo, connect_timeout=_seconds(self._probe_timeout)).close()
+        except psycopg.Error as exc:
+            return first_line(exc)
+        return "timed out waiting for a connection"
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection]:
+        """A pooled connection (the pool opened on first use). Driver errors inside are
+        the caller's to translate: a store sharing the pool words its own."""
+        pool = self.open()
+        try:
+            with pool.connection() as conn:
+                yield conn
+        except psycopg_pool.PoolTimeout as exc:
+            raise self.errors.unavailable(
+                f"{self.errors.what} did not provide a connection in time"
+            ) from exc
+
+    def close(self) -> None:
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
+
+def _seconds(timeout: float) -> int:
+    """libpq's connect_timeout: whole seconds, and 0 would mean no limit."""
+    return max(1, round(timeout))
