@@ -23,7 +23,7 @@ from typing import Any
 
 from tht.errors import Conflict, ThothError
 from tht.faults import crash_point
-from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive
+from tht.memory.archive.port import Archive, ArchiveTx
 from tht.memory.model import uuid_to_card_id
 
 
@@ -81,7 +81,7 @@ class CleanupReceipt:
 class PhysicalCleanup:
     """The application service the Catalog calls after committing a physical change."""
 
-    def __init__(self, archive: PostgresArchive, projector: Any | None = None) -> None:
+    def __init__(self, archive: Archive, projector: Any | None = None) -> None:
         self.archive = archive
         self.projector = projector  # IndexProjector; None: index deletes stay pending
 
@@ -111,9 +111,7 @@ class PhysicalCleanup:
         receipt.repeated = repeated
         return receipt
 
-    def _delete_matching(
-        self, tx: ArchiveTransaction, removals: PhysicalRemovals, digest: str
-    ) -> None:
+    def _delete_matching(self, tx: ArchiveTx, removals: PhysicalRemovals, digest: str) -> None:
         canonical = removals.canonical()
         records = tx.cleanup
         matches = records.matching_cards(

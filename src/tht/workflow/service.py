@@ -41,7 +41,7 @@ from tht.errors import (
     ThothError,
 )
 from tht.faults import crash_point
-from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive
+from tht.memory.archive.port import Archive, ArchiveTx
 from tht.memory.error_signature import normalize_error
 from tht.memory.model import (
     MAX_TITLE,
@@ -108,7 +108,7 @@ def _parse_card(document: Any, where: str) -> CardInput:
 class WorkflowService:
     def __init__(
         self,
-        archive: PostgresArchive,
+        archive: Archive,
         projector: Any = None,
         recall: Any = None,
         sessions_root: Path | None = None,
@@ -384,7 +384,7 @@ class WorkflowService:
                 refuse(proposal.id, "self_link", "a card cannot link to itself")
 
     @staticmethod
-    def _exact_duplicate(tx: ArchiveTransaction, card: CardInput) -> str | None:
+    def _exact_duplicate(tx: ArchiveTx, card: CardInput) -> str | None:
         ids = tx.reviews.exact_duplicates(
             card.family,
             content=_fold(card.content),
@@ -629,7 +629,7 @@ class WorkflowService:
 
     def _apply(
         self,
-        tx: ArchiveTransaction,
+        tx: ArchiveTx,
         language: str,
         session: str,
         recorded: ProposalsFile,
