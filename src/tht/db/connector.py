@@ -73,6 +73,7 @@ class PostgresConnector:
         timeout: float = 10.0,
         probe_timeout: float | None = None,
         check: Callable[[psycopg.Connection], None] | None = None,
+        check_on_checkout: bool = False,
         name: str | None = None,
     ) -> None:
         self.errors = errors
@@ -81,6 +82,7 @@ class PostgresConnector:
         self._timeout = timeout
         self._probe_timeout = timeout if probe_timeout is None else probe_timeout
         self._check = check
+        self._check_on_checkout = check_on_checkout
         self._name = name
         self._pool: psycopg_pool.ConnectionPool | None = None
         self._lock = threading.Lock()
@@ -101,6 +103,13 @@ class PostgresConnector:
                 open=False,
                 timeout=self._timeout,
                 kwargs={"connect_timeout": _seconds(self._timeout), "autocommit": False},
+                # one round trip when a connection is taken: after PostgreSQL restarts, a
+                # long-running service would otherwise hand out dead ones
+                check=(
+                    psycopg_pool.ConnectionPool.check_connection
+                    if self._check_on_checkout
+                    else None
+                ),
                 name=self._name,
             )
             try:

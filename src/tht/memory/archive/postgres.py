@@ -150,6 +150,8 @@ class PostgresArchive:
             timeout=timeout,
             probe_timeout=3,
             check=check_schema if check else None,
+            check_on_checkout=True,
+            name="thoth-memory-archive",
         )
 
     def open(self) -> PostgresArchive:
