@@ -160,7 +160,7 @@ class PgVectorIndex:
 
     def collection_exists(self) -> bool:
         with self._transaction("") as conn:
-            return self._dimension(conn, required=False) is not None
+            return self._stored_dimension(conn) is not None
 
     def ensure_collection(self, dimension: int) -> None:
         if not 1 <= dimension <= MAX_DIMENSION:
@@ -169,9 +169,9 @@ class PgVectorIndex:
                 details={"dimension": dimension},
             )
         with self._transaction("") as conn:
-            (found,) = conn.execute(
-                _q("collection_create"), {"collection": self.collection, "dimension": dimension}
-            ).fetchone()
+            found = _scalar(
+                conn, "collection_create", {"collection": self.collection, "dimension": dimension}
+            )
         if found != dimension:
             raise IndexIncompatible(
                 f"the pgvector collection {self.collection} has dense vectors of dimension {found}, this "
@@ -264,9 +264,9 @@ class PgVectorIndex:
         with it); other workspaces are untouched. Returns the number of points removed."""
         with self._transaction(workspace, lock=True) as conn:
             self._dimension(conn)
-            (removed,) = conn.execute(
-                _q("workspace_clear"), {"collection": self.collection, "workspace": workspace}
-            ).fetchone()
+            removed: int = _scalar(
+                conn, "workspace_clear", {"collection": self.collection, "workspace": workspace}
+            )
         return removed
 
     def discard_unreadable(self, workspace: str) -> str | None:
@@ -300,9 +300,9 @@ class PgVectorIndex:
     def count(self, workspace: str) -> int:
         with self._transaction(workspace) as conn:
             self._dimension(conn)
-            (found,) = conn.execute(
-                _q("points_count"), {"collection": self.collection, "workspace": workspace}
-            ).fetchone()
+            found: int = _scalar(
+                conn, "points_count", {"collection": self.collection, "workspace": workspace}
+            )
         return found
 
     # -- search -------------------------------------------------------------------
@@ -388,7 +388,7 @@ class PgVectorIndex:
             return []  # stop words only: no term to match, as in Qdrant
         terms = sorted(query)
         scope = {"collection": self.collection, "workspace": filters.workspace}
-        frequencies = dict(
+        frequencies: dict[int, int] = dict(
             conn.execute(_q("bm25_statistics"), {**scope, "terms": terms}).fetchall()
         )
         documents = frequencies.get(DOCUMENTS_TERM, 0)
@@ -415,14 +415,20 @@ class PgVectorIndex:
 
     # -- plumbing -----------------------------------------------------------------
 
-    def _dimension(self, conn: psycopg.Connection, *, required: bool = True) -> int | None:
+    def _stored_dimension(self, conn: psycopg.Connection) -> int | None:
+        """The collection's dense dimension, None when there is no collection yet."""
         row = conn.execute(_q("collection_get"), {"collection": self.collection}).fetchone()
-        if row is None and required:
+        return row[0] if row else None
+
+    def _dimension(self, conn: psycopg.Connection) -> int:
+        """The collection's dense dimension; a missing collection is refused."""
+        dimension = self._stored_dimension(conn)
+        if dimension is None:
             raise IndexUnavailable(
                 f"the pgvector index has no collection {self.collection} yet; write a card or run the index rebuild",
                 details={"collection": self.collection},
             )
-        return row[0] if row else None
+        return dimension
 
     def _check_dimension(self, vector: Sequence[float], dimension: int) -> None:
         if len(vector) != dimension:
@@ -562,6 +568,14 @@ def _point_row(point: IndexPoint) -> dict[str, Any]:
         "revision": point.revision,
         "fingerprint": point.fingerprint,
     }
+
+
+def _scalar(conn: psycopg.Connection, query: str, params: dict[str, Any]) -> Any:
+    """The one value of a query that always returns one row."""
+    row = conn.execute(_q(query), params).fetchone()
+    if row is None:
+        raise IndexUnavailable(f"the pgvector query {query} returned no row")
+    return row[0]
 
 
 ERRORS = StoreErrors(
