@@ -2,12 +2,13 @@
 #   make run   - the administration web app on the embedded engines, with a demo workspace
 #   make test  - the lint and type gates, then the whole test suite against real engines (installs Debian's chromium
 #                for the browser tests when it is missing and we are root)
+# and, while editing: make test-fast (unit and contract tests, no slow or browser ones), make lint
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: run test test-real-postgres lint install lock bench bench-peers clean chromium
+.PHONY: run test test-fast test-real-postgres lint install lock bench bench-peers clean chromium
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +58,12 @@ test-real-postgres: $(STAMP)
 	( . $(REAL_PG_DIR)/test-env && $(BIN)/python -m pytest -p no:cacheprovider -k "not pgvector" $(REAL_PG_SUITES) ); \
 	rc=$$?; $(BIN)/python scripts/real_postgres.py stop $(REAL_PG_DIR); \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+# The fast tier (docs/testing.md): unit and adapter-contract tests without the `slow` and
+# `browser` ones, for the edit-test loop. No gates: `make lint` (or pre-commit) runs them.
+FAST_TESTS = tests/unit tests/integration/test_index_contract.py
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow and not browser" $(FAST_TESTS) $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python bench/archive_bench.py

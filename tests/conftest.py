@@ -177,6 +177,15 @@ def database(cluster):
     drop_database(db)
 
 
+@pytest.fixture(scope="module")
+def module_database(cluster):
+    """One database for a whole test module: for fixtures whose setup is too costly to
+    repeat per test (each test then works in workspaces of its own)."""
+    db = new_database(cluster)
+    yield db
+    drop_database(db)
+
+
 @pytest.fixture
 def empty_database(cluster):
     """A database with no memory schema at all (owned by the migrator)."""
@@ -207,6 +216,17 @@ class CliResult:
     code: int
     document: dict
     stdout: str
+
+
+BROWSER_TESTS = Path(__file__).parent / "browser"
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test under tests/browser drives chromium: it carries the ``browser`` marker."""
+    for item in items:
+        if BROWSER_TESTS in item.path.parents:
+            item.add_marker(pytest.mark.browser)
 
 
 @pytest.fixture

@@ -906,6 +906,38 @@ def run_trial(
     )
 
 
+class CrashBench:
+    """What the crash battery's trials share: the archive's pool, the launcher (the fork
+    server imports the product once) and the Edge data directory. One trial per
+    ``trial(row, number, repetition)``, in workspace ``r<number>-t<repetition>``: all
+    trials' workspaces lie side by side in one data directory, or one per row."""
+
+    def __init__(
+        self, target: Target, launcher_name: str = "fork", shard_per_row: bool = False
+    ) -> None:
+        self.target = target
+        self.shard_per_row = shard_per_row
+        self.launch = launcher(launcher_name)
+        try:
+            self.archive = PostgresArchive(target.runtime, max_connections=2).open()
+        except BaseException:
+            self.launch.close()
+            raise
+
+    def trial(self, row: Row, number: int, repetition: int = 0) -> TrialResult:
+        index_path = self.target.home / (f"index-{number:02d}" if self.shard_per_row else "index")
+        workspace = f"r{number:02d}-t{repetition:03d}"
+        return run_trial(
+            row, repetition, self.archive, self.target, self.launch, index_path, workspace
+        )
+
+    def close(self) -> None:
+        try:
+            self.archive.close()
+        finally:
+            self.launch.close()
+
+
 def crash_battery(
     target: Target,
     rows: list[Row],
@@ -914,23 +946,18 @@ def crash_battery(
     progress: Callable[[TrialResult], None] | None = None,
     shard_per_row: bool = False,
 ) -> list[TrialResult]:
-    """Every row ``repetitions`` times, one workspace per trial; one Edge data directory
-    for all rows (all trials' workspaces side by side), or one per row."""
+    """Every row ``repetitions`` times (see ``CrashBench``)."""
     results = []
-    launch = launcher(launcher_name)
-    archive = PostgresArchive(target.runtime, max_connections=2).open()
+    bench = CrashBench(target, launcher_name, shard_per_row)
     try:
         for number, row in enumerate(rows):
-            index_path = target.home / (f"index-{number:02d}" if shard_per_row else "index")
             for repetition in range(repetitions):
-                workspace = f"r{number:02d}-t{repetition:03d}"
-                result = run_trial(row, repetition, archive, target, launch, index_path, workspace)
+                result = bench.trial(row, number, repetition)
                 results.append(result)
                 if progress:
                     progress(result)
     finally:
-        archive.close()
-        launch.close()
+        bench.close()
     return results
 
 
@@ -1210,7 +1237,7 @@ def pool_leak_battery(target: Target, checkouts: int = 10_000) -> dict[str, Any]
                         )
                 if i % 50 == 0:
                     with (
-                        archive._pool.connection() as conn
+                        archive.connection() as conn
                     ):  # a bare checkout, outside any memory transaction
                         setting, role, visible = conn.execute(
                             "SELECT current_setting('thoth.workspace', true), current_user,"

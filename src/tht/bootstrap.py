@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import psycopg
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -34,17 +34,30 @@ from tht.settings import DatabaseSettings, RuntimeConfig, database_settings, def
 from tht.validation import describe_validation_error
 from tht.workflow.service import WorkflowService
 
+if TYPE_CHECKING:
+    from tht.db.embedded import EmbeddedPostgres
+
+
+def embedded_database(env: Mapping[str, str] | None = None) -> EmbeddedPostgres | None:
+    """The embedded PostgreSQL of THT_HOME (not started here), or None when the
+    THT_CATALOG_* settings name an external database."""
+    settings = database_settings(env)
+    if settings.embedded_home is None:
+        return None
+    from tht.db.embedded import EmbeddedPostgres  # pgserver only when it is the engine
+
+    return EmbeddedPostgres(settings.embedded_home)
+
 
 def resolve_database(
     env: Mapping[str, str] | None = None, *, pgvector: bool = False
 ) -> DatabaseSettings:
     """External settings as given, or the embedded server started and prepared (with
     the pgvector engine's tables when asked)."""
-    settings = database_settings(env)
-    if settings.embedded:
-        from tht.db.embedded import EmbeddedPostgres
-
-        settings, _ = EmbeddedPostgres(settings.embedded_home).prepare(pgvector=pgvector)
+    embedded = embedded_database(env)
+    if embedded is None:
+        return database_settings(env)
+    settings, _ = embedded.prepare(pgvector=pgvector)
     return settings
 
 
@@ -67,12 +80,11 @@ def run_migrations(env: Mapping[str, str] | None = None, *, engine: str | None =
     keep nothing in PostgreSQL)."""
     env = os.environ if env is None else env
     pgvector = engine == "pgvector"
-    settings = database_settings(env)
-    if settings.embedded:
-        from tht.db.embedded import EmbeddedPostgres
-
-        _, report = EmbeddedPostgres(settings.embedded_home).prepare(force=True, pgvector=pgvector)
+    embedded = embedded_database(env)
+    if embedded is not None:
+        _, report = embedded.prepare(force=True, pgvector=pgvector)
         return {"database": "embedded", **(report or {})}
+    settings = database_settings(env)
     if not settings.migrator_conninfo:
         raise ConfigurationError(
             "no migrator login: set THT_CATALOG_MIGRATOR_DATABASE_URL, or THT_CATALOG_DB_HOST,"
@@ -93,7 +105,7 @@ def run_migrations(env: Mapping[str, str] | None = None, *, engine: str | None =
                     conn, runtime_login=settings.runtime_login, pack=PGVECTOR_PACK
                 )
     except psycopg.OperationalError as exc:
-        from tht.memory.archive.postgres import login_refusal
+        from tht.db.connector import login_refusal
 
         refused = login_refusal(exc, settings.migrator_conninfo)
         if refused is not None:
@@ -143,6 +155,7 @@ def build_index(settings: dict | None, env: Mapping[str, str] | None = None) -> 
     if config.engine == "qdrant":
         from tht.memory.index.qdrant_server import QdrantServerIndex
 
+        assert config.url is not None  # IndexSettings requires it for this engine
         return QdrantServerIndex.connect(config.url, config.collection, timeout=config.timeout)
     if config.engine == "pgvector":
         # the runtime login, in the archive's database; nothing connects until first use

@@ -32,6 +32,7 @@ def load_demo(services: Any) -> dict[str, Any]:
         ids: dict[str, list[str]] = {}
         for document in demo_cards():
             card = archive_only.create_card(DEMO_WORKSPACE, parse_card_input(document)).card
+            assert card is not None  # a create returns the card it made
             ids.setdefault(card.family, []).append(card.id)
             for dep in card.dependencies:
                 ids.setdefault(f"table:{dep.table}", []).append(card.id)

@@ -21,9 +21,9 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tht.errors import ConfigurationError
+from tht.memory.model import WORKSPACE_ID_PATTERN
 from tht.validation import describe_validation_error, validation_details
 
-WORKSPACE_ID_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 _CREDENTIAL_KEY = re.compile(
     r"pass(word|wd)?|secret|token|api[_-]?key|credential|private[_-]?key|dsn", re.IGNORECASE
 )
@@ -211,7 +211,8 @@ class DatabaseSettings:
     def runtime_login(self) -> str | None:
         if not self.runtime_conninfo:
             return None
-        return conninfo_to_dict(self.runtime_conninfo).get("user")
+        user = conninfo_to_dict(self.runtime_conninfo).get("user")
+        return None if user is None else str(user)
 
 
 def _read_password(env: Mapping[str, str], variable: str) -> str:

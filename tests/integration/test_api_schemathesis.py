@@ -14,6 +14,8 @@ from schemathesis.checks import CHECKS
 from tests.conftest import drop_database, new_database
 from tests.integration.web_support import build_world
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def world(cluster, tmp_path_factory):

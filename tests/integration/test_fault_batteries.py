@@ -14,15 +14,17 @@ from tests.fault_battery import (
     OPERATIONS,
     ROOT,
     ROWS,
+    CrashBench,
     Target,
     crash_battery,
     kill_battery,
     pool_leak_battery,
     pooled,
     recall_machine,
-    summarize,
     writers_battery,
 )
+
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
@@ -30,16 +32,33 @@ def target(database, tmp_path):
     return Target(database.runtime, database.migrator, database.superuser, tmp_path)
 
 
-def test_crash_at_every_step_is_recovered_without_lost_doubled_stale_or_leaked_cards(target):
-    results = crash_battery(target, ROWS, repetitions=1)
-    failures = [
-        (r.row, r.audit.counts(), r.audit.notes)
-        for r in results
-        if not (r.crashed and r.recovered and r.audit.clean())
-    ]
-    assert failures == [], "\n".join(map(str, failures))
-    table = summarize(results)
-    assert len(table) == len(ROWS) and all(line["crashed"] == line["trials"] for line in table)
+@pytest.fixture(scope="module")
+def crash_bench(module_database, tmp_path_factory):
+    """One database, fork server and Edge data directory for all the crash rows (each
+    row works in a workspace of its own), as the battery in bench/fault_bench.py."""
+    db = module_database
+    bench = CrashBench(
+        Target(db.runtime, db.migrator, db.superuser, tmp_path_factory.mktemp("crash"))
+    )
+    yield bench
+    bench.close()
+
+
+@pytest.mark.parametrize(
+    "number, row", list(enumerate(ROWS)), ids=[f"{r.operation}@{r.point}" for r in ROWS]
+)
+def test_crash_at_every_step_is_recovered_without_lost_doubled_stale_or_leaked_cards(
+    crash_bench, number, row
+):
+    result = crash_bench.trial(row, number)
+    assert result.crashed and result.recovered and result.audit.clean(), (
+        result.audit.counts(),
+        result.audit.notes,
+    )
+
+
+def test_the_crash_rows_are_distinct():
+    assert len({(r.operation, r.point) for r in ROWS}) == len(ROWS)
 
 
 def test_the_fork_server_stands_for_python_m_tht(target):

@@ -229,6 +229,7 @@ def test_collection_lifecycle(engine: Engine) -> None:
     index.close()
 
 
+@pytest.mark.slow
 # qdrant-client's local mode is not thread-safe (its SQLite store fails or loses points
 # under threads); a Qdrant server is, and the adapter tolerates a racing create.
 @pytest.mark.parametrize("engine", ["edge", "pgvector"], indirect=True)
@@ -363,6 +364,7 @@ def test_a_readable_workspace_is_never_discarded(index: SearchIndex) -> None:
     assert [r.id for r in index.scroll_ids("w1")] == [kept.id]
 
 
+@pytest.mark.slow
 def test_scroll_pages_through_every_point(index: SearchIndex) -> None:
     points = [point(facts(), f"card {n}") for n in range(1100)]
     index.upsert(points)

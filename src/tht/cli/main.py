@@ -7,28 +7,42 @@ class (see ``tht.errors.EXIT_CODES``).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext, redirect_stdout
+from contextlib import nullcontext, redirect_stdout
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer._click import exceptions as click_exceptions  # Typer vendors click
 
 from tht import audit
 from tht.accounts import MANAGE
-from tht.cli.capabilities import OPERATOR_ONLY, SIGNED, required
+from tht.cli._common import (  # the shared helpers; other command modules import them from there
+    ConfigOption,
+    IdempotencyKeyOption,
+    JsonFlag,
+    _read_document,
+    _services,
+    emit,
+    idempotency_key_of,
+    load_runtime,
+    read_text,
+)
+from tht.cli.capabilities import OPERATOR_ONLY, required
 from tht.cli.catalog import catalog_app
 from tht.cli.eval import memory_eval
-from tht.cli.invocation import current, invoked, progress, read_bytes, resolve, write_stdout
+from tht.cli.invocation import current, invoked, progress
+from tht.cli.workflow import register as register_workflow
 from tht.errors import Forbidden, InvalidInput, ThothError
-from tht.memory.model import MAX_DOCUMENT_BYTES, parse_card_input, parse_list_query
-from tht.settings import RuntimeConfig, load_runtime_config, require_directory
+from tht.memory.model import parse_card_input, parse_list_query
+from tht.settings import RuntimeConfig
+
+if TYPE_CHECKING:
+    from tht.db.embedded import EmbeddedPostgres
+    from tht.memory.recall_service import RecallKind
 
 log = logging.getLogger("tht")
 
@@ -53,49 +67,6 @@ app.add_typer(db_app, name="db")
 app.add_typer(user_app, name="user")
 app.add_typer(catalog_app, name="catalog")
 
-ConfigOption = Annotated[
-    Path,
-    typer.Option("-c", "--config", help="Runtime file (YAML): workspace, database, schema, ..."),
-]
-
-
-IdempotencyKeyOption = Annotated[
-    str | None,
-    typer.Option(
-        "--idempotency-key",
-        help="A key of yours (e.g. a UUID): run again with the same key and the same input, the"
-        " command prints the first answer instead of doing it twice (kept 24 h); with other input"
-        " it fails with idempotency_key_reused",
-    ),
-]
-
-
-def idempotency_key_of(key: str | None) -> Any:
-    """The command's idempotency key, scoped to its principal (inside ``_services``:
-    the token's user, or the operator)."""
-    from tht.memory.idempotency import IdempotencyKey
-
-    principal = current().principal
-    return IdempotencyKey.given(key, principal.user if principal is not None else None)
-
-
-def emit(document: Any) -> None:
-    write_stdout(json.dumps(document, ensure_ascii=False, default=str) + "\n")
-
-
-def load_runtime(config: Path) -> RuntimeConfig:
-    """The runtime file (the client's copy in the service), its paths taken relative to
-    the directory the command was typed in."""
-    runtime = load_runtime_config(config, read=read_bytes)
-    changes: dict[str, Any] = {}
-    if runtime.sessions_root is not None:
-        changes["sessions_root"] = require_directory(
-            Path(resolve(runtime.sessions_root)), "sessions_root", f"runtime file {config}"
-        )
-    if runtime.index and runtime.index.get("path"):
-        changes["index"] = {**runtime.index, "path": resolve(runtime.index["path"])}
-    return runtime.model_copy(update=changes) if changes else runtime
-
 
 def _json_argument(text: str | None, option: str) -> Any:
     if text is None:
@@ -103,69 +74,6 @@ def _json_argument(text: str | None, option: str) -> Any:
     from tht.validation import parse_json
 
     return parse_json(text, option)
-
-
-def read_text(path: str, limit: int) -> str:
-    """A UTF-8 text file of at most ``limit`` bytes, or standard input with '-'."""
-    try:
-        raw = read_bytes(path, limit)
-    except OSError as exc:
-        raise InvalidInput(f"cannot read {path}: {exc.strerror}") from exc
-    if len(raw) > limit:
-        raise InvalidInput(f"{path} is larger than {limit} bytes")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidInput(f"{path} is not UTF-8 text") from exc
-
-
-def _read_document(path: str) -> Any:
-    """A JSON document from a file, or from standard input with '-'."""
-    from tht.validation import parse_json
-
-    return parse_json(
-        read_text(path, MAX_DOCUMENT_BYTES), "standard input" if path == "-" else path
-    )
-
-
-@contextmanager
-def _services(
-    runtime: Any = None, *, workspace: str | None = None, projection: Any = None
-) -> Iterator[Any]:
-    """The engines for this command (the service's warm ones, or built for this process
-    and closed after it), once the principal may run the command in ``workspace``
-    (default: the runtime file's)."""
-    invocation = current()
-    context = (invocation.services or _built_services)(runtime, projection)
-    with context as services:
-        authorize(
-            services, workspace if workspace is not None else getattr(runtime, "workspace", None)
-        )
-        yield services
-
-
-@contextmanager
-def _built_services(runtime: Any, projection: Any) -> Iterator[Any]:
-    from tht.bootstrap import build_services
-
-    services = build_services(runtime, projection=projection)
-    try:
-        yield services
-    finally:
-        services.close()
-
-
-def authorize(services: Any, workspace: str | None) -> None:
-    """Check the command's capability for its principal: a token's user, or the
-    operator (no token: this process holds THT_HOME or the database credentials)."""
-    invocation = current()
-    if invocation.token is None:
-        audit.act_as(audit.OPERATOR)
-        return
-    principal = invocation.principal = services.accounts.by_token(invocation.token)
-    audit.act_as(principal.user)
-    if invocation.capability != SIGNED:  # OPERATOR_ONLY never gets here with a token (see main)
-        principal.require(invocation.capability, workspace)
 
 
 # --- memory -------------------------------------------------------------------------
@@ -325,11 +233,6 @@ FiltersOption = Annotated[
         help="JSON object: scope (exact), concepts (all present), table, column, top (1-100, default 10)",
     ),
 ]
-JsonFlag = Annotated[
-    bool, typer.Option("--json", help="Accepted for compatibility: output is always JSON")
-]
-
-
 SessionFilter = Annotated[
     str | None,
     typer.Option(
@@ -339,7 +242,7 @@ SessionFilter = Annotated[
 
 
 def _recall(
-    kind: str,
+    kind: RecallKind,
     question: str | None,
     config: Path,
     filters: str | None,
@@ -406,7 +309,7 @@ def memory_rules(
     question: Annotated[
         str | None, typer.Argument(help="The user's question (optional with --error)")
     ] = None,
-    config: ConfigOption = ...,
+    config: ConfigOption = ...,  # type: ignore[assignment]  # required: Typer's idiom after an optional argument
     filters: FiltersOption = None,
     json_output: JsonFlag = False,
     session: SessionFilter = None,
@@ -636,16 +539,15 @@ def serve(
 # --- embedded database --------------------------------------------------------------
 
 
-def _embedded():
-    from tht.db.embedded import EmbeddedPostgres
-    from tht.settings import database_settings
+def _embedded() -> EmbeddedPostgres:
+    from tht.bootstrap import embedded_database
 
-    settings = database_settings()
-    if not settings.embedded:
+    embedded = embedded_database()
+    if embedded is None:
         raise InvalidInput(
             "THT_CATALOG_* names an external database: `tht db` manages only the embedded one"
         )
-    return EmbeddedPostgres(settings.embedded_home)
+    return embedded
 
 
 @db_app.command("status")
@@ -667,7 +569,6 @@ def db_stop() -> None:
 def demo() -> None:
     """Create a demo workspace with a few cards (once) and print them."""
     from tht.demo import DEMO_WORKSPACE, load_demo
-    from tht.settings import RuntimeConfig
 
     with _services(RuntimeConfig(workspace=DEMO_WORKSPACE)) as services:
         emit(load_demo(services))
@@ -737,7 +638,7 @@ def main(argv: list[str] | None = None, *, token: str | None = None) -> int:
     except typer.Exit as exc:
         return exc.exit_code
     except click_exceptions.NoArgsIsHelpError:
-        error = InvalidInput("a command is required: see the help on stderr")
+        error: ThothError = InvalidInput("a command is required: see the help on stderr")
     except click_exceptions.ClickException as exc:
         error = InvalidInput(exc.format_message())
     except typer.Abort:
@@ -754,10 +655,7 @@ def main(argv: list[str] | None = None, *, token: str | None = None) -> int:
     return error.exit_code
 
 
-import tht.cli.accounts  # noqa: E402  (registers user grant/revoke/role/token/delete, audit)
-import tht.cli.mcp  # noqa: E402  (registers mcp)
-import tht.cli.transfer  # noqa: E402  (registers import, export)
-import tht.cli.workflow  # noqa: E402,F401  (registers propose, summary, review-apply, solved-index)
+register_workflow(memory_app)  # last, as before: propose, summary, review-apply, solved-index
 
 if __name__ == "__main__":
     raise SystemExit(main())

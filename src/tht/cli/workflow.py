@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from tht.cli.main import (
+from tht.cli._common import (
     ConfigOption,
     IdempotencyKeyOption,
     JsonFlag,
@@ -20,7 +20,6 @@ from tht.cli.main import (
     emit,
     idempotency_key_of,
     load_runtime,
-    memory_app,
 )
 
 SessionOption = Annotated[
@@ -28,7 +27,6 @@ SessionOption = Annotated[
 ]
 
 
-@memory_app.command("propose")
 def memory_propose(
     config: ConfigOption,
     session: SessionOption,
@@ -51,7 +49,6 @@ def memory_propose(
         )
 
 
-@memory_app.command("summary")
 def memory_summary(
     config: ConfigOption, session: SessionOption, json_output: JsonFlag = False
 ) -> None:
@@ -61,7 +58,6 @@ def memory_summary(
         emit(services.workflow.summary(runtime.workspace, session))
 
 
-@memory_app.command("review-apply")
 def memory_review_apply(
     config: ConfigOption,
     request: Annotated[
@@ -88,7 +84,6 @@ def memory_review_apply(
         )
 
 
-@memory_app.command("solved-index")
 def memory_solved_index(
     session: Annotated[
         str, typer.Argument(help="The session whose reviewed solved question to re-index")
@@ -100,3 +95,11 @@ def memory_solved_index(
     runtime = load_runtime(config)
     with _services(runtime) as services:
         emit(services.workflow.solved_index(runtime.workspace, session))
+
+
+def register(memory_app: typer.Typer) -> None:
+    """Add the workflow commands to `tht memory` (in this order: the help lists them so)."""
+    memory_app.command("propose")(memory_propose)
+    memory_app.command("summary")(memory_summary)
+    memory_app.command("review-apply")(memory_review_apply)
+    memory_app.command("solved-index")(memory_solved_index)

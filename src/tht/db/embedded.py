@@ -105,8 +105,9 @@ class EmbeddedPostgres:
         """
         with self._exclusive():
             self.start()
+            migrator = self.conninfo(MIGRATOR)
             settings = DatabaseSettings(
-                runtime_conninfo=self.conninfo(RUNTIME), migrator_conninfo=self.conninfo(MIGRATOR)
+                runtime_conninfo=self.conninfo(RUNTIME), migrator_conninfo=migrator
             )
             archive_ready = not force and self._prepared(ARCHIVE)
             catalog_ready = not force and self._prepared(CATALOG_PACK)
@@ -116,18 +117,18 @@ class EmbeddedPostgres:
             report: dict = {}
             if not archive_ready:
                 self.ensure_roles_and_database()
-                with psycopg.connect(settings.migrator_conninfo, autocommit=True) as conn:
+                with psycopg.connect(migrator, autocommit=True) as conn:
                     report = migrate(conn, runtime_login=RUNTIME)
                 self._marker(ARCHIVE).write_text(self._expected_marker(ARCHIVE))
             if not catalog_ready:  # the Catalog's own pack, after the archive's (its runtime role)
-                with psycopg.connect(settings.migrator_conninfo, autocommit=True) as conn:
+                with psycopg.connect(migrator, autocommit=True) as conn:
                     report["catalog"] = migrate(conn, runtime_login=RUNTIME, pack=CATALOG_PACK)
                 self._marker(CATALOG_PACK).write_text(self._expected_marker(CATALOG_PACK))
             if not pgvector_ready:
                 # pgvector is not a trusted extension: the superuser creates it
                 with psycopg.connect(self.superuser_conninfo(DATABASE), autocommit=True) as conn:
                     conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-                with psycopg.connect(settings.migrator_conninfo, autocommit=True) as conn:
+                with psycopg.connect(migrator, autocommit=True) as conn:
                     report["pgvector"] = migrate(conn, runtime_login=RUNTIME, pack=PGVECTOR_PACK)
                 self._marker(PGVECTOR_PACK).write_text(self._expected_marker(PGVECTOR_PACK))
             return settings, report

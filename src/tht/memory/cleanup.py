@@ -21,15 +21,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from tht.errors import Conflict, NotFound, ThothError
+from tht.errors import Conflict, ThothError
 from tht.faults import crash_point
-from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive
+from tht.memory.archive.port import Archive, ArchiveTx
 from tht.memory.model import uuid_to_card_id
-from tht.sqlfiles import named_queries
-
-
-def _queries() -> dict[str, str]:
-    return named_queries("tht.memory.archive", "sql/cleanup.sql")
 
 
 @dataclass(frozen=True)
@@ -83,14 +78,10 @@ class CleanupReceipt:
         }
 
 
-def _sql(tx: ArchiveTransaction) -> ArchiveTransaction:
-    return tx.using(_queries())
-
-
 class PhysicalCleanup:
     """The application service the Catalog calls after committing a physical change."""
 
-    def __init__(self, archive: PostgresArchive, projector: Any | None = None) -> None:
+    def __init__(self, archive: Archive, projector: Any | None = None) -> None:
         self.archive = archive
         self.projector = projector  # IndexProjector; None: index deletes stay pending
 
@@ -99,11 +90,8 @@ class PhysicalCleanup:
         index. Repeatable: a second call with the same run only finishes the index."""
         digest = removals.digest()
         with self.archive.transaction(workspace, lock=True) as tx:
-            if tx.workspace() is None:
-                raise NotFound(
-                    f"workspace '{workspace}' does not exist", details={"workspace": workspace}
-                )
-            existing = _sql(tx).row("receipt_get", run_id=removals.run_id)
+            tx.require_workspace()
+            existing = tx.cleanup.receipt(removals.run_id)
             if existing is not None:
                 if existing["removals_digest"] != digest:
                     raise Conflict(
@@ -123,44 +111,38 @@ class PhysicalCleanup:
         receipt.repeated = repeated
         return receipt
 
-    def _delete_matching(
-        self, tx: ArchiveTransaction, removals: PhysicalRemovals, digest: str
-    ) -> None:
+    def _delete_matching(self, tx: ArchiveTx, removals: PhysicalRemovals, digest: str) -> None:
         canonical = removals.canonical()
-        matches = _sql(tx).rows(
-            "matching_cards",
-            database=removals.database,
-            schema=removals.schema,
-            tables=canonical["tables"],
-            columns=json.dumps(canonical["columns"]),
+        records = tx.cleanup
+        matches = records.matching_cards(
+            removals.database, removals.schema, canonical["tables"], canonical["columns"]
         )
         ids = [m["id"] for m in matches]
         links_removed = 0
         if ids:
-            links_removed = _sql(tx).row("incident_links", ids=ids)["count"]
-            for row in _sql(tx).rows("cards_delete", ids=ids):
+            links_removed = records.incident_link_count(ids)
+            for card_uuid, revision in records.delete_cards(ids):
                 # the deletion is one revision past the card's last one (as MemoryService)
-                tx.enqueue(row["id"], "delete", row["revision"] + 1)
+                tx.enqueue(card_uuid, "delete", revision + 1)
         deleted = [
             {"id": uuid_to_card_id(m["id"]), "title": m["title"], "family": m["family"]}
             for m in matches
         ]
-        _sql(tx).execute(
-            "receipt_insert",
-            run_id=removals.run_id,
+        records.insert_receipt(
+            removals.run_id,
             database=removals.database,
             schema=removals.schema,
-            removals=json.dumps(canonical),
+            removals=canonical,
             digest=digest,
-            deleted=json.dumps(deleted),
+            deleted=deleted,
             links_removed=links_removed,
         )
         if ids:
-            _sql(tx).execute("tombstones_insert", run_id=removals.run_id, ids=ids)
+            records.insert_tombstones(removals.run_id, ids)
 
     def _finish_index(self, workspace: str, run_id: uuid.UUID) -> CleanupReceipt:
         with self.archive.transaction(workspace) as tx:
-            open_ids = [r["card_id"] for r in _sql(tx).rows("tombstones_open", run_id=run_id)]
+            open_ids = tx.cleanup.open_tombstones(run_id)
         error = None
         if open_ids:
             if self.projector is None:
@@ -173,13 +155,15 @@ class PhysicalCleanup:
                     error = exc.message
             with self.archive.transaction(workspace, lock=True) as tx:
                 if error:
-                    _sql(tx).execute("receipt_failed", run_id=run_id, error=error[:2000])
+                    tx.cleanup.record_failure(run_id, error[:2000])
                 else:
-                    _sql(tx).execute("tombstones_removed", run_id=run_id, ids=open_ids)
+                    tx.cleanup.mark_tombstones_removed(run_id, open_ids)
         with self.archive.transaction(workspace, lock=True) as tx:
             if not error:
-                _sql(tx).rows("receipt_completed", run_id=run_id)
-            row = _sql(tx).row("receipt_get", run_id=run_id)
+                tx.cleanup.complete_receipt(run_id)
+            row = tx.cleanup.receipt(run_id)
+        if row is None:  # written by apply() before this
+            raise ThothError(f"the cleanup receipt of run {run_id} is missing")
         return CleanupReceipt(
             run_id=run_id,
             deleted_cards=row["deleted_cards"],
@@ -190,7 +174,7 @@ class PhysicalCleanup:
 
     def receipt(self, workspace: str, run_id: uuid.UUID) -> CleanupReceipt | None:
         with self.archive.transaction(workspace) as tx:
-            row = _sql(tx).row("receipt_get", run_id=run_id)
+            row = tx.cleanup.receipt(run_id)
         if row is None:
             return None
         return CleanupReceipt(

@@ -115,7 +115,7 @@ def parse_cases(text: str) -> list[EvalCase]:
 
 def ranks_of(expected: Sequence[str], returned: Sequence[str]) -> dict[str, int | None]:
     """The 1-based rank of each expected card in the results, None when absent."""
-    position = {}
+    position: dict[str, int] = {}
     for rank, card_id in enumerate(returned, start=1):
         position.setdefault(card_id, rank)
     return {card_id: position.get(card_id) for card_id in expected}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Callable
 from datetime import date, datetime
 from typing import Annotated, Any, Literal
 
@@ -47,6 +48,7 @@ MAX_IDENTIFIER = 128
 MAX_LINKS = 100
 MAX_MEANING = 200
 MAX_DOCUMENT_BYTES = 1_048_576
+MAX_SEARCH_TEXT = 500  # the list query's q
 
 # Which text fields each family uses; the starred ones are required.
 FAMILY_FIELDS: dict[str, dict[str, bool]] = {
@@ -70,7 +72,11 @@ FAMILY_FIELDS: dict[str, dict[str, bool]] = {
 }
 TEXT_FIELDS = ("content", "scope", "rationale", "question", "sql", "context")
 
-_CARD_ID = re.compile(r"^mem-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$")
+# The identifiers, one definition each: every entry point (the runtime file, the CLI, the
+# API's paths and JSON Schema, the index's shard names) accepts exactly these.
+WORKSPACE_ID_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+CARD_ID_PATTERN = r"^mem-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+_CARD_ID = re.compile(CARD_ID_PATTERN)
 # What text may not hold: C0 and C1 controls but tab, newline and carriage return; the
 # bidirectional embeddings, overrides and isolates (they make a reader see text in
 # another order than it is stored: "Trojan Source").
@@ -89,12 +95,12 @@ _VISIBLE = re.compile(f"[^{_INVISIBLE}]")
 
 
 def card_id_to_uuid(card_id: str) -> uuid.UUID:
-    match = _CARD_ID.match(card_id.strip().lower()) if isinstance(card_id, str) else None
-    if not match:
+    normalized = card_id.strip().lower() if isinstance(card_id, str) else None
+    if normalized is None or not _CARD_ID.match(normalized):
         raise InvalidInput(
             f"'{card_id}' is not a card id (expected mem-<uuid>)", details={"id": card_id}
         )
-    return uuid.UUID(match.group(1))
+    return uuid.UUID(normalized.removeprefix("mem-"))
 
 
 def uuid_to_card_id(value: uuid.UUID) -> str:
@@ -108,7 +114,9 @@ def uuid_to_card_id(value: uuid.UUID) -> str:
 TEXT_PATTERN = f"^[^{_PATTERN_CONTROL}]*[^{_INVISIBLE}][^{_PATTERN_CONTROL}]*$"
 
 
-def _bounded(max_length: int) -> Any:
+def _bounded(max_length: int) -> Callable[[Any], Any]:
+    """The check of a text of at most ``max_length`` characters (before pydantic's own)."""
+
     def check(value: Any) -> Any:
         if isinstance(value, str):
             if len(value) > max_length:
@@ -119,18 +127,19 @@ def _bounded(max_length: int) -> Any:
                 raise ValueError("is empty or only white space: omit the field instead")
         return value
 
-    return Annotated[str, BeforeValidator(check), AfterValidator(str.strip)]
+    return check
 
 
-def _text(max_length: int) -> Any:
-    """Optional text of at most ``max_length`` characters."""
-    return _bounded(max_length) | None
-
-
-Title = _bounded(MAX_TITLE)
-Text = _text(MAX_TEXT)
-Identifier = _text(MAX_IDENTIFIER)
-Concept = _bounded(MAX_CONCEPT)
+# Text fields: bounded, printable, at least one visible character; stored trimmed.
+_STRIP = AfterValidator(str.strip)
+Title = Annotated[str, BeforeValidator(_bounded(MAX_TITLE)), _STRIP]
+Concept = Annotated[str, BeforeValidator(_bounded(MAX_CONCEPT)), _STRIP]
+Meaning = Annotated[str, BeforeValidator(_bounded(MAX_MEANING)), _STRIP]
+Name = Annotated[str, BeforeValidator(_bounded(MAX_IDENTIFIER)), _STRIP]
+Scope = Annotated[str, BeforeValidator(_bounded(MAX_SCOPE)), _STRIP]
+Text = Annotated[str, BeforeValidator(_bounded(MAX_TEXT)), _STRIP]
+SqlText = Annotated[str, BeforeValidator(_bounded(MAX_SQL)), _STRIP]
+SearchText = Annotated[str, BeforeValidator(_bounded(MAX_SEARCH_TEXT)), _STRIP]
 
 
 def _not_a_boolean(value: Any) -> Any:
@@ -163,10 +172,10 @@ class _Strict(BaseModel):
 class Dependency(_Strict):
     """A physical object the card depends on: database, then schema, table, column."""
 
-    database: _bounded(MAX_IDENTIFIER)
-    schema_name: Identifier = Field(default=None, alias="schema")
-    table: Identifier = None
-    column: Identifier = None
+    database: Name
+    schema_name: Name | None = Field(default=None, alias="schema")
+    table: Name | None = None
+    column: Name | None = None
 
     @model_validator(mode="after")
     def _levels(self) -> Dependency:
@@ -190,7 +199,7 @@ class Dependency(_Strict):
 
 class LinkInput(_Strict):
     target: CardId
-    meaning: _bounded(MAX_MEANING)
+    meaning: Meaning
 
 
 class CardInput(_Strict):
@@ -198,14 +207,14 @@ class CardInput(_Strict):
 
     family: Family
     title: Title
-    content: Text = None
-    scope: _text(MAX_SCOPE) = None
-    rationale: Text = None
-    question: Text = None
-    sql: _text(MAX_SQL) = None
-    context: Text = None
+    content: Text | None = None
+    scope: Scope | None = None
+    rationale: Text | None = None
+    question: Text | None = None
+    sql: SqlText | None = None
+    context: Text | None = None
     # explained errors only: normalized on input (tht.memory.error_signature)
-    error_signature: _text(MAX_TEXT) = None
+    error_signature: Text | None = None
     concepts: list[Concept] = Field(default_factory=list, max_length=MAX_CONCEPTS)
     dependencies: list[Dependency] = Field(default_factory=list, max_length=MAX_DEPENDENCIES)
     links: list[LinkInput] = Field(default_factory=list, max_length=MAX_LINKS)
@@ -418,13 +427,13 @@ DayOrInstant = Annotated[datetime | date, BeforeValidator(_calendar_day)]
 class ListQuery(_Strict):
     """Admin list filters: all applied to the whole archive before pagination."""
 
-    q: _text(500) = None
+    q: SearchText | None = None
     family: list[Family] | None = None
     concepts: list[Concept] | None = None
-    database: Identifier = None
-    schema_name: Identifier = Field(default=None, alias="schema")
-    table: Identifier = None
-    column: Identifier = None
+    database: Name | None = None
+    schema_name: Name | None = Field(default=None, alias="schema")
+    table: Name | None = None
+    column: Name | None = None
     origin: Origin | None = None
     updated_from: DayOrInstant | None = None
     updated_to: DayOrInstant | None = None

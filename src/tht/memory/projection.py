@@ -54,17 +54,27 @@ def searchable(text: str) -> str:
 
 
 class IndexedCard(Protocol):
-    """What ``indexed_text`` reads: a ``Card``, or the same fields from an archive row."""
+    """What ``indexed_text`` reads: a ``Card``, or the same fields from an archive row
+    (read-only members, so that a frozen ``Card`` conforms)."""
 
-    title: str
-    content: str | None
-    scope: str | None
-    rationale: str | None
-    question: str | None
-    sql: str | None
-    context: str | None
-    concepts: Sequence[str]
-    dependencies: Sequence[Dependency]
+    @property
+    def title(self) -> str: ...
+    @property
+    def content(self) -> str | None: ...
+    @property
+    def scope(self) -> str | None: ...
+    @property
+    def rationale(self) -> str | None: ...
+    @property
+    def question(self) -> str | None: ...
+    @property
+    def sql(self) -> str | None: ...
+    @property
+    def context(self) -> str | None: ...
+    @property
+    def concepts(self) -> Sequence[str]: ...
+    @property
+    def dependencies(self) -> Sequence[Dependency]: ...
 
 
 def indexed_text(card: IndexedCard) -> str:

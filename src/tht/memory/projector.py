@@ -134,7 +134,7 @@ class IndexProjector:
         """The cards' vectors from their current state, computed outside every lock
         (a plain read, then the embedder)."""
         with self.archive.transaction(workspace) as tx:
-            language = _workspace_language(tx)
+            language = tx.require_workspace().language
             cards = tx.cards(card_uuids)
         present = [cards[i] for i in card_uuids if i in cards]
         if not present:
@@ -208,8 +208,8 @@ class IndexProjector:
         unavailable: IndexUnavailable | EmbedderUnavailable | None,
         embed_changed: bool,
     ) -> tuple[SyncReport, list[uuid.UUID]]:
-        workspace = tx.workspace_id
-        language = _workspace_language(tx)
+        workspace = tx.require_workspace()
+        language = workspace.language
         current = self.fingerprint(language)
         cards = tx.cards(card_uuids)
         operations = tx.operations_for(card_uuids)
@@ -254,7 +254,7 @@ class IndexProjector:
                     ]
                 )
             if gone:
-                self.index.delete(workspace, gone)
+                self.index.delete(workspace.id, gone)
             crash_point("projector.after_index_write")
         except (IndexUnavailable, EmbedderUnavailable) as exc:
             # Saved, index update incomplete: every card keeps (or gets) its pending
@@ -302,7 +302,7 @@ class IndexProjector:
         remove the point of a deleted card. Never restores anything."""
         card_uuid = card_id_to_uuid(card_id)
         with self.archive.transaction(workspace) as tx:
-            _workspace_language(tx)
+            tx.require_workspace()
             known = tx.projection_states([card_uuid]) or tx.operations_for([card_uuid])
         if not known:
             raise NotFound(
@@ -317,7 +317,7 @@ class IndexProjector:
         attempted: set[uuid.UUID] = set()
         while True:
             with self.archive.transaction(workspace) as tx:
-                _workspace_language(tx)
+                tx.require_workspace()
                 batch = [
                     i for i in tx.operation_ids(limit=BATCH + len(attempted)) if i not in attempted
                 ]
@@ -342,7 +342,7 @@ class IndexProjector:
         # a damaged shard of this workspace is replaced, never a reason to refuse
         replaced = self.index.discard_unreadable(workspace)
         with self.archive.transaction(workspace) as tx:
-            _workspace_language(tx)
+            tx.require_workspace()
             total = len(tx.card_revisions())
         report = SyncReport()
         after = uuid.UUID(int=0)
@@ -389,7 +389,7 @@ class IndexProjector:
         Drift raises ``IndexDrift`` (exit 8) with the report in its details, unless
         ``repair`` fixed it."""
         with self.archive.transaction(workspace) as tx:
-            language = _workspace_language(tx)
+            language = tx.require_workspace().language
             cards = tx.card_revisions()
             pending = set(tx.operation_ids(limit=1_000_000))
         current = self.fingerprint(language)
@@ -512,12 +512,3 @@ def _symptom(card: Card, index: SearchIndex) -> str | None:
     if card.family == "explained_error" and card.context and stores_symptoms(index):
         return card.context
     return None
-
-
-def _workspace_language(tx: ArchiveTransaction) -> str:
-    workspace = tx.workspace()
-    if workspace is None:
-        raise NotFound(
-            f"workspace '{tx.workspace_id}' does not exist", details={"workspace": tx.workspace_id}
-        )
-    return workspace.language

@@ -177,12 +177,7 @@ class RecallService:
     def _language(self, workspace: str) -> str:
         if workspace not in self._languages:
             with self.archive.transaction(workspace) as tx:
-                row = tx.workspace()
-            if row is None:
-                raise NotFound(
-                    f"workspace '{workspace}' does not exist", details={"workspace": workspace}
-                )
-            self._languages[workspace] = row.language
+                self._languages[workspace] = tx.require_workspace().language
         return self._languages[workspace]
 
     def recall(

@@ -26,6 +26,7 @@ from tht.faults import crash_point
 from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive
 from tht.memory.idempotency import IdempotencyKey, request_digest
 from tht.memory.model import (
+    WORKSPACE_ID_PATTERN,
     Card,
     CardInput,
     CardSummary,
@@ -36,7 +37,6 @@ from tht.memory.model import (
     card_id_to_uuid,
     uuid_to_card_id,
 )
-from tht.settings import WORKSPACE_ID_PATTERN
 
 log = logging.getLogger(__name__)
 
@@ -126,15 +126,6 @@ def _digest(operation: str, card_id: str | None, body: Any) -> str:
     return request_digest(operation, card_id, body)
 
 
-def _require_workspace(tx: ArchiveTransaction) -> Workspace:
-    workspace = tx.workspace()
-    if workspace is None:
-        raise NotFound(
-            f"workspace '{tx.workspace_id}' does not exist", details={"workspace": tx.workspace_id}
-        )
-    return workspace
-
-
 class MemoryService:
     def __init__(self, archive: PostgresArchive, projector: Projector | None = None) -> None:
         self.archive = archive
@@ -144,7 +135,7 @@ class MemoryService:
 
     def list_cards(self, workspace: str, query: ListQuery) -> CardPage:
         with self.archive.transaction(workspace) as tx:
-            language = _require_workspace(tx).language
+            language = tx.require_workspace().language
             items, total = tx.list_cards(query, language)
         return CardPage(items, total, query.page, query.page_size)
 
@@ -152,7 +143,7 @@ class MemoryService:
         """The complete card, with what the search index holds of it (``index``)."""
         card_uuid = card_id_to_uuid(card_id)
         with self.archive.transaction(workspace) as tx:
-            language = _require_workspace(tx).language
+            language = tx.require_workspace().language
             card = tx.card(card_uuid)
             if card is not None:
                 card.index = tx.card_index(card_uuid, self._fingerprint(language))
@@ -177,7 +168,7 @@ class MemoryService:
         """Outstanding operations, plus cards whose projection is missing or of an older
         format (after a model change or migration 002): both are excluded from recall."""
         with self.archive.transaction(workspace) as tx:
-            language = _require_workspace(tx).language
+            language = tx.require_workspace().language
             items = tx.pending_operations()
             if self.projector is not None:
                 items += [
@@ -216,7 +207,7 @@ class MemoryService:
         card_uuid = uuid.uuid4()
         digest = _digest("create", None, data)
         with self.archive.transaction(workspace, lock=True) as tx:
-            language = _require_workspace(tx).language
+            language = tx.require_workspace().language
             if idempotency is not None and (seen := idempotency.recorded(tx, digest)):
                 return MutationResult.replay(seen)
             links = self._checked_links(tx, card_uuid, data)
@@ -242,7 +233,7 @@ class MemoryService:
         card_uuid = card_id_to_uuid(card_id)
         digest = _digest("update", card_id, data)
         with self.archive.transaction(workspace, lock=True) as tx:
-            _require_workspace(tx)
+            tx.require_workspace()
             if idempotency is not None and (seen := idempotency.recorded(tx, digest)):
                 return MutationResult.replay(seen)
             locked = tx.lock_card_family(card_uuid)
@@ -285,7 +276,7 @@ class MemoryService:
         card_uuid = card_id_to_uuid(card_id)
         digest = _digest("delete", card_id, {"revision": expected_revision})
         with self.archive.transaction(workspace, lock=True) as tx:
-            _require_workspace(tx)
+            tx.require_workspace()
             if idempotency is not None and (seen := idempotency.recorded(tx, digest)):
                 return MutationResult.replay(seen)
             current = tx.lock_card(card_uuid)
@@ -428,6 +419,6 @@ class WorkspaceService:
 
     def show(self, workspace_id: str) -> WorkspaceDetail:
         with self.archive.transaction(workspace_id) as tx:
-            workspace = _require_workspace(tx)
+            workspace = tx.require_workspace()
             counts, pending = tx.workspace_counts()
         return WorkspaceDetail(workspace, counts, pending)

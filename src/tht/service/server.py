@@ -114,13 +114,10 @@ class Service:
     def start(self) -> None:
         """Open the engines, then listen (a stale socket of a killed service is replaced:
         holding the lock proves nobody else serves it)."""
-        from tht.bootstrap import Engines
-        from tht.db.embedded import EmbeddedPostgres
+        from tht.bootstrap import Engines, embedded_database
         from tht.service.recovery import PendingRetrier
-        from tht.settings import database_settings
 
-        settings = database_settings()
-        self._embedded = EmbeddedPostgres(settings.embedded_home) if settings.embedded else None
+        self._embedded = embedded_database()
         self.engines = Engines(max_connections=POOL_CONNECTIONS)
         path = Path(paths.socket_path(self.home))
         path.unlink(missing_ok=True)

@@ -18,10 +18,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tht.accounts import AUDIT_LIMIT, MANAGE, Principal
 from tht.bootstrap import Services
+from tht.memory.model import WORKSPACE_ID_PATTERN
 from tht.web.schemas import TEXT_PATTERN
 from tht.web.schemas import error_responses as errors
 
-WORKSPACE_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 USER_PATTERN = r"^[A-Za-z0-9._@-]{1,64}$"
 # what tht.accounts.token_lifetime accepts, bounded below its 10000-day cap
 LIFETIME_PATTERN = r"^(never|[1-9][0-9]{0,3}[hd]|[1-9][0-9]{0,2}w)$"
@@ -33,7 +33,7 @@ class _Input(BaseModel):
 
 
 class WorkspaceIn(_Input):
-    id: Annotated[str, Field(pattern=WORKSPACE_PATTERN, description="lowercase id")]
+    id: Annotated[str, Field(pattern=WORKSPACE_ID_PATTERN, description="lowercase id")]
     language: Literal["en", "it"]
     name: Annotated[str | None, Field(min_length=1, max_length=200, pattern=TEXT_PATTERN)] = None
 
@@ -63,7 +63,8 @@ class UserIn(_Input):
     name: Annotated[str, Field(pattern=USER_PATTERN)]
     role: Role
     workspaces: Annotated[
-        list[Annotated[str, Field(pattern=WORKSPACE_PATTERN)]], Field(min_length=1, max_length=100)
+        list[Annotated[str, Field(pattern=WORKSPACE_ID_PATTERN)]],
+        Field(min_length=1, max_length=100),
     ]
     password: Annotated[str | None, Field(min_length=12, max_length=1024)] = None
     expires_in: ExpiresIn = None
@@ -156,7 +157,7 @@ def admin_router(
     router = APIRouter(tags=["administration"])
     Actor = Annotated[Principal, Depends(principal)]
     UserName = Annotated[str, PathParam(pattern=USER_PATTERN)]
-    WorkspaceId = Annotated[str, PathParam(pattern=WORKSPACE_PATTERN)]
+    WorkspaceId = Annotated[str, PathParam(pattern=WORKSPACE_ID_PATTERN)]
     accounts = services.accounts
 
     @router.get(

@@ -20,17 +20,16 @@ from fastapi.responses import JSONResponse
 from tht.accounts import PROPOSE, Principal
 from tht.bootstrap import Services
 from tht.memory import agent
+from tht.memory.model import WORKSPACE_ID_PATTERN
 from tht.memory.recall_service import RecallKind
 from tht.web import schemas
 from tht.web.headers import IdempotencyKeyHeader
-
-WORKSPACE_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 
 
 def agent_router(services: Services, principal: Callable[..., Awaitable[Principal]]) -> APIRouter:
     router = APIRouter(prefix="/api/workspaces/{workspaceId}/memory", tags=["agent"])
     Actor = Annotated[Principal, Depends(principal)]
-    WorkspaceId = Annotated[str, PathParam(alias="workspaceId", pattern=WORKSPACE_PATTERN)]
+    WorkspaceId = Annotated[str, PathParam(alias="workspaceId", pattern=WORKSPACE_ID_PATTERN)]
     errors = schemas.error_responses
 
     def answer(document: dict[str, Any]) -> JSONResponse:

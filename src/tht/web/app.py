@@ -42,7 +42,7 @@ from tht.errors import (
     Unauthenticated,
 )
 from tht.memory.admin import AdminRequest, required_permission
-from tht.memory.model import FAMILIES, MAX_DOCUMENT_BYTES
+from tht.memory.model import CARD_ID_PATTERN, FAMILIES, MAX_DOCUMENT_BYTES, WORKSPACE_ID_PATTERN
 from tht.web import schemas
 from tht.web.admin_api import admin_router
 from tht.web.agent import agent_router
@@ -56,8 +56,6 @@ HERE = Path(__file__).parent
 OPENAPI_URL = "/api/openapi.json"
 API_DOCS_ASSETS = "/api/docs/assets"
 SWAGGER_UI = Path(fastapi_offline.__file__).parent / "static"
-WORKSPACE_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
-CARD_ID_PATTERN = r"^mem-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
 
 
 @dataclass
@@ -249,7 +247,7 @@ def create_app(
         return found
 
     Actor = Annotated[Principal, Depends(principal)]
-    WorkspaceId = Annotated[str, PathParam(alias="workspaceId", pattern=WORKSPACE_PATTERN)]
+    WorkspaceId = Annotated[str, PathParam(alias="workspaceId", pattern=WORKSPACE_ID_PATTERN)]
     CardId = Annotated[str, PathParam(alias="cardId", pattern=CARD_ID_PATTERN)]
 
     def admin(actor: Principal, request: AdminRequest) -> dict[str, Any]:

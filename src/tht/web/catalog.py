@@ -12,9 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tht.accounts import Principal
 from tht.bootstrap import Services
+from tht.memory.model import WORKSPACE_ID_PATTERN
 from tht.web.schemas import ErrorOut
 
-WORKSPACE_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 RUN_ID_PATTERN = r"^run-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
 
 
@@ -110,7 +110,7 @@ class CatalogOut(_Out):
 def catalog_router(services: Services, principal: Callable[..., Awaitable[Principal]]) -> APIRouter:
     router = APIRouter(prefix="/api/workspaces/{workspaceId}/catalog", tags=["catalog"])
     Actor = Annotated[Principal, Depends(principal)]
-    WorkspaceId = Annotated[str, PathParam(alias="workspaceId", pattern=WORKSPACE_PATTERN)]
+    WorkspaceId = Annotated[str, PathParam(alias="workspaceId", pattern=WORKSPACE_ID_PATTERN)]
     RunId = Annotated[str, PathParam(alias="runId", pattern=RUN_ID_PATTERN)]
 
     def catalog(actor: Principal, workspace: str):

@@ -19,11 +19,10 @@ from pydantic import ValidationError
 from tht.accounts import Principal
 from tht.bootstrap import Services
 from tht.errors import InvalidInput, NotFound
+from tht.memory.model import WORKSPACE_ID_PATTERN
 from tht.validation import describe_validation_error, validation_details
 from tht.web import schemas
 from tht.workflow.contract import SESSION_ID_PATTERN, Review
-
-WORKSPACE_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 
 
 def review_router(
@@ -33,7 +32,7 @@ def review_router(
 ) -> APIRouter:
     router = APIRouter()
     Actor = Annotated[Principal, Depends(principal)]
-    WorkspaceId = Annotated[str, PathParam(alias="workspaceId", pattern=WORKSPACE_PATTERN)]
+    WorkspaceId = Annotated[str, PathParam(alias="workspaceId", pattern=WORKSPACE_ID_PATTERN)]
     SessionId = Annotated[str, PathParam(alias="sessionId", pattern=SESSION_ID_PATTERN)]
     errors = schemas.error_responses
     base = "/api/workspaces/{workspaceId}/review/sessions"

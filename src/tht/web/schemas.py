@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tht.memory.model import (
+    CARD_ID_PATTERN,
     MAX_CONCEPT,
     MAX_CONCEPTS,
     MAX_DEPENDENCIES,
@@ -29,14 +30,16 @@ from tht.memory.model import (
 
 # Text as tht.memory.model accepts it: printable, with at least one visible character.
 PRINTABLE_WORD = TEXT_PATTERN
-CARD_ID = r"^mem-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
 
 
-def _text(max_length: int) -> Any:
-    return Annotated[str, Field(max_length=max_length, pattern=TEXT_PATTERN)]
-
-
-Name = _text(MAX_IDENTIFIER)
+# Text fields as the model bounds them (tht.memory.model), in the API's JSON Schema.
+Name = Annotated[str, Field(max_length=MAX_IDENTIFIER, pattern=TEXT_PATTERN)]
+Title = Annotated[str, Field(max_length=MAX_TITLE, pattern=TEXT_PATTERN)]
+Concept = Annotated[str, Field(max_length=MAX_CONCEPT, pattern=TEXT_PATTERN)]
+Meaning = Annotated[str, Field(max_length=MAX_MEANING, pattern=TEXT_PATTERN)]
+Scope = Annotated[str, Field(max_length=MAX_SCOPE, pattern=TEXT_PATTERN)]
+Text = Annotated[str, Field(max_length=MAX_TEXT, pattern=TEXT_PATTERN)]
+SqlText = Annotated[str, Field(max_length=MAX_SQL, pattern=TEXT_PATTERN)]
 
 
 class ErrorBody(BaseModel):
@@ -103,13 +106,13 @@ DependencyIn = DatabaseDependency | SchemaDependency | TableDependency | ColumnD
 
 
 class LinkIn(_Input):
-    target: Annotated[str, Field(pattern=CARD_ID)]
-    meaning: _text(MAX_MEANING)
+    target: Annotated[str, Field(pattern=CARD_ID_PATTERN)]
+    meaning: Meaning
 
 
 class _CardBase(_Input):
-    title: _text(MAX_TITLE)
-    concepts: list[_text(MAX_CONCEPT)] = Field(default_factory=list, max_length=MAX_CONCEPTS)
+    title: Title
+    concepts: list[Concept] = Field(default_factory=list, max_length=MAX_CONCEPTS)
     dependencies: list[DependencyIn] = Field(default_factory=list, max_length=MAX_DEPENDENCIES)
     links: list[LinkIn] = Field(
         default_factory=list,
@@ -120,38 +123,38 @@ class _CardBase(_Input):
 
 class _DomainClarification(_CardBase):
     family: Literal["domain_clarification"]
-    content: _text(MAX_TEXT)
-    scope: _text(MAX_SCOPE)
-    rationale: _text(MAX_TEXT) | None = None
-    context: _text(MAX_TEXT) | None = None
+    content: Text
+    scope: Scope
+    rationale: Text | None = None
+    context: Text | None = None
 
 
 class _SqlRule(_CardBase):
     family: Literal["sql_rule"]
-    content: _text(MAX_TEXT)
-    scope: _text(MAX_SCOPE)
-    rationale: _text(MAX_TEXT)
-    sql: _text(MAX_SQL) | None = None
-    context: _text(MAX_TEXT) | None = None
+    content: Text
+    scope: Scope
+    rationale: Text
+    sql: SqlText | None = None
+    context: Text | None = None
 
 
 class _SolvedQuestion(_CardBase):
     family: Literal["solved_question"]
-    question: _text(MAX_TEXT)
-    sql: _text(MAX_SQL)
-    context: _text(MAX_TEXT)
-    scope: _text(MAX_SCOPE) | None = None
-    content: _text(MAX_TEXT) | None = None
+    question: Text
+    sql: SqlText
+    context: Text
+    scope: Scope | None = None
+    content: Text | None = None
 
 
 class _ExplainedError(_CardBase):
     family: Literal["explained_error"]
-    context: _text(MAX_TEXT) = Field(description="The error observed")
-    content: _text(MAX_TEXT) = Field(description="The correction")
-    rationale: _text(MAX_TEXT)
-    scope: _text(MAX_SCOPE) | None = None
-    sql: _text(MAX_SQL) | None = None
-    error_signature: _text(MAX_TEXT) | None = Field(
+    context: Text = Field(description="The error observed")
+    content: Text = Field(description="The correction")
+    rationale: Text
+    scope: Scope | None = None
+    sql: SqlText | None = None
+    error_signature: Text | None = Field(
         default=None,
         description="The database error text; stored normalized. Omitted on an edit: kept",
     )
@@ -331,39 +334,44 @@ SearchFamily = Literal["domain_clarification", "sql_rule", "explained_error"]
 RuleFamily = Literal["sql_rule", "explained_error"]
 SolvedFamily = Literal["solved_question"]
 _FAMILIES = "Families to recall (default: the command's own)"
-
-
-class SearchFiltersIn(RecallFiltersIn):
-    families: Sequence[SearchFamily] | None = Field(
-        default=None,
+SearchFamilies = Annotated[
+    Sequence[SearchFamily] | None,
+    Field(
         min_length=1,
         max_length=3,
         description=_FAMILIES + "; domain_clarification only unless widened here",
-    )
+    ),
+]
+RuleFamilies = Annotated[
+    Sequence[RuleFamily] | None, Field(min_length=1, max_length=2, description=_FAMILIES)
+]
+SolvedFamilies = Annotated[
+    Sequence[SolvedFamily] | None, Field(min_length=1, max_length=1, description=_FAMILIES)
+]
+
+
+class SearchFiltersIn(RecallFiltersIn):
+    families: SearchFamilies = None
 
 
 class SearchColumnFiltersIn(RecallColumnFiltersIn):
-    families: Sequence[SearchFamily] | None = SearchFiltersIn.model_fields["families"]
+    families: SearchFamilies = None
 
 
 class RulesFiltersIn(RecallFiltersIn):
-    families: Sequence[RuleFamily] | None = Field(
-        default=None, min_length=1, max_length=2, description=_FAMILIES
-    )
+    families: RuleFamilies = None
 
 
 class RulesColumnFiltersIn(RecallColumnFiltersIn):
-    families: Sequence[RuleFamily] | None = RulesFiltersIn.model_fields["families"]
+    families: RuleFamilies = None
 
 
 class SolvedFiltersIn(RecallFiltersIn):
-    families: Sequence[SolvedFamily] | None = Field(
-        default=None, min_length=1, max_length=1, description=_FAMILIES
-    )
+    families: SolvedFamilies = None
 
 
 class SolvedColumnFiltersIn(RecallColumnFiltersIn):
-    families: Sequence[SolvedFamily] | None = SolvedFiltersIn.model_fields["families"]
+    families: SolvedFamilies = None
 
 
 # `top` is filters.top; a request gives one or the other
@@ -403,17 +411,19 @@ Question = Annotated[str, Field(max_length=MAX_QUESTION, pattern=TEXT_PATTERN)]
 SessionId = Annotated[str, Field(pattern=SESSION_ID)]
 
 
-class SolvedSearchIn(RecallRequest):
+class _QuestionRequest(RecallRequest):
     model_config = ConfigDict(json_schema_extra=_ONE_TOP)
-
-    filters: SolvedFiltersIn | SolvedColumnFiltersIn | None = Field(
-        default=None, description="The object of --filters"
-    )
 
     question: Question = Field(description="The user's question")
 
 
-class SearchIn(SolvedSearchIn):
+class SolvedSearchIn(_QuestionRequest):
+    filters: SolvedFiltersIn | SolvedColumnFiltersIn | None = Field(
+        default=None, description="The object of --filters"
+    )
+
+
+class SearchIn(_QuestionRequest):
     filters: SearchFiltersIn | SearchColumnFiltersIn | None = Field(
         default=None, description="The object of --filters"
     )
@@ -421,7 +431,7 @@ class SearchIn(SolvedSearchIn):
         default=None,
         description="Workflow session: leave out Memory already decided in it (its ledger)",
     )
-    explain: Annotated[str, Field(pattern=CARD_ID)] | None = Field(
+    explain: Annotated[str, Field(pattern=CARD_ID_PATTERN)] | None = Field(
         default=None,
         description=(
             "A card id: the answer's `explain` says why it is or is not among the results"

@@ -20,7 +20,7 @@ generated from these models (a test keeps them equal).
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -50,7 +50,7 @@ KNOWN_DECISION_TYPES = frozenset().union(*ADMISSIBLE_TYPES.values()) | {
     "tables_selected",
     "query_failed",
 }
-GATE = "reviewer_memory_promote"
+GATE: Final = "reviewer_memory_promote"
 
 
 def check_session_id(session: str) -> str:
@@ -222,7 +222,7 @@ class Review(_Strict):
         return self
 
 
-SCHEMAS = {
+SCHEMAS: dict[str, tuple[str, Any]] = {  # file name -> (title, model or union type)
     "ledger-event.schema.json": ("Thoth Memory: one event of <session>/ledger.jsonl", LedgerEvent),
     "memory-proposals.schema.json": (
         "Thoth Memory: <session>/memory_proposals.json",

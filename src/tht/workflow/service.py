@@ -26,7 +26,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from psycopg.types.json import Jsonb
 from pydantic import ValidationError
 
 from tht import audit
@@ -44,7 +43,7 @@ from tht.errors import (
     ThothError,
 )
 from tht.faults import crash_point
-from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive
+from tht.memory.archive.port import Archive, ArchiveTx
 from tht.memory.error_signature import normalize_error
 from tht.memory.idempotency import IdempotencyKey, request_digest
 from tht.memory.model import (
@@ -57,7 +56,6 @@ from tht.memory.model import (
     uuid_to_card_id,
 )
 from tht.memory.recall_filters import RecallFilters, card_matches
-from tht.sqlfiles import named_queries
 from tht.validation import describe_validation_error, validation_details
 from tht.workflow.contract import (
     ADMISSIBLE_TYPES,
@@ -86,14 +84,6 @@ CARD_FIELDS = (
 )
 
 
-def _queries() -> dict[str, str]:
-    return named_queries(__package__, "sql/queries.sql")
-
-
-def _sql(tx: ArchiveTransaction) -> ArchiveTransaction:
-    return tx.using(_queries())
-
-
 def _digest(document: Any) -> str:
     canonical = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode()).hexdigest()
@@ -118,19 +108,10 @@ def _parse_card(document: Any, where: str) -> CardInput:
         raise type(exc)(f"{where}: {exc.message}", details=exc.details) from exc
 
 
-def _require_workspace(tx: ArchiveTransaction) -> str:
-    workspace = tx.workspace()
-    if workspace is None:
-        raise NotFound(
-            f"workspace '{tx.workspace_id}' does not exist", details={"workspace": tx.workspace_id}
-        )
-    return workspace.language
-
-
 class WorkflowService:
     def __init__(
         self,
-        archive: PostgresArchive,
+        archive: Archive,
         projector: Any = None,
         recall: Any = None,
         sessions_root: Path | None = None,
@@ -160,7 +141,7 @@ class WorkflowService:
             return self._propose(workspace, session, document)
         digest = request_digest("propose", session, document)
         with self.archive.transaction(workspace, lock=True) as tx:
-            _require_workspace(tx)
+            tx.require_workspace()
             if seen := idempotency.recorded(tx, digest):
                 return seen
         result = self._propose(workspace, session, document)
@@ -229,8 +210,8 @@ class WorkflowService:
             self._check_links(proposal, ids, refuse)
 
         with self.archive.transaction(workspace) as tx:
-            _require_workspace(tx)
-            if _sql(tx).row("receipt_get", session=session) is not None:
+            tx.require_workspace()
+            if tx.reviews.receipt(session) is not None:
                 raise Conflict(
                     f"session {session} was already reviewed: its proposals cannot change",
                     details={"session": session},
@@ -432,20 +413,19 @@ class WorkflowService:
                 refuse(proposal.id, "self_link", "a card cannot link to itself")
 
     @staticmethod
-    def _exact_duplicate(tx: ArchiveTransaction, card: CardInput) -> str | None:
-        rows = _sql(tx).rows(
-            "exact_duplicates",
-            family=card.family,
+    def _exact_duplicate(tx: ArchiveTx, card: CardInput) -> str | None:
+        ids = tx.reviews.exact_duplicates(
+            card.family,
             content=_fold(card.content),
             scope=_fold(card.scope),
             question=_fold(card.question),
             sql=_fold(card.sql),
             context=_fold(card.context),
         )
-        if not rows:
+        if not ids:
             return None
         wanted = sorted(d.key() for d in card.dependencies)
-        for uid, existing in tx.cards([r["id"] for r in rows]).items():
+        for uid, existing in tx.cards(ids).items():
             if sorted(d.key() for d in existing.dependencies) == wanted:
                 return uuid_to_card_id(uid)
         return None
@@ -499,9 +479,9 @@ class WorkflowService:
                     }
                 )
         with self.archive.transaction(workspace) as tx:
-            _require_workspace(tx)
+            tx.require_workspace()
             for item in found:
-                receipt = _sql(tx).row("receipt_get", session=item["session"])
+                receipt = tx.reviews.receipt(item["session"])
                 item["reviewed"] = receipt["outcome"] if receipt else None
         return sorted(found, key=lambda i: (i["recorded_at"] or "", i["session"]), reverse=True)
 
@@ -516,8 +496,8 @@ class WorkflowService:
         self.sessions.directory(session)
         recorded = self._recorded(workspace, session)
         with self.archive.transaction(workspace) as tx:
-            _require_workspace(tx)
-            receipt = _sql(tx).row("receipt_get", session=session)
+            tx.require_workspace()
+            receipt = tx.reviews.receipt(session)
             wanted = {
                 card_id_to_uuid(c)
                 for p in recorded.proposals
@@ -626,8 +606,8 @@ class WorkflowService:
             audit.acting(principal.user, via="review"),
             self.archive.transaction(workspace, lock=True, accounts=nonce is not None) as tx,
         ):
-            language = _require_workspace(tx)
-            receipt = _sql(tx).row("receipt_get", session=session)
+            language = tx.require_workspace().language
+            receipt = tx.reviews.receipt(session)
             replayed = receipt is not None
             if receipt is not None:
                 if receipt["request_digest"] != request_digest:
@@ -636,10 +616,7 @@ class WorkflowService:
                         details={"session": session, "receipt": _receipt_json(receipt)},
                     )
             else:
-                if (
-                    nonce is not None
-                    and tx.row("nonce_use", nonce=nonce, expires_at=nonce_expires) is None
-                ):
+                if nonce is not None and not tx.use_nonce(nonce, nonce_expires):
                     raise PermissionDenied("this gate request was already used (replay refused)")
                 recorded = self._recorded(workspace, session)
                 if review.proposals_digest != recorded.digest:
@@ -648,22 +625,21 @@ class WorkflowService:
                         details={"expected": recorded.digest, "reviewed": review.proposals_digest},
                     )
                 result = self._apply(tx, language, session, recorded, review)
-                receipt = _sql(tx).row(
-                    "receipt_insert",
-                    session=session,
+                receipt = tx.reviews.insert_receipt(
+                    session,
                     request_digest=request_digest,
                     proposals_digest=recorded.digest,
                     outcome=result["outcome"],
                     reviewer=principal.user,
-                    result=Jsonb(result),
+                    result=result,
                 )
         crash_point("review_apply.after_memory_commit")
         appended = self._append_reviewed(workspace, session, receipt)
         crash_point("review_apply.after_ledger_append")
         if receipt["ledger_appended_at"] is None:
             with self.archive.transaction(workspace) as tx:
-                _rows_update(tx, "receipt_ledger_appended", session=session)
-                receipt = _sql(tx).row("receipt_get", session=session)
+                tx.reviews.mark_ledger_appended(session)
+                receipt = tx.reviews.receipt(session)
         cards = receipt["result"]["cards"]
         written = [card_id_to_uuid(c["card"]) for c in cards if c["action"] in ("add", "update")]
         index = self._index(workspace, written)
@@ -685,7 +661,7 @@ class WorkflowService:
 
     def _apply(
         self,
-        tx: ArchiveTransaction,
+        tx: ArchiveTx,
         language: str,
         session: str,
         recorded: ProposalsFile,
@@ -894,8 +870,8 @@ class WorkflowService:
         only reads the receipt: it never creates or restores content."""
         check_session_id(session)
         with self.archive.transaction(workspace) as tx:
-            _require_workspace(tx)
-            receipt = _sql(tx).row("receipt_get", session=session)
+            tx.require_workspace()
+            receipt = tx.reviews.receipt(session)
         if receipt is None:
             raise NotFound(
                 f"session {session} has no review receipt: there is no solved question to index",
@@ -945,8 +921,8 @@ class WorkflowService:
             column=query.column,
         )
         with self.archive.transaction(workspace, lock="shared") as tx:
-            _require_workspace(tx)
-            ids = [r["id"] for r in _sql(tx).rows("error_signature_matches", signature=signature)]
+            tx.require_workspace()
+            ids = tx.reviews.error_signature_matches(signature)
             facts = tx.recall_facts(ids)
             matching = [
                 i
@@ -997,10 +973,6 @@ class WorkflowService:
         if recall_error is not None:
             answer["recall_error"] = recall_error
         return answer
-
-
-def _rows_update(tx: ArchiveTransaction, name: str, **params: Any) -> None:
-    tx.conn.execute(_queries()[name], {"workspace": tx.workspace_id, **params})
 
 
 def _receipt_json(receipt: dict) -> dict[str, Any]:

@@ -12,10 +12,10 @@ import logging
 import re
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import psycopg
 import psycopg_pool
@@ -23,16 +23,19 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from tht import audit
+from tht.db.connector import PostgresConnector, StoreErrors, translate
 from tht.errors import (
-    ArchiveLoginRefused,
     ArchiveUnavailable,
     Conflict,
     InvalidInput,
+    NotFound,
     RuntimeLoginPrivileged,
     SchemaNotReady,
     ThothError,
     first_line,
 )
+from tht.memory.archive.cleanup_records import CleanupRecords
+from tht.memory.archive.review_records import ReviewRecords
 from tht.memory.migrations import RUNTIME_ROLE, check_schema
 from tht.memory.model import (
     Card,
@@ -52,17 +55,6 @@ from tht.memory.recall_filters import CardFacts
 from tht.sqlfiles import named_queries
 
 log = logging.getLogger(__name__)
-# libpq reports a refused login in its message only (no SQLSTATE before the session exists)
-_REFUSALS = (
-    ("password authentication failed", "the password was refused"),
-    ("no password supplied", "no password was given"),
-    ("certificate verify failed", "the server's certificate did not verify against sslrootcert"),
-    ("SSL error", "the TLS handshake failed"),
-    ("server does not support SSL", "the server does not offer TLS but sslmode requires it"),
-    ("rejects connection", "the server's pg_hba.conf rejects this connection"),
-    ("no pg_hba.conf entry", "the server's pg_hba.conf has no entry for this connection"),
-    ("does not exist", "the login or the database does not exist"),
-)
 
 TS_CONFIG = {"en": "english", "it": "italian"}
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -113,13 +105,49 @@ def id_prefix(text: str) -> str | None:
     return match.group(1)
 
 
+def _login_refused(message: str | None) -> ThothError:
+    return SchemaNotReady(f"the runtime login cannot use {RUNTIME_ROLE}: {message}")
+
+
+def _privileged_login(login: str, superuser: bool, bypassrls: bool) -> RuntimeLoginPrivileged:
+    what = "a superuser" if superuser else "a login that bypasses row-level security"
+    quoted = '"' + login.replace('"', '""') + '"'
+    return RuntimeLoginPrivileged(
+        f"refusing to run: the runtime database login '{login}' is {what}, so row-level"
+        " security would not isolate workspaces. Configure a restricted login (LOGIN"
+        f" NOSUPERUSER NOBYPASSRLS, a member of {RUNTIME_ROLE}) as the runtime login;"
+        " the superuser belongs to the DBA, never to the runtime",
+        details={
+            "login": login,
+            "superuser": superuser,
+            "bypassrls": bypassrls,
+            "dba": [
+                "CREATE ROLE <runtime_login> LOGIN NOSUPERUSER NOBYPASSRLS PASSWORD '...';",
+                f"GRANT {RUNTIME_ROLE} TO <runtime_login>;",
+            ],
+            "or": f"ALTER ROLE {quoted} NOSUPERUSER NOBYPASSRLS;",
+        },
+    )
+
+
+ERRORS = StoreErrors(
+    what="the memory archive (PostgreSQL)",
+    unavailable=ArchiveUnavailable,
+    schema_missing=lambda: SchemaNotReady(
+        "the thoth_memory schema is missing: run the memory migration"
+    ),
+    failed=lambda line: ThothError(f"archive error: {line}"),
+    privileged_login=lambda login, superuser, bypassrls: _privileged_login(
+        login, superuser, bypassrls
+    ),
+    login_refused=_login_refused,
+)
+
+
 def _translate(exc: psycopg.Error) -> ThothError:
-    if isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.InvalidSchemaName):
-        return SchemaNotReady("the thoth_memory schema is missing: run the memory migration")
-    if isinstance(exc, psycopg.errors.InsufficientPrivilege | psycopg.errors.InvalidParameterValue):
-        return SchemaNotReady(
-            f"the runtime login cannot use {RUNTIME_ROLE}: {exc.diag.message_primary}"
-        )
+    # what the archive's own constraints say, before the errors every store shares
+    if isinstance(exc, psycopg.errors.InvalidParameterValue):  # SET ROLE refused
+        return _login_refused(exc.diag.message_primary)
     if isinstance(exc, psycopg.errors.ForeignKeyViolation):
         return InvalidInput("a referenced card does not exist in this workspace")
     if isinstance(exc, psycopg.errors.UniqueViolation):
@@ -128,144 +156,48 @@ def _translate(exc: psycopg.Error) -> ThothError:
         return InvalidInput(f"rejected by the archive: {first_line(exc)}")
     if isinstance(exc, psycopg.errors.CheckViolation):
         return InvalidInput(f"rejected by the archive: {exc.diag.constraint_name}")
-    if isinstance(exc, psycopg.OperationalError):
-        return ArchiveUnavailable(
-            f"the memory archive (PostgreSQL) is unavailable: {first_line(exc)}"
-        )
-    return ThothError(f"archive error: {first_line(exc)}")
-
-
-def login_refusal(exc: psycopg.OperationalError, conninfo: str) -> ArchiveLoginRefused | None:
-    message = str(exc)
-    for marker, reason in _REFUSALS:
-        if marker in message:
-            params = psycopg.conninfo.conninfo_to_dict(conninfo)
-            where = {k: params.get(k) for k in ("user", "host", "port", "dbname", "sslmode")}
-            return ArchiveLoginRefused(
-                f"PostgreSQL refused the login '{where['user']}': {reason}. Check the"
-                " THT_CATALOG_* settings (password file, THT_CATALOG_DB_SSLMODE,"
-                " THT_CATALOG_DB_SSLROOTCERT) or ask the DBA for this login.",
-                details={**where, "server_said": first_line(exc)},
-            )
-    return None
+    return translate(exc, ERRORS)
 
 
 class PostgresArchive:
-    """A pool of runtime-login connections to the archive."""
+    """A pool of runtime-login connections to the archive (tht.db.connector)."""
 
     def __init__(
         self, conninfo: str, *, max_connections: int = 4, check: bool = True, timeout: float = 10.0
     ) -> None:
-        self._conninfo = conninfo
-        self._check = check
-        self._timeout = timeout
-        self._pool = psycopg_pool.ConnectionPool(
+        self._conninfo = conninfo  # tests build a login's environment from it
+        self._connector = PostgresConnector(
             conninfo,
-            min_size=1,
-            max_size=max_connections,
-            open=False,
+            ERRORS,
+            max_connections=max_connections,
             timeout=timeout,
-            kwargs={"connect_timeout": int(timeout), "autocommit": False},
-            # a connection is checked (one round trip) when taken: after PostgreSQL
-            # restarts, a long-running service would otherwise hand out dead ones
-            check=psycopg_pool.ConnectionPool.check_connection,
+            probe_timeout=3,
+            check=check_schema if check else None,
+            check_on_checkout=True,
             name="thoth-memory-archive",
         )
-        self._opened = False
 
     def open(self) -> PostgresArchive:
-        if self._opened:
-            return self
-        self._refuse_misconfigured_login()
-        try:
-            self._pool.open(wait=True, timeout=self._timeout)
-        except psycopg_pool.PoolTimeout as exc:
-            self._pool.close()
-            detail = self._probe_connection_error()
-            raise ArchiveUnavailable(
-                f"the memory archive (PostgreSQL) is unavailable: {detail}"
-            ) from exc
-        self._opened = True
-        try:
-            with self._pool.connection() as conn:
-                self._refuse_privileged_login(conn)
-                if self._check:
-                    check_schema(conn)
-        except psycopg.Error as exc:
-            self.close()
-            raise _translate(exc) from exc
-        except ThothError:
-            self.close()
-            raise
+        self._connector.open()
         return self
-
-    def _refuse_misconfigured_login(self) -> None:
-        """One direct connection first: a refused password or a TLS failure is said at
-        once, as a configuration error naming the login, instead of after the pool's
-        timeout as an outage. An unreachable server is left to the pool (it may be
-        starting)."""
-        try:
-            psycopg.connect(self._conninfo, connect_timeout=max(1, int(self._timeout))).close()
-        except psycopg.OperationalError as exc:
-            refused = login_refusal(exc, self._conninfo)
-            if refused is not None:
-                raise refused from exc
 
     def ping(self, timeout: float) -> None:
         """One round trip on a pooled connection, waiting at most ``timeout`` seconds for
         one (a health probe: an unavailable archive raises ``ArchiveUnavailable``)."""
-        if not self._opened:
-            self.open()
+        pool = self._connector.open()
         try:
-            with self._pool.connection(timeout=timeout) as conn:
+            with pool.connection(timeout=timeout) as conn:
                 conn.execute("SELECT 1")
                 conn.rollback()
         except psycopg_pool.PoolTimeout as exc:
             raise ArchiveUnavailable(
-                f"the memory archive (PostgreSQL) is unavailable: {self._probe_connection_error()}"
+                f"the memory archive (PostgreSQL) is unavailable: {self._connector.probe()}"
             ) from exc
         except psycopg.Error as exc:
             raise _translate(exc) from exc
 
-    def _probe_connection_error(self) -> str:
-        try:
-            psycopg.connect(self._conninfo, connect_timeout=3).close()
-        except psycopg.Error as exc:
-            return first_line(exc)
-        return "timed out waiting for a connection"
-
-    @staticmethod
-    def _refuse_privileged_login(conn: psycopg.Connection) -> None:
-        row = conn.execute(
-            "SELECT current_user, rolsuper, rolbypassrls FROM pg_roles WHERE rolname = current_user"
-        ).fetchone()
-        conn.rollback()
-        if row and (row[1] or row[2]):
-            login, superuser, bypassrls = row
-            what = "a superuser" if superuser else "a login that bypasses row-level security"
-            restrict = sql.SQL("ALTER ROLE {} NOSUPERUSER NOBYPASSRLS;").format(
-                sql.Identifier(login)
-            )
-            raise RuntimeLoginPrivileged(
-                f"refusing to run: the runtime database login '{login}' is {what}, so row-level"
-                " security would not isolate workspaces. Configure a restricted login (LOGIN"
-                f" NOSUPERUSER NOBYPASSRLS, a member of {RUNTIME_ROLE}) as the runtime login;"
-                " the superuser belongs to the DBA, never to the runtime",
-                details={
-                    "login": login,
-                    "superuser": superuser,
-                    "bypassrls": bypassrls,
-                    "dba": [
-                        "CREATE ROLE <runtime_login> LOGIN NOSUPERUSER NOBYPASSRLS PASSWORD '...';",
-                        f"GRANT {RUNTIME_ROLE} TO <runtime_login>;",
-                    ],
-                    "or": restrict.as_string(conn),
-                },
-            )
-
     def close(self) -> None:
-        self._pool.close()
-        self._opened = False
+        self._connector.close()
 
     def __enter__(self) -> PostgresArchive:
         return self.open()
@@ -273,19 +205,10 @@ class PostgresArchive:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    @contextmanager
-    def connection(self) -> Iterator[psycopg.Connection]:
+    def connection(self) -> AbstractContextManager[psycopg.Connection]:
         """A pooled runtime-login connection, for a schema with its own transaction
         context (the Catalog's): the same database and login need no second pool."""
-        if not self._opened:
-            self.open()
-        try:
-            with self._pool.connection() as conn:
-                yield conn
-        except psycopg_pool.PoolTimeout as exc:
-            raise ArchiveUnavailable(
-                "the memory archive (PostgreSQL) did not provide a connection in time"
-            ) from exc
+        return self._connector.connection()
 
     @contextmanager
     def transaction(
@@ -303,14 +226,12 @@ class PostgresArchive:
         ``directory`` allows reading the list of workspaces (never their cards);
         ``accounts`` reaches the users, sessions and nonces (never cards).
         """
-        if not self._opened:
-            self.open()
         try:
             if lock and not workspace:
                 raise ValueError("a locked transaction needs a workspace")
             # Pipeline mode: BEGIN and the context travel with the transaction's first
             # query instead of costing two round trips of their own (recall pays each).
-            with self._pool.connection() as conn, conn.pipeline(), conn.transaction():
+            with self._connector.connection() as conn, conn.pipeline(), conn.transaction():
                 conn.execute(
                     _q("set_context"),
                     {
@@ -324,10 +245,6 @@ class PostgresArchive:
                     },
                 )
                 yield ArchiveTransaction(conn, workspace)
-        except psycopg_pool.PoolTimeout as exc:
-            raise ArchiveUnavailable(
-                "the memory archive (PostgreSQL) did not provide a connection in time"
-            ) from exc
         except psycopg.Error as exc:
             raise _translate(exc) from exc
 
@@ -368,6 +285,16 @@ def _day_start(value: datetime | date, *, next_day: bool = False) -> datetime:
     return start + timedelta(days=1) if next_day else start
 
 
+_Row = TypeVar("_Row")
+
+
+def _only(row: _Row | None) -> _Row:
+    """The row of a query that always returns one."""
+    if row is None:
+        raise ThothError("an archive query that returns one row returned none")
+    return row
+
+
 class ArchiveTransaction:
     """Queries inside one archive transaction; the workspace is already set."""
 
@@ -386,6 +313,11 @@ class ArchiveTransaction:
         SQL file (the cleanup's, the workflow's)."""
         return ArchiveTransaction(self.conn, self.workspace_id, named)
 
+    def _bound_workspace(self) -> str:
+        if self.workspace_id is None:
+            raise ThothError("this archive transaction is bound to no workspace")
+        return self.workspace_id
+
     def _params(self, **params: Any) -> dict[str, Any]:
         return {"workspace": self.workspace_id, **params}
 
@@ -396,6 +328,10 @@ class ArchiveTransaction:
         with self.conn.cursor(row_factory=dict_row) as cur:
             return cur.execute(self._sql(query), self._params(**params)).fetchone()
 
+    def one(self, query: str, /, **params: Any) -> dict:
+        """The row of a query that always returns one (a count, an INSERT ... RETURNING)."""
+        return _only(self.row(query, **params))
+
     def rows(self, query: str, /, **params: Any) -> list[dict]:
         with self.conn.cursor(row_factory=dict_row) as cur:
             return cur.execute(self._sql(query), self._params(**params)).fetchall()
@@ -403,11 +339,35 @@ class ArchiveTransaction:
     def execute(self, query: str, /, **params: Any) -> None:
         self.conn.execute(self._sql(query), self._params(**params))
 
+    @property
+    def reviews(self) -> ReviewRecords:
+        """The workflow's records: review receipts, proposal and error-rule lookups."""
+        return ReviewRecords(self)
+
+    @property
+    def cleanup(self) -> CleanupRecords:
+        """Physical cleanup's records: matching cards, receipts, tombstones."""
+        return CleanupRecords(self)
+
+    def use_nonce(self, nonce: str, expires_at: datetime | None) -> bool:
+        """Count a signed request's nonce once: False when it was already used."""
+        return self.row("nonce_use", nonce=nonce, expires_at=expires_at) is not None
+
     # --- workspaces -----------------------------------------------------------
 
     def workspace(self) -> Workspace | None:
         row = self.row("workspace_get")
         return Workspace(**row) if row else None
+
+    def require_workspace(self) -> Workspace:
+        """The transaction's workspace: the one place that says it must exist."""
+        workspace = self.workspace()
+        if workspace is None:
+            raise NotFound(
+                f"workspace '{self.workspace_id}' does not exist",
+                details={"workspace": self.workspace_id},
+            )
+        return workspace
 
     def insert_workspace(self, name: str, language: str) -> Workspace | None:
         row = self.row("workspace_insert", name=name, language=language)
@@ -418,7 +378,7 @@ class ArchiveTransaction:
 
     def workspace_counts(self) -> tuple[dict[str, int], int]:
         counts = {row["family"]: row["cards"] for row in self.rows("workspace_card_counts")}
-        pending = self.row("workspace_pending_count")["count"]
+        pending = self.one("workspace_pending_count")["count"]
         return counts, pending
 
     # --- cards ----------------------------------------------------------------
@@ -468,7 +428,7 @@ class ArchiveTransaction:
             deps[d["card_id"]].append(
                 Dependency(
                     database=d["database_name"],
-                    schema=d["schema_name"],
+                    schema_name=d["schema_name"],
                     table=d["table_name"],
                     column=d["column_name"],
                 )
@@ -550,7 +510,7 @@ class ArchiveTransaction:
         origin: str,
         source: Source | None,
     ) -> int:
-        row = self.row(
+        row = self.one(
             "card_insert",
             id=card_uuid,
             language=language,
@@ -563,16 +523,15 @@ class ArchiveTransaction:
 
     def update_card(self, card_uuid: uuid.UUID, data: CardInput) -> int:
         keep_signature = "error_signature" not in data.model_fields_set
-        return self.row(
+        return self.one(
             "card_update", id=card_uuid, keep_signature=keep_signature, **self._fields(data)
         )["revision"]
 
-    def delete_card(self, card_uuid: uuid.UUID) -> tuple[int, int] | None:
-        """Delete the card (dependencies and incident links cascade); returns
-        (last revision, number of incident links removed)."""
-        links = self.row("card_incident_link_count", id=card_uuid)["count"]
-        row = self.row("card_delete", id=card_uuid)
-        return (row["revision"], links) if row else None
+    def delete_card(self, card_uuid: uuid.UUID) -> tuple[int, int]:
+        """Delete the card, locked by the caller (dependencies and incident links
+        cascade); returns (last revision, number of incident links removed)."""
+        links = self.one("card_incident_link_count", id=card_uuid)["count"]
+        return self.one("card_delete", id=card_uuid)["revision"], links
 
     def replace_dependencies(self, card_uuid: uuid.UUID, deps: list[Dependency]) -> None:
         self.conn.execute(_q("dependencies_clear"), self._params(id=card_uuid))
@@ -697,7 +656,9 @@ class ArchiveTransaction:
             ProjectionState(
                 row["revision"], row["projected_revision"], row["fingerprint"], row["operation"]
             ),
-            CardFacts(self.workspace_id, row["family"], row["scope"], tuple(row["concepts"]), deps),
+            CardFacts(
+                self._bound_workspace(), row["family"], row["scope"], tuple(row["concepts"]), deps
+            ),
         )
 
     def operations_for(self, card_uuids: list[uuid.UUID]) -> dict[uuid.UUID, tuple[str, int]]:
@@ -796,14 +757,15 @@ class ArchiveTransaction:
         candidates = None
         if tsquery or query.concepts:
             # selective GIN filters first: the list query then reads these rows by key
-            candidates = self.conn.execute(
+            found = self.conn.execute(
                 _q("matching_card_ids"),
                 {
                     "ts_config": TS_CONFIG[language],
                     "tsquery": tsquery,
                     "concepts": query.concepts,
                 },
-            ).fetchone()[0]
+            ).fetchone()
+            candidates = _only(found)[0]
             if not candidates:
                 return [], 0
         params = self._params(
@@ -838,9 +800,11 @@ class ArchiveTransaction:
             if query.page == 1 and len(rows) < query.page_size:
                 total = len(rows)  # the first page holds everything
             else:
-                total = cur.execute(
-                    sql.SQL(_q("list_count")).format(filters=filters), params
-                ).fetchone()["count"]
+                total = _only(
+                    cur.execute(
+                        sql.SQL(_q("list_count")).format(filters=filters), params
+                    ).fetchone()
+                )["count"]
         items = [
             CardSummary(
                 id=uuid_to_card_id(r["id"]),

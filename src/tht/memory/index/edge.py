@@ -50,6 +50,7 @@ from tht.memory.index.port import (
     fuse,
     projection,
 )
+from tht.memory.model import WORKSPACE_ID_PATTERN
 from tht.memory.recall_filters import RecallFilters
 
 _RETRY_PAUSE = 0.1
@@ -61,7 +62,8 @@ _DAMAGED = "damaged"  # unreadable workspace shards a rebuild moved aside
 _LEGACY_SHARD = ("edge_config.json", "segments", "wal", "temp_segments")
 # Dense candidates found with the int8 copies are scored with the original vectors.
 DENSE_PARAMS = qe.SearchParams(quantization=qe.QuantizationSearchParams(rescore=True))
-_PLAIN_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")  # the product's workspace ids
+# Shard names: a workspace id is used as it is; any other name is hex-encoded.
+_PLAIN_NAME = re.compile(WORKSPACE_ID_PATTERN)
 log = logging.getLogger(__name__)
 
 

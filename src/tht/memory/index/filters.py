@@ -91,7 +91,7 @@ def physical_condition(filters: RecallFilters) -> Condition | None:
         # The usual case: the given levels are a prefix F (database, schema, table...).
         # A dependency path P matches iff P is a prefix of F or F is a prefix of P,
         # both keyword lookups on payload indexes.
-        prefix = wanted[: len(given)]
+        prefix = given  # the first len(given) levels, none of them None
         return AnyOf(
             (
                 IsEmpty("dep_paths"),

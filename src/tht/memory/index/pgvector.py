@@ -22,7 +22,6 @@ workspace, and every statement also names the workspace itself.
 from __future__ import annotations
 
 import json
-import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -33,11 +32,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 import psycopg
-import psycopg_pool
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from tht.errors import InvalidInput, SchemaNotReady, ThothError, first_line
+from tht.db.connector import PostgresConnector, StoreErrors, translate
+from tht.errors import InvalidInput, SchemaNotReady, ThothError
 from tht.memory.embedding.sparse import SparseVector
 from tht.memory.index import filters as f
 from tht.memory.index.errors import IndexIncompatible, IndexUnavailable
@@ -142,12 +141,16 @@ class PgVectorIndex:
     ) -> None:
         self.collection = collection
         self.timeout = timeout
-        self._conninfo = conninfo
-        self._max_connections = max_connections
         # Connected on first use: building the adapter must not touch the database, so
         # browsing and editing work while it is unreachable.
-        self._pool: psycopg_pool.ConnectionPool | None = None
-        self._lock = threading.Lock()
+        self._connector = PostgresConnector(
+            conninfo,
+            ERRORS,
+            max_connections=max_connections,
+            timeout=timeout,
+            check=_check_schema,
+            name="thoth-memory-pgvector",
+        )
 
     # -- collection ---------------------------------------------------------------
 
@@ -157,7 +160,7 @@ class PgVectorIndex:
 
     def collection_exists(self) -> bool:
         with self._transaction("") as conn:
-            return self._dimension(conn, required=False) is not None
+            return self._stored_dimension(conn) is not None
 
     def ensure_collection(self, dimension: int) -> None:
         if not 1 <= dimension <= MAX_DIMENSION:
@@ -166,9 +169,9 @@ class PgVectorIndex:
                 details={"dimension": dimension},
             )
         with self._transaction("") as conn:
-            (found,) = conn.execute(
-                _q("collection_create"), {"collection": self.collection, "dimension": dimension}
-            ).fetchone()
+            found = _scalar(
+                conn, "collection_create", {"collection": self.collection, "dimension": dimension}
+            )
         if found != dimension:
             raise IndexIncompatible(
                 f"the pgvector collection {self.collection} has dense vectors of dimension {found}, this "
@@ -181,10 +184,7 @@ class PgVectorIndex:
             conn.execute(_q("collection_drop"), {"collection": self.collection})
 
     def close(self) -> None:
-        with self._lock:
-            if self._pool is not None:
-                self._pool.close()
-                self._pool = None
+        self._connector.close()
 
     def optimize(self) -> None:
         """After a rebuild: planner statistics for the rows just written (the HNSW
@@ -264,9 +264,9 @@ class PgVectorIndex:
         with it); other workspaces are untouched. Returns the number of points removed."""
         with self._transaction(workspace, lock=True) as conn:
             self._dimension(conn)
-            (removed,) = conn.execute(
-                _q("workspace_clear"), {"collection": self.collection, "workspace": workspace}
-            ).fetchone()
+            removed: int = _scalar(
+                conn, "workspace_clear", {"collection": self.collection, "workspace": workspace}
+            )
         return removed
 
     def discard_unreadable(self, workspace: str) -> str | None:
@@ -300,9 +300,9 @@ class PgVectorIndex:
     def count(self, workspace: str) -> int:
         with self._transaction(workspace) as conn:
             self._dimension(conn)
-            (found,) = conn.execute(
-                _q("points_count"), {"collection": self.collection, "workspace": workspace}
-            ).fetchone()
+            found: int = _scalar(
+                conn, "points_count", {"collection": self.collection, "workspace": workspace}
+            )
         return found
 
     # -- search -------------------------------------------------------------------
@@ -388,7 +388,7 @@ class PgVectorIndex:
             return []  # stop words only: no term to match, as in Qdrant
         terms = sorted(query)
         scope = {"collection": self.collection, "workspace": filters.workspace}
-        frequencies = dict(
+        frequencies: dict[int, int] = dict(
             conn.execute(_q("bm25_statistics"), {**scope, "terms": terms}).fetchall()
         )
         documents = frequencies.get(DOCUMENTS_TERM, 0)
@@ -415,14 +415,20 @@ class PgVectorIndex:
 
     # -- plumbing -----------------------------------------------------------------
 
-    def _dimension(self, conn: psycopg.Connection, *, required: bool = True) -> int | None:
+    def _stored_dimension(self, conn: psycopg.Connection) -> int | None:
+        """The collection's dense dimension, None when there is no collection yet."""
         row = conn.execute(_q("collection_get"), {"collection": self.collection}).fetchone()
-        if row is None and required:
+        return row[0] if row else None
+
+    def _dimension(self, conn: psycopg.Connection) -> int:
+        """The collection's dense dimension; a missing collection is refused."""
+        dimension = self._stored_dimension(conn)
+        if dimension is None:
             raise IndexUnavailable(
                 f"the pgvector index has no collection {self.collection} yet; write a card or run the index rebuild",
                 details={"collection": self.collection},
             )
-        return row[0] if row else None
+        return dimension
 
     def _check_dimension(self, vector: Sequence[float], dimension: int) -> None:
         if len(vector) != dimension:
@@ -436,65 +442,12 @@ class PgVectorIndex:
                 },
             )
 
-    def _ready_pool(self) -> psycopg_pool.ConnectionPool:
-        """The pool, opened and checked on first use (and again after a failed check:
-        a closed psycopg pool cannot be reopened, so each attempt gets a new one)."""
-        with self._lock:
-            if self._pool is not None:
-                return self._pool
-            pool = psycopg_pool.ConnectionPool(
-                self._conninfo,
-                min_size=1,
-                max_size=self._max_connections,
-                open=False,
-                timeout=self.timeout,
-                kwargs={"connect_timeout": max(1, round(self.timeout)), "autocommit": False},
-                name="thoth-memory-pgvector",
-            )
-            try:
-                pool.open(wait=True, timeout=self.timeout)
-            except psycopg_pool.PoolTimeout as exc:
-                pool.close()
-                raise IndexUnavailable(
-                    f"the pgvector index (PostgreSQL) is unavailable: {self._probe()}"
-                ) from exc
-            try:
-                with pool.connection() as conn:
-                    (privileged,) = conn.execute(_q("readiness")).fetchone()
-                    conn.rollback()
-                    if privileged:
-                        raise IndexUnavailable(
-                            "refusing to use the pgvector index: the runtime database login is a superuser or"
-                            " bypasses row-level security; give the runtime a restricted login"
-                            " (member of thoth_memory_runtime)"
-                        )
-                    check_schema(conn, PACK)
-            except SchemaNotReady as exc:
-                pool.close()
-                raise IndexSchemaNotReady(exc.message, details=exc.details) from exc
-            except ThothError:
-                pool.close()
-                raise
-            except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-                pool.close()
-                raise _translate(exc) from exc
-            self._pool = pool
-            return pool
-
-    def _probe(self) -> str:
-        try:
-            psycopg.connect(self._conninfo, connect_timeout=max(1, round(self.timeout))).close()
-        except psycopg.Error as exc:
-            return first_line(exc)
-        return "timed out waiting for a connection"
-
     @contextmanager
     def _transaction(self, workspace: str, *, lock: bool = False) -> Iterator[psycopg.Connection]:
         """One transaction as the runtime role in ``workspace`` ("" sees no workspace
         data: collection operations); ``lock`` serializes the workspace's writers."""
-        pool = self._ready_pool()
         try:
-            with pool.connection() as conn, conn.transaction():
+            with self._connector.connection() as conn, conn.transaction():
                 conn.execute(
                     _q("set_context"),
                     {"workspace": workspace, "lock": lock, "collection": self.collection},
@@ -502,7 +455,7 @@ class PgVectorIndex:
                 yield conn
         except ThothError:
             raise
-        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+        except psycopg.Error as exc:
             raise _translate(exc) from exc
 
 
@@ -617,17 +570,39 @@ def _point_row(point: IndexPoint) -> dict[str, Any]:
     }
 
 
+def _scalar(conn: psycopg.Connection, query: str, params: dict[str, Any]) -> Any:
+    """The one value of a query that always returns one row."""
+    row = conn.execute(_q(query), params).fetchone()
+    if row is None:
+        raise IndexUnavailable(f"the pgvector query {query} returned no row")
+    return row[0]
+
+
+ERRORS = StoreErrors(
+    what="the pgvector index (PostgreSQL)",
+    unavailable=IndexUnavailable,
+    schema_missing=lambda: IndexSchemaNotReady(
+        f"the {PACK.schema} schema is missing: run {PACK.command} with the migrator credentials"
+    ),
+    failed=lambda line: IndexUnavailable(f"the pgvector index failed: {line}"),
+    privileged_login=lambda login, superuser, bypassrls: IndexUnavailable(
+        "refusing to use the pgvector index: the runtime database login is a superuser or"
+        " bypasses row-level security; give the runtime a restricted login"
+        " (member of thoth_memory_runtime)"
+    ),
+    login_refused=lambda message: IndexSchemaNotReady(
+        f"the runtime login cannot use the pgvector index tables: {message}"
+    ),
+)
+
+
 def _translate(exc: BaseException) -> ThothError:
-    if isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.InvalidSchemaName):
-        return IndexSchemaNotReady(
-            f"the {PACK.schema} schema is missing: run {PACK.command} with the migrator credentials"
-        )
-    if isinstance(exc, psycopg.errors.InsufficientPrivilege):
-        return IndexSchemaNotReady(
-            f"the runtime login cannot use the pgvector index tables: {exc.diag.message_primary}"
-        )
-    if isinstance(exc, psycopg.OperationalError | psycopg_pool.PoolTimeout):
-        return IndexUnavailable(
-            f"the pgvector index (PostgreSQL) is unavailable: {first_line(exc)}"
-        )
-    return IndexUnavailable(f"the pgvector index failed: {first_line(exc)}")
+    return translate(exc, ERRORS)
+
+
+def _check_schema(conn: psycopg.Connection) -> None:
+    """The pgvector pack's migrations, applied unchanged (its own error class)."""
+    try:
+        check_schema(conn, PACK)
+    except SchemaNotReady as exc:
+        raise IndexSchemaNotReady(exc.message, details=exc.details) from exc

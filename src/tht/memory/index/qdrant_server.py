@@ -10,7 +10,7 @@ import os
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any
+from typing import Any, cast
 
 from qdrant_client import QdrantClient
 from qdrant_client import models as m
@@ -243,7 +243,9 @@ class QdrantServerIndex:
             if (record.payload or {}).get(TENANT_FIELD) != workspace:
                 continue  # another workspace's point of the same id is none of this workspace's
             stored = record.vector.get(DENSE) if isinstance(record.vector, dict) else None
-            vectors[uuid.UUID(str(record.id))] = list(stored) if isinstance(stored, list) else []
+            # the dense vector is a single vector (never a multivector) in this collection
+            dense = cast(list[float], stored) if isinstance(stored, list) else []
+            vectors[uuid.UUID(str(record.id))] = list(dense)
         return vectors
 
     def count(self, workspace: str) -> int:

@@ -15,10 +15,6 @@ SELECT set_config('role', 'thoth_memory_runtime', true),
             hashtextextended('thoth_memory_pgvector.workspace:' || %(collection)s || ':' || %(workspace)s, 0)))
             END) AS locked);
 
--- name: readiness
--- A superuser or a BYPASSRLS login would make row-level security moot.
-SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user;
-
 -- name: collection_get
 SELECT dimension FROM thoth_memory_pgvector.collections WHERE name = %(collection)s;
 

@@ -1,6 +1,7 @@
--- Queries of the workflow integration, loaded by name ("-- name: <name>"). They run
--- inside archive transactions (runtime role, workspace set); every query also names
--- the workspace explicitly.
+-- The workflow's records in the archive (tht.memory.archive.review_records): review receipts,
+-- and the card lookups of proposals and error rules. Loaded by name ("-- name: <name>");
+-- they run inside archive transactions (runtime role, workspace set) and every query
+-- also names the workspace explicitly.
 
 -- name: receipt_get
 SELECT session_id, request_digest, proposals_digest, outcome, reviewer, result, created_at,

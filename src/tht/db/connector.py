@@ -1,0 +1,212 @@
+"""One way to reach PostgreSQL for every store kept there: the memory archive, the
+pgvector index (and the Catalog, on the archive's pool).
+
+A ``PostgresConnector`` holds a pool of runtime-login connections, opened and checked on
+first use (a login that is a superuser or bypasses row-level security is refused; then
+the store's own schema check), and opened again after a failed attempt (a closed
+psycopg pool cannot be reopened). When the server cannot be reached, a direct
+connection probes why, so the error names the cause rather than a pool timeout.
+``translate`` turns a driver error into the product's errors, worded by the store's
+``StoreErrors``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import psycopg
+import psycopg_pool
+
+from tht.errors import ArchiveLoginRefused, ThothError, first_line
+from tht.sqlfiles import named_queries
+
+
+@dataclass(frozen=True)
+class StoreErrors:
+    """How one store words its failures."""
+
+    what: str  # the store, as errors name it: "the memory archive (PostgreSQL)"
+    unavailable: Callable[[str], ThothError]  # the server, or a connection, is out of reach
+    schema_missing: Callable[[], ThothError]  # its tables are not there: which migration to run
+    failed: Callable[[str], ThothError]  # any other driver error (its first line)
+    # the runtime login may not use the store's tables (None: a failure like any other)
+    login_refused: Callable[[str], ThothError] | None = None
+    # a store with a connector of its own: its login would make tenancy moot
+    # (called with the login's name and whether it is a superuser, bypasses RLS)
+    privileged_login: Callable[[str, bool, bool], ThothError] | None = None
+
+    def refuse_privileged_login(self, login: str, superuser: bool, bypassrls: bool) -> ThothError:
+        if self.privileged_login is not None:
+            return self.privileged_login(login, superuser, bypassrls)
+        return ThothError(
+            f"refusing to use {self.what}: the runtime database login is a superuser or"
+            " bypasses row-level security"
+        )
+
+
+def translate(exc: BaseException, errors: StoreErrors) -> ThothError:
+    """The product's error for a driver error (or a pool timeout) of ``errors``' store."""
+    if isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.InvalidSchemaName):
+        return errors.schema_missing()
+    if errors.login_refused is not None and isinstance(exc, psycopg.errors.InsufficientPrivilege):
+        return errors.login_refused(exc.diag.message_primary or first_line(exc))
+    if isinstance(exc, psycopg.OperationalError | psycopg_pool.PoolTimeout):
+        return errors.unavailable(f"{errors.what} is unavailable: {first_line(exc)}")
+    return errors.failed(first_line(exc))
+
+
+# libpq reports a refused login in its message only (no SQLSTATE before the session exists)
+_REFUSALS = (
+    ("password authentication failed", "the password was refused"),
+    ("no password supplied", "no password was given"),
+    ("certificate verify failed", "the server's certificate did not verify against sslrootcert"),
+    ("SSL error", "the TLS handshake failed"),
+    ("server does not support SSL", "the server does not offer TLS but sslmode requires it"),
+    ("rejects connection", "the server's pg_hba.conf rejects this connection"),
+    ("no pg_hba.conf entry", "the server's pg_hba.conf has no entry for this connection"),
+    ("does not exist", "the login or the database does not exist"),
+)
+
+
+def login_refusal(exc: psycopg.OperationalError, conninfo: str) -> ArchiveLoginRefused | None:
+    """A configuration error when the server answered and refused the login (waiting
+    cannot help); None when it could not be reached (it may be starting)."""
+    message = str(exc)
+    for marker, reason in _REFUSALS:
+        if marker in message:
+            params = psycopg.conninfo.conninfo_to_dict(conninfo)
+            where = {k: params.get(k) for k in ("user", "host", "port", "dbname", "sslmode")}
+            return ArchiveLoginRefused(
+                f"PostgreSQL refused the login '{where['user']}': {reason}. Check the"
+                " THT_CATALOG_* settings (password file, THT_CATALOG_DB_SSLMODE,"
+                " THT_CATALOG_DB_SSLROOTCERT) or ask the DBA for this login.",
+                details={**where, "server_said": first_line(exc)},
+            )
+    return None
+
+
+def _queries() -> dict[str, str]:
+    return named_queries("tht.db", "sql/connector.sql")
+
+
+class PostgresConnector:
+    """A pool of connections to one database with one login, for one store."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        errors: StoreErrors,
+        *,
+        max_connections: int = 4,
+        timeout: float = 10.0,
+        probe_timeout: float | None = None,
+        check: Callable[[psycopg.Connection], None] | None = None,
+        check_on_checkout: bool = False,
+        name: str | None = None,
+    ) -> None:
+        self.errors = errors
+        self._conninfo = conninfo
+        self._max_connections = max_connections
+        self._timeout = timeout
+        self._probe_timeout = timeout if probe_timeout is None else probe_timeout
+        self._check = check
+        self._check_on_checkout = check_on_checkout
+        self._name = name
+        self._pool: psycopg_pool.ConnectionPool | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def opened(self) -> bool:
+        return self._pool is not None
+
+    def open(self) -> psycopg_pool.ConnectionPool:
+        """The pool, opened and checked now if it is not yet (a failed check closes it)."""
+        with self._lock:
+            if self._pool is not None:
+                return self._pool
+            self._refuse_misconfigured_login()
+            pool = psycopg_pool.ConnectionPool(
+                self._conninfo,
+                min_size=1,
+                max_size=self._max_connections,
+                open=False,
+                timeout=self._timeout,
+                kwargs={"connect_timeout": _seconds(self._timeout), "autocommit": False},
+                # one round trip when a connection is taken: after PostgreSQL restarts, a
+                # long-running service would otherwise hand out dead ones
+                check=(
+                    psycopg_pool.ConnectionPool.check_connection
+                    if self._check_on_checkout
+                    else None
+                ),
+                name=self._name,
+            )
+            try:
+                pool.open(wait=True, timeout=self._timeout)
+            except psycopg_pool.PoolTimeout as exc:
+                pool.close()
+                raise self.errors.unavailable(
+                    f"{self.errors.what} is unavailable: {self.probe()}"
+                ) from exc
+            try:
+                with pool.connection() as conn:
+                    login = conn.execute(_queries()["runtime_login"]).fetchone()
+                    conn.rollback()
+                    if login is not None and (login[1] or login[2]):
+                        raise self.errors.refuse_privileged_login(*login)
+                    if self._check is not None:
+                        self._check(conn)
+            except ThothError:
+                pool.close()
+                raise
+            except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+                pool.close()
+                raise translate(exc, self.errors) from exc
+            self._pool = pool
+            return pool
+
+    def _refuse_misconfigured_login(self) -> None:
+        """One direct connection first: a refused password or a TLS failure is said at
+        once, as a configuration error naming the login, instead of after the pool's
+        timeout as an outage."""
+        try:
+            psycopg.connect(self._conninfo, connect_timeout=_seconds(self._timeout)).close()
+        except psycopg.OperationalError as exc:
+            refused = login_refusal(exc, self._conninfo)
+            if refused is not None:
+                raise refused from exc
+
+    def probe(self) -> str:
+        """Why a connection cannot be made (the driver's first line), from a direct try."""
+        try:
+            psycopg.connect(self._conninfo, connect_timeout=_seconds(self._probe_timeout)).close()
+        except psycopg.Error as exc:
+            return first_line(exc)
+        return "timed out waiting for a connection"
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection]:
+        """A pooled connection (the pool opened on first use). Driver errors inside are
+        the caller's to translate: a store sharing the pool words its own."""
+        pool = self.open()
+        try:
+            with pool.connection() as conn:
+                yield conn
+        except psycopg_pool.PoolTimeout as exc:
+            raise self.errors.unavailable(
+                f"{self.errors.what} did not provide a connection in time"
+            ) from exc
+
+    def close(self) -> None:
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
+
+def _seconds(timeout: float) -> int:
+    """libpq's connect_timeout: whole seconds, and 0 would mean no limit."""
+    return max(1, round(timeout))
