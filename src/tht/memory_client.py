@@ -330,12 +330,19 @@ class Memory:
         filters: Mapping[str, Any] | None = None,
         top: int | None = None,
         session: str | None = None,
+        explain: str | None = None,
     ) -> Recall:
-        """Domain memory for a question (``tht memory search``): clarifications, SQL
-        rules, explained errors. ``filters``: scope, concepts, table, column, top."""
+        """Domain clarifications for a question (``tht memory search``). ``filters``:
+        scope, concepts, table, column, top, families (widens to SQL rules and explained
+        errors). ``explain``: a card id; ``.raw["explain"]`` says why it is or is not
+        among the results."""
         return Recall.from_json(
             self._agent(
-                "search", question=question, filters=_with_top(filters, top), session=session
+                "search",
+                question=question,
+                filters=_with_top(filters, top),
+                session=session,
+                explain=explain,
             )
         )
 

@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from tht.errors import InvalidInput
+from tht.memory.model import CARD_ID_PATTERN
 from tht.validation import validation_details
 from tht.web import schemas
 
@@ -28,9 +29,12 @@ _FILTERS = {
     "description": (
         "Narrow the recall (optional): scope (exact business scope), concepts (every one"
         " must be present), table and column (a column needs its table), top (1-100,"
-        " default 10). The database and schema come from the workspace's configuration."
+        " default 10), families (memory_search: domain_clarification by default, widened"
+        " with sql_rule, explained_error; memory_rules: sql_rule, explained_error). The"
+        " database and schema come from the workspace's configuration."
     ),
     "properties": {
+        "families": {"type": "array", "items": {"type": "string"}, "minItems": 1},
         "scope": {"type": "string", "maxLength": 300},
         "concepts": {"type": "array", "items": {"type": "string"}, "maxItems": 50},
         "table": {"type": "string", "maxLength": 128},
@@ -118,9 +122,9 @@ TOOLS: dict[str, Tool] = {
             command="search",
             title="Recall domain memory",
             description=(
-                "Recall the workspace's domain memory for a user's question before writing SQL:"
-                " business clarifications, SQL rules and explained errors, verified against the"
-                " archive and ranked (score is a ranking score, not a similarity). Returns"
+                "Recall the workspace's domain clarifications for a user's question before"
+                " writing SQL (memory_rules gives the SQL rules), verified against the archive"
+                " and ranked (score is a ranking score, not a similarity). Returns"
                 ' {"results": [card, ...]}, each card with its fields, dependencies, links and'
                 " how it was found (retrieval)."
             ),
@@ -130,6 +134,12 @@ TOOLS: dict[str, Tool] = {
                     "filters": _FILTERS,
                     "top": _TOP,
                     "session": _LEDGER_SESSION,
+                    "explain": {
+                        "type": "string",
+                        "pattern": CARD_ID_PATTERN,
+                        "description": "A card id (optional): the answer also says why that"
+                        " card is or is not among the results",
+                    },
                 },
                 ["question"],
             ),
@@ -231,5 +241,6 @@ def command_line(tool: Tool, arguments: Any, config: str) -> tuple[list[str], by
         filters=arguments.filters_document() if recall else None,
         session=getattr(arguments, "session", None),
         error=getattr(arguments, "error", None),
+        explain=getattr(arguments, "explain", None),
         data=getattr(arguments, "data", None),
     )

@@ -129,6 +129,7 @@ def agent_command(
     filters: Mapping[str, Any] | None = None,
     session: str | None = None,
     error: str | None = None,
+    explain: str | None = None,
     data: Any = None,
 ) -> tuple[list[str], bytes | None]:
     """An agent's ``tht memory <command>`` (search, rules, solved-search, propose,
@@ -141,6 +142,8 @@ def agent_command(
         argv.append(f"--session={session}")
     if error is not None:
         argv.append(f"--error={error}")
+    if explain is not None:
+        argv.append(f"--explain={explain}")
     stdin = None
     if data is not None:
         argv += ["--data", "-"]
