@@ -89,7 +89,7 @@ from tht.memory.embedding import HashingEmbedder
 from tht.memory.index import EdgeIndex, IndexDrift
 from tht.memory.model import card_id_to_uuid
 from tht.memory.projector import IndexProjector
-from tht.memory.recall_service import RecallQuery, RecallService
+from tht.memory.recall_service import WIDEST_FAMILIES_OF, RecallQuery, RecallService
 from tht.memory.service import MemoryService, WorkspaceService
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -212,7 +212,9 @@ class Stack:
     def recall(
         self, workspace: str, question: str, kind: str = "search", top: int = 50
     ) -> list[tuple[str, int]]:
-        results = self.recall_service.recall(workspace, question, kind, query=RecallQuery(top=top))
+        # every reusable family: the audit asks each card back by its own text
+        query = RecallQuery(top=top, families=list(WIDEST_FAMILIES_OF[kind]))
+        results = self.recall_service.recall(workspace, question, kind, query=query)
         return [(r.card.id, r.card.revision) for r in results]
 
     def release(self) -> None:
