@@ -256,6 +256,17 @@ class PostgresArchive:
 
 
 @dataclass(frozen=True)
+class RecordedProjection:
+    """What ``record_projections`` records of one card (see ``record_projection``)."""
+
+    card_uuid: uuid.UUID
+    revision: int
+    terms: Sequence[int]
+    indexed_chars: int
+    embedded_chars: int | None
+
+
+@dataclass(frozen=True)
 class ProjectionState:
     """A card's revision next to what the index is recorded to hold for it."""
 
@@ -662,6 +673,35 @@ class ArchiveTransaction:
                 embedded_chars=embedded_chars,
             ),
         )
+
+    def record_projections(
+        self, fingerprint: str, projections: Sequence[RecordedProjection]
+    ) -> None:
+        """``record_projection`` of many cards in one round trip."""
+        if not projections:
+            return
+        self.conn.execute(
+            _q("projections_record"),
+            self._params(
+                fingerprint=fingerprint,
+                ids=[p.card_uuid for p in projections],
+                revisions=[p.revision for p in projections],
+                terms=["{" + ",".join(map(str, sorted(set(p.terms)))) + "}" for p in projections],
+                indexed_chars=[p.indexed_chars for p in projections],
+                embedded_chars=[p.embedded_chars for p in projections],
+            ),
+        )
+
+    def clear_operations(self, done: dict[uuid.UUID, int]) -> None:
+        """``clear_operation`` of many cards (card -> the revision projected)."""
+        if done:
+            self.conn.execute(
+                _q("operations_clear"),
+                self._params(ids=list(done), revisions=list(done.values())),
+            )
+
+    def revisions_of(self, card_uuids: list[uuid.UUID]) -> dict[uuid.UUID, int]:
+        return {r["id"]: r["revision"] for r in self.rows("revisions_of", ids=list(card_uuids))}
 
     def card_index(self, card_uuid: uuid.UUID, fingerprint: str | None) -> CardIndex | None:
         """The card's projection as `show` reports it; ``fingerprint``: the running
