@@ -11,6 +11,7 @@ the lock only vectors of the text the card still has are written (see ``sync``).
 
 from __future__ import annotations
 
+import contextvars
 import math
 import queue
 import random
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tht.errors import Interrupted, NotFound
-from tht.faults import crash_point, simulated_outage
+from tht.faults import crash_point, pause_point, simulated_outage
 from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive, RecordedProjection
 from tht.memory.embedding import Embedder, EmbedderUnavailable, SparseEncoder, SparseVector
 from tht.memory.index import IndexDrift, IndexPoint, IndexUnavailable, SearchIndex
@@ -469,6 +470,7 @@ class IndexProjector:
                     report.add(self._write_chunk(workspace, generation, current, cards, prepared))
                     crash_point("index.after_batch")
                     projected(len(cards))
+                    pause_point("index.after_batch")
                     written += len(cards)
                     if written >= OPTIMIZE_EVERY:  # index the full segments while embedding goes on
                         generation.optimize()
@@ -477,9 +479,12 @@ class IndexProjector:
                 failures.append(exc)
                 stop.set()
 
+        # each stage in this invocation's context (where progress goes, in the service)
         threads = [
-            threading.Thread(target=read, name="rebuild-read", daemon=True),
-            threading.Thread(target=write, name="rebuild-write", daemon=True),
+            threading.Thread(
+                target=contextvars.copy_context().run, args=(stage,), name=name, daemon=True
+            )
+            for stage, name in ((read, "rebuild-read"), (write, "rebuild-write"))
         ]
         for thread in threads:
             thread.start()
