@@ -454,7 +454,7 @@ class IndexProjector:
                 for start in range(0, len(todo), CHUNK):
                     ids = todo[start : start + CHUNK]
                     with self.archive.transaction(workspace) as tx:
-                        cards = tx.cards(ids)
+                        cards = tx.cards(ids, links=False)
                     if not _put(loaded, [cards[i] for i in ids if i in cards], stop):
                         return
             except BaseException as exc:

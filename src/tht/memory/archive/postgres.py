@@ -371,19 +371,21 @@ class ArchiveTransaction:
         ]
         return self._cards_from_rows([row], incoming={card_uuid: incoming})[card_uuid]
 
-    def cards(self, card_uuids: list[uuid.UUID]) -> dict[uuid.UUID, Card]:
-        """Cards by id, in one round trip (no incoming links); missing ids are absent."""
+    def cards(self, card_uuids: list[uuid.UUID], *, links: bool = True) -> dict[uuid.UUID, Card]:
+        """Cards by id, in one round trip (no incoming links); missing ids are absent.
+        ``links=False`` leaves outgoing links out too (a projection needs none)."""
         if not card_uuids:
             return {}
         params = self._params(ids=list(card_uuids))
+        queries = ("cards_rows", "dependencies_of", "links_of")[: 3 if links else 2]
         with self.conn.pipeline():
-            cursors = [self.conn.cursor(row_factory=dict_row) for _ in range(3)]
-            for cur, name in zip(
-                cursors, ("cards_rows", "dependencies_of", "links_of"), strict=True
-            ):
+            cursors = [self.conn.cursor(row_factory=dict_row) for _ in queries]
+            for cur, name in zip(cursors, queries, strict=True):
                 cur.execute(_q(name), params)
-        rows, dep_rows, link_rows = (cur.fetchall() for cur in cursors)
-        return self._cards_from_rows(rows, dep_rows=dep_rows, link_rows=link_rows)
+        rows, dep_rows, *link_rows = (cur.fetchall() for cur in cursors)
+        return self._cards_from_rows(
+            rows, dep_rows=dep_rows, link_rows=link_rows[0] if link_rows else []
+        )
 
     def _cards_from_rows(
         self,
