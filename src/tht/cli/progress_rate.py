@@ -38,7 +38,8 @@ class RateProgress:
         started, first = self._start
         rate = (done - first) / (now - started) if now > started else 0.0
         left = f", ETA {_minutes((total - done) / rate)}" if rate > 0 and done < total else ""
-        self.emit(f"{self.verb} {done}/{total} cards, {rate:.0f} cards/s{left}")
+        shown = f"{rate:.0f}" if rate >= 10 else f"{rate:.1f}"
+        self.emit(f"{self.verb} {done}/{total} cards, {shown} cards/s{left}")
 
 
 def _minutes(seconds: float) -> str:

@@ -343,32 +343,29 @@ class EdgeIndex:
             by_workspace.setdefault(p.card.workspace, []).append(_point(p))
         with self.session():
             for workspace, edge_points in by_workspace.items():
-                operation = qe.UpdateOperation.upsert_points(edge_points)
-                with self._serving(workspace, create=True) as shard:
-                    with _engine_errors():
-                        shard.update(operation)  # type: ignore[union-attr]
-                self._written.add(workspace)
-                building = self._building.get(workspace)
-                if building is not None:  # a rebuild in progress: it must hold this write too
-                    with _engine_errors():
-                        building[0].update(operation)
+                self._update(workspace, qe.UpdateOperation.upsert_points(edge_points), create=True)
 
     def delete(self, workspace: str, ids: Sequence[uuid.UUID]) -> None:
-        if not ids:
-            return
-        operation = qe.UpdateOperation.delete_points(list(ids))
-        with self.session():
-            with self._lock:
-                serving = self.shard(workspace)
-            if serving is not None:
-                with self._serving(workspace) as shard:
-                    with _engine_errors():
-                        shard.update(operation)  # type: ignore[union-attr]
-                self._written.add(workspace)
+        if ids:
+            with self.session():
+                self._update(workspace, qe.UpdateOperation.delete_points(list(ids)))
+
+    def _update(self, workspace: str, operation: Any, *, create: bool = False) -> None:
+        """Apply a save's write to the serving shard and, during a rebuild, to the new
+        generation. The generation is looked up first: a switch in between then makes
+        both the same shard (written once), never leaves the new one without the write."""
+        with self._lock:
             building = self._building.get(workspace)
-            if building is not None:
-                with _engine_errors():
-                    building[0].update(operation)
+            present = create or self.shard(workspace) is not None
+        if present:
+            with self._serving(workspace, create=create) as shard:
+                if shard is not None and (building is None or shard is not building[0]):
+                    with _engine_errors():
+                        shard.update(operation)
+            self._written.add(workspace)
+        if building is not None:
+            with _engine_errors():
+                building[0].update(operation)
 
     def hybrid_search(
         self, dense: Sequence[float], sparse: SparseVector, filters: RecallFilters, limit: int
