@@ -7,6 +7,7 @@ a payload is never shown to a user.
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from collections.abc import Sequence
@@ -35,6 +36,12 @@ def dependency_path(levels: Sequence[str]) -> str:
     return json.dumps(list(levels), ensure_ascii=False, separators=(",", ":"))
 
 
+@functools.lru_cache(maxsize=65536)
+def _path(levels: tuple[str, ...]) -> str:
+    """``dependency_path``, remembered: a rebuild meets the same tables again and again."""
+    return dependency_path(levels)
+
+
 @dataclass(frozen=True)
 class IndexPoint:
     id: uuid.UUID  # the card's UUID
@@ -61,10 +68,10 @@ class IndexPoint:
             # The same dependencies as keywords, one per dependency, so the physical
             # filter runs on payload indexes instead of a nested scan (10x slower):
             # each dependency's full path, and every prefix of it.
-            "dep_paths": sorted({dependency_path(_levels(dep)) for dep in card.dependencies}),
+            "dep_paths": sorted({_path(tuple(_levels(dep))) for dep in card.dependencies}),
             "dep_prefixes": sorted(
                 {
-                    dependency_path(_levels(dep)[:n])
+                    _path(tuple(_levels(dep)[:n]))
                     for dep in card.dependencies
                     for n in range(1, len(_levels(dep)) + 1)
                 }
