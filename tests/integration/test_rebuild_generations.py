@@ -236,3 +236,29 @@ def test_ctrl_c_prints_how_to_resume(command, tmp_path):
     assert error["details"]["resumable"] is True
     code, summary, _ = finish(run())
     assert code == 0 and summary["skipped_current"] == 512 and summary["indexed"] == 88
+
+
+def test_a_bulk_sync_projects_every_card_in_the_embedders_batches(archive, tmp_path):
+    """``sync`` of many cards (an import's projection) runs the rebuild's pipeline:
+    every card current, the embedder called once per full batch, deleted cards'
+    points removed by the rounds that follow."""
+    WorkspaceService(archive).create("acme", "en")
+    offline = MemoryService(archive)  # saved, projection pending
+    saved = [
+        offline.create_card("acme", card(title=f"Card {i}", content=f"topic{i} words")).card
+        for i in range(1100)
+    ]
+    index = EdgeIndex(tmp_path / "edge")
+    embedder = GatedEmbedder()
+    projector = IndexProjector(archive, index, embedder)
+    try:
+        gone = saved.pop()
+        offline.delete_card("acme", gone.id)
+        embedder.hook = lambda call: None
+        report = projector.sync("acme", [card_id_to_uuid(c.id) for c in [*saved, gone]])
+        assert report.indexed == 1099 and report.deleted == 1 and not report.failed
+        assert embedder.rebuild_calls == math.ceil(512 / 32) * 2 + math.ceil(75 / 32)
+        assert index.count("acme") == 1099
+        assert MemoryService(archive, projector).pending("acme") == []
+    finally:
+        index.close()

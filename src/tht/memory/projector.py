@@ -28,7 +28,12 @@ from tht.faults import crash_point, pause_point, simulated_outage
 from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive, RecordedProjection
 from tht.memory.embedding import Embedder, EmbedderUnavailable, SparseEncoder, SparseVector
 from tht.memory.index import IndexDrift, IndexPoint, IndexUnavailable, SearchIndex
-from tht.memory.index.port import IndexGeneration, begin_generation, stores_symptoms
+from tht.memory.index.port import (
+    IndexGeneration,
+    InPlaceGeneration,
+    begin_generation,
+    stores_symptoms,
+)
 from tht.memory.model import Card, card_id_to_uuid, uuid_to_card_id
 from tht.memory.projection import card_facts, fingerprint, indexed_text
 from tht.memory.service import IndexOutcome
@@ -121,6 +126,8 @@ class IndexProjector:
         card_uuids = list(dict.fromkeys(card_uuids))
         report = SyncReport()
         todo = card_uuids
+        if len(todo) > CHUNK:  # a bulk projection (an import): the rebuild's pipeline first
+            report, todo = self._sync_in_bulk(workspace, todo)
         for round_ in range(1, ROUNDS + 1):
             if not todo:
                 break
@@ -136,6 +143,27 @@ class IndexProjector:
             done, todo = self._write(workspace, todo, prepared, unavailable, embed_changed=last)
             report.add(done)
         return report
+
+    def _sync_in_bulk(
+        self, workspace: str, card_uuids: list[uuid.UUID]
+    ) -> tuple[SyncReport, list[uuid.UUID]]:
+        """Many cards through the rebuild's pipeline (embedding overlapped with bulk
+        writes) into the serving index; returns what it did and the cards it left to
+        ``sync``'s own rounds: deleted or edited meanwhile, or all if it failed."""
+        try:
+            self.ensure_collection()
+            with self.archive.transaction(workspace) as tx:
+                language = _workspace_language(tx)
+            report = self._project(
+                workspace, language, InPlaceGeneration(self.index, workspace), card_uuids, _ignore
+            )
+        except (IndexUnavailable, EmbedderUnavailable):
+            return SyncReport(), card_uuids  # the rounds record the failure on every card
+        current = self.fingerprint(language)
+        with self.archive.transaction(workspace) as tx:
+            states = tx.projection_states(card_uuids)
+        left = [i for i in card_uuids if i not in states or not states[i].current(current)]
+        return report, left
 
     def _prepare(self, workspace: str, card_uuids: list[uuid.UUID]) -> dict[uuid.UUID, _Prepared]:
         """The cards' vectors from their current state, computed outside every lock
@@ -274,17 +302,7 @@ class IndexProjector:
                     tx.enqueue(card_uuid, "delete", NO_REVISION)
             tx.record_failure(card_uuids, exc.message)
             return SyncReport(failed=card_uuids, error=exc.message), []
-        for card, item in ready:
-            card_uuid = card_id_to_uuid(card.id)
-            tx.record_projection(
-                card_uuid,
-                card.revision,
-                current,
-                item.sparse.indices,
-                len(item.text),
-                item.embedded_chars,
-            )
-            tx.clear_operation(card_uuid, card.revision)
+        _record(tx, current, ready)
         if gone:
             tx.forget_projections(gone)
             for card_uuid in gone:
@@ -536,20 +554,7 @@ class IndexProjector:
                     for card, item in ready
                 ]
             )
-            tx.record_projections(
-                current,
-                [
-                    RecordedProjection(
-                        card_id_to_uuid(card.id),
-                        card.revision,
-                        item.sparse.indices,
-                        len(item.text),
-                        item.embedded_chars,
-                    )
-                    for card, item in ready
-                ],
-            )
-            tx.clear_operations({card_id_to_uuid(card.id): card.revision for card, _ in ready})
+            _record(tx, current, ready)
         return SyncReport(indexed=len(ready))
 
     def check(self, workspace: str, repair: bool = False) -> dict[str, Any]:
@@ -664,6 +669,28 @@ def _sound_vector(stored: list[float] | None, fresh: list[float] | None, dimensi
         else 0.0
     )
     return cosine >= MIN_COSINE
+
+
+def _record(tx: ArchiveTransaction, current: str, ready: list[tuple[Card, _Prepared]]) -> None:
+    """The projections just written, and the operations they complete, in bulk."""
+    tx.record_projections(
+        current,
+        [
+            RecordedProjection(
+                card_id_to_uuid(card.id),
+                card.revision,
+                item.sparse.indices,
+                len(item.text),
+                item.embedded_chars,
+            )
+            for card, item in ready
+        ],
+    )
+    tx.clear_operations({card_id_to_uuid(card.id): card.revision for card, _ in ready})
+
+
+def _ignore(count: int) -> None:
+    return None
 
 
 def _put(channel: queue.Queue[Any], item: Any, stop: threading.Event) -> bool:

@@ -257,7 +257,7 @@ class PostgresArchive:
 
 @dataclass(frozen=True)
 class RecordedProjection:
-    """What ``record_projections`` records of one card (see ``record_projection``)."""
+    """What ``record_projections`` records of one card."""
 
     card_uuid: uuid.UUID
     revision: int
@@ -652,34 +652,13 @@ class ArchiveTransaction:
             _q("operation_failed"), self._params(ids=list(card_uuids), error=error[:2000])
         )
 
-    def record_projection(
-        self,
-        card_uuid: uuid.UUID,
-        revision: int,
-        fingerprint: str,
-        terms: Sequence[int],
-        indexed_chars: int,
-        embedded_chars: int | None,
-    ) -> None:
-        """``terms``: the BM25 term ids of the point's sparse vector (recall's coverage);
-        ``indexed_chars``: the length of the indexed text; ``embedded_chars``: the
-        length of its prefix the dense vector was computed from, None for all of it."""
-        self.conn.execute(
-            _q("projection_record"),
-            self._params(
-                id=card_uuid,
-                revision=revision,
-                fingerprint=fingerprint,
-                terms=sorted(set(terms)),
-                indexed_chars=indexed_chars,
-                embedded_chars=embedded_chars,
-            ),
-        )
-
     def record_projections(
         self, fingerprint: str, projections: Sequence[RecordedProjection]
     ) -> None:
-        """``record_projection`` of many cards in one round trip."""
+        """What the index now holds for these cards, in one round trip. Per card:
+        ``terms``, the BM25 term ids of the point's sparse vector (recall's coverage);
+        ``indexed_chars``, the length of the indexed text; ``embedded_chars``, the
+        length of its prefix the dense vector was computed from, None for all of it."""
         if not projections:
             return
         self.conn.execute(

@@ -264,17 +264,9 @@ UPDATE thoth_memory.projection_ops
    SET attempts = attempts + 1, last_error = %(error)s, updated_at = now()
  WHERE workspace_id = %(workspace)s AND card_id = ANY(%(ids)s);
 
--- name: projection_record
-INSERT INTO thoth_memory.projections (workspace_id, card_id, revision, fingerprint, terms, indexed_chars,
-                                      embedded_chars)
-VALUES (%(workspace)s, %(id)s, %(revision)s, %(fingerprint)s, %(terms)s, %(indexed_chars)s, %(embedded_chars)s)
-ON CONFLICT (card_id) DO UPDATE
-   SET revision = EXCLUDED.revision, fingerprint = EXCLUDED.fingerprint, terms = EXCLUDED.terms,
-       indexed_chars = EXCLUDED.indexed_chars, embedded_chars = EXCLUDED.embedded_chars, indexed_at = now();
-
 -- name: projections_record
--- projection_record for many cards in one statement (rebuilds): parallel arrays, the
--- BM25 terms of each as the text of an array (they differ in length).
+-- What the index holds for many cards, in one statement: parallel arrays, the BM25
+-- terms of each as the text of an array (they differ in length).
 INSERT INTO thoth_memory.projections (workspace_id, card_id, revision, fingerprint, terms, indexed_chars,
                                       embedded_chars)
 SELECT %(workspace)s, u.card_id, u.revision, %(fingerprint)s, u.terms::bigint[], u.indexed_chars, u.embedded_chars
