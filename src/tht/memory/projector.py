@@ -274,20 +274,7 @@ class IndexProjector:
                 states = tx.projection_states([card_id_to_uuid(card.id) for card in stale])
                 changed = [i for i, state in states.items() if not state.current(current)]
             if ready:
-                self.index.upsert(
-                    [
-                        IndexPoint(
-                            card_id_to_uuid(card.id),
-                            item.dense,
-                            item.sparse,
-                            card_facts(card),
-                            card.revision,
-                            current,
-                            item.symptom_dense,
-                        )
-                        for card, item in ready
-                    ]
-                )
+                self.index.upsert(_points(ready, current))
             if gone:
                 self.index.delete(workspace, gone)
             crash_point("projector.after_index_write")
@@ -540,20 +527,7 @@ class IndexProjector:
                 for card, item in zip(cards, prepared, strict=True)
                 if now.get(card_id_to_uuid(card.id)) == card.revision
             ]
-            generation.upsert(
-                [
-                    IndexPoint(
-                        card_id_to_uuid(card.id),
-                        item.dense,
-                        item.sparse,
-                        card_facts(card),
-                        card.revision,
-                        current,
-                        item.symptom_dense,
-                    )
-                    for card, item in ready
-                ]
-            )
+            generation.upsert(_points(ready, current))
             _record(tx, current, ready)
         return SyncReport(indexed=len(ready))
 
@@ -669,6 +643,21 @@ def _sound_vector(stored: list[float] | None, fresh: list[float] | None, dimensi
         else 0.0
     )
     return cosine >= MIN_COSINE
+
+
+def _points(ready: list[tuple[Card, _Prepared]], current: str) -> list[IndexPoint]:
+    return [
+        IndexPoint(
+            card_id_to_uuid(card.id),
+            item.dense,
+            item.sparse,
+            card_facts(card),
+            card.revision,
+            current,
+            item.symptom_dense,
+        )
+        for card, item in ready
+    ]
 
 
 def _record(tx: ArchiveTransaction, current: str, ready: list[tuple[Card, _Prepared]]) -> None:
