@@ -17,6 +17,7 @@ import time
 import pytest
 
 from tests.factories import card
+from tht.errors import Conflict
 from tht.memory.embedding import HashingEmbedder
 from tht.memory.index import EdgeIndex
 from tht.memory.model import card_id_to_uuid
@@ -98,6 +99,8 @@ def test_a_save_and_a_recall_during_a_rebuild_succeed_and_the_switch_keeps_the_s
             "acme", cards[90].id, card(title="Card 90", content="renamed subject zeta")
         )
         assert edited.index.status == "current"
+        with pytest.raises(Conflict):  # one rebuild of a workspace at a time
+            projector.rebuild("acme")
         building = [p.name for p in folder(index).iterdir() if p.name.startswith("acme.g")]
         assert len(building) == 1 and (folder(index) / building[0]) != serving
     finally:

@@ -23,7 +23,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
-from tht.errors import Interrupted, NotFound
+from tht.errors import Conflict, Interrupted, NotFound
 from tht.faults import crash_point, pause_point, simulated_outage
 from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive, RecordedProjection
 from tht.memory.embedding import Embedder, EmbedderUnavailable, SparseEncoder, SparseVector
@@ -88,6 +88,8 @@ class IndexProjector:
         self.embedder = embedder
         self._encoders: dict[str, SparseEncoder] = {}
         self._collection_ready = False
+        self._rebuilding: set[str] = set()  # workspaces whose rebuild runs in this process
+        self._rebuild_lock = threading.Lock()
 
     # --- the projection format ---------------------------------------------------
 
@@ -347,6 +349,22 @@ class IndexProjector:
         return summary
 
     def rebuild(self, workspace: str, progress: Progress | None = None) -> dict[str, Any]:
+        """See ``_rebuild``; one at a time per workspace (a second one would write the
+        same generation and switch it twice)."""
+        with self._rebuild_lock:
+            if workspace in self._rebuilding:
+                raise Conflict(
+                    f"a rebuild of workspace '{workspace}' is already running; wait for it",
+                    details={"workspace": workspace},
+                )
+            self._rebuilding.add(workspace)
+        try:
+            return self._rebuild(workspace, progress)
+        finally:
+            with self._rebuild_lock:
+                self._rebuilding.discard(workspace)
+
+    def _rebuild(self, workspace: str, progress: Progress | None) -> dict[str, Any]:
         """Re-index every card of the workspace from the archive into a new generation
         of its projection, beside the one serving recall, and switch to it at the end
         (engines without generations are rewritten in place, see ``begin_generation``);

@@ -228,6 +228,8 @@ class EdgeIndex:
         the replaced generation is closed and removed once no thread reads it."""
         workspace = generation.workspace
         with self.session(), self._lock:
+            if self._shards.get(workspace) is generation.shard:
+                return  # already serving
             base = self._base_path(workspace)
             old_path = self.workspace_path(workspace)
             _private(generation.path)
