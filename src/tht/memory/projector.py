@@ -514,6 +514,7 @@ class IndexProjector:
         try:
             while (cards := _take(loaded, stop)) is not None:
                 item = (cards, self._embed(cards, language) if cards else [])
+                crash_point("projector.after_embedding")
                 if not _put(embedded, item, stop):
                     break
             _put(embedded, None, stop)
@@ -546,7 +547,10 @@ class IndexProjector:
                 if now.get(card_id_to_uuid(card.id)) == card.revision
             ]
             generation.upsert(_points(ready, current))
+            crash_point("projector.after_index_write")
             _record(tx, current, ready)
+            crash_point("projector.after_clear_operation")
+        crash_point("projector.after_archive_commit")
         return SyncReport(indexed=len(ready))
 
     def check(self, workspace: str, repair: bool = False) -> dict[str, Any]:
