@@ -9,6 +9,7 @@ durable effect); the cost when the variable is unset is one dictionary lookup.
 from __future__ import annotations
 
 import os
+import time
 
 CRASH_EXIT_CODE = 70
 
@@ -30,3 +31,17 @@ def simulated_outage(component: str) -> bool:
             return component in listed.read().split()
     except OSError:
         return False
+
+
+def pause_point(name: str) -> None:
+    """Hold this thread at ``name`` when ``THT_PAUSE_AT`` names it: the file that
+    ``THT_PAUSE_FILE`` names is created, and the thread waits until it is removed. Lets
+    a test act at a known step of a long command (a save or Ctrl-C during a rebuild)
+    without timing it."""
+    if os.environ.get("THT_PAUSE_AT") != name:
+        return
+    marker = os.environ["THT_PAUSE_FILE"]
+    with open(marker, "w"):
+        pass
+    while os.path.exists(marker):
+        time.sleep(0.02)

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tests.factories import card_document
+from tht.memory.index import EdgeIndex
 
 
 @pytest.fixture
@@ -103,7 +104,8 @@ def test_a_held_index_gives_a_clear_outcome(env, tmp_path):
 
 
 def _shard(tmp_path, workspace="acme"):
-    return tmp_path / "home" / "index" / "thoth_memory" / "workspaces" / workspace
+    """The folder of the workspace's serving shard (a rebuild switches to a new one)."""
+    return EdgeIndex(tmp_path / "home" / "index", "thoth_memory").workspace_path(workspace)
 
 
 @pytest.mark.parametrize("loss", ["workspace folder", "edge_config.json"])

@@ -552,3 +552,29 @@ def test_the_service_starts_its_embedded_database_again_after_db_stop(tmp_path):
     finally:
         tht.stop()
         tht.run("db", "stop")
+
+
+def test_recall_and_saves_through_the_service_go_on_during_a_rebuild(tht, tmp_path):
+    marker = tmp_path / "paused"
+    pause = {"THT_PAUSE_AT": "index.after_batch", "THT_PAUSE_FILE": str(marker)}
+    # the service started by this first command holds the rebuild at the pause point
+    assert tht.run("workspace", "create", "acme", "--language", "en", **pause).code == 0
+    config = tht.runtime("acme")
+    before = _card(tht, config)
+    rebuild = tht.start("memory", "index", "-c", config)
+    try:
+        assert wait_for(marker.exists, 60), rebuild.poll()
+        # the rebuild wrote its new generation and waits before switching to it
+        found = tht.run("memory", "search", "when is an order shipped", "-c", config, timeout=30)
+        assert found.code == 0 and found.document["results"][0]["id"] == before["id"]
+        during = _card(tht, config, title="Carrier codes", content="three letter carrier codes")
+        saved = tht.run("memory", "show", during["id"], "-c", config)
+        assert saved.document["index"]["current"] is True, saved.document
+    finally:
+        marker.unlink(missing_ok=True)
+    out, err = rebuild.communicate(timeout=60)
+    assert rebuild.returncode == 0, (out, err)
+    assert json.loads(out)["generation"] == "new"
+    found = tht.run("memory", "search", "carrier codes", "-c", config)
+    assert found.document["results"][0]["id"] == during["id"]
+    assert tht.run("memory", "check", "-c", config).code == 0

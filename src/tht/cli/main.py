@@ -204,13 +204,16 @@ def memory_retry(
 @memory_app.command("index")
 def memory_index(config: ConfigOption) -> None:
     """Rebuild the workspace's search projection (domain memory and solved questions) from the archive."""
+    from tht.cli.progress_rate import RateProgress
+    from tht.errors import Interrupted
+
     runtime = load_runtime(config)
     with _services(runtime) as services:
-        emit(
-            services.projector.rebuild(
-                runtime.workspace, lambda done, total: progress(f"indexed {done}/{total} cards")
-            )
-        )
+        try:
+            emit(services.projector.rebuild(runtime.workspace, RateProgress(progress)))
+        except Interrupted as exc:  # the resume command needs this invocation's runtime file
+            exc.details["resume"] = f"tht memory index -c {config}"
+            raise
 
 
 @memory_app.command("check")

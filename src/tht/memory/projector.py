@@ -11,8 +11,11 @@ the lock only vectors of the text the card still has are written (see ``sync``).
 
 from __future__ import annotations
 
+import contextvars
 import math
+import queue
 import random
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -20,18 +23,27 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
-from tht.errors import NotFound
-from tht.faults import crash_point, simulated_outage
-from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive
+from tht.errors import Conflict, Interrupted, NotFound
+from tht.faults import crash_point, pause_point, simulated_outage
+from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive, RecordedProjection
 from tht.memory.embedding import Embedder, EmbedderUnavailable, SparseEncoder, SparseVector
 from tht.memory.index import IndexDrift, IndexPoint, IndexUnavailable, SearchIndex
-from tht.memory.index.port import stores_symptoms
+from tht.memory.index.port import (
+    IndexGeneration,
+    InPlaceGeneration,
+    begin_generation,
+    stores_symptoms,
+)
 from tht.memory.model import Card, card_id_to_uuid, uuid_to_card_id
 from tht.memory.projection import card_facts, fingerprint, indexed_text
 from tht.memory.service import IndexOutcome
 
 Progress = Callable[[int, int], None]
-BATCH = 256  # cards per locked transaction in rebuilds: edits wait at most one batch
+BATCH = 256  # cards per locked transaction in drains and repairs: edits wait at most one
+# Cards per read, embedding and locked write in rebuilds: a multiple of the embedders'
+# batch (32); an edit waits for at most one chunk's write (not its embedding).
+CHUNK = 512
+OPTIMIZE_EVERY = 20_000  # points written between two indexings of a rebuild's segments
 NO_REVISION = 0
 # Reads and embeddings outside the lock before the last round embeds under it.
 ROUNDS = 3
@@ -76,6 +88,8 @@ class IndexProjector:
         self.embedder = embedder
         self._encoders: dict[str, SparseEncoder] = {}
         self._collection_ready = False
+        self._rebuilding: set[str] = set()  # workspaces whose rebuild runs in this process
+        self._rebuild_lock = threading.Lock()
 
     # --- the projection format ---------------------------------------------------
 
@@ -114,6 +128,8 @@ class IndexProjector:
         card_uuids = list(dict.fromkeys(card_uuids))
         report = SyncReport()
         todo = card_uuids
+        if len(todo) > CHUNK:  # a bulk projection (an import): the rebuild's pipeline first
+            report, todo = self._sync_in_bulk(workspace, todo)
         for round_ in range(1, ROUNDS + 1):
             if not todo:
                 break
@@ -129,6 +145,27 @@ class IndexProjector:
             done, todo = self._write(workspace, todo, prepared, unavailable, embed_changed=last)
             report.add(done)
         return report
+
+    def _sync_in_bulk(
+        self, workspace: str, card_uuids: list[uuid.UUID]
+    ) -> tuple[SyncReport, list[uuid.UUID]]:
+        """Many cards through the rebuild's pipeline (embedding overlapped with bulk
+        writes) into the serving index; returns what it did and the cards it left to
+        ``sync``'s own rounds: deleted or edited meanwhile, or all if it failed."""
+        try:
+            self.ensure_collection()
+            with self.archive.transaction(workspace) as tx:
+                language = tx.require_workspace().language
+            report = self._project(
+                workspace, language, InPlaceGeneration(self.index, workspace), card_uuids, _ignore
+            )
+        except (IndexUnavailable, EmbedderUnavailable):
+            return SyncReport(), card_uuids  # the rounds record the failure on every card
+        current = self.fingerprint(language)
+        with self.archive.transaction(workspace) as tx:
+            states = tx.projection_states(card_uuids)
+        left = [i for i in card_uuids if i not in states or not states[i].current(current)]
+        return report, left
 
     def _prepare(self, workspace: str, card_uuids: list[uuid.UUID]) -> dict[uuid.UUID, _Prepared]:
         """The cards' vectors from their current state, computed outside every lock
@@ -239,20 +276,7 @@ class IndexProjector:
                 states = tx.projection_states([card_id_to_uuid(card.id) for card in stale])
                 changed = [i for i, state in states.items() if not state.current(current)]
             if ready:
-                self.index.upsert(
-                    [
-                        IndexPoint(
-                            card_id_to_uuid(card.id),
-                            item.dense,
-                            item.sparse,
-                            card_facts(card),
-                            card.revision,
-                            current,
-                            item.symptom_dense,
-                        )
-                        for card, item in ready
-                    ]
-                )
+                self.index.upsert(_points(ready, current))
             if gone:
                 self.index.delete(workspace.id, gone)
             crash_point("projector.after_index_write")
@@ -267,17 +291,7 @@ class IndexProjector:
                     tx.enqueue(card_uuid, "delete", NO_REVISION)
             tx.record_failure(card_uuids, exc.message)
             return SyncReport(failed=card_uuids, error=exc.message), []
-        for card, item in ready:
-            card_uuid = card_id_to_uuid(card.id)
-            tx.record_projection(
-                card_uuid,
-                card.revision,
-                current,
-                item.sparse.indices,
-                len(item.text),
-                item.embedded_chars,
-            )
-            tx.clear_operation(card_uuid, card.revision)
+        _record(tx, current, ready)
         if gone:
             tx.forget_projections(gone)
             for card_uuid in gone:
@@ -335,46 +349,102 @@ class IndexProjector:
         return summary
 
     def rebuild(self, workspace: str, progress: Progress | None = None) -> dict[str, Any]:
-        """Re-index every card of the workspace from the archive, remove points of
-        deleted cards, recreate the collection if it is missing. Idempotent."""
+        """See ``_rebuild``; one at a time per workspace (a second one would write the
+        same generation and switch it twice)."""
+        with self._rebuild_lock:
+            if workspace in self._rebuilding:
+                raise Conflict(
+                    f"a rebuild of workspace '{workspace}' is already running; wait for it",
+                    details={"workspace": workspace},
+                )
+            self._rebuilding.add(workspace)
+        try:
+            return self._rebuild(workspace, progress)
+        finally:
+            with self._rebuild_lock:
+                self._rebuilding.discard(workspace)
+
+    def _rebuild(self, workspace: str, progress: Progress | None) -> dict[str, Any]:
+        """Re-index every card of the workspace from the archive into a new generation
+        of its projection, beside the one serving recall, and switch to it at the end
+        (engines without generations are rewritten in place, see ``begin_generation``);
+        remove points of deleted cards; then project the outbox's pending work.
+
+        Saves keep working meanwhile: they reach the new generation themselves (written
+        to both in this process) or through the outbox. Interrupted, the next rebuild
+        takes the same generation up again and skips the cards it already holds at their
+        current projection. Idempotent."""
         started = time.perf_counter()
         self.ensure_collection()
         # a damaged shard of this workspace is replaced, never a reason to refuse
         replaced = self.index.discard_unreadable(workspace)
+        generation = begin_generation(self.index, workspace)
         with self.archive.transaction(workspace) as tx:
-            tx.require_workspace()
-            total = len(tx.card_revisions())
-        report = SyncReport()
-        after = uuid.UUID(int=0)
-        done = 0
-        while True:
-            with self.archive.transaction(workspace) as tx:
-                batch = tx.card_ids_after(after, BATCH)
-            if not batch:
-                break
-            report.add(self.sync(workspace, batch))
-            crash_point("index.after_batch")
-            after = batch[-1]
-            done += len(batch)
+            language = tx.require_workspace().language
+            revisions = tx.card_revisions()
+        current = self.fingerprint(language)
+        held = {record.id: record for record in generation.records()}
+        skipped = {
+            i
+            for i, record in held.items()
+            if generation.resumable
+            and record.revision == revisions.get(i)
+            and record.fingerprint == current
+        }
+        todo = sorted(i for i in revisions if i not in skipped)
+        total = len(revisions)
+        done = [len(skipped)]
+
+        def projected(count: int) -> None:
+            done[0] += count
             if progress:
-                progress(done, total)
-        # points of cards that no longer exist (deleted cards' pending work included)
+                progress(done[0], total)
+
+        if progress:
+            progress(done[0], total)
+        try:
+            report = self._project(workspace, language, generation, todo, projected)
+        except KeyboardInterrupt:
+            raise Interrupted(
+                f"interrupted: the rebuild of workspace '{workspace}' stopped after {done[0]} of"
+                f" {total} cards; run `tht memory index` again to "
+                + (
+                    "resume it (the cards already projected are skipped)"
+                    if generation.resumable
+                    else "start it over"
+                ),
+                details={
+                    "workspace": workspace,
+                    "cards": total,
+                    "projected": done[0],
+                    "resumable": generation.resumable,
+                    "resume": "tht memory index",
+                    "detached": False,
+                },
+            ) from None
+        # points of cards deleted since (in place: every point of a card that is gone)
         with self.archive.transaction(workspace) as tx:
-            existing = set(tx.card_revisions())
-        orphans = [p.id for p in self.index.scroll_ids(workspace) if p.id not in existing]
-        with self.archive.transaction(workspace) as tx:
-            orphans += [i for i in tx.operation_ids(limit=1_000_000) if i not in existing]
-        for start in range(0, len(orphans), BATCH):
-            report.add(self.sync(workspace, orphans[start : start + BATCH]))
+            existing = tx.card_revisions()
+        orphans = [i for i in held if i not in existing]
+        generation.delete(orphans)
+        report.deleted += len(orphans)
         crash_point("index.before_optimize")
-        self.index.optimize()
+        generation.switch()
+        # the outbox: saves that could not reach the new generation (another process
+        # held the index), and work left pending by failures before the rebuild
+        with self.archive.transaction(workspace) as tx:
+            pending = tx.operation_ids(limit=1_000_000)
+        for start in range(0, len(pending), BATCH):
+            report.add(self.sync(workspace, pending[start : start + BATCH]))
         seconds = time.perf_counter() - started
         summary = {
             "workspace": workspace,
             "cards": total,
             "indexed": report.indexed,
+            "skipped_current": len(skipped),
             "removed_points": report.deleted,
             "failed": len(report.failed),
+            "generation": "new" if generation.resumable else "in_place",
             "seconds": round(seconds, 3),
             "cards_per_second": round(report.indexed / seconds, 1) if seconds else None,
         }
@@ -382,6 +452,106 @@ class IndexProjector:
             summary["replaced_unreadable"] = replaced
         _raise_if_failed(report, summary)
         return summary
+
+    def _project(
+        self,
+        workspace: str,
+        language: str,
+        generation: IndexGeneration,
+        todo: list[uuid.UUID],
+        projected: Callable[[int], None],
+    ) -> SyncReport:
+        """The rebuild's pipeline: a thread reads the cards in chunks, this thread embeds
+        them (the embedder is the bottleneck: it never waits for the archive or the
+        index), and a thread writes each chunk in one locked transaction (points in
+        bulk, projections and cleared operations in one statement each)."""
+        report = SyncReport()
+        current = self.fingerprint(language)
+        stop = threading.Event()
+        loaded: queue.Queue[list[Card] | None] = queue.Queue(maxsize=2)
+        embedded: queue.Queue[tuple[list[Card], list[_Prepared]] | None] = queue.Queue(maxsize=2)
+        failures: list[BaseException] = []
+
+        def read() -> None:
+            try:
+                for start in range(0, len(todo), CHUNK):
+                    ids = todo[start : start + CHUNK]
+                    with self.archive.transaction(workspace) as tx:
+                        cards = tx.cards(ids, links=False)
+                    if not _put(loaded, [cards[i] for i in ids if i in cards], stop):
+                        return
+            except BaseException as exc:
+                failures.append(exc)
+            finally:
+                _put(loaded, None, stop)
+
+        def write() -> None:
+            written = 0
+            try:
+                while (item := _take(embedded, stop)) is not None:
+                    cards, prepared = item
+                    report.add(self._write_chunk(workspace, generation, current, cards, prepared))
+                    crash_point("index.after_batch")
+                    projected(len(cards))
+                    pause_point("index.after_batch")
+                    written += len(cards)
+                    if written >= OPTIMIZE_EVERY:  # index the full segments while embedding goes on
+                        generation.optimize()
+                        written = 0
+            except BaseException as exc:
+                failures.append(exc)
+                stop.set()
+
+        # each stage in this invocation's context (where progress goes, in the service)
+        threads = [
+            threading.Thread(
+                target=contextvars.copy_context().run, args=(stage,), name=name, daemon=True
+            )
+            for stage, name in ((read, "rebuild-read"), (write, "rebuild-write"))
+        ]
+        for thread in threads:
+            thread.start()
+        try:
+            while (cards := _take(loaded, stop)) is not None:
+                item = (cards, self._embed(cards, language) if cards else [])
+                crash_point("projector.after_embedding")
+                if not _put(embedded, item, stop):
+                    break
+            _put(embedded, None, stop)
+            while threads[1].is_alive():
+                threads[1].join(0.1)  # a join that Ctrl-C can interrupt
+        finally:
+            stop.set()  # the writer ends its chunk's transaction, the reader its read
+            for thread in threads:
+                thread.join()
+        if failures:
+            raise failures[0]
+        return report
+
+    def _write_chunk(
+        self,
+        workspace: str,
+        generation: IndexGeneration,
+        current: str,
+        cards: list[Card],
+        prepared: list[_Prepared],
+    ) -> SyncReport:
+        """Under the workspace's lock: the chunk's points, those of cards still at the
+        revision embedded (a card edited since was projected by its own save, or waits
+        in the outbox), their recorded projections and cleared operations."""
+        with self.index.session(), self.archive.transaction(workspace, lock=True) as tx:
+            now = tx.revisions_of([card_id_to_uuid(card.id) for card in cards])
+            ready = [
+                (card, item)
+                for card, item in zip(cards, prepared, strict=True)
+                if now.get(card_id_to_uuid(card.id)) == card.revision
+            ]
+            generation.upsert(_points(ready, current))
+            crash_point("projector.after_index_write")
+            _record(tx, current, ready)
+            crash_point("projector.after_clear_operation")
+        crash_point("projector.after_archive_commit")
+        return SyncReport(indexed=len(ready))
 
     def check(self, workspace: str, repair: bool = False) -> dict[str, Any]:
         """Drift between archive and index: missing, stale, orphan and wrong-format points,
@@ -495,6 +665,64 @@ def _sound_vector(stored: list[float] | None, fresh: list[float] | None, dimensi
         else 0.0
     )
     return cosine >= MIN_COSINE
+
+
+def _points(ready: list[tuple[Card, _Prepared]], current: str) -> list[IndexPoint]:
+    return [
+        IndexPoint(
+            card_id_to_uuid(card.id),
+            item.dense,
+            item.sparse,
+            card_facts(card),
+            card.revision,
+            current,
+            item.symptom_dense,
+        )
+        for card, item in ready
+    ]
+
+
+def _record(tx: ArchiveTransaction, current: str, ready: list[tuple[Card, _Prepared]]) -> None:
+    """The projections just written, and the operations they complete, in bulk."""
+    tx.record_projections(
+        current,
+        [
+            RecordedProjection(
+                card_id_to_uuid(card.id),
+                card.revision,
+                item.sparse.indices,
+                len(item.text),
+                item.embedded_chars,
+            )
+            for card, item in ready
+        ],
+    )
+    tx.clear_operations({card_id_to_uuid(card.id): card.revision for card, _ in ready})
+
+
+def _ignore(count: int) -> None:
+    return None
+
+
+def _put(channel: queue.Queue[Any], item: Any, stop: threading.Event) -> bool:
+    """Hand ``item`` to the next stage; False if the pipeline stopped meanwhile."""
+    while not stop.is_set():
+        try:
+            channel.put(item, timeout=0.1)
+            return True
+        except queue.Full:
+            continue
+    return False
+
+
+def _take(channel: queue.Queue[Any], stop: threading.Event) -> Any:
+    """The next item of the previous stage; None at its end or once the pipeline stopped."""
+    while not stop.is_set():
+        try:
+            return channel.get(timeout=0.1)
+        except queue.Empty:
+            continue
+    return None
 
 
 def _raise_if_failed(report: SyncReport, summary: dict[str, Any]) -> None:

@@ -250,6 +250,17 @@ class PostgresArchive:
 
 
 @dataclass(frozen=True)
+class RecordedProjection:
+    """What ``record_projections`` records of one card."""
+
+    card_uuid: uuid.UUID
+    revision: int
+    terms: Sequence[int]
+    indexed_chars: int
+    embedded_chars: int | None
+
+
+@dataclass(frozen=True)
 class ProjectionState:
     """A card's revision next to what the index is recorded to hold for it."""
 
@@ -397,19 +408,21 @@ class ArchiveTransaction:
         ]
         return self._cards_from_rows([row], incoming={card_uuid: incoming})[card_uuid]
 
-    def cards(self, card_uuids: list[uuid.UUID]) -> dict[uuid.UUID, Card]:
-        """Cards by id, in one round trip (no incoming links); missing ids are absent."""
+    def cards(self, card_uuids: list[uuid.UUID], *, links: bool = True) -> dict[uuid.UUID, Card]:
+        """Cards by id, in one round trip (no incoming links); missing ids are absent.
+        ``links=False`` leaves outgoing links out too (a projection needs none)."""
         if not card_uuids:
             return {}
         params = self._params(ids=list(card_uuids))
+        queries = ("cards_rows", "dependencies_of", "links_of")[: 3 if links else 2]
         with self.conn.pipeline():
-            cursors = [self.conn.cursor(row_factory=dict_row) for _ in range(3)]
-            for cur, name in zip(
-                cursors, ("cards_rows", "dependencies_of", "links_of"), strict=True
-            ):
+            cursors = [self.conn.cursor(row_factory=dict_row) for _ in queries]
+            for cur, name in zip(cursors, queries, strict=True):
                 cur.execute(_q(name), params)
-        rows, dep_rows, link_rows = (cur.fetchall() for cur in cursors)
-        return self._cards_from_rows(rows, dep_rows=dep_rows, link_rows=link_rows)
+        rows, dep_rows, *link_rows = (cur.fetchall() for cur in cursors)
+        return self._cards_from_rows(
+            rows, dep_rows=dep_rows, link_rows=link_rows[0] if link_rows else []
+        )
 
     def _cards_from_rows(
         self,
@@ -682,29 +695,37 @@ class ArchiveTransaction:
             _q("operation_failed"), self._params(ids=list(card_uuids), error=error[:2000])
         )
 
-    def record_projection(
-        self,
-        card_uuid: uuid.UUID,
-        revision: int,
-        fingerprint: str,
-        terms: Sequence[int],
-        indexed_chars: int,
-        embedded_chars: int | None,
+    def record_projections(
+        self, fingerprint: str, projections: Sequence[RecordedProjection]
     ) -> None:
-        """``terms``: the BM25 term ids of the point's sparse vector (recall's coverage);
-        ``indexed_chars``: the length of the indexed text; ``embedded_chars``: the
+        """What the index now holds for these cards, in one round trip. Per card:
+        ``terms``, the BM25 term ids of the point's sparse vector (recall's coverage);
+        ``indexed_chars``, the length of the indexed text; ``embedded_chars``, the
         length of its prefix the dense vector was computed from, None for all of it."""
+        if not projections:
+            return
         self.conn.execute(
-            _q("projection_record"),
+            _q("projections_record"),
             self._params(
-                id=card_uuid,
-                revision=revision,
                 fingerprint=fingerprint,
-                terms=sorted(set(terms)),
-                indexed_chars=indexed_chars,
-                embedded_chars=embedded_chars,
+                ids=[p.card_uuid for p in projections],
+                revisions=[p.revision for p in projections],
+                terms=["{" + ",".join(map(str, sorted(set(p.terms)))) + "}" for p in projections],
+                indexed_chars=[p.indexed_chars for p in projections],
+                embedded_chars=[p.embedded_chars for p in projections],
             ),
         )
+
+    def clear_operations(self, done: dict[uuid.UUID, int]) -> None:
+        """``clear_operation`` of many cards (card -> the revision projected)."""
+        if done:
+            self.conn.execute(
+                _q("operations_clear"),
+                self._params(ids=list(done), revisions=list(done.values())),
+            )
+
+    def revisions_of(self, card_uuids: list[uuid.UUID]) -> dict[uuid.UUID, int]:
+        return {r["id"]: r["revision"] for r in self.rows("revisions_of", ids=list(card_uuids))}
 
     def card_index(self, card_uuid: uuid.UUID, fingerprint: str | None) -> CardIndex | None:
         """The card's projection as `show` reports it; ``fingerprint``: the running

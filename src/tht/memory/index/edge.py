@@ -11,6 +11,15 @@ whole collection: ``<path>/<collection>.lock`` (an advisory file lock) while any
 shard is open, and ``<path>/<collection>.pid`` names it. Opening waits a bounded time
 for another process to let go, then raises ``IndexBusy``.
 
+A rebuild never writes into the shard that serves recall: it builds a new generation
+of the workspace's shard beside it (``workspaces/<workspace>.g<stamp>``, named by
+``workspaces/<workspace>.building``), and switches by replacing the one-line file
+``workspaces/<workspace>.current`` that names the generation serving recall (absent:
+``workspaces/<workspace>`` itself, the layout of earlier versions). Saves made
+meanwhile in this process are written to both generations; an interrupted build is
+picked up again by the next rebuild. Generations left by a crash are removed at the
+next switch.
+
 A collection written by earlier versions as one shard for every workspace is moved
 into this layout, vectors included, the first time it is opened.
 """
@@ -58,6 +67,12 @@ _SCROLL_PAGE = 1000
 _LAYOUT = "layout.json"
 _WORKSPACES = "workspaces"
 _DAMAGED = "damaged"  # unreadable workspace shards a rebuild moved aside
+_DAMAGED_KEPT = 5  # the newest of them, for whoever investigates; older ones are removed
+_CURRENT = ".current"  # beside a workspace's shard folders: the generation serving recall
+_BUILDING = ".building"  # the generation a rebuild is writing (kept until it switches)
+# Segments of at most this many kilobytes (about 20 000 cards of 384 dimensions): a
+# rebuild indexes each full one while it embeds the next, instead of all at the end.
+_MAX_SEGMENT_KB = 32_000
 # What an earlier version's single shard left in the collection directory.
 _LEGACY_SHARD = ("edge_config.json", "segments", "wal", "temp_segments")
 # Dense candidates found with the int8 copies are scored with the original vectors.
@@ -82,6 +97,11 @@ class EdgeIndex:
         self._held: IO[str] | None = None  # the collection's lock file, while held
         self._layout_checked = False  # an earlier version's layout moved, for this hold
         self._shards: dict[str, qe.EdgeShard] = {}
+        # a rebuild's new generation per workspace (shard, folder): saves write it too
+        self._building: dict[str, tuple[qe.EdgeShard, Path]] = {}
+        # replaced generations still being read by a thread: closed and removed by the last
+        self._users: dict[int, int] = {}
+        self._retired: dict[int, tuple[qe.EdgeShard, Path]] = {}
         self._written: set[str] = set()  # workspaces written since the last optimize
         self._lock = threading.RLock()
 
@@ -129,8 +149,116 @@ class EdgeIndex:
             return shard
 
     def workspace_path(self, workspace: str) -> Path:
+        """The folder of the workspace's shard generation that serves recall."""
+        base = self._base_path(workspace)
+        return _named(base.with_name(base.name + _CURRENT)) or base
+
+    def _base_path(self, workspace: str) -> Path:
         name = workspace if _PLAIN_NAME.match(workspace) else "_" + workspace.encode().hex()
         return self.collection_path / _WORKSPACES / name
+
+    @contextmanager
+    def _serving(self, workspace: str, *, create: bool = False) -> Iterator[qe.EdgeShard | None]:
+        """The shard serving the workspace, kept open while the caller uses it, even if a
+        rebuild switches to a new generation meanwhile."""
+        with self._lock:
+            shard = (
+                self.shard(workspace, create=True) if create else self._existing_shard(workspace)
+            )
+            if shard is not None:
+                self._users[id(shard)] = self._users.get(id(shard), 0) + 1
+        try:
+            yield shard
+        finally:
+            if shard is not None:
+                with self._lock:
+                    self._users[id(shard)] -= 1
+                    if not self._users[id(shard)]:
+                        del self._users[id(shard)]
+                        retired = self._retired.pop(id(shard), None)
+                        if retired is not None:
+                            _discard(*retired)
+
+    # -- generations (rebuilds beside the serving shard) ------------------------------
+
+    def begin_generation(self, workspace: str) -> EdgeGeneration:
+        """The new generation a rebuild of the workspace writes: the one an interrupted
+        rebuild left (its points are kept: the rebuild skips what is current there), or
+        a new empty shard. Saves of this process write to it too until it switches."""
+        with self.session(), self._lock:
+            if workspace in self._building:
+                return EdgeGeneration(self, workspace, *self._building[workspace])
+            base = self._base_path(workspace)
+            pointer = base.with_name(base.name + _BUILDING)
+            path = _named(pointer)
+            shard = None
+            if path is not None and (path / "edge_config.json").is_file():
+                try:
+                    with _engine_errors():
+                        shard = qe.EdgeShard.load(str(path))
+                    try:
+                        self._check_shard(shard, path)
+                    except BaseException:
+                        shard.close()
+                        raise
+                except IndexUnavailable as exc:
+                    log.warning("starting the rebuild of %s afresh: %s", workspace, exc.message)
+                    shard = None
+            if shard is None or path is None:
+                if path is not None:
+                    shutil.rmtree(path, ignore_errors=True)
+                path = base.with_name(
+                    f"{base.name}.g{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+                )
+                path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                with _engine_errors():
+                    shard = qe.EdgeShard.create(str(path), _config(self._dimension()))
+                try:
+                    self._check_shard(shard, path)
+                except BaseException:
+                    shard.close()
+                    raise
+                _private(path)
+                _write_text(
+                    pointer, path.name
+                )  # after the folder exists: a crash leaves no dangling name
+            self._building[workspace] = (shard, path)
+            return EdgeGeneration(self, workspace, shard, path)
+
+    def _switch(self, generation: EdgeGeneration) -> None:
+        """Make the generation serve recall: one atomic replacement of the pointer file;
+        the replaced generation is closed and removed once no thread reads it."""
+        workspace = generation.workspace
+        with self.session(), self._lock:
+            if self._shards.get(workspace) is generation.shard:
+                return  # already serving
+            base = self._base_path(workspace)
+            old_path = self.workspace_path(workspace)
+            _private(generation.path)
+            _write_text(base.with_name(base.name + _CURRENT), generation.path.name)
+            base.with_name(base.name + _BUILDING).unlink(missing_ok=True)
+            self._building.pop(workspace, None)
+            old = self._shards.pop(workspace, None)
+            self._shards[workspace] = generation.shard
+            if old is not None and id(old) in self._users:
+                self._retired[id(old)] = (old, old_path)
+            elif old is not None:
+                _discard(old, old_path)
+            elif old_path != generation.path:
+                shutil.rmtree(old_path, ignore_errors=True)
+            self._prune_generations(workspace)
+
+    def _prune_generations(self, workspace: str) -> None:
+        """Remove generation folders of the workspace that neither serve nor are being
+        built (a crash between the switch and the removal leaves one)."""
+        base = self._base_path(workspace)
+        keep = {self.workspace_path(workspace), _named(base.with_name(base.name + _BUILDING))}
+        keep |= {path for _, path in self._retired.values()}
+        for path in base.parent.glob(f"{base.name}.g*"):
+            if path.is_dir() and path not in keep:
+                shutil.rmtree(path, ignore_errors=True)
+        if base.is_dir() and base not in keep:
+            shutil.rmtree(base, ignore_errors=True)
 
     # -- collection ---------------------------------------------------------------
 
@@ -188,6 +316,9 @@ class EdgeIndex:
             )
             aside.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             os.replace(path, aside)
+            kept = sorted(aside.parent.iterdir(), key=lambda p: p.stat().st_mtime, reverse=True)
+            for old in kept[_DAMAGED_KEPT:]:
+                shutil.rmtree(old, ignore_errors=True)
             log.warning(
                 "moved the unreadable shard of workspace %s to %s (%s); the rebuild recreates it",
                 workspace,
@@ -213,32 +344,32 @@ class EdgeIndex:
     def upsert(self, points: Sequence[IndexPoint]) -> None:
         by_workspace: dict[str, list[qe.Point]] = {}
         for p in points:
-            by_workspace.setdefault(p.card.workspace, []).append(
-                _edge_point(
-                    p.id,
-                    {
-                        DENSE: list(p.dense),
-                        SPARSE: qe.SparseVector(list(p.sparse.indices), list(p.sparse.values)),
-                    },
-                    p.payload(),
-                )
-            )
+            by_workspace.setdefault(p.card.workspace, []).append(_point(p))
         with self.session():
             for workspace, edge_points in by_workspace.items():
-                shard = self.shard(workspace, create=True)
-                with _engine_errors():
-                    shard.update(qe.UpdateOperation.upsert_points(edge_points))
-                self._written.add(workspace)
+                self._update(workspace, qe.UpdateOperation.upsert_points(edge_points), create=True)
 
     def delete(self, workspace: str, ids: Sequence[uuid.UUID]) -> None:
-        if not ids:
-            return
-        with self.session():
-            shard = self.shard(workspace)
-            if shard is not None:
-                with _engine_errors():
-                    shard.update(qe.UpdateOperation.delete_points(list(ids)))
-                self._written.add(workspace)
+        if ids:
+            with self.session():
+                self._update(workspace, qe.UpdateOperation.delete_points(list(ids)))
+
+    def _update(self, workspace: str, operation: Any, *, create: bool = False) -> None:
+        """Apply a save's write to the serving shard and, during a rebuild, to the new
+        generation. The generation is looked up first: a switch in between then makes
+        both the same shard (written once), never leaves the new one without the write."""
+        with self._lock:
+            building = self._building.get(workspace)
+            present = create or self.shard(workspace) is not None
+        if present:
+            with self._serving(workspace, create=create) as shard:
+                if shard is not None and (building is None or shard is not building[0]):
+                    with _engine_errors():
+                        shard.update(operation)
+            self._written.add(workspace)
+        if building is not None:
+            with _engine_errors():
+                building[0].update(operation)
 
     def hybrid_search(
         self, dense: Sequence[float], sparse: SparseVector, filters: RecallFilters, limit: int
@@ -264,8 +395,7 @@ class EdgeIndex:
         sparse_only = qe.QueryRequest(
             limit=limit, query=sparse_query, filter=where, with_payload=PROJECTION_FIELDS
         )
-        with self.session():
-            shard = self._existing_shard(filters.workspace)
+        with self.session(), self._serving(filters.workspace) as shard:
             if shard is None:
                 return []
             with _engine_errors():
@@ -275,8 +405,7 @@ class EdgeIndex:
         return fuse(_branch(dense_points), _branch(sparse_points), limit)
 
     def scroll_ids(self, workspace: str) -> list[PointRecord]:
-        with self.session():
-            shard = self._existing_shard(workspace)
+        with self.session(), self._serving(workspace) as shard:
             records = _scroll(shard, with_payload=PROJECTION_FIELDS) if shard is not None else []
         return [PointRecord(r.id, *projection(r.payload)) for r in records]
 
@@ -285,8 +414,7 @@ class EdgeIndex:
     ) -> dict[uuid.UUID, list[float]]:
         if not ids:
             return {}
-        with self.session():
-            shard = self._existing_shard(workspace)
+        with self.session(), self._serving(workspace) as shard:
             if shard is None:
                 return {}
             with _engine_errors():
@@ -294,8 +422,7 @@ class EdgeIndex:
         return {r.id: list((r.vector or {}).get(DENSE) or []) for r in records}
 
     def count(self, workspace: str) -> int:
-        with self.session():
-            shard = self._existing_shard(workspace)
+        with self.session(), self._serving(workspace) as shard:
             if shard is None:
                 return 0
             with _engine_errors():
@@ -374,6 +501,13 @@ class EdgeIndex:
         for workspace, shard in shards.items():
             shard.close()
             _private(self.workspace_path(workspace))  # closing writes files (the WAL's among them)
+        building, self._building = dict(self._building), {}
+        for shard, path in building.values():  # the next rebuild picks it up again
+            shard.close()
+            _private(path)
+        retired, self._retired = dict(self._retired), {}
+        for shard, path in retired.values():
+            _discard(shard, path)
 
     def _release(self) -> None:
         try:
@@ -521,6 +655,7 @@ def _config(dimension: int) -> qe.EdgeConfig:
         sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
         on_disk_payload=False,
         quantization_config=qe.ScalarQuantizationConfig(type=qe.ScalarType.Int8, always_ram=True),
+        optimizers=qe.EdgeOptimizersConfig(max_segment_size=_MAX_SEGMENT_KB),
     )
 
 
@@ -528,11 +663,80 @@ def _edge_point(point_id: Any, vectors: dict[str, Any], payload: dict[str, Any] 
     return qe.Point(point_id, vectors, payload or {})
 
 
-def _write_json(path: Path, document: dict[str, Any]) -> None:
+class EdgeGeneration:
+    """A new generation of one workspace's shard, written by a rebuild beside the one
+    serving recall; ``switch`` makes it serve."""
+
+    resumable = True  # what it holds survives an interruption, for the next rebuild to skip
+
+    def __init__(self, index: EdgeIndex, workspace: str, shard: qe.EdgeShard, path: Path) -> None:
+        self.index = index
+        self.workspace = workspace
+        self.shard = shard
+        self.path = path
+
+    def records(self) -> list[PointRecord]:
+        return [
+            PointRecord(r.id, *projection(r.payload))
+            for r in _scroll(self.shard, with_payload=PROJECTION_FIELDS)
+        ]
+
+    def upsert(self, points: Sequence[IndexPoint]) -> None:
+        if points:
+            with _engine_errors():
+                self.shard.update(qe.UpdateOperation.upsert_points([_point(p) for p in points]))
+
+    def delete(self, ids: Sequence[uuid.UUID]) -> None:
+        if ids:
+            with _engine_errors():
+                self.shard.update(qe.UpdateOperation.delete_points(list(ids)))
+
+    def optimize(self) -> None:
+        """Index the segments filled so far (the engine releases the GIL meanwhile)."""
+        with _engine_errors():
+            self.shard.optimize()
+
+    def switch(self) -> None:
+        self.optimize()
+        self.index._switch(self)
+
+
+def _point(p: IndexPoint) -> qe.Point:
+    return _edge_point(
+        p.id,
+        {
+            DENSE: list(p.dense),
+            SPARSE: qe.SparseVector(list(p.sparse.indices), list(p.sparse.values)),
+        },
+        p.payload(),
+    )
+
+
+def _named(pointer: Path) -> Path | None:
+    """The folder a pointer file names (beside it), None without one."""
+    try:
+        name = pointer.read_text().strip()
+    except FileNotFoundError:
+        return None
+    return pointer.with_name(name) if name else None
+
+
+def _write_text(path: Path, text: str) -> None:
     partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(document))
+    partial.write_text(text)
     os.chmod(partial, 0o600)
     os.replace(partial, path)
+
+
+def _discard(shard: qe.EdgeShard, path: Path) -> None:
+    try:
+        shard.close()
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _write_json(path: Path, document: dict[str, Any]) -> None:
+    _write_text(path, json.dumps(document))
 
 
 def _restrict(path: Path, mode: int = 0o600) -> None:

