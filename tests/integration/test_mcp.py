@@ -5,6 +5,7 @@ calls and bad arguments, against real PostgreSQL and the embedded index."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import socket
 import subprocess
@@ -31,6 +32,13 @@ TOOL_NAMES = {
     "memory_propose",
     "memory_summary",
 }
+
+
+def in_a_thread(run):
+    """``anyio.run`` on a thread of its own: the browser tests' Playwright keeps an event
+    loop running on the main thread for the whole session."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(anyio.run, run).result()
 
 
 def calls() -> list[tuple[str, dict, tuple[str, ...]]]:
@@ -130,7 +138,7 @@ def test_stdio_lists_the_tools_and_answers_what_the_cli_prints_through_the_servi
         async with stdio_session(tht, config, token=tokens["agent"]) as session:
             return await exercise(session)
 
-    answers = anyio.run(run)
+    answers = in_a_thread(run)
     assert tht.service_pid() is not None  # the calls ran there, not in the MCP process
     assert tht.starts_logged() == 2
     same_as_the_cli(tht, config, answers, tokens["agent"])
@@ -144,7 +152,7 @@ def test_stdio_runs_in_process_with_the_service_off(tht, acme):
         async with stdio_session(tht, config, THT_SERVICE="off") as session:  # the operator
             return await exercise(session)
 
-    answers = anyio.run(run)
+    answers = in_a_thread(run)
     assert tht.service_pid() is None
     same_as_the_cli(tht, config, answers, THT_SERVICE="off")
 
@@ -168,7 +176,7 @@ def test_stdio_refuses_what_the_token_may_not_do_and_keeps_serving(tht, acme):
             bogus = await session.call_tool("memory_summary", {"session": "s-1"})
             assert bogus.is_error and document(bogus)["error"]["code"] == "unauthenticated"
 
-    anyio.run(run)
+    in_a_thread(run)
     assert not (sessions / "s-1" / "memory_proposals.json").exists()
 
 
@@ -210,7 +218,7 @@ def test_stdio_bad_arguments_are_mcp_errors_naming_them(tht, acme):
             assert not dashed.is_error, dashed
             assert document(dashed)["error_signature"] == "--version"
 
-    anyio.run(run)
+    in_a_thread(run)
 
 
 def test_the_tool_schemas_name_the_fields_of_the_api_models():
@@ -265,7 +273,7 @@ def test_http_lists_the_tools_and_answers_what_the_cli_prints(tht, acme, served)
         async with http_session(f"{served}/mcp/acme", tokens["agent"]) as session:
             return await exercise(session)
 
-    same_as_the_cli(tht, config, anyio.run(run), tokens["agent"])
+    same_as_the_cli(tht, config, in_a_thread(run), tokens["agent"])
 
 
 def test_http_refuses_a_mutation_without_the_capability_and_bad_arguments(tht, acme, served):
@@ -279,7 +287,7 @@ def test_http_refuses_a_mutation_without_the_capability_and_bad_arguments(tht, a
             assert refused.is_error and document(refused)["error"]["code"] == "forbidden"
             await refuse_bad_arguments(session)
 
-    anyio.run(run)
+    in_a_thread(run)
     assert not (sessions / "s-1" / "memory_proposals.json").exists()
 
 

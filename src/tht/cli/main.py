@@ -658,6 +658,11 @@ def main(argv: list[str] | None = None, *, token: str | None = None) -> int:
     return error.exit_code
 
 
+# the command modules that register themselves on the groups above (imported for that)
+import tht.cli.accounts  # noqa: E402  (user grant/revoke/role/token/delete, audit)
+import tht.cli.mcp  # noqa: E402  (mcp)
+import tht.cli.transfer  # noqa: E402, F401  (memory import, export)
+
 register_workflow(memory_app)  # last, as before: propose, summary, review-apply, solved-index
 
 if __name__ == "__main__":
