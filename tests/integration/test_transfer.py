@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -523,17 +524,19 @@ def test_ctrl_c_in_its_own_process_prints_how_to_resume(database, runtime_file, 
             *(card_document(title=f"Card {i}", content=f"Content number {i}.") for i in range(1500))
         )
     )
+    marker = tmp_path / "paused"
     running = subprocess.Popen(
         [sys.executable, "-m", "tht", "memory", "import", str(path), "-c", config],
-        env=env,
+        env={**env, "THT_PAUSE_AT": "import.after_batch", "THT_PAUSE_FILE": str(marker)},
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
         text=True,
     )
-    for line in running.stderr:
-        if line.startswith("imported"):  # the first batch is committed
-            running.send_signal(signal.SIGINT)
-            break
+    deadline = time.monotonic() + 120
+    while not marker.exists():  # the first batch is committed, the import holds there
+        assert running.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    running.send_signal(signal.SIGINT)
     out, _ = running.communicate(timeout=120)
     assert running.returncode == 130, out
     error = json.loads(out)["error"]

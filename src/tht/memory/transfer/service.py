@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from tht.errors import Conflict, Interrupted, InvalidInput, NotFound, ThothError
+from tht.faults import pause_point
 from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive
 from tht.memory.model import Card, card_id_to_uuid, uuid_to_card_id
 from tht.memory.projector import IndexProjector
@@ -441,6 +442,7 @@ class CardTransfer:
             batch.clear()
             if progress:
                 progress("imported", done, total)
+            pause_point("import.after_batch")
 
         try:
             for item in self._records(open_source, options):
