@@ -39,8 +39,14 @@ def test_api_conforms_to_its_schema(world):
     for operation in found:
 
         @given(case=operation.as_strategy())
+        # derandomized: the same examples on every run, so that a red CI names a change
+        # of ours; exploring further is for a run with derandomize off, by hand
         @settings(
-            max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None
+            max_examples=25,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            database=None,
+            derandomize=True,
         )
         def conforms(case):
             if "workspaceId" in (case.path_parameters or {}):
