@@ -329,6 +329,12 @@ BAD_INPUTS = {
         2,
     ),
     "wrong format": (_jsonl(GOOD), "bird", 1),
+    "an array element that is not a card": (
+        b'[\n{"db_id": "shop", "question": "How many orders?", "evidence": "",'
+        b' "SQL": "SELECT count(*) FROM orders"},\n42\n]\n',
+        "bird",
+        3,
+    ),
     "csv row with a missing column": (
         b"family,title,content,scope\n"
         b"domain_clarification,Good,Some content,Sales\n"

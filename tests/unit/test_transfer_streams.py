@@ -120,3 +120,22 @@ def test_the_format_comes_from_the_extension_unless_the_content_disagrees():
             detect_format(name, head, None)
         assert "--format" in refused.value.message
         assert refused.value.details["looks_like"] == looks
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 1 << 20])
+def test_an_array_element_that_is_not_an_object_is_an_error_on_its_line(monkeypatch, chunk):
+    monkeypatch.setattr(streams, "CHUNK", chunk)
+    text = b'[\n{"a": 1},\n42,\n"a card?",\n[{"b": 2}],\ntrue, null,\n{"c": 3}\n]\n'
+    found = list(streams.iter_json_records(io.BytesIO(text), LIMIT))
+    assert [(r.line, r.document) for r in found] == [
+        (2, {"a": 1}),
+        (3, None),
+        (4, None),
+        (5, None),
+        (6, None),
+        (7, {"c": 3}),
+    ]
+    assert all("not a JSON object" in r.error for r in found if r.document is None)
+    sections = b'{"sql_pairs": [{"id": 1}, 7], "version": 2}'
+    found = list(streams.iter_json_records(io.BytesIO(sections), LIMIT))
+    assert [(r.label, r.document) for r in found] == [("sql_pairs", {"id": 1}), (None, None)]

@@ -183,6 +183,7 @@ class _Scanner:
         self.started = False
         self.closed = False  # the top-level value ended
         self.fatal = False  # the structure is broken: nothing after it can be read
+        self.foreign_line = 0  # the last line a non-object element was reported on
 
     def _record_level(self) -> bool:
         return self.stack == [ord("[")] or self.stack == [ord("{"), ord("[")]
@@ -206,6 +207,11 @@ class _Scanner:
                 pos += 1
                 continue
             match = (_IN_STRING if self.in_string else _STRUCTURE).search(chunk, pos)
+            if self._between_records():
+                end = len(chunk) if match is None else match.start()
+                opens_other = match is not None and chunk[match.start()] in (0x22, 0x5B)
+                if opens_other or chunk[pos:end].strip(b" \t\r\n,"):
+                    yield from self._foreign()
             if match is None:
                 break
             char = chunk[match.start()]
@@ -245,6 +251,18 @@ class _Scanner:
                     yield self._finish(chunk, match.end())
         if self.element is not None:
             self._keep(chunk[self.element_start :])
+
+    def _between_records(self) -> bool:
+        return not self.in_string and self.element is None and self._record_level()
+
+    def _foreign(self) -> Iterator[RawRecord]:
+        """A string, number, literal or array where a record (an object) belongs: an
+        error on its line, never a silent skip (once a line, however it is chunked)."""
+        if self.foreign_line != self.line:
+            self.foreign_line = self.line
+            yield RawRecord(
+                self.line, error=f"line {self.line}: an element is not a JSON object (a card)"
+            )
 
     def _quote(self, chunk: bytes, at: int) -> None:
         if not self.in_string:
