@@ -325,3 +325,12 @@ def test_http_needs_a_token_of_the_workspace_in_the_path(tht, acme, served):
     assert allowed.status_code == 200 and allowed.json()["result"]["serverInfo"]["name"] == (
         "thoth-memory"
     )
+    # DNS rebinding: a browser's request carries an Origin, which must be the service's own
+    agent = {**headers, "Authorization": f"Bearer {tokens['agent']}"}
+    for origin, status in (("http://evil.example", 403), (served, 200)):
+        answer = httpx2.post(
+            served + "/mcp/acme", json=initialize, headers={**agent, "Origin": origin}, timeout=60
+        )
+        assert answer.status_code == status, (origin, answer.text)
+        if status == 403:
+            assert answer.json()["error"]["details"] == {"reason": "origin"}

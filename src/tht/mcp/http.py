@@ -2,7 +2,9 @@
 HTTP transport, run in the service for the bearer token's principal.
 
 Authentication is the API's: ``Authorization: Bearer <token>`` on every request (no
-cookie: nothing here is for a browser). The path names the workspace, as the agent
+cookie: nothing here is for a browser). A request that carries an ``Origin`` (a browser's)
+must come from one of the service's public origins: the MCP transport asks servers to
+check it against DNS rebinding, where a page makes a browser post to a local server. The path names the workspace, as the agent
 routes' path does, and the principal must belong to it; each call then checks its
 capability again (tht.memory.agent), so a user token may recall but not propose.
 
@@ -21,14 +23,16 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.datastructures import Headers
 
 from tht.accounts import PROPOSE, RECALL, Principal
-from tht.errors import Forbidden, NotFound, ThothError, Unauthenticated
+from tht.errors import Forbidden, NotFound, PermissionDenied, ThothError, Unauthenticated
 from tht.mcp.server import build_server
 from tht.mcp.tools import Tool
+from tht.memory.model import WORKSPACE_ID_PATTERN
+from tht.web.guard import normalized_origin
 
 if TYPE_CHECKING:
     from tht.bootstrap import Services
 
-WORKSPACE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+WORKSPACE = re.compile(WORKSPACE_ID_PATTERN)
 _PRINCIPAL = "tht.principal"  # the ASGI scope's keys the tool calls read
 _WORKSPACE = "tht.workspace"
 
@@ -38,12 +42,16 @@ Scope = dict[str, Any]
 class McpEndpoint:
     """The ASGI app of ``/mcp/{workspace}``."""
 
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: Services, public_origins: tuple[str, ...]) -> None:
         self.services = services
+        self.public_origins = public_origins
         self.server = build_server(self._call)
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         try:
+            origin = Headers(scope=scope).get("origin")
+            if origin is not None and normalized_origin(origin) not in self.public_origins:
+                raise PermissionDenied("cross-origin request refused", details={"reason": "origin"})
             workspace = str(scope.get("path_params", {}).get("workspace", ""))
             if not WORKSPACE.match(workspace):
                 raise NotFound(f"no workspace '{workspace}': the URL is /mcp/<workspace id>")

@@ -87,15 +87,16 @@ class LazyMcpEndpoint:
     """``/mcp/{workspace}``: the MCP SDK is imported by the first request, not by every
     process that builds the app."""
 
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: Services, public_origins: tuple[str, ...]) -> None:
         self.services = services
+        self.public_origins = public_origins
         self.endpoint: Any = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if self.endpoint is None:
             from tht.mcp.http import McpEndpoint
 
-            self.endpoint = McpEndpoint(self.services)
+            self.endpoint = McpEndpoint(self.services, self.public_origins)
         await self.endpoint(scope, receive, send)
 
 
@@ -579,7 +580,11 @@ def create_app(
         # tht commands over HTTP (THT_SERVICE_URL)
         app.include_router(cli_router(run_command, services.accounts.by_token))
     app.router.routes.append(  # an agent's MCP tools (streamable HTTP), see tht.mcp.http
-        Route("/mcp/{workspace}", LazyMcpEndpoint(services), methods=["GET", "POST", "DELETE"])
+        Route(
+            "/mcp/{workspace}",
+            LazyMcpEndpoint(services, settings.public_origins),
+            methods=["GET", "POST", "DELETE"],
+        )
     )
 
     @app.get("/healthz", include_in_schema=False)
