@@ -51,6 +51,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",
 )
 memory_app = typer.Typer(
     help="Cards of one workspace: browse, edit, and the projection's pending work.",
@@ -290,7 +291,7 @@ def memory_search(
     ] = None,
 ) -> None:
     """Recall domain clarifications for a question (F2). `--filters '{"families": [...]}'`
-    widens it explicitly to SQL rules and explained errors (those are `memory rules`').
+    widens it explicitly to SQL rules and explained errors (`memory rules` serves those).
 
     Results are verified against the archive; `score` is a ranking score, not a similarity."""
     _recall("search", question, config, filters, session, explain=explain)
