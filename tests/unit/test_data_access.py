@@ -25,16 +25,22 @@ def _receiver(node: ast.expr) -> str:
 
 
 def raw_calls(root: Path) -> list[str]:
-    """``file:line call`` of every raw accessor called outside the adapters: any call
-    named like one of them, and ``execute`` on a transaction (a receiver named ``tx``;
-    a connection's ``execute`` in an adapter of its own, such as pgvector's, is not
-    an archive transaction)."""
+    """``file:line call`` of every raw accessor used outside the adapters: any call
+    named like one of them, ``execute`` on a transaction (a receiver named ``tx``; a
+    connection's ``execute`` in an adapter of its own, such as pgvector's, is not an
+    archive transaction), and a transaction's driver connection (``tx.conn``)."""
     found = []
     for path in sorted(root.rglob("*.py")):
         relative = path.relative_to(root).as_posix()
         if relative.startswith(ADAPTERS):
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr == "conn"
+                and _receiver(node.value).endswith("tx")
+            ):
+                found.append(f"{relative}:{node.lineno} {_receiver(node.value)}.conn")
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
                 continue
             name, receiver = node.func.attr, _receiver(node.func.value)
@@ -57,6 +63,7 @@ def test_the_scan_finds_a_raw_call(tmp_path: Path) -> None:
         "    tx.execute('sessions_expire')\n"
         "    tx._using({}).rows('x')\n"
         "    conn.execute('SELECT 1')\n"  # a connection, not a transaction
+        "    tx.conn.execute('SELECT 1')\n"
     )
     (tmp_path / "memory" / "archive" / "records.py").write_text("def g(tx):\n    tx._row('x')\n")
     assert raw_calls(tmp_path) == [
@@ -64,6 +71,7 @@ def test_the_scan_finds_a_raw_call(tmp_path: Path) -> None:
         "service.py:3 tx.execute(...)",
         "service.py:4 .rows(...)",  # on what tx._using returned
         "service.py:4 tx._using(...)",
+        "service.py:6 tx.conn",
     ]
 
 
