@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tht.errors import InvalidInput, NotFound
-from tht.memory.archive.port import Archive, ArchiveTx, RecallFacts, SeedFacts
+from tht.memory.archive.port import Archive, ArchiveTx, IndexedFields, RecallFacts, SeedFacts
 from tht.memory.embedding import Embedder, SparseEncoder, SparseVector
 from tht.memory.embedding.sparse import text_language, without_stopwords
 from tht.memory.index import IndexHit, IndexUnavailable, SearchIndex
@@ -376,7 +376,7 @@ class RecallService:
         ]
 
 
-def _indexed_card(fields: dict[str, Any], dependencies: tuple[Dependency, ...]) -> SimpleNamespace:
+def _indexed_card(fields: IndexedFields, dependencies: tuple[Dependency, ...]) -> SimpleNamespace:
     """Just what ``indexed_text`` reads, from the archive's row (a pydantic model
     would cost more than the text itself)."""
     return SimpleNamespace(

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict
 
 from tht.memory.model import (
     Card,
@@ -76,13 +76,30 @@ class ProjectionState:
 RecallFacts = tuple[ProjectionState, CardFacts]
 
 
+class IndexedFields(TypedDict):
+    """The fields a card's indexed text is built from, besides its dependencies (a
+    row as read: a model would cost recall more than the text itself)."""
+
+    id: uuid.UUID
+    revision: int
+    family: str
+    title: str
+    content: str
+    scope: str | None
+    rationale: str | None
+    question: str | None
+    sql: str | None
+    context: str | None
+    concepts: list[str] | None
+
+
 @dataclass(frozen=True)
 class SeedFacts:
     facts: dict[uuid.UUID, RecallFacts]
     links: dict[uuid.UUID, list[tuple[uuid.UUID, str]]]  # outgoing links by source
     target_facts: dict[uuid.UUID, RecallFacts]
     terms: dict[uuid.UUID, frozenset[int]]  # BM25 terms recorded with each projection
-    fields: dict[uuid.UUID, dict[str, Any]]  # indexed fields, of projections without terms
+    fields: dict[uuid.UUID, IndexedFields]  # of projections recorded without terms
 
 
 @dataclass(frozen=True)

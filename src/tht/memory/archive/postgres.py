@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, date, datetime, time, timedelta
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 import psycopg
 import psycopg_pool
@@ -37,6 +37,7 @@ from tht.memory.archive.account_records import AccountRecords
 from tht.memory.archive.cleanup_records import CleanupRecords
 from tht.memory.archive.idempotency_records import IdempotencyRecords
 from tht.memory.archive.port import (
+    IndexedFields,
     ProjectionState,
     RecallFacts,
     RecordedProjection,
@@ -630,7 +631,10 @@ class ArchiveTransaction:
             links=by_source,
             target_facts=target_facts,
             terms={r["id"]: frozenset(r["terms"]) for r in fact_rows if r["terms"] is not None},
-            fields={r["id"]: r for r in self._rows("indexed_fields", ids=without_terms)}
+            fields={
+                r["id"]: cast(IndexedFields, r)
+                for r in self._rows("indexed_fields", ids=without_terms)
+            }
             if without_terms
             else {},
         )
