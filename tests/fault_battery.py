@@ -1118,10 +1118,7 @@ def writers_battery(target: Target, writers: int = 8, mutations: int = 500) -> d
         deleted = {i for what, i in churn if what == "deleted"}
         with archive.transaction(workspace) as tx:
             cards = {f"mem-{k}": v for k, v in tx.card_revisions().items()}
-            projections = {
-                f"mem-{r['card_id']}": (r["revision"], r["fingerprint"])
-                for r in tx.rows("projection_ids")
-            }
+            projections = {f"mem-{k}": v for k, v in tx.projections().items()}
         expected_ids = {shared, blind, *own, *(created - deleted)}
         if set(cards) != expected_ids:
             lost.append(f"archive cards differ from the model: {sorted(set(cards) ^ expected_ids)}")

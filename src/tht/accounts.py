@@ -19,9 +19,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
-
-from psycopg.types.json import Jsonb
+from typing import Any, Literal, cast
 
 from tht import audit
 from tht.errors import (
@@ -35,8 +33,9 @@ from tht.errors import (
     TooManyRequests,
     Unauthenticated,
 )
-from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive
-from tht.sqlfiles import named_queries
+from tht.memory.archive.account_records import LockedUser, SessionUser, TokenUser, UserByName
+from tht.memory.archive.port import Archive, ArchiveTx
+from tht.memory.model import Workspace
 
 Role = Literal["admin", "user", "agent"]
 # Capabilities. The service enforces them (DESIGN.md §3a); faces only ask.
@@ -204,16 +203,20 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-def lifecycle_queries() -> dict[str, str]:
-    return named_queries("tht.memory.archive", "sql/accounts.sql")
-
-
 def digest(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+@dataclass(frozen=True)
+class _Target:
+    """A user a lifecycle change acts on, locked, with its workspaces."""
+
+    user: LockedUser
+    workspaces: list[str]
+
+
 class Accounts:
-    def __init__(self, archive: PostgresArchive) -> None:
+    def __init__(self, archive: Archive) -> None:
         self.archive = archive
 
     def create_user(
@@ -237,8 +240,9 @@ class Accounts:
         if not workspaces:
             raise InvalidInput("a user needs at least one workspace (--workspace)")
         token_seconds = token_lifetime(expires_in)
-        for workspace in workspaces if by is not None else ():
-            by.require(MANAGE, workspace)
+        if by is not None:
+            for workspace in workspaces:
+                by.require(MANAGE, workspace)
         known = {w.id for w in self._workspaces()}
         missing = sorted(set(workspaces) - known)
         if missing:
@@ -246,9 +250,8 @@ class Accounts:
         token = new_token()
         user_id = uuid.uuid4()
         with self.archive.transaction(None, accounts=True) as tx:
-            created = tx.row(
-                "user_insert",
-                id=user_id,
+            created = tx.accounts.insert_user(
+                user_id,
                 name=name,
                 role=role,
                 password_hash=hash_password(password) if password else None,
@@ -258,8 +261,8 @@ class Accounts:
             if created is None:
                 raise Conflict(f"user '{name}' already exists")
             for workspace in sorted(set(workspaces)):
-                tx.execute("user_workspace_insert", user_id=user_id, workspace=workspace)
-            expires = _iso(created["token_expires_at"])
+                tx.accounts.insert_membership(user_id, workspace)
+            expires = _iso(created.token_expires_at)
             self._record(
                 tx,
                 "user.create",
@@ -281,13 +284,13 @@ class Accounts:
 
     def add_memberships(self, name: str, workspaces: list[str]) -> None:
         with self.archive.transaction(None, accounts=True) as tx:
-            row = tx.row("user_by_name", name=name)
-            if row is None:
+            user = tx.accounts.user_by_name(name)
+            if user is None:
                 raise NotFound(f"user '{name}' does not exist")
             for workspace in workspaces:
-                tx.execute("user_workspace_grant", user_id=row["id"], workspace=workspace)
+                tx.accounts.ensure_membership(user.id, workspace)
 
-    def _workspaces(self):
+    def _workspaces(self) -> list[Workspace]:
         with self.archive.transaction(None, directory=True) as tx:
             return tx.list_workspaces()
 
@@ -295,24 +298,24 @@ class Accounts:
         """Every user (the operator's view): see ``users``."""
         return self.users()
 
-    def _principal(self, tx, row: dict) -> Principal:
-        workspaces = frozenset(
-            r["workspace_id"] for r in tx.rows("user_workspaces", user_id=row["id"])
-        )
-        return Principal(user=row["name"], role=row["role"], workspaces=workspaces)
+    @staticmethod
+    def _principal(tx: ArchiveTx, user: UserByName | TokenUser | SessionUser) -> Principal:
+        workspaces = frozenset(tx.accounts.user_workspaces(user.id))
+        # the column's check constraint (migration 007) admits only the roles
+        return Principal(user=user.name, role=cast(Role, user.role), workspaces=workspaces)
 
     def by_token(self, token: str) -> Principal:
         with self.archive.transaction(None, accounts=True) as tx:
-            row = tx.using(lifecycle_queries()).row("token_principal", token_hash=digest(token))
-            if row is None:
+            user = tx.accounts.token_user(digest(token))
+            if user is None:
                 raise Unauthenticated("invalid API token")
-            if row["expired"]:
+            if user.expired:
                 raise TokenExpired(
-                    f"the API token of {row['name']} expired at {_iso(row['token_expires_at'])}:"
-                    f" an admin issues a new one (tht user token rotate {row['name']})",
-                    details={"expired_at": _iso(row["token_expires_at"])},
+                    f"the API token of {user.name} expired at {_iso(user.token_expires_at)}:"
+                    f" an admin issues a new one (tht user token rotate {user.name})",
+                    details={"expired_at": _iso(user.token_expires_at)},
                 )
-            return self._principal(tx, row)
+            return self._principal(tx, user)
 
     def by_password(self, name: str, password: str, client: str = "unknown") -> Principal:
         """The user with this name and password, or Unauthenticated; TooManyRequests
@@ -323,27 +326,22 @@ class Accounts:
             # Again in the slot: the attempts that passed the first check beside this one
             # have recorded their failures by now (else a burst of concurrent guesses
             # would all pass before the first failure was counted).
-            row = self._refuse_in_backoff(name, client)
-            stored = row["password_hash"] if row is not None else None
+            user = self._refuse_in_backoff(name, client)
+            stored = user.password_hash if user is not None else None
             # no database connection is held while hashing: a flood must not drain the pool
             ok = verify_password(password, stored or _DUMMY_HASH) and stored is not None
             if not ok:
                 with self.archive.transaction(None, accounts=True) as tx:
-                    tx.execute(
-                        "login_failure_record",
-                        name=name,
-                        client=client,
-                        window=LOGIN_WINDOW_SECONDS,
-                    )
+                    tx.accounts.record_login_failure(name, client, LOGIN_WINDOW_SECONDS)
                     # the backoff forgets this row after its window; the audit log keeps it
                     self._record(
                         tx, "login.failure", None, target=name, client=client, anonymous=True
                     )
-        if not ok:
+        if not ok or user is None:
             raise Unauthenticated("wrong user name or password")
         with self.archive.transaction(None, accounts=True) as tx:
-            tx.execute("login_failures_clear", name=name)
-            found = self._principal(tx, row)
+            tx.accounts.clear_login_failures(name)
+            found = self._principal(tx, user)
             self._record(
                 tx,
                 "login.success",
@@ -366,38 +364,33 @@ class Accounts:
                 details={"method": "token"},
             )
 
-    def _refuse_in_backoff(self, name: str, client: str) -> dict | None:
-        """The user row of ``name`` (None if there is none), unless the name or the
-        client must still wait: TooManyRequests."""
+    def _refuse_in_backoff(self, name: str, client: str) -> UserByName | None:
+        """The user of ``name`` (None if there is none), unless the name or the client
+        must still wait: TooManyRequests."""
         with self.archive.transaction(None, accounts=True) as tx:
-            failures = tx.row(
-                "login_failures", name=name, client=client, window=LOGIN_WINDOW_SECONDS
-            )
-            row = tx.row("user_by_name", name=name)
+            failures = tx.accounts.login_failures(name, client, LOGIN_WINDOW_SECONDS)
+            user = tx.accounts.user_by_name(name)
         wait = max(
-            login_backoff(failures["user_failures"], failures["user_idle"], USER_FREE_FAILURES),
-            login_backoff(
-                failures["client_failures"], failures["client_idle"], CLIENT_FREE_FAILURES
-            ),
+            login_backoff(failures.user_failures, failures.user_idle, USER_FREE_FAILURES),
+            login_backoff(failures.client_failures, failures.client_idle, CLIENT_FREE_FAILURES),
         )
         if wait > 0:
             raise TooManyRequests(
                 "too many failed logins: wait before trying again", retry_after=math.ceil(wait)
             )
-        return row
+        return user
 
     def open_session(self, principal_name: str, *, one_time: bool = False) -> str:
         """A new web session id (or a one-time login token) for this user."""
         session = secrets.token_urlsafe(32)
         with self.archive.transaction(None, accounts=True) as tx:
-            tx.execute("sessions_expire")
-            row = tx.row("user_by_name", name=principal_name)
-            if row is None:
+            tx.accounts.expire_sessions()
+            user = tx.accounts.user_by_name(principal_name)
+            if user is None:
                 raise NotFound(f"user '{principal_name}' does not exist")
-            tx.execute(
-                "session_insert",
-                id_hash=digest(session),
-                user_id=row["id"],
+            tx.accounts.insert_session(
+                digest(session),
+                user.id,
                 one_time=one_time,
                 seconds=ONE_TIME_SECONDS if one_time else SESSION_SECONDS,
             )
@@ -405,23 +398,23 @@ class Accounts:
 
     def by_session(self, session: str) -> Principal:
         with self.archive.transaction(None, accounts=True) as tx:
-            row = tx.row("user_by_session", id_hash=digest(session))
-            if row is None or row["one_time"]:
+            user = tx.accounts.session_user(digest(session))
+            if user is None or user.one_time:
                 raise Unauthenticated("the session expired: log in again")
-            return self._principal(tx, row)
+            return self._principal(tx, user)
 
     def redeem_one_time(self, token: str) -> str:
         """Exchange a one-time login token for a new session (the token is spent)."""
         with self.archive.transaction(None, accounts=True) as tx:
-            row = tx.row("user_by_session", id_hash=digest(token))
-            spent = tx.row("session_delete", id_hash=digest(token))
-            if row is None or spent is None or not row["one_time"]:
+            user = tx.accounts.session_user(digest(token))
+            spent = tx.accounts.delete_session(digest(token))
+            if user is None or not spent or not user.one_time:
                 raise Unauthenticated("this login link was already used or has expired")
-            name = row["name"]
+            name = user.name
             self._record(
                 tx,
                 "login.success",
-                self._principal(tx, row),
+                self._principal(tx, user),
                 target=name,
                 details={"method": "one_time_link"},
             )
@@ -429,12 +422,12 @@ class Accounts:
 
     def close_session(self, session: str) -> None:
         with self.archive.transaction(None, accounts=True) as tx:
-            tx.row("session_delete", id_hash=digest(session))
+            tx.accounts.delete_session(digest(session))
 
     def use_nonce(self, nonce: str, expires_at: datetime) -> None:
         """Record a protected request's nonce; a second use is refused."""
         with self.archive.transaction(None, accounts=True) as tx:
-            if tx.row("nonce_use", nonce=nonce, expires_at=expires_at) is None:
+            if not tx.use_nonce(nonce, expires_at):
                 raise PermissionDenied("this protected request was already used (replay refused)")
 
     # --- lifecycle (migration 012) ------------------------------------------------------
@@ -444,7 +437,7 @@ class Accounts:
 
     @staticmethod
     def _record(
-        tx: ArchiveTransaction,
+        tx: ArchiveTx,
         action: str,
         by: Principal | None,
         *,
@@ -458,37 +451,35 @@ class Accounts:
         actor = (
             None if anonymous else by.user if by is not None else audit.actor() or audit.OPERATOR
         )
-        tx.using(lifecycle_queries()).execute(
-            "audit_insert",
+        tx.accounts.insert_audit(
             actor=actor,
             action=action,
             target_user=target,
             workspace=workspace,
             client=client,
-            details=Jsonb(dict(details or {})),
+            details=details or {},
         )
 
-    def _target(self, tx: ArchiveTransaction, name: str, by: Principal | None) -> dict:
-        """The user row of ``name``, locked, once ``by`` may administer it."""
+    def _target(self, tx: ArchiveTx, name: str, by: Principal | None) -> _Target:
+        """The user ``name``, locked, once ``by`` may administer it."""
         if by is not None:
             by.require(MANAGE, None)
-        row = tx.using(lifecycle_queries()).row("user_lock", name=name)
-        if row is None:
+        user = tx.accounts.lock_user(name)
+        if user is None:
             raise NotFound(f"user '{name}' does not exist", details={"user": name})
-        row["workspaces"] = sorted(
-            r["workspace_id"] for r in tx.rows("user_workspaces", user_id=row["id"])
-        )
-        for workspace in row["workspaces"] if by is not None else ():
-            by.require(MANAGE, workspace)
-        return row
+        target = _Target(user, sorted(tx.accounts.user_workspaces(user.id)))
+        if by is not None:
+            for workspace in target.workspaces:
+                by.require(MANAGE, workspace)
+        return target
 
-    def _keep_an_admin(self, tx: ArchiveTransaction, row: dict, change: str) -> None:
-        admins = [r["name"] for r in tx.using(lifecycle_queries()).rows("admins_lock")]
-        if row["role"] == "admin" and admins == [row["name"]]:
+    def _keep_an_admin(self, tx: ArchiveTx, user: LockedUser, change: str) -> None:
+        admins = tx.accounts.lock_admins()
+        if user.role == "admin" and admins == [user.name]:
             raise LastAdmin(
-                f"{row['name']} is the last admin: {change} would leave nobody to administer"
+                f"{user.name} is the last admin: {change} would leave nobody to administer"
                 " the installation; make another user admin first (tht user role NAME admin)",
-                details={"user": row["name"]},
+                details={"user": user.name},
             )
 
     def grant(self, name: str, workspace: str, *, by: Principal | None = None) -> dict:
@@ -510,23 +501,22 @@ class Accounts:
                 f"workspace '{workspace}' does not exist", details={"workspace": workspace}
             )
         with self.archive.transaction(None, accounts=True) as tx:
-            named = tx.using(lifecycle_queries())
-            row = named.row("user_lock", name=name)
-            if row is None:
+            user = tx.accounts.lock_user(name)
+            if user is None:
                 raise NotFound(f"user '{name}' does not exist", details={"user": name})
-            changed = named.row(
-                "user_workspace_add" if member else "user_workspace_revoke",
-                user_id=row["id"],
-                workspace=workspace,
+            changed = (
+                tx.accounts.add_membership(user.id, workspace)
+                if member
+                else tx.accounts.revoke_membership(user.id, workspace)
             )
-            if changed is not None:
+            if changed:
                 action = "membership.grant" if member else "membership.revoke"
                 self._record(tx, action, by, target=name, workspace=workspace)
         return {
             "user": name,
             "workspace": workspace,
             "member": member,
-            "changed": changed is not None,
+            "changed": changed,
         }
 
     def set_role(self, name: str, role: str, *, by: Principal | None = None) -> dict:
@@ -534,19 +524,23 @@ class Accounts:
         if role not in ROLE_PERMISSIONS:
             raise InvalidInput(f"role must be one of {', '.join(ROLES)}, not '{role}'")
         with self.archive.transaction(None, accounts=True) as tx:
-            row = self._target(tx, name, by)
+            target = self._target(tx, name, by)
             if role != "admin":
-                self._keep_an_admin(tx, row, f"making it {role}")
-            if row["role"] != role:
-                tx.using(lifecycle_queries()).execute("user_role_set", user_id=row["id"], role=role)
+                self._keep_an_admin(tx, target.user, f"making it {role}")
+            if target.user.role != role:
+                tx.accounts.set_role(target.user.id, role)
                 self._record(
-                    tx, "user.role", by, target=name, details={"from": row["role"], "to": role}
+                    tx,
+                    "user.role",
+                    by,
+                    target=name,
+                    details={"from": target.user.role, "to": role},
                 )
         return {
             "user": name,
             "role": role,
-            "previous_role": row["role"],
-            "workspaces": row["workspaces"],
+            "previous_role": target.user.role,
+            "workspaces": target.workspaces,
         }
 
     def rotate_token(
@@ -557,30 +551,26 @@ class Accounts:
         seconds = token_lifetime(expires_in)
         token = new_token()
         with self.archive.transaction(None, accounts=True) as tx:
-            row = self._target(tx, name, by)
-            named = tx.using(lifecycle_queries())
-            issued = named.row(
-                "user_token_set", user_id=row["id"], token_hash=digest(token), seconds=seconds
-            )
-            named.execute("user_sessions_close", user_id=row["id"])
-            expires = _iso(issued["token_expires_at"]) if issued else None
+            target = self._target(tx, name, by)
+            expires = _iso(tx.accounts.set_token(target.user.id, digest(token), seconds))
+            tx.accounts.close_user_sessions(target.user.id)
             self._record(tx, "token.rotate", by, target=name, details={"token_expires_at": expires})
         return {"user": name, "token": token, "token_expires_at": expires}
 
     def delete_user(self, name: str, *, by: Principal | None = None) -> dict:
         """Delete ``name`` with its memberships and sessions; the last admin stays."""
         with self.archive.transaction(None, accounts=True) as tx:
-            row = self._target(tx, name, by)
-            self._keep_an_admin(tx, row, "deleting it")
-            tx.using(lifecycle_queries()).execute("user_delete", user_id=row["id"])
+            target = self._target(tx, name, by)
+            self._keep_an_admin(tx, target.user, "deleting it")
+            tx.accounts.delete_user(target.user.id)
             self._record(
                 tx,
                 "user.delete",
                 by,
                 target=name,
-                details={"role": row["role"], "workspaces": row["workspaces"]},
+                details={"role": target.user.role, "workspaces": target.workspaces},
             )
-        return {"deleted": name, "role": row["role"], "workspaces": row["workspaces"]}
+        return {"deleted": name, "role": target.user.role, "workspaces": target.workspaces}
 
     def users(self, *, by: Principal | None = None) -> list[dict]:
         """Users with role, workspaces and token dates (never a secret). An admin sees
@@ -589,23 +579,23 @@ class Accounts:
         if by is not None:
             by.require(MANAGE, None)
         with self.archive.transaction(None, accounts=True) as tx:
-            rows = tx.using(lifecycle_queries()).rows("users_detail")
+            users = tx.accounts.users()
         found = []
-        for r in rows:
-            workspaces = list(r["workspaces"])
+        for u in users:
+            workspaces = list(u.workspaces)
             visible = workspaces if by is None else [w for w in workspaces if w in by.workspaces]
             if workspaces and not visible:
                 continue
             found.append(
                 {
-                    "user": r["name"],
-                    "role": r["role"],
+                    "user": u.name,
+                    "role": u.role,
                     "workspaces": visible,
                     "other_workspaces": len(workspaces) - len(visible),
-                    "created_at": _iso(r["created_at"]),
-                    "has_password": r["has_password"],
-                    "token_issued_at": _iso(r["token_issued_at"]),
-                    "token_expires_at": _iso(r["token_expires_at"]),
+                    "created_at": _iso(u.created_at),
+                    "has_password": u.has_password,
+                    "token_issued_at": _iso(u.token_issued_at),
+                    "token_expires_at": _iso(u.token_expires_at),
                 }
             )
         return found
@@ -625,8 +615,7 @@ class Accounts:
         if not 1 <= limit <= AUDIT_LIMIT:
             raise InvalidInput(f"--limit is 1 to {AUDIT_LIMIT}", details={"field": "limit"})
         with self.archive.transaction(None, accounts=True) as tx:
-            rows = tx.using(lifecycle_queries()).rows(
-                "audit_list",
+            entries = tx.accounts.audit(
                 since=since,
                 user=user,
                 limit=limit,
@@ -634,14 +623,14 @@ class Accounts:
             )
         return [
             {
-                "id": r["id"],
-                "at": _iso(r["at"]),
-                "actor": r["actor"],
-                "action": r["action"],
-                "user": r["target_user"],
-                "workspace": r["workspace_id"],
-                "client": r["client"],
-                "details": r["details"],
+                "id": e.id,
+                "at": _iso(e.at),
+                "actor": e.actor,
+                "action": e.action,
+                "user": e.target_user,
+                "workspace": e.workspace_id,
+                "client": e.client,
+                "details": e.details,
             }
-            for r in rows
+            for e in entries
         ]

@@ -13,7 +13,6 @@ Memory.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import uuid
@@ -22,7 +21,7 @@ from typing import Any, Protocol
 
 from tht.catalog.model import Binding, Removals, Tables, diff, run_id_to_uuid, uuid_to_run_id
 from tht.catalog.scan import scan as scan_dwh
-from tht.catalog.store import CatalogStore, CatalogTransaction
+from tht.catalog.store import CatalogRun, CatalogStore, CatalogTransaction
 from tht.errors import CleanupPending, DwhUnavailable, InvalidInput, NotFound, ThothError
 from tht.faults import crash_point
 from tht.memory.cleanup import CleanupReceipt, PhysicalRemovals
@@ -37,30 +36,36 @@ class MemoryCleanup(Protocol):
     def apply(self, workspace: str, removals: PhysicalRemovals) -> CleanupReceipt: ...
 
 
-def run_json(workspace: str, row: dict) -> dict[str, Any]:
+def run_json(workspace: str, run: CatalogRun) -> dict[str, Any]:
     return {
-        "run_id": uuid_to_run_id(row["id"]),
+        "run_id": uuid_to_run_id(run.id),
         "workspace": workspace,
-        "kind": row["kind"],
-        "database": row["database_name"],
-        "schema": row["schema_name"],
-        "status": row["status"],
-        "phase": row["phase"],
+        "kind": run.kind,
+        "database": run.database_name,
+        "schema": run.schema_name,
+        "status": run.status,
+        "phase": run.phase,
         "removed": {
-            "tables": list(row["removed_tables"]),
-            "columns": [
-                {"table": c["table"], "column": c["column"]} for c in row["removed_columns"]
-            ],
+            "tables": list(run.removed_tables),
+            "columns": [{"table": c["table"], "column": c["column"]} for c in run.removed_columns],
         },
-        "forgotten": row["forgotten"],
-        "tables_scanned": row["tables_scanned"],
-        "deleted_cards": row["deleted_cards"],
-        "links_removed": row["links_removed"],
-        "errors": row["errors"],
-        "attempts": row["attempts"],
-        "started_at": row["started_at"].isoformat(),
-        "finished_at": row["finished_at"].isoformat() if row["finished_at"] else None,
+        "forgotten": run.forgotten,
+        "tables_scanned": run.tables_scanned,
+        "deleted_cards": run.deleted_cards,
+        "links_removed": run.links_removed,
+        "errors": run.errors,
+        "attempts": run.attempts,
+        "started_at": run.started_at.isoformat(),
+        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
     }
+
+
+def _recorded(tx: CatalogTransaction, run_id: uuid.UUID) -> CatalogRun:
+    """A run this transaction knows exists (it is pending, or was just read)."""
+    run = tx.run(run_id)
+    if run is None:
+        raise ThothError("the catalog query run_get returned no row")
+    return run
 
 
 class Catalog:
@@ -80,51 +85,31 @@ class Catalog:
 
     def bind(self, binding: Binding) -> dict[str, Any]:
         with self.store.transaction(binding.workspace, lock=True) as tx:
-            tx.rows(
-                "binding_upsert",
-                database=binding.database,
-                schema=binding.schema,
-                url_env=binding.url_env,
-            )
-            bound = self._binding(tx)
+            tx.put_binding(binding)
+            bound = tx.binding()
             assert bound is not None  # just written
             return bound.as_json()
 
     def binding(self, workspace: str) -> Binding | None:
         with self.store.transaction(workspace) as tx:
-            return self._binding(tx)
-
-    @staticmethod
-    def _binding(tx: CatalogTransaction) -> Binding | None:
-        row = tx.row("binding_get")
-        if row is None:
-            return None
-        return Binding(
-            tx.workspace,
-            row["database_name"],
-            row["schema_name"],
-            row["url_env"],
-            updated_at=row["updated_at"],
-        )
+            return tx.binding()
 
     def status(self, workspace: str) -> dict[str, Any]:
         """The binding, the last snapshot of its scope and the pending run, if any."""
         with self.store.transaction(workspace) as tx:
-            binding = self._binding(tx)
+            binding = tx.binding()
             snapshot = None
             if binding is not None:
-                row = tx.row("snapshot_get", database=binding.database, schema=binding.schema)
-                if row is not None:
+                taken = tx.snapshot(binding.database, binding.schema)
+                if taken is not None:
                     snapshot = {
-                        "run_id": uuid_to_run_id(row["run_id"]),
-                        "taken_at": row["taken_at"].isoformat(),
-                        "tables": len(row["tables"]),
-                        "columns": sum(len(c) for c in row["tables"].values()),
+                        "run_id": uuid_to_run_id(taken.run_id),
+                        "taken_at": taken.taken_at.isoformat(),
+                        "tables": len(taken.tables),
+                        "columns": sum(len(c) for c in taken.tables.values()),
                     }
-            pending = tx.row("pending_run")
-            pending_run = (
-                run_json(workspace, tx.one("run_get", id=pending["id"])) if pending else None
-            )
+            pending = tx.pending_run_id()
+            pending_run = run_json(workspace, _recorded(tx, pending)) if pending else None
         return {
             "workspace": workspace,
             "binding": binding.as_json() if binding else None,
@@ -138,22 +123,22 @@ class Catalog:
         if not 1 <= limit <= 500:
             raise InvalidInput("limit must be between 1 and 500")
         with self.store.transaction(workspace) as tx:
-            return [run_json(workspace, row) for row in tx.rows("runs_list", limit=limit)]
+            return [run_json(workspace, run) for run in tx.runs(limit)]
 
     def run(self, workspace: str, run_id: str) -> dict[str, Any]:
         with self.store.transaction(workspace) as tx:
-            row = tx.row("run_get", id=run_id_to_uuid(run_id))
-        if row is None:
+            found = tx.run(run_id_to_uuid(run_id))
+        if found is None:
             raise NotFound(
                 f"run {run_id} does not exist in workspace '{workspace}'",
                 details={"run_id": run_id},
             )
-        return run_json(workspace, row)
+        return run_json(workspace, found)
 
     def _refuse_if_pending(self, tx: CatalogTransaction) -> None:
-        pending = tx.row("pending_run")
+        pending = tx.pending_run_id()
         if pending is not None:
-            run_id = uuid_to_run_id(pending["id"])
+            run_id = uuid_to_run_id(pending)
             raise CleanupPending(
                 f"workspace '{tx.workspace}' has a pending Memory cleanup from run {run_id}: complete it with"
                 f" `tht catalog retry {run_id}` before a new sync",
@@ -207,8 +192,8 @@ class Catalog:
         say(f"scanned {len(tables)} tables and views")
         with self.store.transaction(workspace, lock=True) as tx:
             self._refuse_if_pending(tx)  # a concurrent sync may have committed meanwhile
-            previous = tx.row("snapshot_get", database=binding.database, schema=binding.schema)
-            removals = diff(previous["tables"] if previous else None, tables)
+            previous = tx.snapshot(binding.database, binding.schema)
+            removals = diff(previous.tables if previous else None, tables)
             status, phase = ("pending", "memory_cleanup") if removals else ("completed", "done")
             self._insert_run(
                 tx,
@@ -220,13 +205,7 @@ class Catalog:
                 removals=removals,
                 tables_scanned=len(tables),
             )
-            tx.rows(
-                "snapshot_put",
-                database=binding.database,
-                schema=binding.schema,
-                run_id=run_id,
-                tables=json.dumps(tables),
-            )
+            tx.put_snapshot(binding.database, binding.schema, run_id, tables)
         crash_point("catalog.after_catalog_commit")
         if removals:
             say(
@@ -249,33 +228,30 @@ class Catalog:
         tables_scanned: int | None = None,
         errors: list | None = None,
     ) -> None:
-        removals = removals or Removals()
-        tx.rows(
-            "run_insert",
-            id=run_id,
-            kind=kind,
-            database=binding.database,
-            schema=binding.schema,
+        tx.insert_run(
+            run_id,
+            kind,
+            binding.database,
+            binding.schema,
             status=status,
             phase=phase,
-            tables=removals.tables,
-            columns=json.dumps([{"table": t, "column": c} for t, c in removals.columns]),
-            forgotten=json.dumps(forgotten) if forgotten is not None else None,
+            removals=removals or Removals(),
+            forgotten=forgotten,
             tables_scanned=tables_scanned,
-            errors=json.dumps(errors or []),
+            errors=errors or [],
         )
 
     def _clean(self, workspace: str, run_uuid: uuid.UUID) -> None:
         """Hand the run's recorded removals to Memory; complete the run on a complete
         receipt, else keep it pending with the error (and raise it)."""
         with self.store.transaction(workspace) as tx:
-            row = tx.one("run_get", id=run_uuid)
+            run = _recorded(tx, run_uuid)
         removals = PhysicalRemovals(
             run_id=run_uuid,
-            database=row["database_name"],
-            schema=row["schema_name"],
-            tables=tuple(row["removed_tables"]),
-            columns=tuple((c["table"], c["column"]) for c in row["removed_columns"]),
+            database=run.database_name,
+            schema=run.schema_name,
+            tables=tuple(run.removed_tables),
+            columns=tuple((c["table"], c["column"]) for c in run.removed_columns),
         )
         try:
             receipt = self.cleanup.apply(workspace, removals)
@@ -301,12 +277,7 @@ class Catalog:
                 },
             )
         with self.store.transaction(workspace, lock=True) as tx:
-            tx.rows(
-                "run_completed",
-                id=run_uuid,
-                deleted=json.dumps(receipt.deleted_cards),
-                links_removed=receipt.links_removed,
-            )
+            tx.complete_run(run_uuid, receipt.deleted_cards, receipt.links_removed)
 
     def _record_failure(
         self,
@@ -318,13 +289,12 @@ class Catalog:
     ) -> None:
         try:
             with self.store.transaction(workspace, lock=True) as tx:
-                tx.rows(
-                    "run_cleanup_failed",
-                    id=run_uuid,
-                    code=code,
-                    message=message[:2000],
-                    deleted=json.dumps(receipt.deleted_cards) if receipt else None,
-                    links_removed=receipt.links_removed if receipt else None,
+                tx.record_cleanup_failure(
+                    run_uuid,
+                    code,
+                    message[:2000],
+                    receipt.deleted_cards if receipt else None,
+                    receipt.links_removed if receipt else None,
                 )
         except ThothError as exc:  # the run stays pending either way
             log.warning("could not record the cleanup failure of run %s: %s", run_uuid, exc.message)
@@ -360,20 +330,20 @@ class Catalog:
             raise InvalidInput("--column needs its --table")
         run_id = uuid.uuid4()
         with self.store.transaction(workspace, lock=True) as tx:
-            binding = self._binding(tx)
+            binding = tx.binding()
             if binding is None:
                 raise NotFound(
                     f"workspace '{workspace}' has no DWH binding", details={"workspace": workspace}
                 )
-            row = tx.row("snapshot_get", database=binding.database, schema=binding.schema)
-            if row is None:
+            taken = tx.snapshot(binding.database, binding.schema)
+            if taken is None:
                 raise NotFound(
                     f"the Catalog has no snapshot of {binding.database}.{binding.schema}",
                     details={"workspace": workspace},
                 )
-            tables: Tables = row["tables"]
+            tables: Tables = taken.tables
             if everything:
-                tx.rows("snapshot_delete", database=binding.database, schema=binding.schema)
+                tx.delete_snapshot(binding.database, binding.schema)
                 forgotten: dict[str, Any] = {"all": True, "tables": len(tables)}
             else:
                 if table not in tables or (column and column not in tables[table]):
@@ -388,13 +358,7 @@ class Catalog:
                 else:
                     del tables[table]
                     forgotten = {"table": table}
-                tx.rows(
-                    "snapshot_put",
-                    database=binding.database,
-                    schema=binding.schema,
-                    run_id=row["run_id"],
-                    tables=json.dumps(tables),
-                )
+                tx.put_snapshot(binding.database, binding.schema, taken.run_id, tables)
             self._insert_run(
                 tx, run_id, "forget", binding, status="completed", phase="done", forgotten=forgotten
             )

@@ -1,20 +1,26 @@
 """The Catalog's PostgreSQL store (schema ``thoth_catalog``): bindings, snapshots, runs.
 
 Same discipline as the archive: every transaction runs as the restricted runtime role
-with the workspace set transaction-locally (forced row-level security), and SQL lives
-in ``sql/queries.sql``.
+with the workspace set transaction-locally (forced row-level security), SQL lives in
+``sql/queries.sql``, and the Catalog service calls typed methods of the transaction
+(the raw ``_rows``/``_row``/``_one`` stay here).
 """
 
 from __future__ import annotations
 
+import json
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
 
 from tht.catalog.migrations import PACK
+from tht.catalog.model import Binding, Removals, Tables
 from tht.db.connector import StoreErrors, translate
 from tht.errors import ArchiveUnavailable, SchemaNotReady, ThothError
 from tht.memory.archive.postgres import PostgresArchive
@@ -36,26 +42,164 @@ ERRORS = StoreErrors(
 )
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """The last successful scan of a scope: its tables and columns, and its run."""
+
+    tables: Tables
+    run_id: uuid.UUID
+    taken_at: datetime
+
+
+@dataclass(frozen=True)
+class CatalogRun:
+    """A sync or forget run as recorded."""
+
+    id: uuid.UUID
+    kind: str
+    database_name: str
+    schema_name: str
+    status: str
+    phase: str
+    removed_tables: list[str]
+    removed_columns: list[dict[str, str]]  # {table, column}
+    forgotten: Any
+    tables_scanned: int | None
+    deleted_cards: Any
+    links_removed: int | None
+    errors: list[dict[str, Any]]
+    attempts: int
+    started_at: datetime
+    finished_at: datetime | None
+
+
 class CatalogTransaction:
     def __init__(self, conn: psycopg.Connection, workspace: str) -> None:
         self.conn = conn
         self.workspace = workspace
 
-    def rows(self, name: str, /, **params: Any) -> list[dict]:
+    def _rows(self, name: str, /, **params: Any) -> list[dict]:
         with self.conn.cursor(row_factory=dict_row) as cur:
             cur.execute(queries()[name], {"workspace": self.workspace, **params})
             return cur.fetchall() if cur.description else []
 
-    def row(self, name: str, /, **params: Any) -> dict | None:
-        rows = self.rows(name, **params)
+    def _row(self, name: str, /, **params: Any) -> dict | None:
+        rows = self._rows(name, **params)
         return rows[0] if rows else None
 
-    def one(self, name: str, /, **params: Any) -> dict:
-        """The row of a query that always returns one."""
-        row = self.row(name, **params)
+    # --- the binding ------------------------------------------------------------------
+
+    def binding(self) -> Binding | None:
+        row = self._row("binding_get")
         if row is None:
-            raise ThothError(f"the catalog query {name} returned no row")
-        return row
+            return None
+        return Binding(
+            self.workspace,
+            row["database_name"],
+            row["schema_name"],
+            row["url_env"],
+            updated_at=row["updated_at"],
+        )
+
+    def put_binding(self, binding: Binding) -> None:
+        self._rows(
+            "binding_upsert",
+            database=binding.database,
+            schema=binding.schema,
+            url_env=binding.url_env,
+        )
+
+    # --- snapshots --------------------------------------------------------------------
+
+    def snapshot(self, database: str, schema: str) -> Snapshot | None:
+        row = self._row("snapshot_get", database=database, schema=schema)
+        return Snapshot(**row) if row else None
+
+    def put_snapshot(self, database: str, schema: str, run_id: uuid.UUID, tables: Tables) -> None:
+        self._rows(
+            "snapshot_put",
+            database=database,
+            schema=schema,
+            run_id=run_id,
+            tables=json.dumps(tables),
+        )
+
+    def delete_snapshot(self, database: str, schema: str) -> None:
+        self._rows("snapshot_delete", database=database, schema=schema)
+
+    # --- runs -------------------------------------------------------------------------
+
+    def pending_run_id(self) -> uuid.UUID | None:
+        """The workspace's run still waiting for Memory's cleanup, if any."""
+        row = self._row("pending_run")
+        return row["id"] if row else None
+
+    def run(self, run_id: uuid.UUID) -> CatalogRun | None:
+        row = self._row("run_get", id=run_id)
+        return CatalogRun(**row) if row else None
+
+    def runs(self, limit: int) -> list[CatalogRun]:
+        """The latest runs, newest first."""
+        return [CatalogRun(**row) for row in self._rows("runs_list", limit=limit)]
+
+    def insert_run(
+        self,
+        run_id: uuid.UUID,
+        kind: str,
+        database: str,
+        schema: str,
+        *,
+        status: str,
+        phase: str,
+        removals: Removals,
+        forgotten: Any,
+        tables_scanned: int | None,
+        errors: list[dict[str, Any]],
+    ) -> None:
+        self._rows(
+            "run_insert",
+            id=run_id,
+            kind=kind,
+            database=database,
+            schema=schema,
+            status=status,
+            phase=phase,
+            tables=removals.tables,
+            columns=json.dumps([{"table": t, "column": c} for t, c in removals.columns]),
+            forgotten=json.dumps(forgotten) if forgotten is not None else None,
+            tables_scanned=tables_scanned,
+            errors=json.dumps(errors),
+        )
+
+    def complete_run(
+        self, run_id: uuid.UUID, deleted_cards: list[dict[str, Any]], links_removed: int
+    ) -> None:
+        """A pending run is completed, with what Memory deleted."""
+        self._rows(
+            "run_completed",
+            id=run_id,
+            deleted=json.dumps(deleted_cards),
+            links_removed=links_removed,
+        )
+
+    def record_cleanup_failure(
+        self,
+        run_id: uuid.UUID,
+        code: str,
+        message: str,
+        deleted_cards: list[dict[str, Any]] | None,
+        links_removed: int | None,
+    ) -> None:
+        """A pending run stays pending, with the error appended to its history (and
+        what Memory deleted so far, when known)."""
+        self._rows(
+            "run_cleanup_failed",
+            id=run_id,
+            code=code,
+            message=message,
+            deleted=json.dumps(deleted_cards) if deleted_cards is not None else None,
+            links_removed=links_removed,
+        )
 
 
 class CatalogStore:

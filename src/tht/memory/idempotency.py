@@ -29,11 +29,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from psycopg.types.json import Jsonb
-
 from tht.errors import Conflict, InvalidInput
-from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive
-from tht.sqlfiles import named_queries
+from tht.memory.archive.port import Archive, ArchiveTx
 
 RETENTION = timedelta(hours=24)
 HEADER = "Idempotency-Key"
@@ -50,10 +47,6 @@ class IdempotencyKeyReused(Conflict):
 
     code = "idempotency_key_reused"
     default_message = "this idempotency key was already used for a different request"
-
-
-def _queries() -> dict[str, str]:
-    return named_queries("tht.memory.archive", "sql/idempotency.sql")
 
 
 def request_digest(operation: str, target: str | None, body: Any) -> str:
@@ -87,41 +80,30 @@ class IdempotencyKey:
         """The key of a request that sent one (``principal`` None: the operator)."""
         return None if key is None else cls(key, principal or OPERATOR)
 
-    def _params(self, digest: str, response: dict[str, Any] | None = None) -> dict[str, Any]:
-        return {
-            "principal": self.principal,
-            "key": self.key,
-            "digest": digest,
-            "response": Jsonb(response) if response is not None else None,
-            "retention": f"{int(RETENTION.total_seconds())} seconds",
-        }
-
-    def recorded(self, tx: ArchiveTransaction, digest: str) -> dict[str, Any] | None:
+    def recorded(self, tx: ArchiveTx, digest: str) -> dict[str, Any] | None:
         """Under the workspace's lock: the answer recorded for this key, None for a new
         key (expired keys are pruned first); another request's key is refused."""
-        sql = tx.using(_queries())
-        sql.execute("idempotency_prune", **self._params(digest))
-        row = sql.row("idempotency_get", **self._params(digest))
-        if row is None:
+        tx.idempotency.prune(RETENTION)
+        found = tx.idempotency.answer_of(self.principal, self.key)
+        if found is None:
             return None
-        if row["request_digest"] != digest:
+        if found.request_digest != digest:
             raise IdempotencyKeyReused(
                 f"the idempotency key '{self.key}' was used for a different request in the last"
                 f" {int(RETENTION.total_seconds() // 3600)} hours: use a new key for a new request",
                 details={"field": HEADER, "key": self.key},
             )
-        response: dict[str, Any] = row["response"]
-        return response
+        return found.response
 
-    def record(self, tx: ArchiveTransaction, digest: str, response: dict[str, Any]) -> None:
+    def record(self, tx: ArchiveTx, digest: str, response: dict[str, Any]) -> None:
         """In the mutation's transaction: this key answered ``response``."""
-        tx.using(_queries()).execute("idempotency_record", **self._params(digest, response))
+        tx.idempotency.record(self.principal, self.key, digest, response)
 
     def answer(
-        self, archive: PostgresArchive, workspace: str, digest: str, response: dict[str, Any]
+        self, archive: Archive, workspace: str, digest: str, response: dict[str, Any]
     ) -> None:
         """After the commit: the final answer (index update included) replaces the one
         recorded with the commit."""
         # one row by its key: a replay reads the first answer or this one, both true
         with archive.transaction(workspace) as tx:
-            tx.using(_queries()).execute("idempotency_answer", **self._params(digest, response))
+            tx.idempotency.replace_answer(self.principal, self.key, digest, response)

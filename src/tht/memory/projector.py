@@ -25,7 +25,7 @@ from typing import Any
 
 from tht.errors import Conflict, Interrupted, NotFound
 from tht.faults import crash_point, pause_point, simulated_outage
-from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive, RecordedProjection
+from tht.memory.archive.port import Archive, ArchiveTx, RecordedProjection
 from tht.memory.embedding import Embedder, EmbedderUnavailable, SparseEncoder, SparseVector
 from tht.memory.index import IndexDrift, IndexPoint, IndexUnavailable, SearchIndex
 from tht.memory.index.port import (
@@ -82,7 +82,7 @@ class SyncReport:
 
 
 class IndexProjector:
-    def __init__(self, archive: PostgresArchive, index: SearchIndex, embedder: Embedder) -> None:
+    def __init__(self, archive: Archive, index: SearchIndex, embedder: Embedder) -> None:
         self.archive = archive
         self.index = index
         self.embedder = embedder
@@ -239,7 +239,7 @@ class IndexProjector:
 
     def _write_locked(
         self,
-        tx: ArchiveTransaction,
+        tx: ArchiveTx,
         card_uuids: list[uuid.UUID],
         prepared: dict[uuid.UUID, _Prepared],
         unavailable: IndexUnavailable | EmbedderUnavailable | None,
@@ -682,7 +682,7 @@ def _points(ready: list[tuple[Card, _Prepared]], current: str) -> list[IndexPoin
     ]
 
 
-def _record(tx: ArchiveTransaction, current: str, ready: list[tuple[Card, _Prepared]]) -> None:
+def _record(tx: ArchiveTx, current: str, ready: list[tuple[Card, _Prepared]]) -> None:
     """The projections just written, and the operations they complete, in bulk."""
     tx.record_projections(
         current,

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tht.errors import InvalidInput, NotFound
-from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive, RecallFacts, SeedFacts
+from tht.memory.archive.port import Archive, ArchiveTx, IndexedFields, RecallFacts, SeedFacts
 from tht.memory.embedding import Embedder, SparseEncoder, SparseVector
 from tht.memory.embedding.sparse import text_language, without_stopwords
 from tht.memory.index import IndexHit, IndexUnavailable, SearchIndex
@@ -161,7 +161,7 @@ class RecallResult:
 class RecallService:
     def __init__(
         self,
-        archive: PostgresArchive,
+        archive: Archive,
         index: SearchIndex,
         embedder: Embedder,
         projector: IndexProjector,
@@ -376,7 +376,7 @@ class RecallService:
         ]
 
 
-def _indexed_card(fields: dict[str, Any], dependencies: tuple[Dependency, ...]) -> SimpleNamespace:
+def _indexed_card(fields: IndexedFields, dependencies: tuple[Dependency, ...]) -> SimpleNamespace:
     """Just what ``indexed_text`` reads, from the archive's row (a pydantic model
     would cost more than the text itself)."""
     return SimpleNamespace(
@@ -397,7 +397,7 @@ class _Verifier:
 
     def __init__(
         self,
-        tx: ArchiveTransaction,
+        tx: ArchiveTx,
         filters: RecallFilters,
         fingerprint: str,
         exclude: frozenset[uuid.UUID],

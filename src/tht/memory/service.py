@@ -23,7 +23,7 @@ from tht.errors import (
     ThothError,
 )
 from tht.faults import crash_point
-from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive
+from tht.memory.archive.port import Archive, ArchiveTx
 from tht.memory.idempotency import IdempotencyKey, request_digest
 from tht.memory.model import (
     WORKSPACE_ID_PATTERN,
@@ -127,7 +127,7 @@ def _digest(operation: str, card_id: str | None, body: Any) -> str:
 
 
 class MemoryService:
-    def __init__(self, archive: PostgresArchive, projector: Projector | None = None) -> None:
+    def __init__(self, archive: Archive, projector: Projector | None = None) -> None:
         self.archive = archive
         self.projector = projector
 
@@ -173,19 +173,19 @@ class MemoryService:
             if self.projector is not None:
                 items += [
                     PendingOperation(
-                        card_id=uuid_to_card_id(row["id"]),
+                        card_id=uuid_to_card_id(stale.id),
                         operation="upsert",
-                        revision=row["revision"],
+                        revision=stale.revision,
                         attempts=0,
-                        title=row["title"],
+                        title=stale.title,
                         reason="projection_outdated",
                         last_error=(
                             "not indexed yet"
-                            if row["fingerprint"] is None
+                            if stale.fingerprint is None
                             else "indexed in an older format or revision"
                         ),
                     )
-                    for row in tx.stale_projections(self.projector.fingerprint(language))
+                    for stale in tx.stale_projections(self.projector.fingerprint(language))
                 ]
             return items
 
@@ -310,7 +310,7 @@ class MemoryService:
 
     @staticmethod
     def _checked_links(
-        tx: ArchiveTransaction, card_uuid: uuid.UUID, data: CardInput
+        tx: ArchiveTx, card_uuid: uuid.UUID, data: CardInput
     ) -> list[tuple[uuid.UUID, str]]:
         links = [(card_id_to_uuid(link.target), link.meaning) for link in data.links]
         if any(target == card_uuid for target, _ in links):
@@ -326,7 +326,7 @@ class MemoryService:
 
     @staticmethod
     def _record(
-        tx: ArchiveTransaction,
+        tx: ArchiveTx,
         idempotency: IdempotencyKey | None,
         digest: str,
         card_uuid: uuid.UUID,
@@ -391,7 +391,7 @@ class MemoryService:
 
 
 class WorkspaceService:
-    def __init__(self, archive: PostgresArchive) -> None:
+    def __init__(self, archive: Archive) -> None:
         self.archive = archive
 
     def create(self, workspace_id: str, language: str, name: str | None = None) -> Workspace:

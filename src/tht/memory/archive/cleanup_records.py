@@ -26,17 +26,17 @@ def _queries() -> dict[str, str]:
 
 class CleanupRecords:
     def __init__(self, tx: ArchiveTransaction) -> None:
-        self._tx = tx.using(_queries())
+        self._tx = tx._using(_queries())
 
     def receipt(self, run_id: uuid.UUID) -> CleanupReceiptRow | None:
-        return self._tx.row("receipt_get", run_id=run_id)
+        return self._tx._row("receipt_get", run_id=run_id)
 
     def matching_cards(
         self, database: str, schema: str, tables: list[str], columns: list[dict[str, str]]
     ) -> list[dict[str, Any]]:
         """The cards (id, title, family, revision) with a dependency on one of these
         tables or columns of ``database``.``schema``, locked for the deletion."""
-        return self._tx.rows(
+        return self._tx._rows(
             "matching_cards",
             database=database,
             schema=schema,
@@ -45,12 +45,12 @@ class CleanupRecords:
         )
 
     def incident_link_count(self, ids: list[uuid.UUID]) -> int:
-        count: int = self._tx.one("incident_links", ids=ids)["count"]
+        count: int = self._tx._one("incident_links", ids=ids)["count"]
         return count
 
     def delete_cards(self, ids: list[uuid.UUID]) -> list[tuple[uuid.UUID, int]]:
         """Delete the cards (dependencies and incident links cascade): (id, last revision)."""
-        return [(row["id"], row["revision"]) for row in self._tx.rows("cards_delete", ids=ids)]
+        return [(row["id"], row["revision"]) for row in self._tx._rows("cards_delete", ids=ids)]
 
     def insert_receipt(
         self,
@@ -63,7 +63,7 @@ class CleanupRecords:
         deleted: list[dict[str, Any]],
         links_removed: int,
     ) -> None:
-        self._tx.execute(
+        self._tx._execute(
             "receipt_insert",
             run_id=run_id,
             database=database,
@@ -75,18 +75,18 @@ class CleanupRecords:
         )
 
     def insert_tombstones(self, run_id: uuid.UUID, ids: list[uuid.UUID]) -> None:
-        self._tx.execute("tombstones_insert", run_id=run_id, ids=ids)
+        self._tx._execute("tombstones_insert", run_id=run_id, ids=ids)
 
     def open_tombstones(self, run_id: uuid.UUID) -> list[uuid.UUID]:
         """The run's cards whose index delete is not confirmed yet."""
-        return [row["card_id"] for row in self._tx.rows("tombstones_open", run_id=run_id)]
+        return [row["card_id"] for row in self._tx._rows("tombstones_open", run_id=run_id)]
 
     def mark_tombstones_removed(self, run_id: uuid.UUID, ids: list[uuid.UUID]) -> None:
-        self._tx.execute("tombstones_removed", run_id=run_id, ids=ids)
+        self._tx._execute("tombstones_removed", run_id=run_id, ids=ids)
 
     def complete_receipt(self, run_id: uuid.UUID) -> None:
         """Completed, unless a tombstone of the run is still open."""
-        self._tx.rows("receipt_completed", run_id=run_id)
+        self._tx._rows("receipt_completed", run_id=run_id)
 
     def record_failure(self, run_id: uuid.UUID, error: str) -> None:
-        self._tx.execute("receipt_failed", run_id=run_id, error=error)
+        self._tx._execute("receipt_failed", run_id=run_id, error=error)

@@ -13,9 +13,8 @@ import re
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 import psycopg
 import psycopg_pool
@@ -34,8 +33,19 @@ from tht.errors import (
     ThothError,
     first_line,
 )
+from tht.memory.archive.account_records import AccountRecords
 from tht.memory.archive.cleanup_records import CleanupRecords
+from tht.memory.archive.idempotency_records import IdempotencyRecords
+from tht.memory.archive.port import (
+    IndexedFields,
+    ProjectionState,
+    RecallFacts,
+    RecordedProjection,
+    SeedFacts,
+    StaleProjection,
+)
 from tht.memory.archive.review_records import ReviewRecords
+from tht.memory.archive.transfer_records import TransferRecords
 from tht.memory.migrations import RUNTIME_ROLE, check_schema
 from tht.memory.model import (
     Card,
@@ -249,46 +259,6 @@ class PostgresArchive:
             raise _translate(exc) from exc
 
 
-@dataclass(frozen=True)
-class RecordedProjection:
-    """What ``record_projections`` records of one card."""
-
-    card_uuid: uuid.UUID
-    revision: int
-    terms: Sequence[int]
-    indexed_chars: int
-    embedded_chars: int | None
-
-
-@dataclass(frozen=True)
-class ProjectionState:
-    """A card's revision next to what the index is recorded to hold for it."""
-
-    revision: int
-    projected_revision: int | None
-    fingerprint: str | None
-    operation: str | None  # outstanding work, if any
-
-    def current(self, fingerprint: str) -> bool:
-        return (
-            self.operation is None
-            and self.projected_revision == self.revision
-            and self.fingerprint == fingerprint
-        )
-
-
-RecallFacts = tuple[ProjectionState, CardFacts]
-
-
-@dataclass(frozen=True)
-class SeedFacts:
-    facts: dict[uuid.UUID, RecallFacts]
-    links: dict[uuid.UUID, list[tuple[uuid.UUID, str]]]  # outgoing links by source
-    target_facts: dict[uuid.UUID, RecallFacts]
-    terms: dict[uuid.UUID, frozenset[int]]  # BM25 terms recorded with each projection
-    fields: dict[uuid.UUID, dict]  # indexed fields, of projections recorded without terms
-
-
 def _day_start(value: datetime | date, *, next_day: bool = False) -> datetime:
     if isinstance(value, datetime):
         return value if value.tzinfo else value.replace(tzinfo=UTC)
@@ -319,9 +289,10 @@ class ArchiveTransaction:
         self.workspace_id = workspace_id
         self._named = named  # the queries row/rows/execute name; the archive's by default
 
-    def using(self, named: Mapping[str, str]) -> ArchiveTransaction:
-        """The same transaction, with row/rows/execute naming the queries of another
-        SQL file (the cleanup's, the workflow's)."""
+    def _using(self, named: Mapping[str, str]) -> ArchiveTransaction:
+        """The same transaction, with _row/_rows/_execute naming the queries of another
+        SQL file: for the record adapters of this package (``tx.reviews``, ``tx.cleanup``,
+        ``tx.accounts``, ``tx.idempotency``, ``tx.transfer``), never for a service."""
         return ArchiveTransaction(self.conn, self.workspace_id, named)
 
     def _bound_workspace(self) -> str:
@@ -335,19 +306,19 @@ class ArchiveTransaction:
     def _sql(self, query: str) -> str:
         return _q(query) if self._named is None else self._named[query]
 
-    def row(self, query: str, /, **params: Any) -> dict | None:
+    def _row(self, query: str, /, **params: Any) -> dict | None:
         with self.conn.cursor(row_factory=dict_row) as cur:
             return cur.execute(self._sql(query), self._params(**params)).fetchone()
 
-    def one(self, query: str, /, **params: Any) -> dict:
+    def _one(self, query: str, /, **params: Any) -> dict:
         """The row of a query that always returns one (a count, an INSERT ... RETURNING)."""
-        return _only(self.row(query, **params))
+        return _only(self._row(query, **params))
 
-    def rows(self, query: str, /, **params: Any) -> list[dict]:
+    def _rows(self, query: str, /, **params: Any) -> list[dict]:
         with self.conn.cursor(row_factory=dict_row) as cur:
             return cur.execute(self._sql(query), self._params(**params)).fetchall()
 
-    def execute(self, query: str, /, **params: Any) -> None:
+    def _execute(self, query: str, /, **params: Any) -> None:
         self.conn.execute(self._sql(query), self._params(**params))
 
     @property
@@ -360,14 +331,29 @@ class ArchiveTransaction:
         """Physical cleanup's records: matching cards, receipts, tombstones."""
         return CleanupRecords(self)
 
+    @property
+    def accounts(self) -> AccountRecords:
+        """Users, memberships, sessions, login failures, the audit log (accounts mode)."""
+        return AccountRecords(self)
+
+    @property
+    def idempotency(self) -> IdempotencyRecords:
+        """The answers recorded for idempotency keys."""
+        return IdempotencyRecords(self)
+
+    @property
+    def transfer(self) -> TransferRecords:
+        """Bulk import's batches and export's count."""
+        return TransferRecords(self)
+
     def use_nonce(self, nonce: str, expires_at: datetime | None) -> bool:
         """Count a signed request's nonce once: False when it was already used."""
-        return self.row("nonce_use", nonce=nonce, expires_at=expires_at) is not None
+        return self._row("nonce_use", nonce=nonce, expires_at=expires_at) is not None
 
     # --- workspaces -----------------------------------------------------------
 
     def workspace(self) -> Workspace | None:
-        row = self.row("workspace_get")
+        row = self._row("workspace_get")
         return Workspace(**row) if row else None
 
     def require_workspace(self) -> Workspace:
@@ -381,21 +367,21 @@ class ArchiveTransaction:
         return workspace
 
     def insert_workspace(self, name: str, language: str) -> Workspace | None:
-        row = self.row("workspace_insert", name=name, language=language)
+        row = self._row("workspace_insert", name=name, language=language)
         return Workspace(**row) if row else None
 
     def list_workspaces(self) -> list[Workspace]:
-        return [Workspace(**row) for row in self.rows("workspace_list")]
+        return [Workspace(**row) for row in self._rows("workspace_list")]
 
     def workspace_counts(self) -> tuple[dict[str, int], int]:
-        counts = {row["family"]: row["cards"] for row in self.rows("workspace_card_counts")}
-        pending = self.one("workspace_pending_count")["count"]
+        counts = {row["family"]: row["cards"] for row in self._rows("workspace_card_counts")}
+        pending = self._one("workspace_pending_count")["count"]
         return counts, pending
 
     # --- cards ----------------------------------------------------------------
 
     def card(self, card_uuid: uuid.UUID) -> Card | None:
-        row = self.row("card_get", id=card_uuid)
+        row = self._row("card_get", id=card_uuid)
         if row is None:
             return None
         incoming = [
@@ -404,7 +390,7 @@ class ArchiveTransaction:
                 meaning=r["meaning"],
                 source_title=r["title"],
             )
-            for r in self.rows("card_links_in", id=card_uuid)
+            for r in self._rows("card_links_in", id=card_uuid)
         ]
         return self._cards_from_rows([row], incoming={card_uuid: incoming})[card_uuid]
 
@@ -433,9 +419,9 @@ class ArchiveTransaction:
     ) -> dict[uuid.UUID, Card]:
         ids = [row["id"] for row in rows]
         if dep_rows is None:
-            dep_rows = self.rows("dependencies_of", ids=ids)
+            dep_rows = self._rows("dependencies_of", ids=ids)
         if link_rows is None:
-            link_rows = self.rows("links_of", ids=ids)
+            link_rows = self._rows("links_of", ids=ids)
         deps: dict[uuid.UUID, list[Dependency]] = {i: [] for i in ids}
         for d in dep_rows:
             deps[d["card_id"]].append(
@@ -492,13 +478,13 @@ class ArchiveTransaction:
 
     def lock_card_family(self, card_uuid: uuid.UUID) -> tuple[int, str] | None:
         """Lock the card's row until commit; its revision and family."""
-        row = self.row("card_lock", id=card_uuid)
+        row = self._row("card_lock", id=card_uuid)
         return (row["revision"], row["family"]) if row else None
 
     def existing_cards(self, card_uuids: list[uuid.UUID]) -> set[uuid.UUID]:
         if not card_uuids:
             return set()
-        return {row["id"] for row in self.rows("cards_existing", ids=card_uuids)}
+        return {row["id"] for row in self._rows("cards_existing", ids=card_uuids)}
 
     def _fields(self, data: CardInput) -> dict[str, Any]:
         return {
@@ -523,7 +509,7 @@ class ArchiveTransaction:
         origin: str,
         source: Source | None,
     ) -> int:
-        row = self.one(
+        row = self._one(
             "card_insert",
             id=card_uuid,
             language=language,
@@ -536,15 +522,15 @@ class ArchiveTransaction:
 
     def update_card(self, card_uuid: uuid.UUID, data: CardInput) -> int:
         keep_signature = "error_signature" not in data.model_fields_set
-        return self.one(
+        return self._one(
             "card_update", id=card_uuid, keep_signature=keep_signature, **self._fields(data)
         )["revision"]
 
     def delete_card(self, card_uuid: uuid.UUID) -> tuple[int, int]:
         """Delete the card, locked by the caller (dependencies and incident links
         cascade); returns (last revision, number of incident links removed)."""
-        links = self.one("card_incident_link_count", id=card_uuid)["count"]
-        return self.one("card_delete", id=card_uuid)["revision"], links
+        links = self._one("card_incident_link_count", id=card_uuid)["count"]
+        return self._one("card_delete", id=card_uuid)["revision"], links
 
     def replace_dependencies(self, card_uuid: uuid.UUID, deps: list[Dependency]) -> None:
         self.conn.execute(_q("dependencies_clear"), self._params(id=card_uuid))
@@ -599,7 +585,7 @@ class ArchiveTransaction:
                 created_at=r["created_at"],
                 updated_at=r["updated_at"],
             )
-            for r in self.rows("operations_list")
+            for r in self._rows("operations_list")
         ]
 
     # --- projections -----------------------------------------------------------
@@ -609,17 +595,17 @@ class ArchiveTransaction:
             r["id"]: ProjectionState(
                 r["revision"], r["projected_revision"], r["fingerprint"], r["operation"]
             )
-            for r in self.rows("projection_states", ids=list(card_uuids))
+            for r in self._rows("projection_states", ids=list(card_uuids))
         }
 
     def recall_facts(self, card_uuids: list[uuid.UUID]) -> dict[uuid.UUID, RecallFacts]:
-        return {r["id"]: self._facts(r) for r in self.rows("recall_facts", ids=list(card_uuids))}
+        return {r["id"]: self._facts(r) for r in self._rows("recall_facts", ids=list(card_uuids))}
 
     def links_with_facts(
         self, card_uuids: list[uuid.UUID]
     ) -> tuple[dict[uuid.UUID, list[tuple[uuid.UUID, str]]], dict[uuid.UUID, RecallFacts]]:
         """Outgoing links of these cards, and the recall facts of every target."""
-        return self._links_and_target_facts(self.rows("links_with_facts", ids=list(card_uuids)))
+        return self._links_and_target_facts(self._rows("links_with_facts", ids=list(card_uuids)))
 
     def seed_facts(self, card_uuids: list[uuid.UUID]) -> SeedFacts:
         """What recall reads about its seeds, in one round trip: their ``recall_facts``
@@ -645,7 +631,10 @@ class ArchiveTransaction:
             links=by_source,
             target_facts=target_facts,
             terms={r["id"]: frozenset(r["terms"]) for r in fact_rows if r["terms"] is not None},
-            fields={r["id"]: r for r in self.rows("indexed_fields", ids=without_terms)}
+            fields={
+                r["id"]: cast(IndexedFields, r)
+                for r in self._rows("indexed_fields", ids=without_terms)
+            }
             if without_terms
             else {},
         )
@@ -677,15 +666,15 @@ class ArchiveTransaction:
     def operations_for(self, card_uuids: list[uuid.UUID]) -> dict[uuid.UUID, tuple[str, int]]:
         return {
             r["card_id"]: (r["operation"], r["revision"])
-            for r in self.rows("operations_for", ids=list(card_uuids))
+            for r in self._rows("operations_for", ids=list(card_uuids))
         }
 
     def has_projections(self) -> bool:
-        row = self.row("projections_exist")
+        row = self._row("projections_exist")
         return bool(row and row["present"])
 
     def operation_ids(self, limit: int) -> list[uuid.UUID]:
-        return [r["card_id"] for r in self.rows("operation_ids", limit=limit)]
+        return [r["card_id"] for r in self._rows("operation_ids", limit=limit)]
 
     def clear_operation(self, card_uuid: uuid.UUID, revision: int) -> None:
         self.conn.execute(_q("operation_clear"), self._params(id=card_uuid, revision=revision))
@@ -725,12 +714,12 @@ class ArchiveTransaction:
             )
 
     def revisions_of(self, card_uuids: list[uuid.UUID]) -> dict[uuid.UUID, int]:
-        return {r["id"]: r["revision"] for r in self.rows("revisions_of", ids=list(card_uuids))}
+        return {r["id"]: r["revision"] for r in self._rows("revisions_of", ids=list(card_uuids))}
 
     def card_index(self, card_uuid: uuid.UUID, fingerprint: str | None) -> CardIndex | None:
         """The card's projection as `show` reports it; ``fingerprint``: the running
         projection format (None when no index is configured: nothing is current)."""
-        row = self.row("projection_detail", id=card_uuid)
+        row = self._row("projection_detail", id=card_uuid)
         if row is None:
             return None
         state = ProjectionState(
@@ -748,17 +737,20 @@ class ArchiveTransaction:
 
     def projections(self) -> dict[uuid.UUID, tuple[int, str]]:
         return {
-            r["card_id"]: (r["revision"], r["fingerprint"]) for r in self.rows("projection_ids")
+            r["card_id"]: (r["revision"], r["fingerprint"]) for r in self._rows("projection_ids")
         }
 
     def card_revisions(self) -> dict[uuid.UUID, int]:
-        return {r["id"]: r["revision"] for r in self.rows("card_revisions")}
+        return {r["id"]: r["revision"] for r in self._rows("card_revisions")}
 
     def card_ids_after(self, after: uuid.UUID, limit: int) -> list[uuid.UUID]:
-        return [r["id"] for r in self.rows("card_ids_after", after=after, limit=limit)]
+        return [r["id"] for r in self._rows("card_ids_after", after=after, limit=limit)]
 
-    def stale_projections(self, fingerprint: str) -> list[dict]:
-        return self.rows("stale_projection_ids", fingerprint=fingerprint)
+    def stale_projections(self, fingerprint: str) -> list[StaleProjection]:
+        return [
+            StaleProjection(r["id"], r["title"], r["revision"], r["fingerprint"])
+            for r in self._rows("stale_projection_ids", fingerprint=fingerprint)
+        ]
 
     # --- the admin list -------------------------------------------------------
 

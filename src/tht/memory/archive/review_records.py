@@ -25,10 +25,10 @@ def _queries() -> dict[str, str]:
 
 class ReviewRecords:
     def __init__(self, tx: ArchiveTransaction) -> None:
-        self._tx = tx.using(_queries())
+        self._tx = tx._using(_queries())
 
     def receipt(self, session: str) -> ReviewReceipt | None:
-        return self._tx.row("receipt_get", session=session)
+        return self._tx._row("receipt_get", session=session)
 
     def insert_receipt(
         self,
@@ -40,7 +40,7 @@ class ReviewRecords:
         reviewer: str,
         result: dict[str, Any],
     ) -> ReviewReceipt:
-        return self._tx.one(
+        return self._tx._one(
             "receipt_insert",
             session=session,
             request_digest=request_digest,
@@ -51,14 +51,14 @@ class ReviewRecords:
         )
 
     def mark_ledger_appended(self, session: str) -> None:
-        self._tx.execute("receipt_ledger_appended", session=session)
+        self._tx._execute("receipt_ledger_appended", session=session)
 
     def exact_duplicates(
         self, family: str, *, content: str, scope: str, question: str, sql: str, context: str
     ) -> list[uuid.UUID]:
         """Cards of ``family`` whose folded texts (lowercase, white space collapsed) are
         these, oldest first."""
-        rows = self._tx.rows(
+        rows = self._tx._rows(
             "exact_duplicates",
             family=family,
             content=content,
@@ -71,4 +71,4 @@ class ReviewRecords:
 
     def error_signature_matches(self, signature: str) -> list[uuid.UUID]:
         """Explained errors with exactly this normalized signature."""
-        return [row["id"] for row in self._tx.rows("error_signature_matches", signature=signature)]
+        return [row["id"] for row in self._tx._rows("error_signature_matches", signature=signature)]

@@ -35,7 +35,7 @@ from typing import IO, Any
 
 from tht.errors import Conflict, Interrupted, InvalidInput, NotFound, ThothError
 from tht.faults import pause_point
-from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive
+from tht.memory.archive.port import Archive, ArchiveTx
 from tht.memory.model import Card, card_id_to_uuid, uuid_to_card_id
 from tht.memory.projector import IndexProjector
 from tht.memory.transfer.formats import (
@@ -48,7 +48,6 @@ from tht.memory.transfer.formats import (
     derived_uuid,
     read_records,
 )
-from tht.sqlfiles import named_queries
 
 BATCH = 256  # records per archive transaction (and per projection call)
 MAX_REPORTED_ERRORS = 100
@@ -57,10 +56,6 @@ CONFLICT_POLICIES = ("skip", "update", "fail")
 Opener = Callable[[], AbstractContextManager[IO[bytes]]]
 # (phase, records done, records in all or None while unknown)
 Progress = Callable[[str, int, int | None], None]
-
-
-def _queries() -> dict[str, str]:
-    return named_queries("tht.memory.transfer", "sql/transfer.sql")
 
 
 @dataclass(frozen=True)
@@ -119,7 +114,7 @@ class _Resolver:
         self.workspace = workspace
         self.present: dict[uuid.UUID, bool] = {}
 
-    def learn(self, tx: ArchiveTransaction, keys: set[str]) -> None:
+    def learn(self, tx: ArchiveTx, keys: set[str]) -> None:
         ids = {card_id_key(k) for k in keys} - {None} - set(self.present)
         asked = [i for i in ids if i is not None]
         if asked:
@@ -173,7 +168,7 @@ def _comparable_card(card: Card) -> tuple:
 
 
 class CardTransfer:
-    def __init__(self, archive: PostgresArchive, projector: IndexProjector | None = None) -> None:
+    def __init__(self, archive: Archive, projector: IndexProjector | None = None) -> None:
         self.archive = archive
         self.projector = projector
 
@@ -486,7 +481,6 @@ class CardTransfer:
             workspace_row = tx.workspace()
             if workspace_row is None:
                 raise NotFound(f"workspace '{workspace}' does not exist")
-            queries = tx.using(_queries())
             resolver.learn(tx, {i.key for i in batch} | {t for i in batch for t, _ in i.links})
             uuids = [resolver.card_uuid(i.key) for i in batch]
             existing = tx.cards(uuids)
@@ -508,10 +502,7 @@ class CardTransfer:
                 elif found == "update":
                     revisions[card_uuid] = tx.update_card(card_uuid, item.data)
             if created:
-                queries.execute(
-                    "import_cards_insert", language=workspace_row.language, **_new_cards(created)
-                )
-                queries.execute("import_dependencies_add", **_dependencies(created))
+                tx.transfer.insert_cards(workspace_row.language, created)
             new = {card_uuid for card_uuid, _ in created}
             links: list[tuple[uuid.UUID, uuid.UUID, str]] = []
             for item, card_uuid, targets in zip(batch, uuids, targets_of, strict=True):
@@ -534,18 +525,9 @@ class CardTransfer:
                 for source, meaning in pending_links.pop(target, [])
             ]
             if links:
-                queries.execute(
-                    "import_links_add",
-                    sources=[s for s, _, _ in links],
-                    targets=[t for _, t, _ in links],
-                    meanings=[m for _, _, m in links],
-                )
+                tx.transfer.add_links(links)
             if revisions:
-                queries.execute(
-                    "import_operations_enqueue",
-                    ids=list(revisions),
-                    revisions=list(revisions.values()),
-                )
+                tx.transfer.enqueue_upserts(revisions)
         return actions, to_project
 
     def _project(self, workspace: str, card_uuids: list[uuid.UUID]) -> tuple[int, int]:
@@ -579,7 +561,7 @@ class CardTransfer:
                 raise NotFound(
                     f"workspace '{workspace}' does not exist", details={"workspace": workspace}
                 )
-            total = tx.using(_queries()).row("export_count")["cards"]  # type: ignore[index]
+            total = tx.transfer.card_count()
         if fmt == "csv":
             write(_csv_line(list(CSV_COLUMNS)))
         after = uuid.UUID(int=0)
@@ -611,50 +593,6 @@ class CardTransfer:
             "cards": done,
             "seconds": round(seconds, 3),
         }
-
-
-def _new_cards(created: list[tuple[uuid.UUID, ImportCard]]) -> dict[str, list[Any]]:
-    """The columns of import_cards_insert: one array per column, one element per card."""
-    data = [item.data for _, item in created]
-    items = [item for _, item in created]
-    columns: dict[str, list[Any]] = {
-        "ids": [card_uuid for card_uuid, _ in created],
-        "families": [d.family for d in data],
-        "titles": [d.title for d in data],
-        "contents": [d.content for d in data],
-        "scopes": [d.scope for d in data],
-        "rationales": [d.rationale for d in data],
-        "questions": [d.question for d in data],
-        "sqls": [d.sql for d in data],
-        "contexts": [d.context for d in data],
-    }
-    columns["error_signatures"] = [i.data.error_signature for i in items]
-    columns["concepts"] = [json.dumps(i.data.concepts) for i in items]
-    columns["origins"] = [i.origin for i in items]
-    columns["source_sessions"] = [i.source_session for i in items]
-    columns["source_decisions"] = [
-        None if i.source_decisions is None else json.dumps(i.source_decisions) for i in items
-    ]
-    columns["revisions"] = [i.revision for i in items]
-    columns["created_ats"] = [i.created_at for i in items]
-    columns["updated_ats"] = [i.updated_at for i in items]
-    return columns
-
-
-def _dependencies(created: list[tuple[uuid.UUID, ImportCard]]) -> dict[str, list[Any]]:
-    rows = [
-        (card_uuid, position, dep)
-        for card_uuid, item in created
-        for position, dep in enumerate(item.data.dependencies)
-    ]
-    return {
-        "ids": [r[0] for r in rows],
-        "positions": [r[1] for r in rows],
-        "databases": [r[2].database for r in rows],
-        "schemas": [r[2].schema_name for r in rows],
-        "tables": [r[2].table for r in rows],
-        "columns": [r[2].column for r in rows],
-    }
 
 
 def export_document(card: Card) -> dict[str, Any]:

@@ -1,5 +1,66 @@
--- The accounts' lifecycle (migration 012): token expiry and rotation, roles,
--- memberships, deletion, and the audit log. Every query runs in the accounts mode.
+-- Local accounts: users, memberships, web sessions and login failures (only in the
+-- accounts mode; see migration 004), and their lifecycle (migration 012): token expiry
+-- and rotation, roles, memberships, deletion, and the audit log. Every query runs in
+-- the accounts mode; the typed methods are tht.memory.archive.account_records.
+
+-- name: user_insert
+-- token_seconds NULL: a token that never expires (012)
+INSERT INTO thoth_memory.users (id, name, role, password_hash, token_hash, token_issued_at, token_expires_at)
+VALUES (%(id)s, %(name)s, %(role)s, %(password_hash)s, %(token_hash)s, now(),
+        now() + make_interval(secs => %(token_seconds)s::bigint))
+ON CONFLICT (name) DO NOTHING
+RETURNING id, token_expires_at;
+
+-- name: user_workspace_insert
+INSERT INTO thoth_memory.user_workspaces (user_id, workspace_id) VALUES (%(user_id)s, %(workspace)s);
+
+-- name: user_workspace_grant
+INSERT INTO thoth_memory.user_workspaces (user_id, workspace_id) VALUES (%(user_id)s, %(workspace)s)
+ON CONFLICT DO NOTHING;
+
+-- name: user_by_name
+SELECT id, name, role, password_hash FROM thoth_memory.users WHERE name = %(name)s;
+
+-- name: user_by_session
+SELECT u.id, u.name, u.role, s.one_time
+  FROM thoth_memory.web_sessions s JOIN thoth_memory.users u ON u.id = s.user_id
+ WHERE s.id_hash = %(id_hash)s AND s.expires_at > now();
+
+-- name: user_workspaces
+SELECT workspace_id FROM thoth_memory.user_workspaces WHERE user_id = %(user_id)s ORDER BY workspace_id;
+
+-- name: session_insert
+INSERT INTO thoth_memory.web_sessions (id_hash, user_id, one_time, expires_at)
+VALUES (%(id_hash)s, %(user_id)s, %(one_time)s, now() + make_interval(secs => %(seconds)s));
+
+-- name: session_delete
+DELETE FROM thoth_memory.web_sessions WHERE id_hash = %(id_hash)s RETURNING user_id;
+
+-- name: sessions_expire
+DELETE FROM thoth_memory.web_sessions WHERE expires_at <= now();
+
+-- name: login_failures
+-- Recent failed logins of this name and of this client, and the seconds since the
+-- last of each (NULL when none), measured by the database clock all instances share.
+SELECT (SELECT count(*) FROM thoth_memory.login_attempts
+         WHERE user_name = %(name)s AND failed_at > now() - make_interval(secs => %(window)s)) AS user_failures,
+       (SELECT extract(epoch FROM now() - max(failed_at)) FROM thoth_memory.login_attempts
+         WHERE user_name = %(name)s) AS user_idle,
+       (SELECT count(*) FROM thoth_memory.login_attempts
+         WHERE client = %(client)s AND failed_at > now() - make_interval(secs => %(window)s)) AS client_failures,
+       (SELECT extract(epoch FROM now() - max(failed_at)) FROM thoth_memory.login_attempts
+         WHERE client = %(client)s) AS client_idle;
+
+-- name: login_failure_record
+WITH forgotten AS (DELETE FROM thoth_memory.login_attempts
+                    WHERE failed_at < now() - make_interval(secs => %(window)s))
+INSERT INTO thoth_memory.login_attempts (user_name, client) VALUES (%(name)s, %(client)s);
+
+-- name: login_failures_clear
+-- A successful login forgives the name's failures (not the client's: it may be trying many names).
+DELETE FROM thoth_memory.login_attempts WHERE user_name = %(name)s;
+
+-- Lifecycle (migration 012) ---------------------------------------------------------
 
 -- name: token_principal
 -- The token's user, and whether the token has expired (by the database clock that

@@ -1,0 +1,118 @@
+"""Bulk import and export in the archive: a batch of new cards with their
+dependencies, links and projection operations in one statement each, and the count
+an export starts from. Typed methods over the named SQL of ``sql/transfer.sql``,
+inside an archive transaction (``tx.transfer``)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+from tht.memory.model import CardInput
+from tht.sqlfiles import named_queries
+
+if TYPE_CHECKING:
+    from tht.memory.archive.postgres import ArchiveTransaction
+
+
+class ImportedCard(Protocol):
+    """A card as an import writes it (tht.memory.transfer.formats.ImportCard): what it
+    keeps of an export (origin, source references, revision, timestamps; None: a new
+    card's defaults) next to its data."""
+
+    @property
+    def data(self) -> CardInput: ...
+    @property
+    def origin(self) -> str: ...
+    @property
+    def source_session(self) -> str | None: ...
+    @property
+    def source_decisions(self) -> list[str] | None: ...
+    @property
+    def revision(self) -> int | None: ...
+    @property
+    def created_at(self) -> datetime | None: ...
+    @property
+    def updated_at(self) -> datetime | None: ...
+
+
+def _queries() -> dict[str, str]:
+    return named_queries("tht.memory.archive", "sql/transfer.sql")
+
+
+class TransferRecords:
+    def __init__(self, tx: ArchiveTransaction) -> None:
+        self._tx = tx._using(_queries())
+
+    def insert_cards(
+        self, language: str, created: Sequence[tuple[uuid.UUID, ImportedCard]]
+    ) -> None:
+        """New cards, with their dependencies (their links: ``add_links``)."""
+        self._tx._execute("import_cards_insert", language=language, **_new_cards(created))
+        self._tx._execute("import_dependencies_add", **_dependencies(created))
+
+    def add_links(self, links: Sequence[tuple[uuid.UUID, uuid.UUID, str]]) -> None:
+        """(source, target, meaning); a link already there is left as it is."""
+        self._tx._execute(
+            "import_links_add",
+            sources=[s for s, _, _ in links],
+            targets=[t for _, t, _ in links],
+            meanings=[m for _, _, m in links],
+        )
+
+    def enqueue_upserts(self, revisions: Mapping[uuid.UUID, int]) -> None:
+        """The projection operations of these cards (card -> revision to project)."""
+        self._tx._execute(
+            "import_operations_enqueue", ids=list(revisions), revisions=list(revisions.values())
+        )
+
+    def card_count(self) -> int:
+        count: int = self._tx._one("export_count")["cards"]
+        return count
+
+
+def _new_cards(created: Sequence[tuple[uuid.UUID, ImportedCard]]) -> dict[str, list[Any]]:
+    """The columns of import_cards_insert: one array per column, one element per card."""
+    data = [item.data for _, item in created]
+    items = [item for _, item in created]
+    columns: dict[str, list[Any]] = {
+        "ids": [card_uuid for card_uuid, _ in created],
+        "families": [d.family for d in data],
+        "titles": [d.title for d in data],
+        "contents": [d.content for d in data],
+        "scopes": [d.scope for d in data],
+        "rationales": [d.rationale for d in data],
+        "questions": [d.question for d in data],
+        "sqls": [d.sql for d in data],
+        "contexts": [d.context for d in data],
+    }
+    columns["error_signatures"] = [i.data.error_signature for i in items]
+    columns["concepts"] = [json.dumps(i.data.concepts) for i in items]
+    columns["origins"] = [i.origin for i in items]
+    columns["source_sessions"] = [i.source_session for i in items]
+    columns["source_decisions"] = [
+        None if i.source_decisions is None else json.dumps(i.source_decisions) for i in items
+    ]
+    columns["revisions"] = [i.revision for i in items]
+    columns["created_ats"] = [i.created_at for i in items]
+    columns["updated_ats"] = [i.updated_at for i in items]
+    return columns
+
+
+def _dependencies(created: Sequence[tuple[uuid.UUID, ImportedCard]]) -> dict[str, list[Any]]:
+    rows = [
+        (card_uuid, position, dep)
+        for card_uuid, item in created
+        for position, dep in enumerate(item.data.dependencies)
+    ]
+    return {
+        "ids": [r[0] for r in rows],
+        "positions": [r[1] for r in rows],
+        "databases": [r[2].database for r in rows],
+        "schemas": [r[2].schema_name for r in rows],
+        "tables": [r[2].table for r in rows],
+        "columns": [r[2].column for r in rows],
+    }
