@@ -81,7 +81,7 @@ class ProposalService:
         def refuse(proposal: str, reason: str, message: str) -> None:
             problems.append({"proposal": proposal, "reason": reason, "message": message})
 
-        derived = approved_solved_question(session, decisions, parsed.proposals)
+        derived = _approved_solved_question(session, decisions, parsed.proposals)
         if derived is not None:
             parsed = parsed.model_copy(update={"proposals": [*parsed.proposals, derived]})
         cards = _check_against_ledger(parsed.proposals, decisions, refuse)
@@ -154,7 +154,7 @@ def _parse_proposals(workspace: str, session: str, document: Any) -> ProposalsFi
     return parsed
 
 
-def approved_solved_question(
+def _approved_solved_question(
     session: str, decisions: dict[str, DecisionEvent], proposals: list[Proposal]
 ) -> Proposal | None:
     """The summary always offers the session's approved SQL as a solved question:
