@@ -432,7 +432,9 @@ def setup_review_apply(stack: Stack, trial: Trial, row: Row, data_dir: Path) -> 
         update,
     )
     from tht.accounts import Principal
-    from tht.workflow.service import WorkflowService
+    from tht.workflow.proposals import ProposalService
+    from tht.workflow.session import SessionStore
+    from tht.workflow.summary import SummaryService
 
     workspace, ids = trial.workspace, trial.ids
     root = data_dir / "sessions"
@@ -451,11 +453,14 @@ def setup_review_apply(stack: Stack, trial: Trial, row: Row, data_dir: Path) -> 
         ),
         update("p2", ["d2"], ids["B"], 1, card_document(title="B", content=edited)),
     ]
-    workflow = WorkflowService(stack.archive, stack.projector, None, root)
-    workflow.propose(workspace, session.id, {"version": 1, "proposals": proposals})
+    sessions = SessionStore(root)
+    ProposalService(stack.archive, sessions).propose(
+        workspace, session.id, {"version": 1, "proposals": proposals}
+    )
+    summary = SummaryService(stack.archive, sessions).summary(workspace, session.id)
     review = {
         "decision": "apply",
-        "proposals_digest": workflow.summary(workspace, session.id)["proposals_digest"],
+        "proposals_digest": summary["proposals_digest"],
         "selected": [{"proposal": "p1"}, {"proposal": "p2"}],
     }
     keys = data_dir / f"gate-{workspace}"

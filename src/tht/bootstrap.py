@@ -32,7 +32,10 @@ from tht.memory.recall_service import RecallService
 from tht.memory.service import MemoryService, WorkspaceService
 from tht.settings import DatabaseSettings, RuntimeConfig, database_settings, default_home
 from tht.validation import describe_validation_error
-from tht.workflow.service import WorkflowService
+from tht.workflow.proposals import ProposalService
+from tht.workflow.review import ReviewService
+from tht.workflow.session import SessionStore
+from tht.workflow.summary import SummaryService
 
 if TYPE_CHECKING:
     from tht.db.embedded import EmbeddedPostgres
@@ -184,11 +187,14 @@ class Services:
     workspaces: WorkspaceService
     accounts: Accounts
     admin: MemoryAdmin
+    sessions: SessionStore  # the workflow's session directories
+    proposals: ProposalService
+    summaries: SummaryService
+    review: ReviewService
     projector: IndexProjector | None = None
     recall: RecallService | None = None
     cleanup: PhysicalCleanup | None = None
     catalog: Catalog | None = None
-    workflow: WorkflowService | None = None
     engines: Engines | None = None  # closed with these services when they own them
 
     def close(self) -> None:
@@ -267,17 +273,21 @@ class Engines:
         cleanup = PhysicalCleanup(archive, projector)
         # the Catalog connects on first use: memory commands never depend on its schema
         catalog = Catalog(CatalogStore(archive), cleanup, env if env is not None else self.env)
+        sessions = SessionStore(sessions_root)
         return Services(
             archive,
             memory,
             WorkspaceService(archive),
             Accounts(archive),
             MemoryAdmin(memory, projector),
-            projector,
-            recall,
-            cleanup,
-            catalog,
-            WorkflowService(archive, projector, recall, sessions_root),
+            sessions=sessions,
+            proposals=ProposalService(archive, sessions),
+            summaries=SummaryService(archive, sessions),
+            review=ReviewService(archive, projector, sessions),
+            projector=projector,
+            recall=recall,
+            cleanup=cleanup,
+            catalog=catalog,
         )
 
     @contextmanager

@@ -77,7 +77,7 @@ def _seed(env: dict[str, str], root: Path) -> None:
             decision("d2", "concept_clarified", text="a commessa is a job"),
             decision("d3", "sql_approved", sql=solved()["sql"]),
         )
-        services.workflow.propose(
+        services.proposals.propose(
             WORKSPACE,
             SESSION,
             {

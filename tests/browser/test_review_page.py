@@ -66,7 +66,7 @@ def _seed(env: dict[str, str], root: Path) -> dict[str, str]:
             decision("d2", "concept_clarified", text="a commessa is a job"),
             decision("d3", "sql_approved", sql=APPROVED_SQL),
         )
-        services.workflow.propose(
+        services.proposals.propose(
             WORKSPACE,
             SESSION,
             {
@@ -96,7 +96,7 @@ def _seed(env: dict[str, str], root: Path) -> dict[str, str]:
             },
         )
         Session(root, DECLINED).log(decision("d1", "concept_clarified", text="x"))
-        services.workflow.propose(
+        services.proposals.propose(
             WORKSPACE,
             DECLINED,
             {

@@ -61,13 +61,15 @@ def prepare_sessions(world) -> None:
         )
     )
     Session(world.root, "s-solved").log(decision("d1", "sql_approved", sql=APPROVED_SQL))
-    workflow = world.services.workflow
-    workflow.propose("ws-a", "s-solved", {"version": 1, "proposals": [add("q", ["d1"], solved())]})
-    digest = workflow.summary("ws-a", "s-solved")["proposals_digest"]
+    services = world.services
+    services.proposals.propose(
+        "ws-a", "s-solved", {"version": 1, "proposals": [add("q", ["d1"], solved())]}
+    )
+    digest = services.summaries.summary("ws-a", "s-solved")["proposals_digest"]
     review = Review.model_validate(
         {"decision": "apply", "proposals_digest": digest, "selected": [{"proposal": "q"}]}
     )
-    applied = workflow.review_apply(
+    applied = services.review.review_apply(
         Principal("reviewer", "admin", frozenset({"ws-a"})), "ws-a", "s-solved", review
     )
     assert applied["status"] == "applied", applied
@@ -446,7 +448,7 @@ def test_sessions_come_from_the_service_configuration(world, database, tmp_path)
         {"id": "p1", "action": "add", "family": "sql_rule", "card_id": None}
     ]
     summary = _http(world, "summary", {"session": "s-propose"}).json()
-    assert summary == world.services.workflow.summary("ws-a", "s-propose")
+    assert summary == world.services.summaries.summary("ws-a", "s-propose")
     assert [a["proposal"] for a in summary["additions"]] == ["p1"]
     missing = _http(world, "summary", {"session": "s-nope"})
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"

@@ -36,7 +36,7 @@ def review_world(database, tmp_path):
     Session(root, "s-1").log(
         decision("d1", "sql_corrected", explanation="code repeats across years")
     )
-    services.workflow.propose("ws-a", "s-1", {"proposals": [add("p1", ["d1"], join_rule())]})
+    services.proposals.propose("ws-a", "s-1", {"proposals": [add("p1", ["d1"], join_rule())]})
     client = TestClient(
         create_app(services, WebSettings(public_origins=(ORIGIN,))), base_url=ORIGIN
     )
@@ -62,7 +62,7 @@ def test_every_review_route_checks_principal_and_workspace(review_world):
             json={"decision": "decline_all", "proposals_digest": digest},
         )
         assert response.status_code == status, response.json()
-    assert services.workflow.summary("ws-a", "s-1")["reviewed"] is None
+    assert services.summaries.summary("ws-a", "s-1")["reviewed"] is None
     listed = client.get(base, headers=bearer(tokens, "admin_a")).json()
     assert [(i["session"], i["reviewed"]) for i in listed["items"]] == [("s-1", None)]
     # another workspace's admin sees none of ws-a's sessions in ws-b

@@ -1056,7 +1056,7 @@ def test_concurrent_deliveries_of_one_review_apply_it_once(flow):
         with ThreadPoolExecutor(4) as pool:
             results = list(
                 pool.map(
-                    lambda _: services.workflow.review_apply(reviewer, "acme", session.id, review),
+                    lambda _: services.review.review_apply(reviewer, "acme", session.id, review),
                     range(4),
                 )
             )

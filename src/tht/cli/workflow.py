@@ -40,7 +40,7 @@ def memory_propose(
     document = _read_document(data)
     with _services(runtime) as services:
         emit(
-            services.workflow.propose(
+            services.proposals.propose(
                 runtime.workspace,
                 session,
                 document,
@@ -55,7 +55,7 @@ def memory_summary(
     """The reviewer's editable summary: additions, updates with their change, the solved question, links."""
     runtime = load_runtime(config)
     with _services(runtime) as services:
-        emit(services.workflow.summary(runtime.workspace, session))
+        emit(services.summaries.summary(runtime.workspace, session))
 
 
 def memory_review_apply(
@@ -73,7 +73,7 @@ def memory_review_apply(
     gate = verify_gate_request(_read_document(request), key, workspace=runtime.workspace)
     with _services(runtime) as services:
         emit(
-            services.workflow.review_apply(
+            services.review.review_apply(
                 gate.principal,
                 runtime.workspace,
                 gate.session,
@@ -94,7 +94,7 @@ def memory_solved_index(
     """Retry the projection of a session's reviewed solved question (never creates content)."""
     runtime = load_runtime(config)
     with _services(runtime) as services:
-        emit(services.workflow.solved_index(runtime.workspace, session))
+        emit(services.review.solved_index(runtime.workspace, session))
 
 
 def register(memory_app: typer.Typer) -> None:

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tht.accounts import PROPOSE, RECALL, Principal
-from tht.errors import InvalidInput, NotFound
+from tht.errors import ConfigurationError, InvalidInput, NotFound
 from tht.memory.idempotency import IdempotencyKey
-from tht.memory.recall_service import RecallKind, RecallQuery, parse_recall_query
+from tht.memory.recall_errors import rules_for_error
+from tht.memory.recall_service import RecallKind, RecallQuery, RecallService, parse_recall_query
 from tht.workflow.contract import check_session_id
 
 if TYPE_CHECKING:
@@ -57,12 +58,19 @@ def _check(principal: Principal | None, permission: str, workspace: str) -> None
         principal.require(permission, workspace)
 
 
+def _recall(services: Services) -> RecallService:
+    """Recall needs the projection, which every face that recalls configures."""
+    if services.recall is None:
+        raise ConfigurationError("no search index is configured: recall needs one")
+    return services.recall
+
+
 def require_sessions(services: Services, session: str) -> None:
     """A session is a directory of the workflow's sessions_root. A service started
     without one knows no session: a clear 404, where the CLI (whose runtime file
     names the root) reports its configuration."""
     check_session_id(session)
-    if services.workflow.sessions.root is None:
+    if services.sessions.root is None:
         raise NotFound(
             f"session {session} does not exist: this service has no sessions_root"
             " (start it with `tht serve -c` naming sessions_root)",
@@ -89,9 +97,11 @@ def recall_command(
     results (tht.memory.recall_explain); an id that is not the workspace's card is
     refused as `memory show` refuses it."""
     _check(principal, RECALL, workspace)
-    exclude = services.workflow.decided_cards(session) if session is not None else frozenset()
+    recall = _recall(services)
+    exclude = services.sessions.decided_cards(session) if session is not None else frozenset()
     if error is not None:
-        return services.workflow.rules_for_error(
+        return rules_for_error(
+            recall,
             workspace,
             error,
             question,
@@ -102,7 +112,7 @@ def recall_command(
         )
     if question is None:
         raise InvalidInput("a question is required")
-    results = services.recall.recall(
+    results = recall.recall(
         workspace,
         question,
         kind,
@@ -113,7 +123,7 @@ def recall_command(
     )
     answer: dict[str, Any] = {"results": [r.as_json() for r in results]}
     if explain is not None:
-        answer["explain"] = services.recall.explain(
+        answer["explain"] = recall.explain(
             workspace,
             question,
             kind,
@@ -173,7 +183,7 @@ def propose_command(
     _check(principal, PROPOSE, workspace)
     require_sessions(services, session)
     key = IdempotencyKey.given(idempotency_key, principal.user if principal else None)
-    return services.workflow.propose(workspace, session, document, idempotency=key)
+    return services.proposals.propose(workspace, session, document, idempotency=key)
 
 
 def summary_command(
@@ -182,7 +192,7 @@ def summary_command(
     """The answer of `tht memory summary`: the reviewer's editable summary."""
     _check(principal, PROPOSE, workspace)
     require_sessions(services, session)
-    return services.workflow.summary(workspace, session)
+    return services.summaries.summary(workspace, session)
 
 
 def solved_index_command(
@@ -191,4 +201,4 @@ def solved_index_command(
     """The answer of `tht memory solved-index`: the reviewed solved question re-indexed.
     It reads the review receipt in PostgreSQL, not the session directory."""
     _check(principal, PROPOSE, workspace)
-    return services.workflow.solved_index(workspace, session)
+    return services.review.solved_index(workspace, session)

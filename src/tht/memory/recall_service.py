@@ -198,7 +198,7 @@ class RecallService:
             raise InvalidInput(f"the question is longer than {MAX_QUESTION} characters")
         query = query or RecallQuery()
         language = self._language(workspace)
-        filters = self._filters(workspace, kind, database, schema, query)
+        filters = self.filters(workspace, kind, database, schema, query)
         dense = self.embedder.embed_query(question)
         sparse, crossing = self._bm25_query(question, language)
         if not self.index.collection_exists():
@@ -271,7 +271,7 @@ class RecallService:
                     depth=seed_count(query.top),
                 )
         language = self._language(workspace)
-        filters = self._filters(workspace, kind, database, schema, query)
+        filters = self.filters(workspace, kind, database, schema, query)
         current = self.projector.fingerprint(language)
         with self.archive.transaction(workspace, lock="shared") as tx:
             facts = tx.recall_facts([card_uuid]).get(card_uuid)
@@ -300,7 +300,7 @@ class RecallService:
             depth=EXPLAIN_DEPTH,
         )
 
-    def _filters(
+    def filters(
         self,
         workspace: str,
         kind: RecallKind,
@@ -308,6 +308,7 @@ class RecallService:
         schema: str | None,
         query: RecallQuery,
     ) -> RecallFilters:
+        """What a recall of ``kind`` may return: the query's filters within the binding."""
         return RecallFilters(
             workspace=workspace,
             families=query.families_for(kind),

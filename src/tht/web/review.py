@@ -3,7 +3,7 @@
 The routes follow the administration's rules: every route resolves the principal
 (bearer token, or session cookie with CSRF for writes), checks `memory.manage` in the
 path's workspace, and the workflow service checks the principal again. The web app is
-the trusted backend here: it hands the reviewer's choice to `WorkflowService` with
+the trusted backend here: it hands the reviewer's choice to `ReviewService` with
 the authenticated principal (the CLI's `review-apply` needs a signed gate request).
 No `from __future__ import annotations`: FastAPI must resolve the local Annotated aliases.
 """
@@ -37,14 +37,13 @@ def review_router(
     errors = schemas.error_responses
     base = "/api/workspaces/{workspaceId}/review/sessions"
 
-    def workflow(actor: Principal, workspace: str, *, session: str | None = None):
+    def check_route(actor: Principal, workspace: str, *, session: str | None = None) -> None:
         actor.require_manage(workspace)  # the route's check; the service checks again
-        if session is not None and services.workflow.sessions.root is None:
+        if session is not None and services.sessions.root is None:
             raise NotFound(
                 f"session {session} does not exist: this server has no sessions_root",
                 details={"session": session},
             )
-        return services.workflow
 
     @router.get(
         base,
@@ -53,8 +52,9 @@ def review_router(
         summary="Sessions with Memory proposals in this workspace",
     )
     def sessions(actor: Actor, workspace: WorkspaceId) -> dict[str, Any]:
-        service = workflow(actor, workspace)
-        return {"items": service.list_sessions(actor, workspace) if service.sessions.root else []}
+        check_route(actor, workspace)
+        items = services.summaries.list_sessions(actor, workspace) if services.sessions.root else []
+        return {"items": items}
 
     @router.get(
         base + "/{sessionId}",
@@ -63,9 +63,8 @@ def review_router(
         summary="The editable Memory summary of a session",
     )
     def summary(actor: Actor, workspace: WorkspaceId, session: SessionId) -> dict[str, Any]:
-        return workflow(actor, workspace, session=session).summary(
-            workspace, session, principal=actor
-        )
+        check_route(actor, workspace, session=session)
+        return services.summaries.summary(workspace, session, principal=actor)
 
     @router.post(
         base + "/{sessionId}/apply",
@@ -82,14 +81,14 @@ def review_router(
             Body(description="The reviewer's choice: schemas/memory-review.schema.json"),
         ],
     ) -> dict[str, Any]:
-        service = workflow(actor, workspace, session=session)
+        check_route(actor, workspace, session=session)
         try:
             choice = Review.model_validate(review)
         except ValidationError as exc:
             raise InvalidInput(
                 f"invalid review: {describe_validation_error(exc)}", details=validation_details(exc)
             ) from exc
-        return service.review_apply(actor, workspace, session, choice)
+        return services.review.review_apply(actor, workspace, session, choice)
 
     @router.get("/admin/review", include_in_schema=False, response_class=HTMLResponse)
     def review_page(request: Request) -> Response:

@@ -12,6 +12,7 @@ import fcntl
 import json
 import os
 import tempfile
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from tht.errors import ConfigurationError, InvalidInput, NotFound, ThothError
-from tht.memory.model import MAX_DOCUMENT_BYTES
+from tht.memory.model import MAX_DOCUMENT_BYTES, card_id_to_uuid
 from tht.validation import describe_validation_error, validation_details
 from tht.workflow.contract import (
     DecisionEvent,
@@ -143,6 +144,12 @@ class SessionStore:
             ) from exc
         finally:
             os.close(fd)  # releases the lock
+
+    def decided_cards(self, session: str) -> frozenset[uuid.UUID]:
+        """Memory already decided in the session (excluded from its recall)."""
+        check_session_id(session)
+        self.directory(session)
+        return frozenset(card_id_to_uuid(c) for c in self.ledger(session).decided_cards())
 
     # --- proposals ----------------------------------------------------------------
 
