@@ -327,6 +327,28 @@ def test_a_killed_rebuild_resumes_where_it_stopped(command):
     assert "resuming: 512/600" in err
 
 
+@pytest.mark.parametrize("engine", ["pgvector"], indirect=True)
+def test_a_crash_right_after_the_switch_leaves_the_old_generation_to_the_next_rebuild(
+    command, engine, database
+):
+    """pgvector switches in one transaction and deletes the replaced generation after
+    it: a crash in between leaves those rows, never read, and the next rebuild deletes
+    them before it begins its own generation."""
+    run, _ = command
+    assert finish(run())[0] == 0  # generation 1 serves
+    code, _, _ = finish(run(("THT_CRASH_AT", "index.after_switch")))
+    assert code == 70
+    assert engine.serving(None) == 2 and engine.building(None) is None
+    assert engine.leftovers(None) == [(1,)]  # replaced, not yet deleted
+    index = PgVectorIndex(database.runtime, "thoth_memory")  # the command's collection
+    assert index.count("acme") == 600  # the new generation serves, every card in it
+    index.close()
+    code, summary, err = finish(run())
+    assert code == 0, (summary, err)
+    assert summary["indexed"] == 600 and summary["skipped_current"] == 0
+    assert engine.serving(None) == 3 and engine.leftovers(None) == []
+
+
 def test_ctrl_c_prints_how_to_resume(command, tmp_path):
     run, config = command
     marker = tmp_path / "paused"
