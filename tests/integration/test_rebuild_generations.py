@@ -21,11 +21,12 @@ from typing import Any
 
 import psycopg
 import pytest
+from qdrant_client import QdrantClient
 
 from tests.factories import card
 from tht.errors import Conflict
 from tht.memory.embedding import HashingEmbedder
-from tht.memory.index import EdgeIndex
+from tht.memory.index import EdgeIndex, QdrantServerIndex
 from tht.memory.index.pgvector import PgVectorIndex
 from tht.memory.model import card_id_to_uuid
 from tht.memory.projector import IndexProjector
@@ -62,7 +63,12 @@ class Engine:
     building: Callable[[Any], object]
     # what is stored for generations that neither serve nor are being built
     leftovers: Callable[[Any], list]
-    config: str  # the `index:` line of a runtime file
+    config: str | None  # the `index:` line of a runtime file (None: no command can use it)
+    # whether a save of any process writes the generation being built (the state of the
+    # generations is in the engine), not only a save of the rebuilding process (Edge)
+    saves_reach_building: bool = True
+    # the index as a new process would find it
+    reopen: Callable[[Any], None] = lambda index: index.close()
 
 
 def _edge(tmp_path, database) -> Engine:
@@ -83,6 +89,7 @@ def _edge(tmp_path, database) -> Engine:
         building,
         leftovers,
         "{engine: edge}",
+        saves_reach_building=False,
     )
 
 
@@ -118,7 +125,40 @@ def _pgvector(tmp_path, database) -> Engine:
     )
 
 
-ENGINES = {"edge": _edge, "pgvector": _pgvector}
+def _qdrant_local(tmp_path, database) -> Engine:
+    """qdrant-client's local mode: one process holds its folder, so the test reads the
+    generations through the index it writes with."""
+    location = str(tmp_path / "qdrant")
+
+    def points(index):
+        records, _ = index.client.scroll(
+            index.collection, limit=100_000, with_payload=["workspace", "generation"]
+        )
+        return [r.payload for r in records if r.payload.get("workspace") == "acme"]
+
+    def leftovers(index):
+        generations = index._generations("acme").written()
+        return sorted({p.get("generation", 0) for p in points(index)} - set(generations))
+
+    def reopen(index):
+        index.close()
+        index.client = QdrantClient(path=location)
+
+    return Engine(
+        "qdrant_local",
+        lambda: QdrantServerIndex(QdrantClient(path=location)),
+        lambda index: index._generations("acme").serving,
+        lambda index: index._generations("acme").building,
+        leftovers,
+        None,
+        reopen=reopen,
+    )
+
+
+ENGINES = {"edge": _edge, "pgvector": _pgvector, "qdrant_local": _qdrant_local}
+# the engines a runtime file can name for a command in its own process (a Qdrant
+# server's URL, not local mode)
+COMMAND_ENGINES = ["edge", "pgvector"]
 
 
 @pytest.fixture(params=sorted(ENGINES))
@@ -247,7 +287,7 @@ def test_an_interrupted_rebuild_resumes_without_embedding_again(stack, engine):
     building = engine.building(index)
     assert building not in (None, serving)
     assert found(recall, "topic7")[0] == cards[7].id
-    index.close()  # as a new process would find it
+    engine.reopen(index)  # as a new process would find it
 
     # one card of the written chunks is edited meanwhile, by a process without the index
     # (its projection is left to the outbox): it must be embedded again
@@ -270,14 +310,15 @@ def test_an_interrupted_rebuild_resumes_without_embedding_again(stack, engine):
 def test_a_card_deleted_before_the_resume_leaves_no_point(stack, engine):
     index, embedder, projector, memory, _, cards = stack
     interrupt_after_two_chunks(embedder, projector)
-    index.close()
+    engine.reopen(index)
     gone = min(cards, key=lambda c: card_id_to_uuid(c.id))  # in the first chunk: written
     memory.delete_card("acme", gone.id)
     summary = projector.rebuild("acme")
-    # pgvector's delete removed the point from both generations itself; Edge's (a new
-    # process: the index closed) reached the serving shard only, the rebuild removes it
+    # pgvector's and Qdrant's delete removed the point from both generations itself;
+    # Edge's (a new process: the index closed) reached the serving shard only, the
+    # rebuild removes it
     assert summary["failed"] == 0
-    assert summary["removed_points"] == (0 if engine.name == "pgvector" else 1)
+    assert summary["removed_points"] == (0 if engine.saves_reach_building else 1)
     assert index.count("acme") == 99
     assert card_id_to_uuid(gone.id) not in {p.id for p in index.scroll_ids("acme")}
 
@@ -317,6 +358,7 @@ def finish(proc):
     return proc.returncode, json.loads(out) if out.strip() else None, err
 
 
+@pytest.mark.parametrize("engine", COMMAND_ENGINES, indirect=True)
 def test_a_killed_rebuild_resumes_where_it_stopped(command):
     run, _ = command
     code, _, _ = finish(run(("THT_CRASH_AT", "index.after_batch")))
@@ -349,6 +391,55 @@ def test_a_crash_right_after_the_switch_leaves_the_old_generation_to_the_next_re
     assert engine.serving(None) == 3 and engine.leftovers(None) == []
 
 
+REBUILD_ON_QDRANT_LOCAL = """
+import json, sys
+from qdrant_client import QdrantClient
+from tht.memory.archive.postgres import PostgresArchive
+from tht.memory.embedding import HashingEmbedder
+from tht.memory.index import QdrantServerIndex
+from tht.memory.projector import IndexProjector
+
+archive = PostgresArchive(sys.argv[1]).open()
+index = QdrantServerIndex(QdrantClient(path=sys.argv[2]))
+print(json.dumps(IndexProjector(archive, index, HashingEmbedder(64)).rebuild("acme")))
+"""
+
+
+def test_a_killed_rebuild_on_qdrant_local_mode_resumes_where_it_stopped(
+    archive, database, tmp_path
+):
+    """A runtime file names a Qdrant server by its URL, so qdrant-client's local mode
+    is rebuilt by a script in its own process, killed like the command is."""
+    WorkspaceService(archive).create("acme", "en")
+    offline = MemoryService(archive)
+    for i in range(600):
+        offline.create_card("acme", card(title=f"Card {i}", content=f"topic{i} words"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("THT_")}
+    location = str(tmp_path / "qdrant")
+
+    def rebuild(**extra):
+        proc = subprocess.run(
+            [sys.executable, "-c", REBUILD_ON_QDRANT_LOCAL, database.runtime, location],
+            capture_output=True,
+            text=True,
+            env={**env, "THT_SERVICE": "off", **extra},
+            timeout=300,
+        )
+        return proc.returncode, json.loads(proc.stdout) if proc.stdout.strip() else None
+
+    assert rebuild(THT_CRASH_AT="index.after_batch")[0] == 70  # after its first 512 cards
+    code, summary = rebuild()
+    assert code == 0, summary
+    assert summary["skipped_current"] == 512 and summary["indexed"] == 88
+    assert summary["generation"] == "new"
+    index = QdrantServerIndex(QdrantClient(path=location))
+    try:
+        assert index.count("acme") == 600 and index._generations("acme").serving == 1
+    finally:
+        index.close()
+
+
+@pytest.mark.parametrize("engine", COMMAND_ENGINES, indirect=True)
 def test_ctrl_c_prints_how_to_resume(command, tmp_path):
     run, config = command
     marker = tmp_path / "paused"
