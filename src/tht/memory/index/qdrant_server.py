@@ -20,6 +20,7 @@ points are deleted after the switch.
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -75,6 +76,11 @@ class QdrantServerIndex:
         options = client.init_options
         # Local mode ignores payload indexes and warns about each one.
         self._local = options.get("path") is not None or options.get("location") == ":memory:"
+        # Local mode is not thread-safe (its in-memory arrays are resized in place): a
+        # rebuild's writer thread and recall would corrupt each other. A server is.
+        self._calls: AbstractContextManager[Any] = (
+            threading.RLock() if self._local else nullcontext()
+        )
 
     @classmethod
     def connect(
@@ -94,14 +100,20 @@ class QdrantServerIndex:
             raise IndexUnavailable(f"cannot connect to Qdrant at {url}: {exc}") from exc
         return cls(client, collection)
 
+    @contextmanager
+    def _engine(self) -> Iterator[None]:
+        """Around every client call: one at a time in local mode, errors translated."""
+        with self._calls, _engine_errors(self.collection):
+            yield
+
     # -- collection ---------------------------------------------------------------
 
     def collection_exists(self) -> bool:
-        with _engine_errors(self.collection):
+        with self._engine():
             return self.client.collection_exists(self.collection)
 
     def ensure_collection(self, dimension: int) -> None:
-        with _engine_errors(self.collection):
+        with self._engine():
             if not self.client.collection_exists(self.collection):
                 self._create(dimension)
             params = self.client.get_collection(self.collection).config.params
@@ -157,11 +169,11 @@ class QdrantServerIndex:
                 self.client.create_payload_index(self.collection, name, field_schema=schema)
 
     def drop_collection(self) -> None:
-        with _engine_errors(self.collection):
+        with self._engine():
             self.client.delete_collection(self.collection)
 
     def close(self) -> None:
-        with _engine_errors(self.collection):
+        with self._engine():
             self.client.close()
 
     # -- points -------------------------------------------------------------------
@@ -181,7 +193,7 @@ class QdrantServerIndex:
 
     def _write(self, points: Sequence[tuple[IndexPoint, int]]) -> None:
         if points:
-            with _engine_errors(self.collection):
+            with self._engine():
                 self.client.upsert(self.collection, [_struct(*p) for p in points], wait=True)
 
     def delete(self, workspace: str, ids: Sequence[uuid.UUID]) -> None:
@@ -203,14 +215,14 @@ class QdrantServerIndex:
                 m.FieldCondition(key=CARD_FIELD, match=m.MatchAny(any=cards)),
             ],
         )
-        with _engine_errors(self.collection):
+        with self._engine():
             self.client.delete(self.collection, m.FilterSelector(filter=only_these), wait=True)
 
     # -- generations (rebuilds beside the serving points) ------------------------------
 
     def _generations(self, workspace: str) -> Generations:
         """The workspace's marker point: its serving and building generations."""
-        with _engine_errors(self.collection):
+        with self._engine():
             found = self.client.retrieve(
                 self.collection, [_marker_id(workspace)], with_payload=True, with_vectors=False
             )
@@ -228,7 +240,7 @@ class QdrantServerIndex:
                 "building": generations.building,
             },
         )
-        with _engine_errors(self.collection):
+        with self._engine():
             self.client.upsert(self.collection, [marker], wait=True)
 
     def begin_generation(self, workspace: str) -> QdrantGeneration:
@@ -252,7 +264,7 @@ class QdrantServerIndex:
             must=[m.FieldCondition(key=TENANT_FIELD, match=m.MatchValue(value=workspace))],
             must_not=[_generation_condition(g) for g in generations.written()],
         )
-        with _engine_errors(self.collection):
+        with self._engine():
             self.client.delete(self.collection, m.FilterSelector(filter=stale), wait=True)
 
     def hybrid_search(
@@ -285,7 +297,7 @@ class QdrantServerIndex:
             limit=limit,
             with_payload=_WITH_PAYLOAD,
         )
-        with _engine_errors(self.collection):
+        with self._engine():
             dense_points, sparse_points = (
                 r.points
                 for r in self.client.query_batch_points(self.collection, [dense_only, sparse_only])
@@ -310,7 +322,7 @@ class QdrantServerIndex:
         records: list[PointRecord] = []
         offset = None
         while True:
-            with _engine_errors(self.collection):
+            with self._engine():
                 page, offset = self.client.scroll(
                     self.collection,
                     scroll_filter=where,
@@ -328,7 +340,7 @@ class QdrantServerIndex:
         if not ids:
             return {}
         serving = self._generations(workspace).serving
-        with _engine_errors(self.collection):
+        with self._engine():
             records = self.client.retrieve(
                 self.collection,
                 [str(point_id(i, serving)) for i in ids],
@@ -351,7 +363,7 @@ class QdrantServerIndex:
 
     def count(self, workspace: str) -> int:
         serving = _generation_condition(self._generations(workspace).serving)
-        with _engine_errors(self.collection):
+        with self._engine():
             result = self.client.count(
                 self.collection,
                 count_filter=_filter(f.workspace_condition(workspace), serving),
