@@ -243,10 +243,11 @@ class IndexGeneration(Protocol):
 
 
 class InPlaceGeneration:
-    """A rebuild that rewrites the serving points themselves: for a server engine,
-    which serves reads and writes concurrently anyway (qdrant-client, pgvector). An
-    interrupted rebuild starts over: the points it already rewrote cannot be told
-    from the ones it had not reached."""
+    """A rebuild that rewrites the serving points themselves: for an engine without
+    generations (every shipped engine has them), and the bulk projection of an import
+    into the serving points (``IndexProjector.sync``). An interrupted rewrite starts
+    over: the points it already rewrote cannot be told from the ones it had not
+    reached."""
 
     resumable = False
 
