@@ -49,7 +49,14 @@ from tht.memory.embedding.sparse import SparseVector
 from tht.memory.index import filters as f
 from tht.memory.index.errors import IndexIncompatible, IndexUnavailable
 from tht.memory.index.pgvector_migrations import PACK
-from tht.memory.index.port import BranchHit, IndexHit, IndexPoint, PointRecord, fuse
+from tht.memory.index.port import (
+    BranchHit,
+    Generations,
+    IndexHit,
+    IndexPoint,
+    PointRecord,
+    fuse,
+)
 from tht.memory.migrations import check_schema
 from tht.memory.recall_filters import RecallFilters
 from tht.sqlfiles import named_queries
@@ -137,17 +144,10 @@ def _vector_text(vector: Sequence[float]) -> str:
 
 
 @dataclass(frozen=True)
-class _Layout:
-    """The collection's dense dimension and one workspace's generations."""
+class _Layout(Generations):
+    """One workspace's generations, and the collection's dense dimension."""
 
     dimension: int
-    serving: int  # the generation recall reads
-    building: int | None  # the generation a rebuild writes, if one is under way
-
-    def written(self) -> list[int]:
-        """The generations a save writes: the serving one, and the one being built, so
-        that the switch finds the save there whichever process made it."""
-        return [self.serving] if self.building is None else [self.serving, self.building]
 
 
 class PgVectorIndex:

@@ -24,7 +24,6 @@ import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass
 from typing import Any, cast
 
 from qdrant_client import QdrantClient
@@ -42,6 +41,7 @@ from tht.memory.index.port import (
     SPARSE,
     TENANT_FIELD,
     BranchHit,
+    Generations,
     IndexHit,
     IndexPoint,
     PointRecord,
@@ -370,17 +370,6 @@ class QdrantServerIndex:
                 exact=True,
             )
         return result.count
-
-
-@dataclass(frozen=True)
-class Generations:
-    """A workspace's generations: the one serving recall, and the one a rebuild builds."""
-
-    serving: int
-    building: int | None
-
-    def written(self) -> list[int]:
-        return [self.serving] if self.building is None else [self.serving, self.building]
 
 
 class QdrantGeneration:

@@ -16,10 +16,10 @@ SELECT set_config('role', 'thoth_memory_runtime', true),
             END) AS locked);
 
 -- name: collection_get
--- The collection's dimension and the workspace's generations, in one round trip: the
--- serving one (no row: 0, where every point written before generations existed is)
--- and the one a rebuild is building (null: none).
-SELECT c.dimension, coalesce(g.serving, 0), g.building
+-- The workspace's generations and the collection's dimension, in one round trip: the
+-- serving generation (no row: 0, where every point written before generations existed
+-- is), the one a rebuild is building (null: none).
+SELECT coalesce(g.serving, 0), g.building, c.dimension
   FROM thoth_memory_pgvector.collections c
   LEFT JOIN thoth_memory_pgvector.generations g
     ON g.collection = c.name AND g.workspace_id = %(workspace)s
