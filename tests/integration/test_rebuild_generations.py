@@ -257,6 +257,9 @@ def test_a_save_and_a_recall_during_a_rebuild_succeed_and_the_switch_keeps_the_s
     assert found(recall, "carrier identifiers")[0] == saved.card.id
     assert found(recall, "zeta")[0] == cards[90].id
     assert found(recall, "topic7")[0] == cards[7].id
+    # the new generation is what check reads: no drift, its stored vectors sound
+    report = projector.check("acme")
+    assert report["vectors_checked"] == 100 and report["damaged"] == []
 
 
 def interrupt_after_two_chunks(embedder, projector):
