@@ -41,7 +41,7 @@ from tht.memory.index import (
     SearchIndex,
 )
 from tht.memory.index.pgvector import PgVectorIndex
-from tht.memory.index.port import KEYWORD_FIELDS
+from tht.memory.index.port import KEYWORD_FIELDS, begin_generation
 from tht.memory.model import FAMILIES, Dependency
 from tht.memory.recall_filters import CardFacts, RecallFilters, card_matches
 
@@ -716,3 +716,46 @@ def test_a_workspace_shard_has_the_payload_indexes(tmp_path: Path) -> None:
     assert set(schema) == {"workspace", *KEYWORD_FIELDS}
     assert schema["workspace"].params.is_tenant
     index.close()
+
+
+# -- generations (rebuilds beside the serving points) --------------------------------
+
+
+@pytest.mark.parametrize("engine", ["edge", "qdrant_local", "pgvector"], indirect=True)
+def test_a_generation_is_invisible_until_it_switches_and_then_replaces_the_serving_one(
+    index: SearchIndex,
+) -> None:
+    """What a rebuild writes to its generation is not read (search, BM25 IDF, count,
+    scroll, vectors) before the switch; saves meanwhile reach both; after the switch
+    the generation alone serves and the replaced points are gone."""
+    alpha, beta, beta_gamma = (point(facts(), text) for text in ("alpha", "beta", "beta gamma"))
+    index.upsert([alpha, beta, beta_gamma])
+    before = search(index, "alpha beta", everything())
+    generation = begin_generation(index, "w1")
+    assert generation.resumable and generation.records() == []
+    # the generation: the same cards at revision 2, "alpha" made common (IDF would move)
+    rebuilt = [
+        point(facts(), text, revision=2, point_id=p.id)
+        for p, text in ((alpha, "alpha"), (beta, "beta alpha"), (beta_gamma, "beta gamma alpha"))
+    ]
+    generation.upsert([*rebuilt, point(facts(), "alpha delta", revision=2)])
+    assert search(index, "alpha beta", everything()) == before
+    assert index.count("w1") == 3
+    assert {r.revision for r in index.scroll_ids("w1")} == {1}
+    assert index.dense_vectors("w1", [alpha.id]).keys() == {alpha.id}
+    # a save during the rebuild reaches both; a delete removes from both
+    saved = point(facts(), "epsilon", revision=7)
+    index.upsert([saved])
+    index.delete("w1", [beta_gamma.id])
+    assert {r.id for r in index.scroll_ids("w1")} == {alpha.id, beta.id, saved.id}
+    held = {r.id: r.revision for r in generation.records()}
+    assert held[saved.id] == 7 and beta_gamma.id not in held and len(held) == 4
+    # an interrupted rebuild finds its generation again
+    assert {r.id for r in begin_generation(index, "w1").records()} == set(held)
+    generation.switch()
+    assert {r.id: r.revision for r in index.scroll_ids("w1")} == held
+    assert index.count("w1") == 4
+    assert ids(search(index, "alpha", everything())) >= {alpha.id, beta.id}
+    assert search(index, "alpha beta", everything()) != before
+    # the next rebuild starts an empty generation: the replaced points are gone
+    assert begin_generation(index, "w1").records() == []

@@ -131,11 +131,30 @@ def test_a1_rebuild_is_safe_at_any_time_and_produces_the_same_rows(database, arc
         memory.create_card("acme", card(title=f"Rule {i}"))
     memory.create_card("acme", card("explained_error", title="Twice counted"))
     projector.rebuild("acme")
-    first = _snapshot(database)
+    first = _contents(database)
     summary = projector.rebuild("acme")
-    assert summary["indexed"] == 6 and summary["failed"] == 0
-    assert _snapshot(database) == first
+    assert summary["indexed"] == 6 and summary["failed"] == 0 and summary["generation"] == "new"
+    # the same rows, in the new generation; the replaced generation's rows are gone
+    assert _contents(database) == first
+    assert superuser_rows(
+        database, "SELECT DISTINCT generation FROM thoth_memory_pgvector.points"
+    ) == [(2,)]
     index.close()
+
+
+def _contents(database):
+    """Every projection row without its generation (and time of writing)."""
+    return {
+        table: sorted(
+            superuser_rows(
+                database,
+                sql.SQL(
+                    "SELECT (to_jsonb(t) - 'generation' - 'indexed_at')::text FROM {} t"
+                ).format(sql.Identifier("thoth_memory_pgvector", table)),
+            )
+        )
+        for table in TABLES
+    }
 
 
 # -- a2: the write order is a real constraint -------------------------------------
@@ -151,7 +170,7 @@ def test_a2_vectors_before_their_point_are_rejected_and_the_adapter_order_succee
     index.ensure_collection(3)
     target = point([1.0, 2.0, 3.0], text="orders are counted once")
     row = pv._point_row(target)
-    scope = {"collection": "memory", "workspace": "w1", "ids": [target.id]}
+    scope = {"collection": "memory", "workspace": "w1", "generation": 0, "ids": [target.id]}
     vectors = Jsonb([{"point_id": str(target.id), "kind": "text", "embedding": "[1,2,3]"}])
     with psycopg.connect(database.runtime) as conn:
         # single pass, vectors first: the foreign key to the point rejects them
@@ -240,7 +259,13 @@ def test_a4_each_kind_query_searches_only_its_kind_and_hits_say_which_matched(da
 
     def kind_rows(kind):
         where, params = pv._Where().build(f.recall_condition(everything()))
-        params.update(collection="memory", workspace="w1", limit=10, query=pv._vector_text(query))
+        params.update(
+            collection="memory",
+            workspace="w1",
+            generation=0,
+            limit=10,
+            query=pv._vector_text(query),
+        )
         with psycopg.connect(database.runtime) as conn, conn.transaction():
             _runtime_transaction(conn, "w1")
             return [
@@ -471,6 +496,7 @@ def test_each_kind_uses_its_partial_hnsw_index_and_a_bind_parameter_would_not(
     params.update(
         collection="memory",
         workspace="w1",
+        generation=0,
         limit=20,
         query=pv._vector_text(embedder.embed_query("x")),
     )
@@ -511,7 +537,9 @@ def test_filtered_search_returns_full_lists_thanks_to_iterative_scans(database, 
     assert {families[i] for i, _, _ in found} <= set(wanted)
     # the same statement without iterative scans stops at hnsw.ef_search candidates
     where, params = pv._Where().build(f.recall_condition(filters))
-    params.update(collection="memory", workspace="w1", limit=100, query=pv._vector_text(query))
+    params.update(
+        collection="memory", workspace="w1", generation=0, limit=100, query=pv._vector_text(query)
+    )
     with psycopg.connect(database.runtime) as conn, conn.transaction():
         _runtime_transaction(conn, "w1")
         plan = "\n".join(
@@ -691,13 +719,16 @@ def test_projection_tables_have_forced_rls_and_see_only_the_transactions_workspa
             "bm25_vectors",
             "collections",
             "document_frequencies",
+            "generations",
             "points",
             "schema_migrations",
             "vectors",
         )
     ]
+    for workspace in ("w1", "w2"):  # each workspace's generations row
+        index.begin_generation(workspace)
     with psycopg.connect(database.runtime) as conn:
-        for table in TABLES:
+        for table in (*TABLES, "generations"):
             name = sql.Identifier("thoth_memory_pgvector", table)
             for workspace, visible in (("w1", {"w1"}), ("w2", {"w2"}), ("", set())):
                 with conn.transaction():
@@ -810,7 +841,7 @@ def test_missing_extension_is_refused_with_the_dba_step(empty_database):
     with psycopg.connect(empty_database.superuser, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION vector")  # what the DBA does
     report = run_migrations(empty_database.env(), engine="pgvector")
-    assert report["pgvector"]["applied"] == ["001_projection"]
+    assert report["pgvector"]["applied"] == ["001_projection", "002_generations"]
     assert PgVectorIndex(empty_database.runtime).collection_exists() is False
 
 
@@ -820,7 +851,10 @@ def test_the_pgvector_pack_is_its_own_ledger_and_a_second_run_is_a_noop(database
         archive = conn.execute(
             "SELECT count(*) FROM thoth_memory.schema_migrations WHERE name = 'projection'"
         ).fetchone()
-    assert report["applied"] == [] and report["already_applied"] == ["001_projection"]
+    assert report["applied"] == [] and report["already_applied"] == [
+        "001_projection",
+        "002_generations",
+    ]
     assert archive == (0,)
 
 
@@ -830,7 +864,8 @@ def test_engine_pgvector_in_the_runtime_file(cli, runtime_file, tmp_path):
     assert cli("workspace", "create", "acme", "--language", "en").code == 0
     migrated = cli("memory", "migrate", "--engine", "pgvector")
     assert migrated.code == 0 and migrated.document["pgvector"]["already_applied"] == [
-        "001_projection"
+        "001_projection",
+        "002_generations",
     ]
     config = runtime_file("acme", index="{engine: pgvector}")
     error = tmp_path / "error.json"
@@ -864,7 +899,7 @@ def test_the_embedded_server_prepares_pgvector_when_asked(tmp_path):
         settings, report = embedded.prepare(pgvector=True)
         assert report == {
             "pgvector": {
-                "applied": ["001_projection"],
+                "applied": ["001_projection", "002_generations"],
                 "already_applied": [],
                 "runtime_login": RUNTIME,
             }

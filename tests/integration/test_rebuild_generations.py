@@ -1,7 +1,9 @@
 """Rebuilds that never block: `tht memory index` writes a new generation of the
-workspace's embedded shard beside the serving one and switches at the end; saves and
+workspace's projection beside the serving one and switches at the end; saves and
 recall go on meanwhile; an interrupted rebuild resumes without embedding again what it
-already projected; Ctrl-C says how to resume."""
+already projected; Ctrl-C says how to resume. The same scenarios run on every engine
+with generations: Qdrant Edge (a shard folder per generation) and pgvector (a
+generation number on every row)."""
 
 from __future__ import annotations
 
@@ -13,13 +15,19 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
+import psycopg
 import pytest
+from qdrant_client import QdrantClient
 
 from tests.factories import card
 from tht.errors import Conflict
 from tht.memory.embedding import HashingEmbedder
-from tht.memory.index import EdgeIndex
+from tht.memory.index import EdgeIndex, QdrantServerIndex
+from tht.memory.index.pgvector import PgVectorIndex
 from tht.memory.model import card_id_to_uuid
 from tht.memory.projector import IndexProjector
 from tht.memory.recall_service import RecallQuery, RecallService
@@ -44,11 +52,125 @@ class GatedEmbedder(HashingEmbedder):
         return super()._embed(texts, query=query)
 
 
+@dataclass
+class Engine:
+    """An engine with generations, and how a test sees the generations of "acme"."""
+
+    name: str
+    open: Callable[[], Any]
+    # the generation serving recall, and the one being built (None: no rebuild)
+    serving: Callable[[Any], object]
+    building: Callable[[Any], object]
+    # what is stored for generations that neither serve nor are being built
+    leftovers: Callable[[Any], list]
+    config: str | None  # the `index:` line of a runtime file (None: no command can use it)
+    # whether a save of any process writes the generation being built (the state of the
+    # generations is in the engine), not only a save of the rebuilding process (Edge)
+    saves_reach_building: bool = True
+    # the index as a new process would find it
+    reopen: Callable[[Any], None] = lambda index: index.close()
+
+
+def _edge(tmp_path, database) -> Engine:
+    path = tmp_path / "edge"
+
+    def building(index):
+        pointer = folder(index) / "acme.building"
+        return pointer.read_text().strip() if pointer.exists() else None
+
+    def leftovers(index):
+        keep = {index.workspace_path("acme").name, "acme.current", "acme.building", building(index)}
+        return sorted(p.name for p in folder(index).iterdir() if p.name not in keep)
+
+    return Engine(
+        "edge",
+        lambda: EdgeIndex(path),
+        lambda index: index.workspace_path("acme").name,
+        building,
+        leftovers,
+        "{engine: edge}",
+        saves_reach_building=False,
+    )
+
+
+def _pgvector(tmp_path, database) -> Engine:
+    def state(index):
+        with psycopg.connect(database.superuser) as conn:
+            row = conn.execute(
+                "SELECT serving, building FROM thoth_memory_pgvector.generations"
+                " WHERE workspace_id = 'acme'"
+            ).fetchone()
+        return row or (0, None)
+
+    def leftovers(index):
+        serving, building = state(index)
+        with psycopg.connect(database.superuser) as conn:
+            return conn.execute(
+                "SELECT DISTINCT generation FROM thoth_memory_pgvector.points"
+                " WHERE workspace_id = 'acme' AND generation <> %(serving)s"
+                "   AND generation IS DISTINCT FROM %(building)s"
+                " UNION SELECT DISTINCT generation FROM thoth_memory_pgvector.document_frequencies"
+                " WHERE workspace_id = 'acme' AND generation <> %(serving)s"
+                "   AND generation IS DISTINCT FROM %(building)s",
+                {"serving": serving, "building": building},
+            ).fetchall()
+
+    return Engine(
+        "pgvector",
+        lambda: PgVectorIndex(database.runtime),
+        lambda index: state(index)[0],
+        lambda index: state(index)[1],
+        leftovers,
+        "{engine: pgvector}",
+    )
+
+
+def _qdrant_local(tmp_path, database) -> Engine:
+    """qdrant-client's local mode: one process holds its folder, so the test reads the
+    generations through the index it writes with."""
+    location = str(tmp_path / "qdrant")
+
+    def points(index):
+        records, _ = index.client.scroll(
+            index.collection, limit=100_000, with_payload=["workspace", "generation"]
+        )
+        return [r.payload for r in records if r.payload.get("workspace") == "acme"]
+
+    def leftovers(index):
+        generations = index._generations("acme").written()
+        return sorted({p.get("generation", 0) for p in points(index)} - set(generations))
+
+    def reopen(index):
+        index.close()
+        index.client = QdrantClient(path=location)
+
+    return Engine(
+        "qdrant_local",
+        lambda: QdrantServerIndex(QdrantClient(path=location)),
+        lambda index: index._generations("acme").serving,
+        lambda index: index._generations("acme").building,
+        leftovers,
+        None,
+        reopen=reopen,
+    )
+
+
+ENGINES = {"edge": _edge, "pgvector": _pgvector, "qdrant_local": _qdrant_local}
+# the engines a runtime file can name for a command in its own process (a Qdrant
+# server's URL, not local mode)
+COMMAND_ENGINES = ["edge", "pgvector"]
+
+
+@pytest.fixture(params=sorted(ENGINES))
+def engine(request, tmp_path, database) -> Engine:
+    return ENGINES[request.param](tmp_path, database)
+
+
 @pytest.fixture
-def stack(archive, tmp_path, monkeypatch):
+def stack(archive, engine, monkeypatch):
     monkeypatch.setattr("tht.memory.projector.CHUNK", CHUNK)
     WorkspaceService(archive).create("acme", "en")
-    index = EdgeIndex(tmp_path / "edge")
+    index = engine.open()
     embedder = GatedEmbedder()
     projector = IndexProjector(archive, index, embedder)
     memory = MemoryService(archive, projector)
@@ -69,9 +191,9 @@ def folder(index):
     return index.collection_path / "workspaces"
 
 
-def test_a_save_and_a_recall_during_a_rebuild_succeed_and_the_switch_keeps_the_save(stack):
+def test_a_save_and_a_recall_during_a_rebuild_succeed_and_the_switch_keeps_the_save(stack, engine):
     index, embedder, projector, memory, recall, cards = stack
-    serving = index.workspace_path("acme")
+    serving = engine.serving(index)
     paused, resume = threading.Event(), threading.Event()
 
     def hold_the_second_chunk(call):
@@ -88,7 +210,7 @@ def test_a_save_and_a_recall_during_a_rebuild_succeed_and_the_switch_keeps_the_s
     try:
         assert paused.wait(60)
         # mid-rebuild: the serving generation answers, a save is indexed at once
-        assert index.workspace_path("acme") == serving
+        assert engine.serving(index) == serving
         assert found(recall, "topic7")[0] == cards[7].id
         saved = memory.create_card(
             "acme", card(title="Carrier codes", content="three letter carrier identifiers")
@@ -101,23 +223,43 @@ def test_a_save_and_a_recall_during_a_rebuild_succeed_and_the_switch_keeps_the_s
         assert edited.index.status == "current"
         with pytest.raises(Conflict):  # one rebuild of a workspace at a time
             projector.rebuild("acme")
-        building = [p.name for p in folder(index).iterdir() if p.name.startswith("acme.g")]
-        assert len(building) == 1 and (folder(index) / building[0]) != serving
+        if engine.name == "pgvector":
+            # another process's save (its own adapter) writes both generations as well
+            other_index = engine.open()
+            other = MemoryService(
+                memory.archive, IndexProjector(memory.archive, other_index, HashingEmbedder(64))
+            )
+            elsewhere = other.create_card(
+                "acme", card(title="Fare basis", content="fare basis code letters")
+            )
+            other_index.close()
+            assert elsewhere.index.status == "current"
+        assert engine.building(index) not in (None, serving)
+        if engine.name == "edge":
+            building = [p.name for p in folder(index).iterdir() if p.name.startswith("acme.g")]
+            assert len(building) == 1 and building[0] != serving
     finally:
         resume.set()
         rebuilder.join(120)
     summary = outcome["summary"]
     assert summary["failed"] == 0 and summary["generation"] == "new"
     # switched: the new generation serves, the old one is gone, nothing else is left
-    assert index.workspace_path("acme") != serving and not serving.exists()
-    assert sorted(p.name for p in folder(index).iterdir()) == sorted(
-        [index.workspace_path("acme").name, "acme.current"]
-    )
+    assert engine.serving(index) != serving and engine.building(index) is None
+    assert engine.leftovers(index) == []
+    if engine.name == "edge":
+        assert sorted(p.name for p in folder(index).iterdir()) == sorted(
+            [index.workspace_path("acme").name, "acme.current"]
+        )
     # the save and the edit made during the rebuild are in the new generation
-    assert index.count("acme") == 101
+    assert index.count("acme") == (102 if engine.name == "pgvector" else 101)
+    if engine.name == "pgvector":
+        assert found(recall, "fare basis letters")[0] == elsewhere.card.id
     assert found(recall, "carrier identifiers")[0] == saved.card.id
     assert found(recall, "zeta")[0] == cards[90].id
     assert found(recall, "topic7")[0] == cards[7].id
+    # the new generation is what check reads: no drift, its stored vectors sound
+    report = projector.check("acme")
+    assert report["vectors_checked"] == 100 and report["damaged"] == []
 
 
 def interrupt_after_two_chunks(embedder, projector):
@@ -140,36 +282,46 @@ def interrupt_after_two_chunks(embedder, projector):
     embedder.rebuild_calls = 0
 
 
-def test_an_interrupted_rebuild_resumes_without_embedding_again(stack):
+def test_an_interrupted_rebuild_resumes_without_embedding_again(stack, engine):
     index, embedder, projector, memory, recall, cards = stack
-    serving = index.workspace_path("acme")
+    serving = engine.serving(index)
     interrupt_after_two_chunks(embedder, projector)
-    assert index.workspace_path("acme") == serving  # no switch: the old generation serves
+    assert engine.serving(index) == serving  # no switch: the old generation serves
+    building = engine.building(index)
+    assert building not in (None, serving)
     assert found(recall, "topic7")[0] == cards[7].id
-    index.close()  # as a new process would find it
+    engine.reopen(index)  # as a new process would find it
 
-    # one card of the written chunks is edited meanwhile: it must be embedded again
+    # one card of the written chunks is edited meanwhile, by a process without the index
+    # (its projection is left to the outbox): it must be embedded again
     first = min(cards, key=lambda c: card_id_to_uuid(c.id))
-    memory.update_card("acme", first.id, card(title="First", content="edited subject omega"))
+    offline = MemoryService(memory.archive)
+    offline.update_card("acme", first.id, card(title="First", content="edited subject omega"))
     embedder.rebuild_calls = 0
     summary = projector.rebuild("acme")
-    assert summary["skipped_current"] == 2 * CHUNK - 1
+    assert summary["skipped_current"] == 2 * CHUNK - 1 and summary["generation"] == "new"
     assert summary["indexed"] == 100 - summary["skipped_current"]
     assert embedder.rebuild_calls == math.ceil(summary["indexed"] / CHUNK)
-    assert not serving.exists() and index.count("acme") == 100
+    # the interrupted generation was taken up again and now serves; the old one is gone
+    assert engine.serving(index) == building and engine.leftovers(index) == []
+    assert index.count("acme") == 100
     assert found(recall, "omega")[0] == first.id
     # a complete rebuild starts a fresh generation: nothing is skipped
     assert projector.rebuild("acme")["skipped_current"] == 0
 
 
-def test_a_card_deleted_before_the_resume_leaves_no_point(stack):
+def test_a_card_deleted_before_the_resume_leaves_no_point(stack, engine):
     index, embedder, projector, memory, _, cards = stack
     interrupt_after_two_chunks(embedder, projector)
-    index.close()
+    engine.reopen(index)
     gone = min(cards, key=lambda c: card_id_to_uuid(c.id))  # in the first chunk: written
     memory.delete_card("acme", gone.id)
     summary = projector.rebuild("acme")
-    assert summary["failed"] == 0 and summary["removed_points"] == 1
+    # pgvector's and Qdrant's delete removed the point from both generations itself;
+    # Edge's (a new process: the index closed) reached the serving shard only, the
+    # rebuild removes it
+    assert summary["failed"] == 0
+    assert summary["removed_points"] == (0 if engine.saves_reach_building else 1)
     assert index.count("acme") == 99
     assert card_id_to_uuid(gone.id) not in {p.id for p in index.scroll_ids("acme")}
 
@@ -178,13 +330,13 @@ def test_a_card_deleted_before_the_resume_leaves_no_point(stack):
 
 
 @pytest.fixture
-def command(database, tmp_path, archive):
+def command(database, tmp_path, archive, engine):
     env = {k: v for k, v in os.environ.items() if not k.startswith("THT_")}
     env.update(database.env(), THT_HOME=str(tmp_path / "home"), THT_SERVICE="off")
     config = tmp_path / "rt.yaml"
     config.write_text(
         "workspace: acme\ndatabase: dwh\nschema: sales\n"
-        "embedding: {provider: hashing, dimension: 64}\nindex: {engine: edge}\n"
+        f"embedding: {{provider: hashing, dimension: 64}}\nindex: {engine.config}\n"
     )
     WorkspaceService(archive).create("acme", "en")
     offline = MemoryService(archive)  # saved, index work pending: the rebuild projects it
@@ -209,6 +361,7 @@ def finish(proc):
     return proc.returncode, json.loads(out) if out.strip() else None, err
 
 
+@pytest.mark.parametrize("engine", COMMAND_ENGINES, indirect=True)
 def test_a_killed_rebuild_resumes_where_it_stopped(command):
     run, _ = command
     code, _, _ = finish(run(("THT_CRASH_AT", "index.after_batch")))
@@ -219,6 +372,77 @@ def test_a_killed_rebuild_resumes_where_it_stopped(command):
     assert "resuming: 512/600" in err
 
 
+@pytest.mark.parametrize("engine", ["pgvector"], indirect=True)
+def test_a_crash_right_after_the_switch_leaves_the_old_generation_to_the_next_rebuild(
+    command, engine, database
+):
+    """pgvector switches in one transaction and deletes the replaced generation after
+    it: a crash in between leaves those rows, never read, and the next rebuild deletes
+    them before it begins its own generation."""
+    run, _ = command
+    assert finish(run())[0] == 0  # generation 1 serves
+    code, _, _ = finish(run(("THT_CRASH_AT", "index.after_switch")))
+    assert code == 70
+    assert engine.serving(None) == 2 and engine.building(None) is None
+    assert engine.leftovers(None) == [(1,)]  # replaced, not yet deleted
+    index = PgVectorIndex(database.runtime, "thoth_memory")  # the command's collection
+    assert index.count("acme") == 600  # the new generation serves, every card in it
+    index.close()
+    code, summary, err = finish(run())
+    assert code == 0, (summary, err)
+    assert summary["indexed"] == 600 and summary["skipped_current"] == 0
+    assert engine.serving(None) == 3 and engine.leftovers(None) == []
+
+
+REBUILD_ON_QDRANT_LOCAL = """
+import json, sys
+from qdrant_client import QdrantClient
+from tht.memory.archive.postgres import PostgresArchive
+from tht.memory.embedding import HashingEmbedder
+from tht.memory.index import QdrantServerIndex
+from tht.memory.projector import IndexProjector
+
+archive = PostgresArchive(sys.argv[1]).open()
+index = QdrantServerIndex(QdrantClient(path=sys.argv[2]))
+print(json.dumps(IndexProjector(archive, index, HashingEmbedder(64)).rebuild("acme")))
+"""
+
+
+def test_a_killed_rebuild_on_qdrant_local_mode_resumes_where_it_stopped(
+    archive, database, tmp_path
+):
+    """A runtime file names a Qdrant server by its URL, so qdrant-client's local mode
+    is rebuilt by a script in its own process, killed like the command is."""
+    WorkspaceService(archive).create("acme", "en")
+    offline = MemoryService(archive)
+    for i in range(600):
+        offline.create_card("acme", card(title=f"Card {i}", content=f"topic{i} words"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("THT_")}
+    location = str(tmp_path / "qdrant")
+
+    def rebuild(**extra):
+        proc = subprocess.run(
+            [sys.executable, "-c", REBUILD_ON_QDRANT_LOCAL, database.runtime, location],
+            capture_output=True,
+            text=True,
+            env={**env, "THT_SERVICE": "off", **extra},
+            timeout=300,
+        )
+        return proc.returncode, json.loads(proc.stdout) if proc.stdout.strip() else None
+
+    assert rebuild(THT_CRASH_AT="index.after_batch")[0] == 70  # after its first 512 cards
+    code, summary = rebuild()
+    assert code == 0, summary
+    assert summary["skipped_current"] == 512 and summary["indexed"] == 88
+    assert summary["generation"] == "new"
+    index = QdrantServerIndex(QdrantClient(path=location))
+    try:
+        assert index.count("acme") == 600 and index._generations("acme").serving == 1
+    finally:
+        index.close()
+
+
+@pytest.mark.parametrize("engine", COMMAND_ENGINES, indirect=True)
 def test_ctrl_c_prints_how_to_resume(command, tmp_path):
     run, config = command
     marker = tmp_path / "paused"

@@ -14,6 +14,13 @@ nearest first); BM25 as the inner product of the stored term frequencies with th
 query's IDF weights (Qdrant's IDF, over the workspace); the filters inside every
 branch; the branches fused by the shared client-side RRF (k=60).
 
+Generations (migration 002): every row belongs to a generation of its workspace's
+projection, and the workspace's ``generations`` row names the one serving recall and
+the one a rebuild is building (``begin_generation``). Reads see only the serving
+generation; saves write the serving and the building one, under the workspace's lock;
+the switch is one UPDATE of that row under the same lock, after which the replaced
+generation's rows are deleted. An interrupted rebuild finds its generation again.
+
 Every transaction runs as ``thoth_memory_runtime`` with the workspace set
 transaction-locally, like the archive's: row-level security confines it to that
 workspace, and every statement also names the workspace itself.
@@ -25,7 +32,7 @@ import json
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 from typing import Any, ClassVar
@@ -36,12 +43,20 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from tht.db.connector import PostgresConnector, StoreErrors, translate
-from tht.errors import InvalidInput, SchemaNotReady, ThothError
+from tht.errors import Conflict, InvalidInput, SchemaNotReady, ThothError
+from tht.faults import crash_point
 from tht.memory.embedding.sparse import SparseVector
 from tht.memory.index import filters as f
 from tht.memory.index.errors import IndexIncompatible, IndexUnavailable
 from tht.memory.index.pgvector_migrations import PACK
-from tht.memory.index.port import BranchHit, IndexHit, IndexPoint, PointRecord, fuse
+from tht.memory.index.port import (
+    BranchHit,
+    Generations,
+    IndexHit,
+    IndexPoint,
+    PointRecord,
+    fuse,
+)
 from tht.memory.migrations import check_schema
 from tht.memory.recall_filters import RecallFilters
 from tht.sqlfiles import named_queries
@@ -128,6 +143,13 @@ def _vector_text(vector: Sequence[float]) -> str:
     return "[" + ",".join(repr(float(x)) for x in vector) + "]"
 
 
+@dataclass(frozen=True)
+class _Layout(Generations):
+    """One workspace's generations, and the collection's dense dimension."""
+
+    dimension: int
+
+
 class PgVectorIndex:
     vector_kinds = KINDS  # see port.stores_symptoms
 
@@ -160,7 +182,7 @@ class PgVectorIndex:
 
     def collection_exists(self) -> bool:
         with self._transaction("") as conn:
-            return self._stored_dimension(conn) is not None
+            return self._stored_layout(conn, "") is not None
 
     def ensure_collection(self, dimension: int) -> None:
         if not 1 <= dimension <= MAX_DIMENSION:
@@ -202,70 +224,121 @@ class PgVectorIndex:
         for workspace in sorted(by_workspace):
             group = list(by_workspace[workspace].values())
             with self._transaction(workspace, lock=True) as conn:
-                dimension = self._dimension(conn)
-                for point in group:
-                    self._check_dimension(point.dense, dimension)
-                    if point.symptom is not None:
-                        self._check_dimension(point.symptom, dimension)
-                rows = [_point_row(point) for point in group]
-                scope = {
-                    "collection": self.collection,
-                    "workspace": workspace,
-                    "ids": [point.id for point in group],
-                }
-                # Order matters: the frequencies read the BM25 rows being replaced; the
-                # BM25 and dense vectors reference their point (and the collection's
-                # dimension), so the points go first.
-                conn.execute(
-                    _q("frequencies_apply"),
-                    {**scope, "points": Jsonb([{"terms": r["terms"]} for r in rows])},
-                )
-                conn.execute(_q("points_upsert"), {**scope, "points": Jsonb(rows)})
-                conn.execute(_q("bm25_upsert"), {**scope, "points": Jsonb(rows)})
-                without_symptom = [point.id for point in group if point.symptom is None]
-                if without_symptom:
-                    conn.execute(_q("symptoms_clear"), {**scope, "ids": without_symptom})
-                # vectors as text ('[...]'), not JSON arrays: jsonb would parse every
-                # element into a numeric first, five times slower
-                vectors = [
-                    {
-                        "point_id": str(point.id),
-                        "kind": "text",
-                        "embedding": _vector_text(point.dense),
-                    }
-                    for point in group
-                ]
-                vectors += [
-                    {
-                        "point_id": str(point.id),
-                        "kind": "symptom",
-                        "embedding": _vector_text(point.symptom),
-                    }
-                    for point in group
-                    if point.symptom is not None
-                ]
-                conn.execute(
-                    _q("vectors_upsert"),
-                    {**scope, "dimension": dimension, "vectors": Jsonb(vectors)},
-                )
+                layout = self._layout(conn, workspace)
+                for generation in layout.written():
+                    self._write(conn, workspace, generation, layout.dimension, group)
+
+    def _write(
+        self,
+        conn: psycopg.Connection,
+        workspace: str,
+        generation: int,
+        dimension: int,
+        group: list[IndexPoint],
+    ) -> None:
+        """Points of one workspace (one per id) into one generation, in the caller's
+        transaction, which holds the workspace's lock."""
+        for point in group:
+            self._check_dimension(point.dense, dimension)
+            if point.symptom is not None:
+                self._check_dimension(point.symptom, dimension)
+        rows = [_point_row(point) for point in group]
+        scope = {
+            "collection": self.collection,
+            "workspace": workspace,
+            "generation": generation,
+            "ids": [point.id for point in group],
+        }
+        # Order matters: the frequencies read the BM25 rows being replaced; the
+        # BM25 and dense vectors reference their point (and the collection's
+        # dimension), so the points go first.
+        conn.execute(
+            _q("frequencies_apply"),
+            {**scope, "points": Jsonb([{"terms": r["terms"]} for r in rows])},
+        )
+        conn.execute(_q("points_upsert"), {**scope, "points": Jsonb(rows)})
+        conn.execute(_q("bm25_upsert"), {**scope, "points": Jsonb(rows)})
+        without_symptom = [point.id for point in group if point.symptom is None]
+        if without_symptom:
+            conn.execute(_q("symptoms_clear"), {**scope, "ids": without_symptom})
+        # vectors as text ('[...]'), not JSON arrays: jsonb would parse every
+        # element into a numeric first, five times slower
+        vectors = [
+            {
+                "point_id": str(point.id),
+                "kind": "text",
+                "embedding": _vector_text(point.dense),
+            }
+            for point in group
+        ]
+        vectors += [
+            {
+                "point_id": str(point.id),
+                "kind": "symptom",
+                "embedding": _vector_text(point.symptom),
+            }
+            for point in group
+            if point.symptom is not None
+        ]
+        conn.execute(
+            _q("vectors_upsert"),
+            {**scope, "dimension": dimension, "vectors": Jsonb(vectors)},
+        )
 
     def delete(self, workspace: str, ids: Sequence[uuid.UUID]) -> None:
         ids = list(dict.fromkeys(ids))
         if not ids:
             return
         with self._transaction(workspace, lock=True) as conn:
-            self._dimension(conn)
-            scope = {"collection": self.collection, "workspace": workspace, "ids": ids}
-            conn.execute(_q("frequencies_apply"), {**scope, "points": Jsonb([])})
-            conn.execute(_q("points_delete"), scope)
+            for generation in self._layout(conn, workspace).written():
+                self._remove(conn, workspace, generation, ids)
+
+    def _remove(
+        self, conn: psycopg.Connection, workspace: str, generation: int, ids: list[uuid.UUID]
+    ) -> None:
+        scope = {
+            "collection": self.collection,
+            "workspace": workspace,
+            "generation": generation,
+            "ids": ids,
+        }
+        conn.execute(_q("frequencies_apply"), {**scope, "points": Jsonb([])})
+        conn.execute(_q("points_delete"), scope)
 
     def clear_workspace(self, workspace: str) -> int:
         """Remove every point of one workspace (its vectors and document frequencies
         with it); other workspaces are untouched. Returns the number of points removed."""
         with self._transaction(workspace, lock=True) as conn:
-            self._dimension(conn)
+            self._layout(conn, workspace)
             removed: int = _scalar(
                 conn, "workspace_clear", {"collection": self.collection, "workspace": workspace}
+            )
+        return removed
+
+    # -- generations (rebuilds beside the serving points) ------------------------------
+
+    def begin_generation(self, workspace: str) -> PgVectorGeneration:
+        """The generation a rebuild of the workspace writes: the one an interrupted
+        rebuild left (its points are kept: the rebuild skips what is current there), or
+        a new, empty one after the serving one. From now on every save of the workspace
+        writes it too, whichever process makes the save, until it switches."""
+        self.prune_generations(workspace)  # a crash between a switch and its pruning
+        scope = {"collection": self.collection, "workspace": workspace}
+        with self._transaction(workspace, lock=True) as conn:
+            self._layout(conn, workspace)  # a missing collection is refused
+            conn.execute(_q("generation_begin"), scope)
+            building = self._layout(conn, workspace).building
+        if building is None:  # the row was just written under the lock
+            raise IndexUnavailable(f"the pgvector index began no generation for {workspace}")
+        return PgVectorGeneration(self, workspace, building)
+
+    def prune_generations(self, workspace: str) -> int:
+        """Delete the rows of the workspace's generations that neither serve nor are
+        being built (the one a switch replaced); returns how many points went."""
+        with self._transaction(workspace) as conn:
+            self._layout(conn, workspace)
+            removed: int = _scalar(
+                conn, "generation_prune", {"collection": self.collection, "workspace": workspace}
             )
         return removed
 
@@ -274,14 +347,18 @@ class PgVectorIndex:
 
     def scroll_ids(self, workspace: str) -> list[PointRecord]:
         with self._transaction(workspace) as conn:
-            self._dimension(conn)
-            rows = conn.execute(
-                _q("points_scroll"), {"collection": self.collection, "workspace": workspace}
-            )
-            return [
-                PointRecord(point_id, revision, fingerprint)
-                for point_id, revision, fingerprint in rows
-            ]
+            return self._records(conn, workspace, self._layout(conn, workspace).serving)
+
+    def _records(
+        self, conn: psycopg.Connection, workspace: str, generation: int
+    ) -> list[PointRecord]:
+        rows = conn.execute(
+            _q("points_scroll"),
+            {"collection": self.collection, "workspace": workspace, "generation": generation},
+        )
+        return [
+            PointRecord(point_id, revision, fingerprint) for point_id, revision, fingerprint in rows
+        ]
 
     def dense_vectors(
         self, workspace: str, ids: Sequence[uuid.UUID]
@@ -289,19 +366,28 @@ class PgVectorIndex:
         if not ids:
             return {}
         with self._transaction(workspace) as conn:
-            self._dimension(conn)
             rows = conn.execute(
                 _q("vectors_text"),
-                {"collection": self.collection, "workspace": workspace, "ids": list(ids)},
+                {
+                    "collection": self.collection,
+                    "workspace": workspace,
+                    "generation": self._layout(conn, workspace).serving,
+                    "ids": list(ids),
+                },
             )
             # pgvector's text form of a vector is a JSON array
             return {point_id: json.loads(embedding) for point_id, embedding in rows}
 
     def count(self, workspace: str) -> int:
         with self._transaction(workspace) as conn:
-            self._dimension(conn)
             found: int = _scalar(
-                conn, "points_count", {"collection": self.collection, "workspace": workspace}
+                conn,
+                "points_count",
+                {
+                    "collection": self.collection,
+                    "workspace": workspace,
+                    "generation": self._layout(conn, workspace).serving,
+                },
             )
         return found
 
@@ -313,9 +399,9 @@ class PgVectorIndex:
         if limit < 1:
             raise InvalidInput("the search limit must be at least 1")
         with self._transaction(filters.workspace) as conn:
-            dimension = self._dimension(conn)
-            dense_hits, nearest = self._dense_branch(conn, dimension, dense, filters, limit)
-            sparse_hits = self._bm25_branch(conn, sparse, filters, limit)
+            layout = self._layout(conn, filters.workspace)
+            dense_hits, nearest = self._dense_branch(conn, layout, dense, filters, limit)
+            sparse_hits = self._bm25_branch(conn, layout, sparse, filters, limit)
         return [
             replace(hit, matched_kind=nearest[hit.id][0], distance=nearest[hit.id][1])
             if hit.id in nearest
@@ -329,7 +415,8 @@ class PgVectorIndex:
         """The dense branch alone: (point id, matched kind, raw cosine distance),
         nearest first."""
         with self._transaction(filters.workspace) as conn:
-            _, nearest = self._dense_branch(conn, self._dimension(conn), dense, filters, limit)
+            layout = self._layout(conn, filters.workspace)
+            _, nearest = self._dense_branch(conn, layout, dense, filters, limit)
         return sorted(
             ((i, kind, distance) for i, (kind, distance) in nearest.items()),
             key=lambda hit: (hit[2], hit[0]),
@@ -340,24 +427,26 @@ class PgVectorIndex:
     ) -> list[BranchHit]:
         """The BM25 branch alone, with its scores (best first)."""
         with self._transaction(filters.workspace) as conn:
-            self._dimension(conn)
-            return self._bm25_branch(conn, sparse, filters, limit)
+            layout = self._layout(conn, filters.workspace)
+            return self._bm25_branch(conn, layout, sparse, filters, limit)
 
     def _dense_branch(
         self,
         conn: psycopg.Connection,
-        dimension: int,
+        layout: _Layout,
         dense: Sequence[float],
         filters: RecallFilters,
         limit: int,
     ) -> tuple[list[BranchHit], dict[uuid.UUID, tuple[str, float]]]:
         """Each kind's ``limit`` nearest, merged: a point ranks by its nearest vector
         (the true top ``limit`` by that measure is within the kinds' own top lists)."""
+        dimension = layout.dimension
         self._check_dimension(dense, dimension)
         where, params = _Where().build(f.recall_condition(filters))
         params.update(
             collection=self.collection,
             workspace=filters.workspace,
+            generation=layout.serving,
             limit=limit,
             query=_vector_text(dense),
         )
@@ -377,7 +466,12 @@ class PgVectorIndex:
         return hits, {point_id: (kind, distance) for point_id, (kind, distance, _, _) in ordered}
 
     def _bm25_branch(
-        self, conn: psycopg.Connection, sparse: SparseVector, filters: RecallFilters, limit: int
+        self,
+        conn: psycopg.Connection,
+        layout: _Layout,
+        sparse: SparseVector,
+        filters: RecallFilters,
+        limit: int,
     ) -> list[BranchHit]:
         query = {
             index: value
@@ -387,7 +481,11 @@ class PgVectorIndex:
         if not query:
             return []  # stop words only: no term to match, as in Qdrant
         terms = sorted(query)
-        scope = {"collection": self.collection, "workspace": filters.workspace}
+        scope = {
+            "collection": self.collection,
+            "workspace": filters.workspace,
+            "generation": layout.serving,
+        }
         frequencies: dict[int, int] = dict(
             conn.execute(_q("bm25_statistics"), {**scope, "terms": terms}).fetchall()
         )
@@ -415,20 +513,23 @@ class PgVectorIndex:
 
     # -- plumbing -----------------------------------------------------------------
 
-    def _stored_dimension(self, conn: psycopg.Connection) -> int | None:
-        """The collection's dense dimension, None when there is no collection yet."""
-        row = conn.execute(_q("collection_get"), {"collection": self.collection}).fetchone()
-        return row[0] if row else None
+    def _stored_layout(self, conn: psycopg.Connection, workspace: str) -> _Layout | None:
+        """The collection's dense dimension and the workspace's generations, None when
+        there is no collection yet."""
+        row = conn.execute(
+            _q("collection_get"), {"collection": self.collection, "workspace": workspace}
+        ).fetchone()
+        return _Layout(*row) if row else None
 
-    def _dimension(self, conn: psycopg.Connection) -> int:
-        """The collection's dense dimension; a missing collection is refused."""
-        dimension = self._stored_dimension(conn)
-        if dimension is None:
+    def _layout(self, conn: psycopg.Connection, workspace: str) -> _Layout:
+        """``_stored_layout``; a missing collection is refused."""
+        layout = self._stored_layout(conn, workspace)
+        if layout is None:
             raise IndexUnavailable(
                 f"the pgvector index has no collection {self.collection} yet; write a card or run the index rebuild",
                 details={"collection": self.collection},
             )
-        return dimension
+        return layout
 
     def _check_dimension(self, vector: Sequence[float], dimension: int) -> None:
         if len(vector) != dimension:
@@ -457,6 +558,78 @@ class PgVectorIndex:
             raise
         except psycopg.Error as exc:
             raise _translate(exc) from exc
+
+
+class PgVectorGeneration:
+    """A new generation of one workspace's points, written by a rebuild beside the
+    serving one; ``switch`` makes it serve (see ``PgVectorIndex.begin_generation``)."""
+
+    resumable = True  # its rows survive an interruption, for the next rebuild to skip
+
+    def __init__(self, index: PgVectorIndex, workspace: str, generation: int) -> None:
+        self.index = index
+        self.workspace = workspace
+        self.generation = generation
+
+    def records(self) -> list[PointRecord]:
+        with self.index._transaction(self.workspace) as conn:
+            self._check(conn)
+            return self.index._records(conn, self.workspace, self.generation)
+
+    def upsert(self, points: Sequence[IndexPoint]) -> None:
+        group = {point.id: point for point in points}  # the last one wins
+        if any(point.card.workspace != self.workspace for point in group.values()):
+            raise InvalidInput(f"a rebuild of {self.workspace} got a point of another workspace")
+        if not group:
+            return
+        with self.index._transaction(self.workspace, lock=True) as conn:
+            layout = self._check(conn)
+            self.index._write(
+                conn, self.workspace, self.generation, layout.dimension, list(group.values())
+            )
+
+    def delete(self, ids: Sequence[uuid.UUID]) -> None:
+        ids = list(dict.fromkeys(ids))
+        if ids:
+            with self.index._transaction(self.workspace, lock=True) as conn:
+                self._check(conn)
+                self.index._remove(conn, self.workspace, self.generation, ids)
+
+    def optimize(self) -> None:
+        return None  # the HNSW and GIN indexes are maintained on every write
+
+    def switch(self) -> None:
+        """Serve this generation: one UPDATE under the workspace's lock (saves wrote both
+        generations until then), then delete the replaced one and refresh the planner's
+        statistics."""
+        scope = {
+            "collection": self.index.collection,
+            "workspace": self.workspace,
+            "generation": self.generation,
+        }
+        with self.index._transaction(self.workspace, lock=True) as conn:
+            switched = conn.execute(_q("generation_switch"), scope).rowcount
+            if not switched and self.index._layout(conn, self.workspace).serving != self.generation:
+                raise self._replaced()
+        crash_point("index.after_switch")
+        self.index.prune_generations(self.workspace)
+        self.index.optimize()
+
+    def _check(self, conn: psycopg.Connection) -> _Layout:
+        """The workspace's layout, provided this generation is still the one being built
+        (another process's rebuild may have switched it, or the workspace was cleared)."""
+        layout = self.index._layout(conn, self.workspace)
+        if layout.building != self.generation:
+            raise self._replaced()
+        return layout
+
+    def _replaced(self) -> Conflict:
+        return Conflict(
+            f"the rebuild of workspace '{self.workspace}' lost its generation {self.generation}"
+            " (another rebuild switched it, or the workspace's points were cleared); run"
+            " `tht memory index` again",
+            details={"workspace": self.workspace, "generation": self.generation},
+        )
 
 
 class _Where:

@@ -220,6 +220,21 @@ def fuse(
     ]
 
 
+@dataclass(frozen=True)
+class Generations:
+    """A workspace's generations where an engine keeps them side by side in one shared
+    table or collection (pgvector, qdrant-client): the one serving recall, and the one
+    a rebuild builds (None: no rebuild under way, nor an interrupted one)."""
+
+    serving: int
+    building: int | None
+
+    def written(self) -> list[int]:
+        """The generations a save writes: the serving one, and the one being built, so
+        that the switch finds the save there whichever process made it."""
+        return [self.serving] if self.building is None else [self.serving, self.building]
+
+
 class IndexGeneration(Protocol):
     """What a rebuild of one workspace writes to. An engine that can builds a new
     generation beside the one serving recall and ``switch``es atomically at the end;
@@ -243,10 +258,11 @@ class IndexGeneration(Protocol):
 
 
 class InPlaceGeneration:
-    """A rebuild that rewrites the serving points themselves: for a server engine,
-    which serves reads and writes concurrently anyway (qdrant-client, pgvector). An
-    interrupted rebuild starts over: the points it already rewrote cannot be told
-    from the ones it had not reached."""
+    """A rebuild that rewrites the serving points themselves: for an engine without
+    generations (every shipped engine has them), and the bulk projection of an import
+    into the serving points (``IndexProjector.sync``). An interrupted rewrite starts
+    over: the points it already rewrote cannot be told from the ones it had not
+    reached."""
 
     resumable = False
 

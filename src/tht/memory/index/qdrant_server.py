@@ -2,11 +2,25 @@
 
 Tests run the same adapter on qdrant-client's local mode (``QdrantClient(path=...)``
 or ``location=":memory:"``), which runs the hybrid query but has no payload indexes.
+
+Generations: one collection serves every workspace, so a rebuild of one workspace
+cannot swap collections (an alias switch would replace every workspace's points).
+Instead each point records the generation of its workspace's projection it belongs to
+(payload ``generation``; absent: generation 0, every point written before generations
+existed) and the card it projects (``card``); its id is derived from both, so a card
+has a point in the serving generation and one in the generation a rebuild builds.
+Per workspace, a vector-less marker point in the same collection (``generations_of``)
+names the serving generation and the one being built: the state lives with the
+points, survives every process, and the switch is one upsert of that point, which
+Qdrant applies atomically. Reads filter on the serving generation (the BM25 IDF corpus
+too); saves write the serving and the building generation; the replaced generation's
+points are deleted after the switch.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -15,7 +29,8 @@ from typing import Any, cast
 from qdrant_client import QdrantClient
 from qdrant_client import models as m
 
-from tht.errors import InvalidInput, ThothError
+from tht.errors import Conflict, InvalidInput, ThothError
+from tht.faults import crash_point
 from tht.memory.embedding.sparse import SparseVector
 from tht.memory.index import filters as f
 from tht.memory.index.errors import IndexIncompatible, IndexUnavailable
@@ -26,6 +41,7 @@ from tht.memory.index.port import (
     SPARSE,
     TENANT_FIELD,
     BranchHit,
+    Generations,
     IndexHit,
     IndexPoint,
     PointRecord,
@@ -36,6 +52,21 @@ from tht.memory.recall_filters import RecallFilters
 
 API_KEY_ENV = "THT_QDRANT_API_KEY"
 _SCROLL_PAGE = 1000
+GENERATION_FIELD = "generation"  # absent on generation 0
+CARD_FIELD = "card"  # the card's UUID: the point id is derived from it and the generation
+MARKER_FIELD = "generations_of"  # the marker point of a workspace's generations
+_WITH_PAYLOAD = [*PROJECTION_FIELDS, CARD_FIELD]
+_IDS = uuid.UUID("5d0c3f4e-4a43-4d0e-9a56-3f1d2c6b7a10")  # the namespace of derived ids
+
+
+def point_id(card: uuid.UUID, generation: int) -> uuid.UUID:
+    """The point of a card in a generation: the card's UUID in generation 0 (as points
+    were written before generations), a UUID derived from both in later ones."""
+    return card if generation == 0 else uuid.uuid5(card, f"generation:{generation}")
+
+
+def _marker_id(workspace: str) -> str:
+    return str(uuid.uuid5(_IDS, f"generations:{workspace}"))
 
 
 class QdrantServerIndex:
@@ -45,6 +76,11 @@ class QdrantServerIndex:
         options = client.init_options
         # Local mode ignores payload indexes and warns about each one.
         self._local = options.get("path") is not None or options.get("location") == ":memory:"
+        # Local mode is not thread-safe (its in-memory arrays are resized in place): a
+        # rebuild's writer thread and recall would corrupt each other. A server is.
+        self._calls: AbstractContextManager[Any] = (
+            threading.RLock() if self._local else nullcontext()
+        )
 
     @classmethod
     def connect(
@@ -64,14 +100,20 @@ class QdrantServerIndex:
             raise IndexUnavailable(f"cannot connect to Qdrant at {url}: {exc}") from exc
         return cls(client, collection)
 
+    @contextmanager
+    def _engine(self) -> Iterator[None]:
+        """Around every client call: one at a time in local mode, errors translated."""
+        with self._calls, _engine_errors(self.collection):
+            yield
+
     # -- collection ---------------------------------------------------------------
 
     def collection_exists(self) -> bool:
-        with _engine_errors(self.collection):
+        with self._engine():
             return self.client.collection_exists(self.collection)
 
     def ensure_collection(self, dimension: int) -> None:
-        with _engine_errors(self.collection):
+        with self._engine():
             if not self.client.collection_exists(self.collection):
                 self._create(dimension)
             params = self.client.get_collection(self.collection).config.params
@@ -119,61 +161,124 @@ class QdrantServerIndex:
             TENANT_FIELD: m.KeywordIndexParams(type=m.KeywordIndexType.KEYWORD, is_tenant=True)
         }
         wanted.update({name: m.PayloadSchemaType.KEYWORD for name in KEYWORD_FIELDS})
+        wanted.update(
+            {GENERATION_FIELD: m.PayloadSchemaType.INTEGER, CARD_FIELD: m.PayloadSchemaType.KEYWORD}
+        )
         for name, schema in wanted.items():
             if name not in present:
                 self.client.create_payload_index(self.collection, name, field_schema=schema)
 
     def drop_collection(self) -> None:
-        with _engine_errors(self.collection):
+        with self._engine():
             self.client.delete_collection(self.collection)
 
     def close(self) -> None:
-        with _engine_errors(self.collection):
+        with self._engine():
             self.client.close()
 
     # -- points -------------------------------------------------------------------
 
     def upsert(self, points: Sequence[IndexPoint]) -> None:
+        """Into the workspace's serving generation and, during a rebuild, the one being
+        built, so that the switch finds the save there whichever process made it."""
         if not points:
             return
-        structs = [
-            m.PointStruct(
-                id=str(p.id),
-                vector={
-                    DENSE: list(p.dense),
-                    SPARSE: m.SparseVector(
-                        indices=list(p.sparse.indices), values=list(p.sparse.values)
-                    ),
-                },
-                payload=p.payload(),
-            )
-            for p in points
-        ]
-        with _engine_errors(self.collection):
-            self.client.upsert(self.collection, structs, wait=True)
+        generations = {
+            workspace: self._generations(workspace).written()
+            for workspace in {p.card.workspace for p in points}
+        }
+        self._write(
+            [(p, generation) for p in points for generation in generations[p.card.workspace]]
+        )
+
+    def _write(self, points: Sequence[tuple[IndexPoint, int]]) -> None:
+        if points:
+            with self._engine():
+                self.client.upsert(self.collection, [_struct(*p) for p in points], wait=True)
 
     def delete(self, workspace: str, ids: Sequence[uuid.UUID]) -> None:
-        if not ids:
-            return
+        """These cards' points in every generation of the workspace."""
+        if ids:
+            self._delete(workspace, ids, None)
+
+    def _delete(self, workspace: str, ids: Sequence[uuid.UUID], generation: int | None) -> None:
+        """The points of these cards in one generation (None: in all of them); generation
+        0's points may predate the card field: their id is the card's."""
+        cards = [str(i) for i in ids]
+        must: list[Any] = [m.FieldCondition(key=TENANT_FIELD, match=m.MatchValue(value=workspace))]
+        if generation is not None:
+            must.append(_generation_condition(generation))
         only_these = m.Filter(
-            must=[
-                m.HasIdCondition(has_id=[str(i) for i in ids]),
-                m.FieldCondition(key=TENANT_FIELD, match=m.MatchValue(value=workspace)),
-            ]
+            must=must,
+            should=[
+                m.HasIdCondition(has_id=cards),
+                m.FieldCondition(key=CARD_FIELD, match=m.MatchAny(any=cards)),
+            ],
         )
-        with _engine_errors(self.collection):
+        with self._engine():
             self.client.delete(self.collection, m.FilterSelector(filter=only_these), wait=True)
+
+    # -- generations (rebuilds beside the serving points) ------------------------------
+
+    def _generations(self, workspace: str) -> Generations:
+        """The workspace's marker point: its serving and building generations."""
+        with self._engine():
+            found = self.client.retrieve(
+                self.collection, [_marker_id(workspace)], with_payload=True, with_vectors=False
+            )
+        payload = (found[0].payload or {}) if found else {}
+        return Generations(int(payload.get("serving", 0)), payload.get("building"))
+
+    def _mark(self, workspace: str, generations: Generations) -> None:
+        """Record the workspace's generations: one point, written atomically."""
+        marker = m.PointStruct(
+            id=_marker_id(workspace),
+            vector={},
+            payload={
+                MARKER_FIELD: workspace,
+                "serving": generations.serving,
+                "building": generations.building,
+            },
+        )
+        with self._engine():
+            self.client.upsert(self.collection, [marker], wait=True)
+
+    def begin_generation(self, workspace: str) -> QdrantGeneration:
+        """The generation a rebuild of the workspace writes: the one an interrupted
+        rebuild left (its points are kept: the rebuild skips what is current there), or
+        a new, empty one after the serving one. From now on every save of the workspace
+        writes it too, whichever process makes the save, until it switches."""
+        self.prune_generations(workspace)  # a crash between a switch and its pruning
+        generations = self._generations(workspace)
+        building = generations.building
+        if building is None:
+            building = generations.serving + 1
+            self._mark(workspace, Generations(generations.serving, building))
+        return QdrantGeneration(self, workspace, building)
+
+    def prune_generations(self, workspace: str) -> None:
+        """Delete the workspace's points of generations that neither serve nor are
+        being built (the one a switch replaced)."""
+        generations = self._generations(workspace)
+        stale = m.Filter(
+            must=[m.FieldCondition(key=TENANT_FIELD, match=m.MatchValue(value=workspace))],
+            must_not=[_generation_condition(g) for g in generations.written()],
+        )
+        with self._engine():
+            self.client.delete(self.collection, m.FilterSelector(filter=stale), wait=True)
 
     def hybrid_search(
         self, dense: Sequence[float], sparse: SparseVector, filters: RecallFilters, limit: int
     ) -> list[IndexHit]:
         if limit < 1:
             raise InvalidInput("the search limit must be at least 1")
-        where = _filter(f.recall_condition(filters))
+        serving = _generation_condition(self._generations(filters.workspace).serving)
+        where = _filter(f.recall_condition(filters), serving)
         sparse_query = m.SparseVector(indices=list(sparse.indices), values=list(sparse.values))
-        # IDF over this workspace only: another tenant's cards must not change scores here.
+        # IDF over this workspace's serving generation only: another tenant's cards, or
+        # a rebuild's new generation, must not change scores here.
         idf = m.SearchParams(
-            idf=m.IdfCorpusParams(corpus=_filter(f.workspace_condition(filters.workspace)))
+            idf=m.IdfCorpusParams(corpus=_filter(f.workspace_condition(filters.workspace), serving))
         )
         # Both branches in one batch, each filtered before candidate selection; the
         # fusion happens in ``fuse`` (deterministic ties).
@@ -182,7 +287,7 @@ class QdrantServerIndex:
             using=DENSE,
             filter=where,
             limit=limit,
-            with_payload=PROJECTION_FIELDS,
+            with_payload=_WITH_PAYLOAD,
         )
         sparse_only = m.QueryRequest(
             query=sparse_query,
@@ -190,9 +295,9 @@ class QdrantServerIndex:
             filter=where,
             params=idf,
             limit=limit,
-            with_payload=PROJECTION_FIELDS,
+            with_payload=_WITH_PAYLOAD,
         )
-        with _engine_errors(self.collection):
+        with self._engine():
             dense_points, sparse_points = (
                 r.points
                 for r in self.client.query_batch_points(self.collection, [dense_only, sparse_only])
@@ -210,19 +315,22 @@ class QdrantServerIndex:
         return None  # the server owns its storage and recovers its own shards
 
     def scroll_ids(self, workspace: str) -> list[PointRecord]:
-        where = _filter(f.workspace_condition(workspace))
+        return self._records(workspace, self._generations(workspace).serving)
+
+    def _records(self, workspace: str, generation: int) -> list[PointRecord]:
+        where = _filter(f.workspace_condition(workspace), _generation_condition(generation))
         records: list[PointRecord] = []
         offset = None
         while True:
-            with _engine_errors(self.collection):
+            with self._engine():
                 page, offset = self.client.scroll(
                     self.collection,
                     scroll_filter=where,
                     limit=_SCROLL_PAGE,
                     offset=offset,
-                    with_payload=PROJECTION_FIELDS,
+                    with_payload=_WITH_PAYLOAD,
                 )
-            records.extend(PointRecord(uuid.UUID(str(r.id)), *projection(r.payload)) for r in page)
+            records.extend(PointRecord(_card(r), *projection(r.payload)) for r in page)
             if offset is None:
                 return records
 
@@ -231,29 +339,78 @@ class QdrantServerIndex:
     ) -> dict[uuid.UUID, list[float]]:
         if not ids:
             return {}
-        with _engine_errors(self.collection):
+        serving = self._generations(workspace).serving
+        with self._engine():
             records = self.client.retrieve(
                 self.collection,
-                [str(i) for i in ids],
-                with_payload=[TENANT_FIELD],
+                [str(point_id(i, serving)) for i in ids],
+                with_payload=[TENANT_FIELD, CARD_FIELD, GENERATION_FIELD],
                 with_vectors=[DENSE],
             )
         vectors: dict[uuid.UUID, list[float]] = {}
         for record in records:
-            if (record.payload or {}).get(TENANT_FIELD) != workspace:
+            payload = record.payload or {}
+            if (
+                payload.get(TENANT_FIELD) != workspace
+                or payload.get(GENERATION_FIELD, 0) != serving
+            ):
                 continue  # another workspace's point of the same id is none of this workspace's
             stored = record.vector.get(DENSE) if isinstance(record.vector, dict) else None
             # the dense vector is a single vector (never a multivector) in this collection
             dense = cast(list[float], stored) if isinstance(stored, list) else []
-            vectors[uuid.UUID(str(record.id))] = list(dense)
+            vectors[_card(record)] = list(dense)
         return vectors
 
     def count(self, workspace: str) -> int:
-        with _engine_errors(self.collection):
+        serving = _generation_condition(self._generations(workspace).serving)
+        with self._engine():
             result = self.client.count(
-                self.collection, count_filter=_filter(f.workspace_condition(workspace)), exact=True
+                self.collection,
+                count_filter=_filter(f.workspace_condition(workspace), serving),
+                exact=True,
             )
         return result.count
+
+
+class QdrantGeneration:
+    """A new generation of one workspace's points, written by a rebuild beside the
+    serving one; ``switch`` makes it serve (see ``QdrantServerIndex.begin_generation``)."""
+
+    resumable = True  # its points survive an interruption, for the next rebuild to skip
+
+    def __init__(self, index: QdrantServerIndex, workspace: str, generation: int) -> None:
+        self.index = index
+        self.workspace = workspace
+        self.generation = generation
+
+    def records(self) -> list[PointRecord]:
+        return self.index._records(self.workspace, self.generation)
+
+    def upsert(self, points: Sequence[IndexPoint]) -> None:
+        if any(p.card.workspace != self.workspace for p in points):
+            raise InvalidInput(f"a rebuild of {self.workspace} got a point of another workspace")
+        self.index._write([(p, self.generation) for p in points])
+
+    def delete(self, ids: Sequence[uuid.UUID]) -> None:
+        if ids:
+            self.index._delete(self.workspace, ids, self.generation)
+
+    def optimize(self) -> None:
+        return None  # the server's optimizer runs on its own
+
+    def switch(self) -> None:
+        """Serve this generation (one marker write), then delete the replaced one."""
+        generations = self.index._generations(self.workspace)
+        if generations.building == self.generation:
+            self.index._mark(self.workspace, Generations(self.generation, None))
+        elif generations.serving != self.generation:
+            raise Conflict(
+                f"the rebuild of workspace '{self.workspace}' lost its generation"
+                f" {self.generation} (another rebuild switched it); run `tht memory index` again",
+                details={"workspace": self.workspace, "generation": self.generation},
+            )
+        crash_point("index.after_switch")
+        self.index.prune_generations(self.workspace)
 
 
 @contextmanager
@@ -271,11 +428,40 @@ def _engine_errors(collection: str) -> Iterator[None]:
 
 
 def _branch(points: Sequence[m.ScoredPoint]) -> list[BranchHit]:
-    return [BranchHit(uuid.UUID(str(p.id)), p.score, *projection(p.payload)) for p in points]
+    return [BranchHit(_card(p), p.score, *projection(p.payload)) for p in points]
 
 
-def _filter(condition: f.All) -> m.Filter:
-    return m.Filter(must=[_condition(c) for c in condition.conditions])
+def _card(point: Any) -> uuid.UUID:
+    """The card a point projects: recorded in its payload, or (generation 0, written
+    before the field existed) its id."""
+    return uuid.UUID(str((point.payload or {}).get(CARD_FIELD) or point.id))
+
+
+def _struct(point: IndexPoint, generation: int) -> m.PointStruct:
+    payload = {**point.payload(), CARD_FIELD: str(point.id)}
+    if generation:
+        payload[GENERATION_FIELD] = generation
+    return m.PointStruct(
+        id=str(point_id(point.id, generation)),
+        vector={
+            DENSE: list(point.dense),
+            SPARSE: m.SparseVector(
+                indices=list(point.sparse.indices), values=list(point.sparse.values)
+            ),
+        },
+        payload=payload,
+    )
+
+
+def _generation_condition(generation: int) -> Any:
+    """The points of one generation; generation 0's carry no generation field."""
+    if generation == 0:
+        return m.IsEmptyCondition(is_empty=m.PayloadField(key=GENERATION_FIELD))
+    return m.FieldCondition(key=GENERATION_FIELD, match=m.MatchValue(value=generation))
+
+
+def _filter(condition: f.All, *extra: Any) -> m.Filter:
+    return m.Filter(must=[*(_condition(c) for c in condition.conditions), *extra])
 
 
 def _condition(condition: f.Condition) -> Any:

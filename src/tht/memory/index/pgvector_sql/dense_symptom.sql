@@ -11,17 +11,20 @@
 -- The filters (conditions on the point p) run inside the index scan; with
 -- hnsw.iterative_scan the index keeps producing candidates until the limit is met,
 -- so a filtered search returns a full list. relaxed_order may return them slightly
--- out of order, hence the outer sort.
+-- out of order, hence the outer sort. Only the serving generation (the generation
+-- parameter) is searched: a rebuild's new generation waits for its switch.
 WITH nearest AS MATERIALIZED (
     SELECT v.point_id, p.revision, p.fingerprint,
            v.embedding::vector({dimension}) <=> %(query)s::vector({dimension}) AS distance
       FROM thoth_memory_pgvector.vectors v
       JOIN thoth_memory_pgvector.points p
-        ON p.collection = v.collection AND p.workspace_id = v.workspace_id AND p.id = v.point_id
+        ON p.collection = v.collection AND p.workspace_id = v.workspace_id AND p.generation = v.generation
+       AND p.id = v.point_id
      WHERE v.kind = 'symptom'
        AND v.dimension = {dimension}
        AND v.collection = %(collection)s
        AND v.workspace_id = %(workspace)s
+       AND v.generation = %(generation)s
        AND {filter}
      ORDER BY v.embedding::vector({dimension}) <=> %(query)s::vector({dimension})
      LIMIT %(limit)s
