@@ -366,7 +366,6 @@ class RecallService:
                         _indexed_card(read.fields[hit.id], verifier.dependencies(hit.id))
                     )
                     terms = frozenset(encoder.encode_document(text).indices)
-                dependencies = verifier.dependencies(hit.id)
                 signals.append(
                     SeedSignals(
                         uuid_to_card_id(hit.id),
@@ -374,7 +373,7 @@ class RecallService:
                         hit.bm25_rank,
                         terms,
                         **(
-                            self._schema_signals(dependencies, encoder)
+                            self._schema_signals(verifier.dependencies(hit.id), encoder)
                             if self.tuning.schema
                             else {}
                         ),
