@@ -68,14 +68,21 @@ SCHEMA = "public"
 TOP = 10
 BASELINES = ("dense", "bm25", "rrf")
 # the product's recall ("ours", its default tuning) and its ablations, each one
-# signal of ours removed; "spec" is the spec's fusion and link scoring alone
+# signal of ours removed (-) or one alternative setting (+), the tried-and-rejected
+# ones included (docs/quality.md); "spec" is the spec's fusion and link scoring alone
 VARIANTS: dict[str, RecallTuning] = {
     "ours": RecallTuning(),
     "ours-coverage": RecallTuning(coverage=False),
     "ours-language": RecallTuning(language_aware=False),
+    "ours-xlfeedback": RecallTuning(feedback_across_languages=0),
     "ours+xlcoverage": RecallTuning(coverage_across_languages=True),
     "ours+xlbm25w0.5": RecallTuning(bm25_weight_across_languages=0.5),
     "ours+xlbm25w1": RecallTuning(bm25_weight_across_languages=1.0),
+    "ours+xlfeedback1": RecallTuning(feedback_across_languages=1),
+    "ours+xlfeedback5": RecallTuning(feedback_across_languages=5),
+    "ours+xlfeedbackw1": RecallTuning(feedback_weight=1.0),
+    "ours+feedback3": RecallTuning(feedback=3),
+    "ours+schema": RecallTuning(schema=True),
     "spec": RecallTuning.spec_only(),
 }
 MAX_DEPENDENCIES = 8

@@ -13,7 +13,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tht.memory.recall import SeedSignals, coverage_shares, order_seeds
+from tht.memory.recall import (
+    RecallTuning,
+    SeedSignals,
+    coverage_shares,
+    feedback_ranks,
+    feedback_terms,
+    order_seeds,
+    schema_scores,
+)
 
 
 def seed(card_id, dense, bm25, *terms):
@@ -100,3 +108,101 @@ def test_a_bm25_weight_of_zero_orders_by_the_dense_rank_alone():
     ]
     # the spec's weights: BM25's first rank lifts mem-a above mem-b
     assert order_seeds([1], candidates, coverage=False)[0] == "mem-a"
+
+
+# --- tried additions, off by default (RecallTuning.schema / feedback) -------------------
+
+COLUMN = ("db", "public", "member", "t_shirt_size")
+OTHER_COLUMN = ("db", "public", "member", "phone")
+
+
+def test_schema_scores_match_the_question_to_dependency_names_and_descriptions():
+    # "rule" depends on member.t_shirt_size; "doc" is that column's documentation (its
+    # only dependency), so its terms describe the rule's dependency.
+    rule = SeedSignals("rule", 1, 1, frozenset({1}), frozenset({20, 21}), frozenset({COLUMN}))
+    doc = SeedSignals("doc", 2, 2, frozenset({30, 31}), frozenset({20, 21}), frozenset({COLUMN}))
+    other = SeedSignals("other", 3, 3, frozenset({30}), frozenset({40}), frozenset({OTHER_COLUMN}))
+    scores = schema_scores([20, 31, 40], [rule, doc, other])
+    n = 3
+    # the rule: the name term 20 (in no candidate's terms: IDF of df 0) and 31, from "doc"
+    assert scores["rule"] == pytest.approx(idf(n, 0) + idf(n, 1))
+    # the documentation card does not describe itself: only its own name term
+    assert scores["doc"] == pytest.approx(idf(n, 0))
+    assert scores["other"] == pytest.approx(idf(n, 0))
+    assert schema_scores([99], [rule, doc, other]) == {"rule": 0, "doc": 0, "other": 0}
+
+
+def test_a_card_with_several_dependencies_documents_none_of_them():
+    rule = SeedSignals("rule", 1, 1, frozenset({1}), frozenset(), frozenset({COLUMN}))
+    wide = SeedSignals("wide", 2, 2, frozenset({5}), frozenset(), frozenset({COLUMN, OTHER_COLUMN}))
+    table_only = SeedSignals(
+        "table", 3, 3, frozenset({6}), frozenset(), frozenset({("db", "public", "member", None)})
+    )
+    assert schema_scores([5, 6], [rule, wide, table_only])["rule"] == 0
+
+
+def test_schema_matching_adds_a_term_only_for_cards_that_match():
+    # plain order (coverage off): a (1/61 + 1/62) before b (1/62 + 1/61 - tie, id) ...
+    a = SeedSignals("a", 1, 2, frozenset({1}), frozenset({7}), frozenset())
+    b = SeedSignals("b", 2, 1, frozenset({1}), frozenset({8}), frozenset())
+    assert order_seeds([8], [a, b], coverage=False) == ["a", "b"]
+    # ... b's dependency names hold the question's term: + 1/61 for b, nothing for a
+    assert order_seeds([8], [a, b], coverage=False, schema=True) == ["b", "a"]
+
+
+def test_feedback_terms_are_those_of_the_first_dense_neighbours():
+    candidates = [
+        seed("a", 2, 1, 1, 2),
+        seed("b", 1, None, 3),
+        seed("c", None, 2, 4),
+        seed("d", 3, 3, 5),
+    ]
+    assert feedback_terms(candidates, 1) == {3}
+    assert feedback_terms(candidates, 2) == {1, 2, 3}
+    assert feedback_terms(candidates, 10) == {1, 2, 3, 5}  # c: not a dense hit
+    assert feedback_terms(candidates, 0) == frozenset()
+
+
+def test_feedback_ranks_follow_the_expanded_coverage_then_the_dense_rank():
+    # the neighbour "n" lends its terms 1, 2, 3: "b" and "a" cover that whole, like "n";
+    # equal coverage follows the dense rank (not the card id); "z" has no dense rank
+    n = seed("n", 1, None, 1, 2, 3)
+    a = seed("a", 5, None, 1, 2)
+    b = seed("b", 2, None, 3)
+    half = seed("h", 3, None, 1, 9)
+    z = seed("z", None, 1, 9)
+    assert feedback_ranks([50], [a, b, half, n, z], 1) == {"n": 1, "b": 2, "a": 3, "h": 4, "z": 5}
+    # the question's own terms count too: with 9, "h" and "z" are whole as well, and
+    # a card without dense rank comes after every dense hit of equal coverage
+    ranks = feedback_ranks([9], [a, b, half, n, z], 1)
+    assert ranks == {"n": 1, "b": 2, "h": 3, "a": 4, "z": 5}
+
+
+def test_feedback_lifts_a_card_sharing_the_dense_neighbours_words():
+    # a question in another language shares no term with the cards (coverage off, BM25
+    # weight 0): the dense neighbour "n" lends its terms 1 and 2, which "g" holds whole.
+    n = seed("n", 1, None, 1, 2, 3)
+    x = seed("x", 2, None, 9)
+    g = seed("g", 3, None, 1, 2)
+    plain = order_seeds([50], [n, x, g], coverage=False, bm25_weight=0.0)
+    assert plain == ["n", "x", "g"]
+    # feedback ranks n 1, g 2, x 3; weight 1: n 2/61; x 1/62 + 1/63; g 1/63 + 1/62
+    # (equal to x: card id, g first)
+    lifted = order_seeds(
+        [50], [n, x, g], coverage=False, bm25_weight=0.0, feedback=1, feedback_weight=1.0
+    )
+    assert lifted == ["n", "g", "x"]
+    # weight 0.5 (the default): x 1/62 + 0.5/63 > g 1/63 + 0.5/62
+    assert order_seeds([50], [n, x, g], coverage=False, bm25_weight=0.0, feedback=1) == plain
+    g_closer = seed("g", 2, None, 1, 2)
+    x_farther = seed("x", 3, None, 9)
+    assert order_seeds(
+        [50], [n, x_farther, g_closer], coverage=False, bm25_weight=0.0, feedback=1
+    ) == ["n", "g", "x"]
+
+
+def test_recall_tuning_defaults_feedback_across_languages_only():
+    tuning = RecallTuning()
+    assert (tuning.feedback, tuning.feedback_across_languages, tuning.schema) == (0, 3, False)
+    spec = RecallTuning.spec_only()
+    assert (spec.coverage, spec.language_aware, spec.feedback_across_languages) == (False, False, 0)

@@ -35,9 +35,14 @@ card that merely shares a clause with the question below one that fits it whole.
 Language-aware fusion (ours too, ``RecallTuning``, measured and ablated by the quality
 bench, docs/quality.md): a question in another language than the workspace's (told by
 the stop words it uses) loses that language's stop words before BM25, and its seeds
-are ordered by the dense rank alone (BM25 weight 0, no coverage): across languages,
+are ordered by the dense rank (BM25 weight 0, no coverage): across languages,
 BM25 and coverage only meet names and identifiers, and on the cross-lingual dev half
-they cost more than they bring.
+they cost more than they bring. Such a question's seeds get instead a further RRF term
+of weight 0.5 (``feedback_ranks``): their coverage of the question expanded with the
+terms of its three first dense neighbours, the question's meaning in the cards' own
+words (pseudo-relevance feedback limited to the seeds: no extra round trip).
+Schema-aware matching (``schema_scores``) and the same feedback for questions in the
+workspace's language were measured too and are off: both cost on the dev half.
 
 Choices where the rules leave room:
 
@@ -85,6 +90,7 @@ LinksOf = Callable[[list[str]], Mapping[str, Sequence[tuple[str, str]]]]
 EligibleOf = Callable[[list[str]], Collection[str]]
 """The subset of the requested cards that recall may return or follow."""
 Budget = Literal["card_lookups", "inspected_links"]
+DependencyPath = tuple[str, str | None, str | None, str | None]
 
 
 @dataclass(frozen=True)
@@ -145,10 +151,18 @@ class RecallTuning:
     # and the weight of the BM25 rank in the seed order (1: the spec's RRF)
     coverage_across_languages: bool = False
     bm25_weight_across_languages: float = 0.0
+    # feedback from the dense neighbours (``feedback_ranks``), a further RRF term of
+    # weight ``feedback_weight``: how many neighbours lend their terms (0: off), for a
+    # question in the workspace's language (tried, rejected) and in another language
+    feedback: int = 0
+    feedback_across_languages: int = 3
+    feedback_weight: float = 0.5
+    # tried, rejected (docs/quality.md): schema-aware matching, a further RRF term
+    schema: bool = False
 
     @classmethod
     def spec_only(cls) -> RecallTuning:
-        return cls(coverage=False, language_aware=False)
+        return cls(coverage=False, language_aware=False, feedback_across_languages=0)
 
 
 @dataclass(frozen=True)
@@ -160,6 +174,20 @@ class SeedSignals:
     dense_rank: int | None
     bm25_rank: int | None
     terms: frozenset[int]
+    # for schema-aware matching: the BM25 terms of its dependencies' table and column
+    # names, and the dependencies themselves as (database, schema, table, column)
+    name_terms: frozenset[int] = frozenset()
+    dependencies: frozenset[DependencyPath] = frozenset()
+
+
+def _candidate_idf(candidates: Sequence[SeedSignals]) -> tuple[dict[int, float], float]:
+    """Each term's IDF among the candidates (BM25's formula), and the IDF of a term no
+    candidate holds."""
+    df = Counter(chain.from_iterable(candidate.terms for candidate in candidates))
+    n = len(candidates)
+    # a term's IDF depends only on its count: n logarithms instead of one per term
+    by_count = [math.log(1 + (n - count + 0.5) / (count + 0.5)) for count in range(n + 1)]
+    return {term: by_count[count] for term, count in df.items()}, by_count[0]
 
 
 def coverage_shares(
@@ -168,11 +196,7 @@ def coverage_shares(
     """The IDF-weighted share of each candidate's terms that the question holds, with
     IDF computed over the candidates themselves (BM25's formula): a term most
     candidates share, like the workspace's own jargon, weighs little."""
-    df = Counter(chain.from_iterable(candidate.terms for candidate in candidates))
-    n = len(candidates)
-    # a term's IDF depends only on its count: n logarithms instead of one per term
-    by_count = [math.log(1 + (n - count + 0.5) / (count + 0.5)) for count in range(n + 1)]
-    idf = {term: by_count[count] for term, count in df.items()}
+    idf, _ = _candidate_idf(candidates)
     asked = frozenset(question_terms)
     weight = idf.__getitem__
     shares = {}
@@ -184,30 +208,109 @@ def coverage_shares(
     return shares
 
 
+def schema_scores(
+    question_terms: Collection[int], candidates: Sequence[SeedSignals]
+) -> dict[str, float]:
+    """Schema-aware matching: the IDF-weighted sum of the question's terms found in the
+    vocabulary of each candidate's dependencies, that is the words of their table and
+    column names and the text of the other candidates that document one of these
+    columns (a card whose only dependency is that column: its description). A
+    sentence that says "refers to t_shirt_size" thus meets a question about T-shirts,
+    and a rule on ``member.first_name`` the words of that column's documentation. Only
+    the candidates are read: no other card, no catalog."""
+    idf, unseen = _candidate_idf(candidates)
+    documented: dict[DependencyPath, list[SeedSignals]] = {}
+    for candidate in candidates:
+        if len(candidate.dependencies) == 1:
+            (path,) = candidate.dependencies
+            if path[3] is not None:
+                documented.setdefault(path, []).append(candidate)
+    asked = frozenset(question_terms)
+    scores = {}
+    for candidate in candidates:
+        vocabulary = set(candidate.name_terms)
+        for path in candidate.dependencies:
+            for description in documented.get(path, ()):
+                if description is not candidate:
+                    vocabulary |= description.terms
+        scores[candidate.card_id] = sum(idf.get(term, unseen) for term in asked & vocabulary)
+    return scores
+
+
+def _by_dense_rank(candidate: SeedSignals) -> tuple[float, str]:
+    rank = candidate.dense_rank
+    return (rank if rank is not None else math.inf, candidate.card_id)
+
+
+def feedback_terms(candidates: Sequence[SeedSignals], neighbours: int) -> frozenset[int]:
+    """The terms of the ``neighbours`` candidates the dense branch ranks first (pseudo-
+    relevance feedback limited to the workspace's own cards: their words, in the
+    workspace's language, whatever the question's)."""
+    by_dense = sorted((c for c in candidates if c.dense_rank is not None), key=_by_dense_rank)
+    return frozenset(chain.from_iterable(c.terms for c in by_dense[:neighbours]))
+
+
+def feedback_ranks(
+    question_terms: Collection[int], candidates: Sequence[SeedSignals], neighbours: int
+) -> dict[str, int]:
+    """Each candidate's rank by its coverage of the question expanded with the terms of
+    its ``neighbours`` first dense neighbours, equal coverage ordered by the dense rank
+    (then card id). A question in another language shares few terms with the cards, so
+    its coverage says little; the neighbours' terms are the question's meaning in the
+    cards' own words, and a card that fits them whole (the sibling of a dense hit, one
+    sentence of the same rule) comes up. Ties follow the dense rank because many short
+    cards cover the expanded question whole: their card ids would scatter them."""
+    expanded = frozenset(question_terms) | feedback_terms(candidates, neighbours)
+    shares = coverage_shares(expanded, candidates)
+    ordered = sorted(candidates, key=lambda c: (-shares[c.card_id], *_by_dense_rank(c)))
+    return {c.card_id: rank for rank, c in enumerate(ordered, start=1)}
+
+
+def _ranks(scores: Mapping[str, float], *, positive_only: bool = False) -> dict[str, int]:
+    """Ranks by descending score, equal scores by card id; ``positive_only`` leaves a
+    candidate scoring 0 unranked (it gets no RRF term)."""
+    chosen = sorted(
+        (card_id for card_id, score in scores.items() if score > 0 or not positive_only),
+        key=lambda card_id: (-scores[card_id], card_id),
+    )
+    return {card_id: rank for rank, card_id in enumerate(chosen, start=1)}
+
+
 def order_seeds(
     question_terms: Collection[int],
     candidates: Sequence[SeedSignals],
     *,
     coverage: bool = True,
     bm25_weight: float = 1.0,
+    schema: bool = False,
+    feedback: int = 0,
+    feedback_weight: float = 0.5,
 ) -> list[str]:
     """The seeds, best first: RRF (k = 60) of dense rank, BM25 rank and coverage rank
     (among the candidates; equal coverage ordered by card id); equal scores by card id.
     Without ``coverage``: the spec's RRF of the dense and BM25 ranks alone; the BM25
-    rank's term is multiplied by ``bm25_weight``."""
+    rank's term is multiplied by ``bm25_weight``. ``schema`` adds the rank of
+    ``schema_scores`` (candidates scoring 0 add nothing); ``feedback`` > 0 adds the
+    ``feedback_ranks`` of that many dense neighbours, its term multiplied by
+    ``feedback_weight``."""
     if len({c.card_id for c in candidates}) != len(candidates):
         raise ValueError("candidates must be distinct card ids")
-    coverage_rank: dict[str, int] = {}
+    extra_ranks: list[tuple[dict[str, int], float]] = []  # (ranks, weight)
     if coverage:
-        shares = coverage_shares(question_terms, candidates)
-        by_coverage = sorted(candidates, key=lambda c: (-shares[c.card_id], c.card_id))
-        coverage_rank = {c.card_id: rank for rank, c in enumerate(by_coverage, start=1)}
+        extra_ranks.append((_ranks(coverage_shares(question_terms, candidates)), 1.0))
+    if schema:
+        scores = schema_scores(question_terms, candidates)
+        extra_ranks.append((_ranks(scores, positive_only=True), 1.0))
+    if feedback > 0:
+        extra_ranks.append((feedback_ranks(question_terms, candidates, feedback), feedback_weight))
 
     def fused(c: SeedSignals) -> float:
         weighted = ((c.dense_rank, 1.0), (c.bm25_rank, bm25_weight))
         score = sum(w / (RRF_K + r) for r, w in weighted if r is not None)
-        covered = coverage_rank.get(c.card_id)
-        return score + (1 / (RRF_K + covered) if covered is not None else 0.0)
+        for ranks, weight in extra_ranks:
+            rank = ranks.get(c.card_id)
+            score += weight / (RRF_K + rank) if rank is not None else 0.0
+        return score
 
     return [c.card_id for c in sorted(candidates, key=lambda c: (-fused(c), c.card_id))]
 
