@@ -20,7 +20,6 @@ from tht.memory.recall import (
     feedback_ranks,
     feedback_terms,
     order_seeds,
-    schema_scores,
 )
 
 
@@ -110,44 +109,7 @@ def test_a_bm25_weight_of_zero_orders_by_the_dense_rank_alone():
     assert order_seeds([1], candidates, coverage=False)[0] == "mem-a"
 
 
-# --- tried additions, off by default (RecallTuning.schema / feedback) -------------------
-
-COLUMN = ("db", "public", "member", "t_shirt_size")
-OTHER_COLUMN = ("db", "public", "member", "phone")
-
-
-def test_schema_scores_match_the_question_to_dependency_names_and_descriptions():
-    # "rule" depends on member.t_shirt_size; "doc" is that column's documentation (its
-    # only dependency), so its terms describe the rule's dependency.
-    rule = SeedSignals("rule", 1, 1, frozenset({1}), frozenset({20, 21}), frozenset({COLUMN}))
-    doc = SeedSignals("doc", 2, 2, frozenset({30, 31}), frozenset({20, 21}), frozenset({COLUMN}))
-    other = SeedSignals("other", 3, 3, frozenset({30}), frozenset({40}), frozenset({OTHER_COLUMN}))
-    scores = schema_scores([20, 31, 40], [rule, doc, other])
-    n = 3
-    # the rule: the name term 20 (in no candidate's terms: IDF of df 0) and 31, from "doc"
-    assert scores["rule"] == pytest.approx(idf(n, 0) + idf(n, 1))
-    # the documentation card does not describe itself: only its own name term
-    assert scores["doc"] == pytest.approx(idf(n, 0))
-    assert scores["other"] == pytest.approx(idf(n, 0))
-    assert schema_scores([99], [rule, doc, other]) == {"rule": 0, "doc": 0, "other": 0}
-
-
-def test_a_card_with_several_dependencies_documents_none_of_them():
-    rule = SeedSignals("rule", 1, 1, frozenset({1}), frozenset(), frozenset({COLUMN}))
-    wide = SeedSignals("wide", 2, 2, frozenset({5}), frozenset(), frozenset({COLUMN, OTHER_COLUMN}))
-    table_only = SeedSignals(
-        "table", 3, 3, frozenset({6}), frozenset(), frozenset({("db", "public", "member", None)})
-    )
-    assert schema_scores([5, 6], [rule, wide, table_only])["rule"] == 0
-
-
-def test_schema_matching_adds_a_term_only_for_cards_that_match():
-    # plain order (coverage off): a (1/61 + 1/62) before b (1/62 + 1/61 - tie, id) ...
-    a = SeedSignals("a", 1, 2, frozenset({1}), frozenset({7}), frozenset())
-    b = SeedSignals("b", 2, 1, frozenset({1}), frozenset({8}), frozenset())
-    assert order_seeds([8], [a, b], coverage=False) == ["a", "b"]
-    # ... b's dependency names hold the question's term: + 1/61 for b, nothing for a
-    assert order_seeds([8], [a, b], coverage=False, schema=True) == ["b", "a"]
+# --- feedback from the dense neighbours (on across languages only) -------------------
 
 
 def test_feedback_terms_are_those_of_the_first_dense_neighbours():
@@ -203,6 +165,6 @@ def test_feedback_lifts_a_card_sharing_the_dense_neighbours_words():
 
 def test_recall_tuning_defaults_feedback_across_languages_only():
     tuning = RecallTuning()
-    assert (tuning.feedback, tuning.feedback_across_languages, tuning.schema) == (0, 3, False)
+    assert (tuning.feedback, tuning.feedback_across_languages) == (0, 3)
     spec = RecallTuning.spec_only()
     assert (spec.coverage, spec.language_aware, spec.feedback_across_languages) == (False, False, 0)

@@ -41,8 +41,9 @@ they cost more than they bring. Such a question's seeds get instead a further RR
 of weight 0.5 (``feedback_ranks``): their coverage of the question expanded with the
 terms of its three first dense neighbours, the question's meaning in the cards' own
 words (pseudo-relevance feedback limited to the seeds: no extra round trip).
-Schema-aware matching (``schema_scores``) and the same feedback for questions in the
-workspace's language were measured too and are off: both cost on the dev half.
+The same feedback for questions in the workspace's language was measured too and is
+off (``feedback`` 0), and so was schema-aware matching (removed): both cost on the dev
+half (docs/quality.md).
 
 Choices where the rules leave room:
 
@@ -90,7 +91,6 @@ LinksOf = Callable[[list[str]], Mapping[str, Sequence[tuple[str, str]]]]
 EligibleOf = Callable[[list[str]], Collection[str]]
 """The subset of the requested cards that recall may return or follow."""
 Budget = Literal["card_lookups", "inspected_links"]
-DependencyPath = tuple[str, str | None, str | None, str | None]
 
 
 @dataclass(frozen=True)
@@ -157,8 +157,6 @@ class RecallTuning:
     feedback: int = 0
     feedback_across_languages: int = 3
     feedback_weight: float = 0.5
-    # tried, rejected (docs/quality.md): schema-aware matching, a further RRF term
-    schema: bool = False
 
     @classmethod
     def spec_only(cls) -> RecallTuning:
@@ -174,10 +172,6 @@ class SeedSignals:
     dense_rank: int | None
     bm25_rank: int | None
     terms: frozenset[int]
-    # for schema-aware matching: the BM25 terms of its dependencies' table and column
-    # names, and the dependencies themselves as (database, schema, table, column)
-    name_terms: frozenset[int] = frozenset()
-    dependencies: frozenset[DependencyPath] = frozenset()
 
 
 def _candidate_idf(candidates: Sequence[SeedSignals]) -> tuple[dict[int, float], float]:
@@ -206,35 +200,6 @@ def coverage_shares(
             sum(map(weight, candidate.terms & asked)) / total if total else 0.0
         )
     return shares
-
-
-def schema_scores(
-    question_terms: Collection[int], candidates: Sequence[SeedSignals]
-) -> dict[str, float]:
-    """Schema-aware matching: the IDF-weighted sum of the question's terms found in the
-    vocabulary of each candidate's dependencies, that is the words of their table and
-    column names and the text of the other candidates that document one of these
-    columns (a card whose only dependency is that column: its description). A
-    sentence that says "refers to t_shirt_size" thus meets a question about T-shirts,
-    and a rule on ``member.first_name`` the words of that column's documentation. Only
-    the candidates are read: no other card, no catalog."""
-    idf, unseen = _candidate_idf(candidates)
-    documented: dict[DependencyPath, list[SeedSignals]] = {}
-    for candidate in candidates:
-        if len(candidate.dependencies) == 1:
-            (path,) = candidate.dependencies
-            if path[3] is not None:
-                documented.setdefault(path, []).append(candidate)
-    asked = frozenset(question_terms)
-    scores = {}
-    for candidate in candidates:
-        vocabulary = set(candidate.name_terms)
-        for path in candidate.dependencies:
-            for description in documented.get(path, ()):
-                if description is not candidate:
-                    vocabulary |= description.terms
-        scores[candidate.card_id] = sum(idf.get(term, unseen) for term in asked & vocabulary)
-    return scores
 
 
 def _by_dense_rank(candidate: SeedSignals) -> tuple[float, str]:
@@ -266,13 +231,9 @@ def feedback_ranks(
     return {c.card_id: rank for rank, c in enumerate(ordered, start=1)}
 
 
-def _ranks(scores: Mapping[str, float], *, positive_only: bool = False) -> dict[str, int]:
-    """Ranks by descending score, equal scores by card id; ``positive_only`` leaves a
-    candidate scoring 0 unranked (it gets no RRF term)."""
-    chosen = sorted(
-        (card_id for card_id, score in scores.items() if score > 0 or not positive_only),
-        key=lambda card_id: (-scores[card_id], card_id),
-    )
+def _ranks(scores: Mapping[str, float]) -> dict[str, int]:
+    """Ranks by descending score, equal scores by card id."""
+    chosen = sorted(scores, key=lambda card_id: (-scores[card_id], card_id))
     return {card_id: rank for rank, card_id in enumerate(chosen, start=1)}
 
 
@@ -282,15 +243,13 @@ def order_seeds(
     *,
     coverage: bool = True,
     bm25_weight: float = 1.0,
-    schema: bool = False,
     feedback: int = 0,
     feedback_weight: float = 0.5,
 ) -> list[str]:
     """The seeds, best first: RRF (k = 60) of dense rank, BM25 rank and coverage rank
     (among the candidates; equal coverage ordered by card id); equal scores by card id.
     Without ``coverage``: the spec's RRF of the dense and BM25 ranks alone; the BM25
-    rank's term is multiplied by ``bm25_weight``. ``schema`` adds the rank of
-    ``schema_scores`` (candidates scoring 0 add nothing); ``feedback`` > 0 adds the
+    rank's term is multiplied by ``bm25_weight``. ``feedback`` > 0 adds the
     ``feedback_ranks`` of that many dense neighbours, its term multiplied by
     ``feedback_weight``."""
     if len({c.card_id for c in candidates}) != len(candidates):
@@ -298,9 +257,6 @@ def order_seeds(
     extra_ranks: list[tuple[dict[str, int], float]] = []  # (ranks, weight)
     if coverage:
         extra_ranks.append((_ranks(coverage_shares(question_terms, candidates)), 1.0))
-    if schema:
-        scores = schema_scores(question_terms, candidates)
-        extra_ranks.append((_ranks(scores, positive_only=True), 1.0))
     if feedback > 0:
         extra_ranks.append((feedback_ranks(question_terms, candidates, feedback), feedback_weight))
 

@@ -47,7 +47,6 @@ from tht.validation import describe_validation_error, validation_details
 MAX_QUESTION = 2_000
 EXPLAIN_DEPTH = 1_000  # candidates per branch `--explain` looks through for a card's ranks
 DEFAULT_TOP = 10
-NAME_TERMS_KEPT = 10_000  # dependency name sets whose BM25 terms recall keeps
 RecallKind = Literal["search", "rules", "solved"]
 FAMILIES_OF: dict[str, tuple[str, ...]] = {
     # F2 consumes domain clarifications (the spec); rules are `memory rules`' (F4/F6/F7)
@@ -174,7 +173,6 @@ class RecallService:
         self.embedder = embedder
         self.projector = projector
         self._languages: dict[str, str] = {}  # a workspace's language never changes
-        self._name_terms: dict[tuple[str, str], frozenset[int]] = {}  # see _schema_signals
 
     def _language(self, workspace: str) -> str:
         if workspace not in self._languages:
@@ -372,11 +370,6 @@ class RecallService:
                         hit.dense_rank,
                         hit.bm25_rank,
                         terms,
-                        **(
-                            self._schema_signals(verifier.dependencies(hit.id), encoder)
-                            if self.tuning.schema
-                            else {}
-                        ),
                     )
                 )
             order = order_seeds(
@@ -384,7 +377,6 @@ class RecallService:
                 signals,
                 coverage=coverage,
                 bm25_weight=bm25_weight,
-                schema=self.tuning.schema,
                 feedback=feedback,
                 feedback_weight=self.tuning.feedback_weight,
             )
@@ -400,37 +392,6 @@ class RecallService:
             RecallResult(cards[card_id_to_uuid(r.card_id)], r, hit_of.get(r.card_id))
             for r in ranking.cards
         ]
-
-    # --- schema-aware matching (ours, tried: RecallTuning.schema) ---------------------
-
-    def _schema_signals(
-        self, dependencies: tuple[Dependency, ...], encoder: SparseEncoder
-    ) -> dict[str, Any]:
-        """A seed's ``SeedSignals.name_terms`` and ``dependencies``: the BM25 terms of
-        its table and column names (underscores and camelCase split, as the indexed
-        text), kept per name set since a workspace reuses a few hundred names."""
-        names = " ".join(
-            dict.fromkeys(
-                n.replace("_", " ") for d in dependencies for n in (d.table, d.column) if n
-            )
-        )
-        key = (encoder.language, names)
-        terms = self._name_terms.get(key)
-        if terms is None:
-            if len(self._name_terms) >= NAME_TERMS_KEPT:
-                self._name_terms.clear()
-            terms = (
-                frozenset(encoder.encode_document(searchable(names)).indices)
-                if names
-                else frozenset()
-            )
-            self._name_terms[key] = terms
-        return {
-            "name_terms": terms,
-            "dependencies": frozenset(
-                (d.database, d.schema_name, d.table, d.column) for d in dependencies
-            ),
-        }
 
 
 def _indexed_card(fields: IndexedFields, dependencies: tuple[Dependency, ...]) -> SimpleNamespace:
