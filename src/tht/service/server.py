@@ -285,40 +285,43 @@ class Service:
 
         mismatch = self._mismatch(request)
         if mismatch is not None:
-            error = ServiceVersionMismatch(
-                f"{mismatch}: stop the service (pid {os.getpid()}); an auto-started one is replaced by the next"
-                " command",
-                details={
-                    "service": __version__,
-                    "client": request.get("version"),
-                    "pid": os.getpid(),
-                    "auto_started": self.auto_started,
-                },
+            return _refusal(
+                ServiceVersionMismatch(
+                    f"{mismatch}: stop the service (pid {os.getpid()}); an auto-started one is"
+                    " replaced by the next command",
+                    details={
+                        "service": __version__,
+                        "client": request.get("version"),
+                        "pid": os.getpid(),
+                        "auto_started": self.auto_started,
+                    },
+                )
             )
-            return error.exit_code, json.dumps(error.to_dict())
         argv = request.get("argv")
         if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
-            error = InvalidInput("the request's argv must be a list of strings")
-            return error.exit_code, json.dumps(error.to_dict())
+            return _refusal(InvalidInput("the request's argv must be a list of strings"))
         if any(command_words(argv)[: len(local)] == local for local in LOCAL_COMMANDS):
-            error = InvalidInput(
-                f"`tht {' '.join(command_words(argv))}` manages a process, the embedded server or"
-                " the schema: it runs in its own process, never in the service"
+            return _refusal(
+                InvalidInput(
+                    f"`tht {' '.join(command_words(argv))}` manages a process, the embedded server"
+                    " or the schema: it runs in its own process, never in the service"
+                )
             )
-            return error.exit_code, json.dumps(error.to_dict())
         if not operator and not token:
-            error = Unauthenticated(
-                "a token is required (THT_TOKEN, THT_TOKEN_FILE or --token-file)"
+            return _refusal(
+                Unauthenticated("a token is required (THT_TOKEN, THT_TOKEN_FILE or --token-file)")
             )
-            return error.exit_code, json.dumps(error.to_dict())
         self._ensure_database()
         output: list[str] = []
-        client_env = request.get("env") if isinstance(request.get("env"), dict) else {}
+        sent_env = request.get("env")
+        client_env = (
+            {str(k): str(v) for k, v in sent_env.items()} if isinstance(sent_env, dict) else {}
+        )
         invocation = Invocation(
             token=token or None,
             cwd=str(request.get("cwd") or "/"),
             files=dict(request.get("files") or {}),
-            env={str(k): str(v) for k, v in client_env.items()},
+            env=client_env,
             stdout=output.append,
             stderr=lambda text: send({"stderr": text}),
             services=self._services,
@@ -385,6 +388,11 @@ class Service:
         )
 
 
+def _refusal(error: ThothError) -> tuple[int, str]:
+    """A command refused before it runs: its exit code and the error as its stdout."""
+    return error.exit_code, json.dumps(error.to_dict())
+
+
 def _peer_is_operator(connection: socket.socket) -> bool:
     """The peer runs as this process's user or as root (Linux: SO_PEERCRED). Elsewhere
     the socket's 0700 directory already admits only this user."""
@@ -415,7 +423,7 @@ def take_over(home: Path, service: Service, *, wait: float = 30.0) -> None:
             ) from None
     from tht.service.client import stop_service
 
-    stop_service(home, timeout=wait)
+    stop_service(str(home), timeout=wait)
     service.acquire()
 
 
