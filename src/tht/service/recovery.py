@@ -52,7 +52,7 @@ def backoff_delay(failures: int, base: float = BASE_SECONDS, cap: float = CAP_SE
     """Seconds before the next attempt after ``failures`` consecutive failed drains."""
     if failures <= 0:
         return 0.0
-    return min(cap, base * 2 ** min(failures - 1, 32))
+    return min(cap, base * 2.0 ** min(failures - 1, 32))
 
 
 @dataclass

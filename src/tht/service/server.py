@@ -32,12 +32,25 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from tht import __version__
-from tht.errors import Conflict, InvalidInput, ServiceVersionMismatch, ThothError, Unauthenticated
+from tht.errors import (
+    Conflict,
+    InvalidInput,
+    ServiceUnavailable,
+    ServiceVersionMismatch,
+    ThothError,
+    Unauthenticated,
+)
 from tht.service import paths
 from tht.service.client import LOCAL_COMMANDS, command_words
+
+if TYPE_CHECKING:  # imported when the service starts: the client's path stays light
+    from tht.bootstrap import Engines, ProjectionSettings, Services
+    from tht.db.embedded import EmbeddedPostgres
+    from tht.service.recovery import PendingRetrier
+    from tht.settings import RuntimeConfig
 
 log = logging.getLogger("tht.service")
 
@@ -78,15 +91,16 @@ class Service:
         )
         self.build = paths.build_stamp()
         self.build_changed = False
-        self.engines: Any = None
+        self.engines: Engines | None = None
         self.on_stop: Callable[[], None] | None = None  # how a stop request ends the process
         self._lock_file: IO[str] | None = None
         self._server: socketserver.ThreadingUnixStreamServer | None = None
         self._active = 0
         self._last_activity = time.monotonic()
         self._state = threading.Condition()
-        self._embedded: Any = None  # the embedded PostgreSQL, when the archive is the embedded one
-        self.retrier: Any = None  # retries pending index work (tht.service.recovery)
+        # the embedded PostgreSQL, when the archive is the embedded one
+        self._embedded: EmbeddedPostgres | None = None
+        self.retrier: PendingRetrier | None = None  # retries pending index work
         self.stopped = threading.Event()
 
     # --- life --------------------------------------------------------------------------
@@ -107,9 +121,10 @@ class Service:
 
     def describe_running(self) -> dict[str, Any] | None:
         try:
-            return json.loads((self.run_dir / "service.json").read_text())
+            running = json.loads((self.run_dir / "service.json").read_text())
         except (OSError, ValueError):
             return None
+        return running if isinstance(running, dict) else None  # written by `start`: a dict
 
     def start(self) -> None:
         """Open the engines, then listen (a stale socket of a killed service is replaced:
@@ -118,7 +133,7 @@ class Service:
         from tht.service.recovery import PendingRetrier
 
         self._embedded = embedded_database()
-        self.engines = Engines(max_connections=POOL_CONNECTIONS)
+        engines = self.engines = Engines(max_connections=POOL_CONNECTIONS)
         path = Path(paths.socket_path(self.home))
         path.unlink(missing_ok=True)
         service = self
@@ -144,11 +159,17 @@ class Service:
         threading.Thread(target=self._watch_build, name="tht-build", daemon=True).start()
         if self._embedded is not None:
             threading.Thread(target=self._watch_database, name="tht-database", daemon=True).start()
-        self.retrier = PendingRetrier(self.engines.archive, lambda: self.engines.in_use()[2])
+        self.retrier = PendingRetrier(engines.archive, lambda: engines.in_use()[2])
         self.retrier.start()
         if self.idle_timeout > 0:
             threading.Thread(target=self._watch_idle, name="tht-idle", daemon=True).start()
         log.info("service %s listening on %s", os.getpid(), path)
+
+    def open_engines(self) -> Engines:
+        """The engines ``start`` opened."""
+        if self.engines is None:
+            raise ServiceUnavailable("the service has not started: its engines are not open")
+        return self.engines
 
     def health(self) -> tuple[int, dict[str, Any]]:
         """``/healthz``: the archive (its embedded server started again first, if it
@@ -156,8 +177,9 @@ class Service:
         from tht.service.health import check_health
 
         self._ensure_database()
-        indexes, embedders, _ = self.engines.in_use()
-        code, document = check_health(self.engines.archive, indexes, embedders)
+        engines = self.open_engines()
+        indexes, embedders, _ = engines.in_use()
+        code, document = check_health(engines.archive, indexes, embedders)
         if self.retrier is not None:
             document["pending_retries"] = self.retrier.state()
         return code, document
@@ -285,40 +307,43 @@ class Service:
 
         mismatch = self._mismatch(request)
         if mismatch is not None:
-            error = ServiceVersionMismatch(
-                f"{mismatch}: stop the service (pid {os.getpid()}); an auto-started one is replaced by the next"
-                " command",
-                details={
-                    "service": __version__,
-                    "client": request.get("version"),
-                    "pid": os.getpid(),
-                    "auto_started": self.auto_started,
-                },
+            return _refusal(
+                ServiceVersionMismatch(
+                    f"{mismatch}: stop the service (pid {os.getpid()}); an auto-started one is"
+                    " replaced by the next command",
+                    details={
+                        "service": __version__,
+                        "client": request.get("version"),
+                        "pid": os.getpid(),
+                        "auto_started": self.auto_started,
+                    },
+                )
             )
-            return error.exit_code, json.dumps(error.to_dict())
         argv = request.get("argv")
         if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
-            error = InvalidInput("the request's argv must be a list of strings")
-            return error.exit_code, json.dumps(error.to_dict())
+            return _refusal(InvalidInput("the request's argv must be a list of strings"))
         if any(command_words(argv)[: len(local)] == local for local in LOCAL_COMMANDS):
-            error = InvalidInput(
-                f"`tht {' '.join(command_words(argv))}` manages a process, the embedded server or"
-                " the schema: it runs in its own process, never in the service"
+            return _refusal(
+                InvalidInput(
+                    f"`tht {' '.join(command_words(argv))}` manages a process, the embedded server"
+                    " or the schema: it runs in its own process, never in the service"
+                )
             )
-            return error.exit_code, json.dumps(error.to_dict())
         if not operator and not token:
-            error = Unauthenticated(
-                "a token is required (THT_TOKEN, THT_TOKEN_FILE or --token-file)"
+            return _refusal(
+                Unauthenticated("a token is required (THT_TOKEN, THT_TOKEN_FILE or --token-file)")
             )
-            return error.exit_code, json.dumps(error.to_dict())
         self._ensure_database()
         output: list[str] = []
-        client_env = request.get("env") if isinstance(request.get("env"), dict) else {}
+        sent_env = request.get("env")
+        client_env = (
+            {str(k): str(v) for k, v in sent_env.items()} if isinstance(sent_env, dict) else {}
+        )
         invocation = Invocation(
             token=token or None,
             cwd=str(request.get("cwd") or "/"),
             files=dict(request.get("files") or {}),
-            env={str(k): str(v) for k, v in client_env.items()},
+            env=client_env,
             stdout=output.append,
             stderr=lambda text: send({"stderr": text}),
             services=self._services,
@@ -374,15 +399,22 @@ class Service:
         while not done.wait(HEARTBEAT_SECONDS):
             send({"alive": True})
 
-    def _services(self, runtime: Any, projection: Any) -> AbstractContextManager[Any]:
+    def _services(
+        self, runtime: RuntimeConfig | None, projection: ProjectionSettings | None
+    ) -> AbstractContextManager[Services]:
         from tht.cli.invocation import current
 
-        return self.engines.command_services(
+        return self.open_engines().command_services(
             runtime,
             projection,
             sessions_root=self.sessions_root,
             env={**os.environ, **current().env},
         )
+
+
+def _refusal(error: ThothError) -> tuple[int, str]:
+    """A command refused before it runs: its exit code and the error as its stdout."""
+    return error.exit_code, json.dumps(error.to_dict())
 
 
 def _peer_is_operator(connection: socket.socket) -> bool:
@@ -415,7 +447,7 @@ def take_over(home: Path, service: Service, *, wait: float = 30.0) -> None:
             ) from None
     from tht.service.client import stop_service
 
-    stop_service(home, timeout=wait)
+    stop_service(str(home), timeout=wait)
     service.acquire()
 
 

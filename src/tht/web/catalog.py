@@ -12,6 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tht.accounts import Principal
 from tht.bootstrap import Services
+from tht.catalog.service import Catalog
+from tht.errors import ServiceUnavailable
 from tht.memory.model import WORKSPACE_ID_PATTERN
 from tht.web.schemas import ErrorOut
 
@@ -113,9 +115,12 @@ def catalog_router(services: Services, principal: Callable[..., Awaitable[Princi
     WorkspaceId = Annotated[str, PathParam(alias="workspaceId", pattern=WORKSPACE_ID_PATTERN)]
     RunId = Annotated[str, PathParam(alias="runId", pattern=RUN_ID_PATTERN)]
 
-    def catalog(actor: Principal, workspace: str):
+    def catalog(actor: Principal, workspace: str) -> Catalog:
         actor.require_manage(workspace)
-        return services.catalog
+        found = services.catalog
+        if found is None:  # Engines.services always builds one; only a bare Services lacks it
+            raise ServiceUnavailable("this server has no Catalog")
+        return found
 
     @router.get(
         "",

@@ -134,7 +134,7 @@ def run_server(
     take_over(home, service)
     try:
         service.start()
-        services = service.engines.services(projection, server_config.sessions_root)
+        services = service.open_engines().services(projection, server_config.sessions_root)
         if demo:
             load_demo(services)
         token_file = ensure_admin(services, home)
@@ -153,7 +153,7 @@ def run_server(
         }
 
         class AnnouncingServer(uvicorn.Server):
-            async def startup(self, sockets=None) -> None:
+            async def startup(self, sockets: list[socket.socket] | None = None) -> None:
                 await super().startup(sockets)
                 if self.started:  # listening: a client may connect as soon as it reads the line
                     _announce(announcement)

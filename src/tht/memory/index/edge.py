@@ -38,7 +38,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import qdrant_edge as qe
 
@@ -354,7 +354,9 @@ class EdgeIndex:
             with self.session():
                 self._update(workspace, qe.UpdateOperation.delete_points(list(ids)))
 
-    def _update(self, workspace: str, operation: Any, *, create: bool = False) -> None:
+    def _update(
+        self, workspace: str, operation: qe.UpdateOperation, *, create: bool = False
+    ) -> None:
         """Apply a save's write to the serving shard and, during a rebuild, to the new
         generation. The generation is looked up first: a switch in between then makes
         both the same shard (written once), never leaves the new one without the write."""
@@ -407,7 +409,7 @@ class EdgeIndex:
     def scroll_ids(self, workspace: str) -> list[PointRecord]:
         with self.session(), self._serving(workspace) as shard:
             records = _scroll(shard, with_payload=PROJECTION_FIELDS) if shard is not None else []
-        return [PointRecord(r.id, *projection(r.payload)) for r in records]
+        return [PointRecord(_card_id(r.id), *projection(r.payload)) for r in records]
 
     def dense_vectors(
         self, workspace: str, ids: Sequence[uuid.UUID]
@@ -419,7 +421,7 @@ class EdgeIndex:
                 return {}
             with _engine_errors():
                 records = shard.retrieve(list(ids), False, [DENSE])
-        return {r.id: list((r.vector or {}).get(DENSE) or []) for r in records}
+        return {_card_id(r.id): _dense(r.vector) for r in records}
 
     def count(self, workspace: str) -> int:
         with self.session(), self._serving(workspace) as shard:
@@ -610,10 +612,15 @@ class EdgeIndex:
         by_workspace: dict[str, list[qe.Point]] = {}
         for record in _scroll(legacy, with_payload=True, with_vector=True):
             workspace = (record.payload or {}).get("workspace")
-            if isinstance(workspace, str) and workspace:  # a point of no workspace serves no recall
-                by_workspace.setdefault(workspace, []).append(
-                    _edge_point(record.id, record.vector, record.payload)
+            if not isinstance(workspace, str) or not workspace:
+                continue  # a point of no workspace serves no recall
+            if record.vector is None:  # scrolled with its vectors: every point has some
+                raise IndexIncompatible(
+                    f"point {record.id} of {self.collection_path} has no vectors"
                 )
+            by_workspace.setdefault(workspace, []).append(
+                _edge_point(record.id, record.vector, record.payload)
+            )
         for workspace, points in by_workspace.items():
             path = self.workspace_path(workspace)
             with _engine_errors():
@@ -659,7 +666,9 @@ def _config(dimension: int) -> qe.EdgeConfig:
     )
 
 
-def _edge_point(point_id: Any, vectors: dict[str, Any], payload: dict[str, Any] | None) -> qe.Point:
+def _edge_point(
+    point_id: qe.PointId, vectors: qe.Vector, payload: dict[str, Any] | None
+) -> qe.Point:
     return qe.Point(point_id, vectors, payload or {})
 
 
@@ -677,7 +686,7 @@ class EdgeGeneration:
 
     def records(self) -> list[PointRecord]:
         return [
-            PointRecord(r.id, *projection(r.payload))
+            PointRecord(_card_id(r.id), *projection(r.payload))
             for r in _scroll(self.shard, with_payload=PROJECTION_FIELDS)
         ]
 
@@ -762,8 +771,10 @@ def _private(path: Path) -> None:
                 log.debug("cannot restrict %s: %s", target, exc)
 
 
-def _scroll(shard: qe.EdgeShard, *, with_payload: Any, with_vector: bool = False) -> list[Any]:
-    records: list[Any] = []
+def _scroll(
+    shard: qe.EdgeShard, *, with_payload: qe.WithPayloadType, with_vector: bool = False
+) -> list[qe.Record]:
+    records: list[qe.Record] = []
     offset = None
     while True:
         request = qe.ScrollRequest(
@@ -785,17 +796,35 @@ def _live_pid(pid_file: Path) -> int | None:
     return pid
 
 
-def _branch(points: Sequence[Any]) -> list[BranchHit]:
-    return [BranchHit(p.id, p.score, *projection(p.payload)) for p in points]
+def _branch(points: Sequence[qe.ScoredPoint]) -> list[BranchHit]:
+    return [BranchHit(_card_id(p.id), p.score, *projection(p.payload)) for p in points]
+
+
+def _card_id(point_id: qe.PointId) -> uuid.UUID:
+    """A point's id, the card's UUID: the engine returns the UUID every point here was
+    written with."""
+    if isinstance(point_id, uuid.UUID):
+        return point_id
+    raise IndexIncompatible(f"point {point_id!r} is not a card's: its id is not a UUID")
+
+
+def _dense(vector: qe.Vector | None) -> list[float]:
+    """A retrieved point's dense vector ([] without one)."""
+    named = vector.get(DENSE) if isinstance(vector, dict) else None
+    # the engine types any named vector as dense, multi-dense or sparse: DENSE is
+    # configured as one dense vector (`_config`), so it is a list of floats
+    return list(cast(list[float], named)) if isinstance(named, list) else []
 
 
 def _filter(condition: f.All) -> qe.Filter | None:
-    if not condition.conditions:
-        return None
+    return _every(condition) if condition.conditions else None
+
+
+def _every(condition: f.All) -> qe.Filter:
     return qe.Filter(must=[_condition(c) for c in condition.conditions])
 
 
-def _condition(condition: f.Condition) -> Any:
+def _condition(condition: f.Condition) -> qe.ConditionType:
     match condition:
         case f.Match(key, value):
             return qe.FieldCondition(key, match=qe.MatchValue(value))
@@ -806,9 +835,9 @@ def _condition(condition: f.Condition) -> Any:
         case f.IsEmpty(key):
             return qe.IsEmptyCondition(key)
         case f.All():
-            return _filter(condition)
+            return _every(condition)
         case f.AnyOf(conditions):
             return qe.Filter(should=[_condition(c) for c in conditions])
         case f.Nested(key, inner):
-            return qe.NestedCondition(key, _filter(inner))
+            return qe.NestedCondition(key, _every(inner))
     raise TypeError(f"unknown filter condition {condition!r}")
