@@ -578,3 +578,30 @@ def test_recall_and_saves_through_the_service_go_on_during_a_rebuild(tht, tmp_pa
     found = tht.run("memory", "search", "carrier codes", "-c", config)
     assert found.document["results"][0]["id"] == during["id"]
     assert tht.run("memory", "check", "-c", config).code == 0
+
+
+def test_health_asks_the_running_service_and_never_starts_one(tht):
+    absent = tht.run("health")
+    assert (absent.code, absent.document["error"]["code"]) == (10, "service_unavailable")
+    assert tht.service_pid() is None  # asking did not start a service
+    outage = tht.home / "outage"
+    served = tht.start("serve", "--no-web", THT_OUTAGE_FILE=str(outage))
+    try:
+        announced = json.loads(served.stdout.readline())  # once it listens
+        assert "error" not in announced, announced
+        # the headless service opens an index and an embedder for the first command using them
+        assert tht.run("workspace", "create", "acme", "--language", "en").code == 0
+        _card(tht, tht.runtime("acme"))
+        healthy = tht.run("health")
+        assert healthy.code == 0, healthy.document
+        assert healthy.document["status"] == "ok"
+        kinds = {d["kind"]: d for d in healthy.document["dependencies"]}
+        assert {"archive", "index", "embedder"} <= set(kinds)
+        assert kinds["archive"]["status"] == "ok" and kinds["archive"]["latency_ms"] >= 0
+        outage.write_text("index")  # an index outage degrades; only the archive is required
+        degraded = tht.run("health")
+        assert (degraded.code, degraded.document["status"]) == (0, "degraded")
+    finally:
+        served.terminate()
+        served.wait(30)
+    assert tht.run("health").code == 10

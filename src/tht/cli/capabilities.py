@@ -56,6 +56,8 @@ CAPABILITIES: dict[tuple[str, ...], str] = {
     # a process of its own (never run in the service); its tools are the commands
     # memory search|rules|solved-search|propose|summary, each checked with the token
     ("mcp",): OPERATOR_ONLY,
+    # never run in the service either: it asks the running service on its socket
+    ("health",): OPERATOR_ONLY,
 }
 
 

@@ -36,7 +36,7 @@ from tht.cli.catalog import catalog_app
 from tht.cli.eval import memory_eval
 from tht.cli.invocation import current, invoked, progress
 from tht.cli.workflow import register as register_workflow
-from tht.errors import Forbidden, InvalidInput, ThothError
+from tht.errors import Forbidden, InvalidInput, ServiceUnavailable, ThothError
 from tht.memory.model import parse_card_input, parse_list_query
 from tht.settings import RuntimeConfig
 
@@ -567,6 +567,27 @@ def db_stop() -> None:
 
 
 # --- demo ---------------------------------------------------------------------------
+
+
+@app.command("health")
+def health() -> None:
+    """How the running service (`tht serve`, also with `--no-web`) finds its dependencies:
+    the archive, each index and each embedder, with status and latency, as `/healthz`
+    answers. Exit 0 when ok or degraded (only an index or an embedder down), 10 when the
+    archive is down or no service runs for THT_HOME. It never starts a service."""
+    from tht.service import paths
+    from tht.service.client import service_health
+
+    home = paths.default_home(os.environ)
+    answer = service_health(home)
+    if answer is None:
+        raise ServiceUnavailable(
+            f"no service is running for THT_HOME={home}", details={"home": home}
+        )
+    http_status, document = answer
+    emit(document)
+    if http_status != 200:
+        raise typer.Exit(ServiceUnavailable.exit_code)
 
 
 @app.command("demo")

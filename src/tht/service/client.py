@@ -52,7 +52,7 @@ FILE_ARGUMENTS: dict[tuple[str, ...], tuple[str, ...]] = {
 }
 MAX_FILE_BYTES = 16 * 1024 * 1024  # the largest input any command accepts (eval cases)
 # Commands that manage this process, the embedded server or the schema: always here.
-LOCAL_COMMANDS = {("serve",), ("db",), ("memory", "migrate"), ("mcp",)}
+LOCAL_COMMANDS = {("serve",), ("db",), ("memory", "migrate"), ("mcp",), ("health",)}
 HELP_FLAGS = {"--help", "-h"}
 DEFAULT_IDLE_SECONDS = 900
 DEFAULT_TIMEOUT_SECONDS = 60.0  # silence from the service (it sends a heartbeat every few seconds)
@@ -283,6 +283,21 @@ def stop_service(home: str, token: str | None = None, timeout: float = 30.0) -> 
         raise ThothError.from_dict(reply, exit_code=5)
     _wait_gone(home, timeout)
     return True
+
+
+def service_health(home: str, timeout: float = 30.0) -> tuple[int, dict[str, Any]] | None:
+    """The running service's ``/healthz`` answer (HTTP status, document), asked on its
+    socket; None when no service runs."""
+    sock = _connect(home, timeout)
+    if sock is None:
+        return None
+    with sock:
+        sock.sendall(json.dumps({"op": "health"}).encode() + b"\n")
+        answer = sock.makefile("rb").readline()
+    reply = json.loads(answer) if answer else {}
+    if not isinstance(reply.get("health"), dict):
+        raise ServiceLost("the service closed the connection without answering")
+    return int(reply["http_status"]), reply["health"]
 
 
 def _wait_gone(home: str, timeout: float) -> None:

@@ -279,6 +279,9 @@ class Service:
         op = request.get("op", "run")
         if op == "status":
             send({"status": self.status()})
+        elif op == "health":  # what /healthz answers, for a service without the web face
+            http_status, document = self.health()
+            send({"health": document, "http_status": http_status})
         elif op == "shutdown":
             if operator and not request.get("token"):
                 send({"stopping": True})
