@@ -386,3 +386,23 @@ def test_malformed_json_input_is_invalid_input_naming_it(cli, setup, tmp_path):
     assert "surrogate" in runs["--data"].document["error"]["message"]
     assert runs["--data"].document["error"]["details"] == {"field": "content"}
     assert "nested deeper" in runs["--filters"].document["error"]["message"]
+
+
+def test_a_search_before_anything_was_indexed_finds_nothing_unless_cards_await_it(
+    cli, runtime_file, tmp_path, monkeypatch
+):
+    """A new installation: no collection exists until the first card is projected."""
+    assert cli("workspace", "create", "acme", "--language", "en").code == 0
+    config = runtime_file("acme")
+    empty = cli("memory", "search", "when is an order shipped", "-c", config)
+    assert (empty.code, empty.document["results"]) == (0, [])
+    # a card saved while the index was down: it waits for the index, and the search says so
+    outage = tmp_path / "outage"
+    outage.write_text("index")
+    monkeypatch.setenv("THT_OUTAGE_FILE", str(outage))
+    saved = cli("memory", "create", "-c", config, "--data", "-", stdin=json.dumps(card_document()))
+    assert saved.code == 0, saved.document
+    outage.write_text("")
+    waiting = cli("memory", "search", "when is an order shipped", "-c", config)
+    assert (waiting.code, waiting.document["error"]["code"]) == (8, "index_unavailable")
+    assert "tht memory index" in waiting.document["error"]["message"]

@@ -202,7 +202,8 @@ class RecallService:
         dense = self.embedder.embed_query(question)
         sparse, crossing = self._bm25_query(question, language)
         if not self.index.collection_exists():
-            raise IndexUnavailable("the search index has no collection yet: run `tht memory index`")
+            self._raise_unless_empty(workspace)
+            return []  # nothing was ever indexed, and the workspace has no card to find
         current = self.projector.fingerprint(language)
         # Content, links and eligibility are read under the workspace lock (shared
         # with other readers), so no mutation interleaves with verification; the index
@@ -322,6 +323,15 @@ class RecallService:
             table=query.table,
             column=query.column,
         )
+
+    def _raise_unless_empty(self, workspace: str) -> None:
+        """Without a collection, no results is the answer only for a workspace without
+        cards (a new installation); cards there were never projected (an index that was
+        down for every save): rebuilding finds them."""
+        with self.archive.transaction(workspace) as tx:
+            has_cards = bool(tx.card_ids_after(uuid.UUID(int=0), 1))
+        if has_cards:
+            raise IndexUnavailable("the search index has no collection yet: run `tht memory index`")
 
     def _raise_if_lost(self, workspace: str) -> None:
         """Reading never silently falls back: an empty search is an answer only if the
