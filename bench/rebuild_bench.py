@@ -145,22 +145,31 @@ def run_remote_size(
     cards = home / f"cards-{size}.jsonl"
     with open(cards, "w") as out:
         CardTransfer(archive).export(WORKSPACE, "jsonl", out.write)
-    settings = {"concurrency": args.remote_concurrency} if args.remote_concurrency else {}
-    embedders = {rate: remote.embedder(home, rate, **settings) for rate in rates}
+    # the openai embedder's concurrency setting: variants taking turns (None: its default)
+    variants = (
+        [int(c) for c in args.remote_concurrency.split(",")] if args.remote_concurrency else [None]
+    )
+    embedders = {
+        (rate, variant): remote.embedder(
+            home, rate, **({"concurrency": variant} if variant else {})
+        )
+        for rate in rates
+        for variant in variants
+    }
     rows = []
     try:
         for turn in range(args.turns):
-            for rate in rates:
-                embedder = embedders[rate]
+            for rate, variant in embedders:
+                embedder = embedders[(rate, variant)]
                 projector = IndexProjector(archive, index, embedder)
-                embedder.embed_passages(texts[:64])  # the connection, outside the timing
+                embedder.embed_passages(texts[:256])  # the connections, outside the timing
                 before = load()
                 raw = raw_throughput(embedder, texts)
                 rebuilt, calls = rebuild_throughput(projector)
                 analyze(embedded, database, vacuum=True)
                 imported = None
                 if not args.no_import:
-                    workspace = f"import-{size}-{rate:g}-{turn}"
+                    workspace = f"import-{size}-{rate:g}-{variant}-{turn}"
                     WorkspaceService(archive).create(workspace, "en")
                     seconds, summary = run_import(
                         CardTransfer(archive, projector), workspace, cards
@@ -172,6 +181,7 @@ def run_remote_size(
                     {
                         "cards": size,
                         "rate": rate,
+                        "concurrency": getattr(embedder, "concurrency", None),
                         "turn": turn + 1,
                         "raw": round(raw, 1),
                         "rebuild": round(rebuilt, 1),
@@ -184,7 +194,7 @@ def run_remote_size(
                 )
                 print(f"  {json.dumps(rows[-1])}", file=sys.stderr)
         if args.profile:
-            projector = IndexProjector(archive, index, embedders[rates[-1]])
+            projector = IndexProjector(archive, index, embedders[(rates[-1], variants[-1])])
             profile = cProfile.Profile()
             profile.runcall(projector.rebuild, WORKSPACE)
             pstats.Stats(profile, stream=sys.stderr).sort_stats("cumulative").print_stats(40)
@@ -197,13 +207,13 @@ def run_remote_size(
 
 def print_table(rows: list[dict]) -> None:
     print(
-        "| cards | GPU rate (cards/s) | turn | raw (cards/s) | rebuild (cards/s) |"
+        "| cards | GPU rate (cards/s) | concurrency | turn | raw (cards/s) | rebuild (cards/s) |"
         " import (cards/s) | rebuild / raw | import / raw | load average |"
     )
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for row in rows:
         print(
-            f"| {row['cards']} | {row['rate']:g} | {row['turn']} | {row['raw']} |"
+            f"| {row['cards']} | {row['rate']:g} | {row['concurrency']} | {row['turn']} | {row['raw']} |"
             f" {row['rebuild']} | {row['import']} | {row['rebuild_ratio']} |"
             f" {row['import_ratio']} | {row['load']} |"
         )
@@ -223,7 +233,8 @@ def main() -> None:
     )
     parser.add_argument("--remote-dimension", type=int, default=384)
     parser.add_argument(
-        "--remote-concurrency", type=int, help="the openai embedder's concurrency setting"
+        "--remote-concurrency",
+        help="the openai embedder's concurrency settings to compare, taking turns (e.g. 1,4)",
     )
     parser.add_argument("--no-import", action="store_true", help="remote: raw and rebuild only")
     args = parser.parse_args()

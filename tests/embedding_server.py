@@ -46,6 +46,9 @@ class EmbeddingServer(ThreadingHTTPServer):
         self.requests: list[dict[str, Any]] = []
         self.model_time = threading.Lock()  # one batch at a time, as on one GPU
         self.called = threading.Event()  # set by the first request
+        self.in_flight = 0  # requests being answered, and the most at once
+        self.most_in_flight = 0
+        self._counting = threading.Lock()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A slow answer can come after the client gave up: a broken pipe is expected.
@@ -76,6 +79,17 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def do_POST(self) -> None:
+        server = self.server
+        with server._counting:
+            server.in_flight += 1
+            server.most_in_flight = max(server.most_in_flight, server.in_flight)
+        try:
+            self._answer()
+        finally:
+            with server._counting:
+                server.in_flight -= 1
+
+    def _answer(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         server = self.server
         if server.record:

@@ -140,6 +140,19 @@ def test_build_embedder_providers(monkeypatch: pytest.MonkeyPatch) -> None:
             "must be positive",
         ),
         (
+            {"provider": "openai", "url": "http://x", "model": "m", "concurrency": 0},
+            "between 1 and 32",
+        ),
+        (
+            {"provider": "openai", "url": "http://x", "model": "m", "concurrency": 33},
+            "between 1 and 32",
+        ),
+        (
+            {"provider": "openai", "url": "http://x", "model": "m", "concurrency": "4"},
+            "invalid value",
+        ),
+        ({"provider": "hashing", "concurrency": 4}, "unknown embedder settings"),
+        (
             {
                 "provider": "openai",
                 "url": "http://x",
@@ -282,6 +295,47 @@ def test_openai_http_embeds_in_batches(
     )
     assert all(r["authorization"] == "Bearer secret-key" for r in server.requests)
     assert query["body"]["input"] == ["query: q"]
+    embedder.close()
+
+
+def test_openai_http_keeps_several_batches_in_flight_in_order() -> None:
+    # each batch takes the (one) model 0.1 s: the next ones wait at the server, sent
+    server = EmbeddingServer(batch_seconds=lambda path, size: 0.1)
+    server.start()
+    try:
+        texts = ["x" * (n + 1) for n in range(8 * BATCH_SIZE)]  # a length per text
+        embedder = build_embedder(
+            {
+                "provider": "openai",
+                "url": server.url,
+                "model": "m",
+                "dimension": 3,
+                "concurrency": 4,
+            }
+        )
+        assert isinstance(embedder, OpenAIHttpEmbedder) and embedder.concurrency == 4
+        vectors = embedder.embed_passages(texts)
+        assert [v[0] for v in vectors] == [len(t) for t in texts]
+        assert [v[1] for v in vectors] == [float(n % BATCH_SIZE) for n in range(len(texts))]
+        assert server.most_in_flight == 4 and embedder.calls == 8
+        assert [len(r["body"]["input"]) for r in server.requests] == [BATCH_SIZE] * 8
+        # one at a time when so configured (the default is CONCURRENCY)
+        server.most_in_flight = 0
+        OpenAIHttpEmbedder(server.url, "m", dimension=3, concurrency=1).embed_passages(texts)
+        assert server.most_in_flight == 1
+        assert OpenAIHttpEmbedder(server.url, "m").concurrency == 4
+        embedder.close()
+    finally:
+        server.stop()
+
+
+def test_openai_http_concurrent_batches_fail_as_one_call(server: EmbeddingServer) -> None:
+    server.mode = "error"
+    embedder = OpenAIHttpEmbedder(server.url, "m", dimension=3, concurrency=4)
+    with pytest.raises(EmbedderUnavailable, match="HTTP 500"):
+        embedder.embed_passages(["t"] * (6 * BATCH_SIZE))
+    server.mode = "ok"
+    assert len(embedder.embed_passages(["t"] * (3 * BATCH_SIZE))) == 3 * BATCH_SIZE
     embedder.close()
 
 

@@ -50,7 +50,11 @@ from tht.memory.transfer.formats import (
 )
 from tht.sqlfiles import named_queries
 
-BATCH = 256  # records per archive transaction (and per projection call)
+BATCH = 256  # records per archive transaction
+# Cards written before they are projected together: a projection of more than the
+# projector's chunk runs its pipeline (reads, embedding and index writes overlapped),
+# and a larger one leaves the embedder idle less often, between two projections.
+PROJECT_EVERY = 4096
 MAX_REPORTED_ERRORS = 100
 CONFLICT_POLICIES = ("skip", "update", "fail")
 
@@ -427,6 +431,16 @@ class CardTransfer:
         done = 0
         batch: list[ImportCard] = []
 
+        unprojected: list[uuid.UUID] = []
+
+        def project() -> None:
+            outcome = self._project(workspace, unprojected)
+            index["indexed"] += outcome[0]
+            index["pending"] += outcome[1]
+            unprojected.clear()
+            if progress:
+                progress("indexed", index["indexed"] + index["pending"], None)
+
         def flush() -> None:
             nonlocal done
             actions, to_project = self._write_batch(
@@ -434,12 +448,11 @@ class CardTransfer:
             )
             for action in actions:
                 counts[action] += 1
-            if to_project:
-                outcome = self._project(workspace, to_project)
-                index["indexed"] += outcome[0]
-                index["pending"] += outcome[1]
-            done += len(batch)
+            done += len(batch)  # committed: a Ctrl-C during its projection keeps it
             batch.clear()
+            unprojected.extend(to_project)
+            if len(unprojected) >= PROJECT_EVERY:
+                project()
             if progress:
                 progress("imported", done, total)
             pause_point("import.after_batch")
@@ -456,6 +469,8 @@ class CardTransfer:
                     flush()
             if batch:
                 flush()
+            if unprojected:
+                project()
         except KeyboardInterrupt:
             raise Interrupted(
                 f"interrupted after {done} of {total} records: the batches written so far are"
