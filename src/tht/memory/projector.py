@@ -43,6 +43,7 @@ from tht.memory.index.port import (
 from tht.memory.model import Card, card_id_to_uuid, uuid_to_card_id
 from tht.memory.projection import card_facts, fingerprint, indexed_text
 from tht.memory.service import IndexOutcome
+from tht.memory.stages import hand_over, take_over
 
 Progress = Callable[[int, int], None]
 BATCH = 256  # cards per locked transaction in drains and repairs: edits wait at most one
@@ -506,18 +507,18 @@ class IndexProjector:
                     with self.archive.transaction(workspace) as tx:
                         found = tx.cards(ids, links=False)
                     cards = [found[i] for i in ids if i in found]
-                    if not _put(loaded, (cards, self._inputs(cards, language)), stop):
+                    if not hand_over(loaded, (cards, self._inputs(cards, language)), stop):
                         return
             except BaseException as exc:
                 failures.append(exc)
                 stop.set()
             finally:
-                _put(loaded, None, stop)
+                hand_over(loaded, None, stop)
 
         def write() -> None:
             written = 0
             try:
-                while (item := _take(embedded, stop)) is not None:
+                while (item := take_over(embedded, stop)) is not None:
                     cards, prepared = item
                     report.add(self._write_chunk(workspace, generation, current, cards, prepared))
                     crash_point("index.after_batch")
@@ -541,13 +542,13 @@ class IndexProjector:
         for thread in threads:
             thread.start()
         try:
-            while (chunk := _take(loaded, stop)) is not None:
+            while (chunk := take_over(loaded, stop)) is not None:
                 cards, inputs = chunk
                 item = (cards, self._vectors(inputs) if cards else [])
                 crash_point("projector.after_embedding")
-                if not _put(embedded, item, stop):
+                if not hand_over(embedded, item, stop):
                     break
-            _put(embedded, None, stop)
+            hand_over(embedded, None, stop)
             while threads[1].is_alive():
                 threads[1].join(0.1)  # a join that Ctrl-C can interrupt
         finally:
@@ -731,27 +732,6 @@ def _record(tx: ArchiveTransaction, current: str, ready: list[tuple[Card, _Prepa
 
 
 def _ignore(count: int) -> None:
-    return None
-
-
-def _put(channel: queue.Queue[Any], item: Any, stop: threading.Event) -> bool:
-    """Hand ``item`` to the next stage; False if the pipeline stopped meanwhile."""
-    while not stop.is_set():
-        try:
-            channel.put(item, timeout=0.1)
-            return True
-        except queue.Full:
-            continue
-    return False
-
-
-def _take(channel: queue.Queue[Any], stop: threading.Event) -> Any:
-    """The next item of the previous stage; None at its end or once the pipeline stopped."""
-    while not stop.is_set():
-        try:
-            return channel.get(timeout=0.1)
-        except queue.Empty:
-            continue
     return None
 
 

@@ -23,9 +23,12 @@ completed if it was not), and the rest is written.
 
 from __future__ import annotations
 
+import contextvars
 import csv
 import io
 import json
+import queue
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -38,6 +41,7 @@ from tht.faults import pause_point
 from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive
 from tht.memory.model import Card, card_id_to_uuid, uuid_to_card_id
 from tht.memory.projector import IndexProjector
+from tht.memory.stages import hand_over, take_over
 from tht.memory.transfer.formats import (
     CSV_COLUMNS,
     CSV_JSON_COLUMNS,
@@ -424,12 +428,48 @@ class CardTransfer:
         resolver: _Resolver,
         progress: Progress | None,
     ) -> dict[str, Any]:
+        """Two stages: a thread writes the archive batches (reading the file again); this
+        thread projects the cards written, PROJECT_EVERY at a time, meanwhile. A Ctrl-C
+        (here) stops the writer after its current batch; every batch it committed keeps
+        its cards, pending for the index if not projected yet."""
         counts: dict[str, Any] = {"create": 0, "update": 0, "skip": 0, "unchanged": 0}
         index = {"indexed": 0, "pending": 0}
         total = len(check.planned)
-        pending_links: dict[uuid.UUID, list[tuple[uuid.UUID, str]]] = {}
-        done = 0
-        batch: list[ImportCard] = []
+        written = [0]  # records in committed batches (the writer's count)
+        stop = threading.Event()
+        committed: queue.Queue[tuple[int, list[uuid.UUID]] | None] = queue.Queue(maxsize=2)
+        failures: list[BaseException] = []
+
+        def write_archive() -> None:
+            pending_links: dict[uuid.UUID, list[tuple[uuid.UUID, str]]] = {}
+            batch: list[ImportCard] = []
+
+            def flush() -> bool:
+                actions, to_project = self._write_batch(
+                    workspace, batch, options, resolver, pending_links
+                )
+                for action in actions:
+                    counts[action] += 1
+                written[0] += len(batch)
+                batch.clear()
+                return hand_over(committed, (written[0], to_project), stop)
+
+            try:
+                for item in self._records(open_source, options):
+                    if not isinstance(item, ImportCard):
+                        continue
+                    planned = check.planned.get(item.key)
+                    if planned is None or planned.line != item.line:
+                        continue  # invalid, or a later duplicate (--continue)
+                    batch.append(item)
+                    if len(batch) >= BATCH and not flush():
+                        return
+                if batch:
+                    flush()
+            except BaseException as exc:
+                failures.append(exc)
+            finally:
+                hand_over(committed, None, stop)
 
         unprojected: list[uuid.UUID] = []
 
@@ -441,49 +481,46 @@ class CardTransfer:
             if progress:
                 progress("indexed", index["indexed"] + index["pending"], None)
 
-        def flush() -> None:
-            nonlocal done
-            actions, to_project = self._write_batch(
-                workspace, batch, options, resolver, pending_links
-            )
-            for action in actions:
-                counts[action] += 1
-            done += len(batch)  # committed: a Ctrl-C during its projection keeps it
-            batch.clear()
-            unprojected.extend(to_project)
-            if len(unprojected) >= PROJECT_EVERY:
-                project()
-            if progress:
-                progress("imported", done, total)
-            pause_point("import.after_batch")
-
+        # in this invocation's context (where progress goes, in the service)
+        writer = threading.Thread(
+            target=contextvars.copy_context().run,
+            args=(write_archive,),
+            name="import-archive",
+            daemon=True,
+        )
+        writer.start()
         try:
-            for item in self._records(open_source, options):
-                if not isinstance(item, ImportCard):
-                    continue
-                planned = check.planned.get(item.key)
-                if planned is None or planned.line != item.line:
-                    continue  # invalid, or a later duplicate (--continue)
-                batch.append(item)
-                if len(batch) >= BATCH:
-                    flush()
-            if batch:
-                flush()
-            if unprojected:
+            while (done := take_over(committed, stop)) is not None:
+                records, to_project = done
+                unprojected.extend(to_project)
+                if progress:
+                    progress("imported", records, total)
+                pause_point("import.after_batch")
+                if len(unprojected) >= PROJECT_EVERY:
+                    project()
+            if unprojected:  # also when the writer failed: what it committed is indexed
                 project()
+            if failures:  # a Ctrl-C that reached the writer is an interruption too
+                raise failures[0]
         except KeyboardInterrupt:
+            stop.set()
+            while writer.is_alive():  # its current batch commits or rolls back
+                writer.join(0.1)
             raise Interrupted(
-                f"interrupted after {done} of {total} records: the batches written so far are"
-                " committed, the current one rolled back. Rerun the same command to finish: it"
-                " is idempotent (written records are skipped as unchanged, their index entries"
-                " completed)",
+                f"interrupted after {written[0]} of {total} records: every batch written so"
+                " far is committed (the one in progress was finished). Rerun the same command"
+                " to finish: it is idempotent (written records are skipped as unchanged, their"
+                " index entries completed)",
                 details={
-                    "written": done,
+                    "written": written[0],
                     "total": total,
                     "resume": "rerun the same command",
                     **{k: v for k, v in counts.items()},
                 },
             ) from None
+        finally:
+            stop.set()
+            writer.join()
         counts["index"] = index
         return counts
 
