@@ -169,7 +169,7 @@ def run_remote_size(
                 analyze(embedded, database, vacuum=True)
                 imported = None
                 if not args.no_import:
-                    workspace = f"import-{size}-{rate:g}-{variant}-{turn}"
+                    workspace = f"import-{size}-{rate:g}-{variant or 0}-{turn}"
                     WorkspaceService(archive).create(workspace, "en")
                     seconds, summary = run_import(
                         CardTransfer(archive, projector), workspace, cards

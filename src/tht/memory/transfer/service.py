@@ -429,29 +429,37 @@ class CardTransfer:
         progress: Progress | None,
     ) -> dict[str, Any]:
         """Two stages: a thread writes the archive batches (reading the file again); this
-        thread projects the cards written, PROJECT_EVERY at a time, meanwhile. A Ctrl-C
-        (here) stops the writer after its current batch; every batch it committed keeps
-        its cards, pending for the index if not projected yet."""
+        thread projects the cards written, PROJECT_EVERY at a time, while the writer
+        writes the next ones (at most PROJECT_EVERY ahead). A Ctrl-C (here) stops the
+        writer after its current batch; every batch it committed keeps its cards,
+        pending for the index if not projected yet."""
         counts: dict[str, Any] = {"create": 0, "update": 0, "skip": 0, "unchanged": 0}
         index = {"indexed": 0, "pending": 0}
         total = len(check.planned)
         written = [0]  # records in committed batches (the writer's count)
         stop = threading.Event()
-        committed: queue.Queue[tuple[int, list[uuid.UUID]] | None] = queue.Queue(maxsize=2)
+        committed: queue.Queue[tuple[int, list[uuid.UUID]] | None] = queue.Queue(
+            maxsize=max(2, PROJECT_EVERY // BATCH)
+        )
         failures: list[BaseException] = []
+        writing = threading.Lock()  # held by the writer for each batch
 
         def write_archive() -> None:
             pending_links: dict[uuid.UUID, list[tuple[uuid.UUID, str]]] = {}
             batch: list[ImportCard] = []
 
             def flush() -> bool:
-                actions, to_project = self._write_batch(
-                    workspace, batch, options, resolver, pending_links
-                )
-                for action in actions:
-                    counts[action] += 1
-                written[0] += len(batch)
+                with writing:
+                    if stop.is_set():
+                        return False
+                    actions, to_project = self._write_batch(
+                        workspace, batch, options, resolver, pending_links
+                    )
+                    for action in actions:
+                        counts[action] += 1
+                    written[0] += len(batch)
                 batch.clear()
+                pause_point("import.after_batch")
                 return hand_over(committed, (written[0], to_project), stop)
 
             try:
@@ -495,7 +503,6 @@ class CardTransfer:
                 unprojected.extend(to_project)
                 if progress:
                     progress("imported", records, total)
-                pause_point("import.after_batch")
                 if len(unprojected) >= PROJECT_EVERY:
                     project()
             if unprojected:  # also when the writer failed: what it committed is indexed
@@ -504,13 +511,13 @@ class CardTransfer:
                 raise failures[0]
         except KeyboardInterrupt:
             stop.set()
-            while writer.is_alive():  # its current batch commits or rolls back
-                writer.join(0.1)
+            with writing:  # the batch being written is committed (or rolled back) first
+                pass
             raise Interrupted(
                 f"interrupted after {written[0]} of {total} records: every batch written so"
-                " far is committed (the one in progress was finished). Rerun the same command"
-                " to finish: it is idempotent (written records are skipped as unchanged, their"
-                " index entries completed)",
+                " far is committed (one in progress when interrupted is finished). Rerun the same"
+                " command to finish: it is idempotent (written records are skipped as unchanged,"
+                " their index entries completed)",
                 details={
                     "written": written[0],
                     "total": total,
@@ -519,8 +526,9 @@ class CardTransfer:
                 },
             ) from None
         finally:
-            stop.set()
-            writer.join()
+            stop.set()  # the writer stops before its next batch
+            with writing:  # and nothing is written after this returns
+                pass
         counts["index"] = index
         return counts
 
