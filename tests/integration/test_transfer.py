@@ -470,7 +470,7 @@ def test_a_large_import_is_projected_in_groups_while_the_archive_is_written(
         groups.append(len(card_uuids))
         if len(groups) == 1:  # the archive writes go on while the first group is projected
             deadline = time.monotonic() + 30
-            while sum(committed) <= 12:
+            while sum(committed) <= groups[0]:
                 assert time.monotonic() < deadline, committed
                 time.sleep(0.01)
         return project(self, workspace, card_uuids)
@@ -481,7 +481,9 @@ def test_a_large_import_is_projected_in_groups_while_the_archive_is_written(
     assert done.code == 0, done.document
     assert done.document["created"] == 40
     assert done.document["index"] == {"indexed": 40, "pending": 0}
-    assert groups == [12, 12, 12, 4]
+    # a full group (12), or more than a chunk (4) when the writer is behind; the rest
+    assert sum(groups) == 40 and len(groups) >= 2
+    assert all(size in (8, 12) for size in groups[:-1]), groups
     assert cli("memory", "pending", "-c", config).document["items"] == []
     assert cli("memory", "check", "-c", config).code == 0
     found = cli("memory", "search", "Card 27 Content 27", "-c", config)

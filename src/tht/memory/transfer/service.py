@@ -38,6 +38,7 @@ from typing import IO, Any
 
 from tht.errors import Conflict, Interrupted, InvalidInput, NotFound, ThothError
 from tht.faults import pause_point
+from tht.memory import projector as projector_module
 from tht.memory.archive.postgres import ArchiveTransaction, PostgresArchive
 from tht.memory.model import Card, card_id_to_uuid, uuid_to_card_id
 from tht.memory.projector import IndexProjector
@@ -429,8 +430,9 @@ class CardTransfer:
         progress: Progress | None,
     ) -> dict[str, Any]:
         """Two stages: a thread writes the archive batches (reading the file again); this
-        thread projects the cards written, PROJECT_EVERY at a time, while the writer
-        writes the next ones (at most PROJECT_EVERY ahead). A Ctrl-C (here) stops the
+        thread projects the cards written, up to PROJECT_EVERY at a time (fewer when it
+        would otherwise wait for the writer), while the writer writes the next ones (at
+        most PROJECT_EVERY ahead). A Ctrl-C (here) stops the
         writer after its current batch; every batch it committed keeps its cards,
         pending for the index if not projected yet."""
         counts: dict[str, Any] = {"create": 0, "update": 0, "skip": 0, "unchanged": 0}
@@ -503,7 +505,11 @@ class CardTransfer:
                 unprojected.extend(to_project)
                 if progress:
                     progress("imported", records, total)
-                if len(unprojected) >= PROJECT_EVERY:
+                # a full group, or, rather than wait for the writer, what the pipeline
+                # takes (more than one chunk)
+                if len(unprojected) >= PROJECT_EVERY or (
+                    len(unprojected) > projector_module.CHUNK and committed.empty()
+                ):
                     project()
             if unprojected:  # also when the writer failed: what it committed is indexed
                 project()
