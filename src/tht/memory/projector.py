@@ -26,7 +26,13 @@ from typing import Any
 from tht.errors import Conflict, Interrupted, NotFound
 from tht.faults import crash_point, pause_point, simulated_outage
 from tht.memory.archive.port import Archive, ArchiveTx, RecordedProjection
-from tht.memory.embedding import Embedder, EmbedderUnavailable, SparseEncoder, SparseVector
+from tht.memory.embedding import (
+    Embedder,
+    EmbedderUnavailable,
+    InputCut,
+    SparseEncoder,
+    SparseVector,
+)
 from tht.memory.index import IndexDrift, IndexPoint, IndexUnavailable, SearchIndex
 from tht.memory.index.port import (
     IndexGeneration,
@@ -37,6 +43,7 @@ from tht.memory.index.port import (
 from tht.memory.model import Card, card_id_to_uuid, uuid_to_card_id
 from tht.memory.projection import card_facts, fingerprint, indexed_text
 from tht.memory.service import IndexOutcome
+from tht.memory.stages import hand_over, take_over
 
 Progress = Callable[[int, int], None]
 BATCH = 256  # cards per locked transaction in drains and repairs: edits wait at most one
@@ -59,6 +66,16 @@ class _Prepared:
     symptom_dense: list[float] | None
     sparse: SparseVector
     embedded_chars: int | None  # the dense input's length when the embedder cut the text
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """Cards' indexed texts, symptoms, embedder inputs (``cuts``) and BM25 vectors."""
+
+    texts: list[str]
+    symptoms: list[str | None]
+    cuts: list[InputCut]
+    sparse: list[SparseVector]
 
 
 # check re-embeds this many indexed cards and compares them with the stored vectors;
@@ -183,29 +200,37 @@ class IndexProjector:
         }
 
     def _embed(self, cards: list[Card], language: str) -> list[_Prepared]:
+        return self._vectors(self._inputs(cards, language))
+
+    def _inputs(self, cards: list[Card], language: str) -> _Inputs:
+        """What the cards' projections are computed from, and their BM25 vectors (which
+        need no embedder)."""
         texts = [indexed_text(card) for card in cards]
         # An explained error also gets a symptom projection, its error text (the
-        # context), where the engine keeps one. Both kinds go in ONE embedding call, so
-        # batches run across cards and kinds.
+        # context), where the engine keeps one.
         symptoms = [_symptom(card, self.index) for card in cards]
-        cuts = [self.embedder.bound(text) for text in texts]
-        vectors = self.embedder.embed_passages(
-            [cut.text for cut in cuts] + [text for text in symptoms if text]
-        )
-        main, extra = vectors[: len(texts)], iter(vectors[len(texts) :])
         encoder = self.encoder(language)
         # BM25 indexes the whole text: only the dense input is bounded (the encoder
         # takes ~3 ms for 100 000 characters, one word of 20 000 included).
+        return _Inputs(
+            texts,
+            symptoms,
+            [self.embedder.bound(text) for text in texts],
+            [encoder.encode_document(text) for text in texts],
+        )
+
+    def _vectors(self, inputs: _Inputs) -> list[_Prepared]:
+        """The dense vectors: card texts and symptoms go in ONE embedding call, so
+        batches run across cards and kinds."""
+        vectors = self.embedder.embed_passages(
+            [cut.text for cut in inputs.cuts] + [text for text in inputs.symptoms if text]
+        )
+        main, extra = vectors[: len(inputs.texts)], iter(vectors[len(inputs.texts) :])
         return [
-            _Prepared(
-                text,
-                symptom,
-                dense,
-                next(extra) if symptom else None,
-                encoder.encode_document(text),
-                cut.chars,
+            _Prepared(text, symptom, dense, next(extra) if symptom else None, sparse, cut.chars)
+            for text, symptom, dense, cut, sparse in zip(
+                inputs.texts, inputs.symptoms, main, inputs.cuts, inputs.sparse, strict=True
             )
-            for text, symptom, dense, cut in zip(texts, symptoms, main, cuts, strict=True)
         ]
 
     def _write(
@@ -461,14 +486,17 @@ class IndexProjector:
         todo: list[uuid.UUID],
         projected: Callable[[int], None],
     ) -> SyncReport:
-        """The rebuild's pipeline: a thread reads the cards in chunks, this thread embeds
-        them (the embedder is the bottleneck: it never waits for the archive or the
-        index), and a thread writes each chunk in one locked transaction (points in
-        bulk, projections and cleared operations in one statement each)."""
+        """The rebuild's pipeline, three stages joined by bounded queues, so the embedder
+        never waits for the archive or the index, nor for work that needs no embedder:
+        a thread reads the cards in chunks and computes their texts, embedder inputs
+        and BM25 vectors; this thread only embeds (a remote embedder gets the next
+        chunk's batches as soon as the last ones are sent); a thread builds each chunk's
+        points and writes them in one locked transaction (points in bulk, projections
+        and cleared operations in one statement each)."""
         report = SyncReport()
         current = self.fingerprint(language)
         stop = threading.Event()
-        loaded: queue.Queue[list[Card] | None] = queue.Queue(maxsize=2)
+        loaded: queue.Queue[tuple[list[Card], _Inputs] | None] = queue.Queue(maxsize=2)
         embedded: queue.Queue[tuple[list[Card], list[_Prepared]] | None] = queue.Queue(maxsize=2)
         failures: list[BaseException] = []
 
@@ -477,18 +505,20 @@ class IndexProjector:
                 for start in range(0, len(todo), CHUNK):
                     ids = todo[start : start + CHUNK]
                     with self.archive.transaction(workspace) as tx:
-                        cards = tx.cards(ids, links=False)
-                    if not _put(loaded, [cards[i] for i in ids if i in cards], stop):
+                        found = tx.cards(ids, links=False)
+                    cards = [found[i] for i in ids if i in found]
+                    if not hand_over(loaded, (cards, self._inputs(cards, language)), stop):
                         return
             except BaseException as exc:
                 failures.append(exc)
+                stop.set()
             finally:
-                _put(loaded, None, stop)
+                hand_over(loaded, None, stop)
 
         def write() -> None:
             written = 0
             try:
-                while (item := _take(embedded, stop)) is not None:
+                while (item := take_over(embedded, stop)) is not None:
                     cards, prepared = item
                     report.add(self._write_chunk(workspace, generation, current, cards, prepared))
                     crash_point("index.after_batch")
@@ -512,12 +542,13 @@ class IndexProjector:
         for thread in threads:
             thread.start()
         try:
-            while (cards := _take(loaded, stop)) is not None:
-                item = (cards, self._embed(cards, language) if cards else [])
+            while (chunk := take_over(loaded, stop)) is not None:
+                cards, inputs = chunk
+                item = (cards, self._vectors(inputs) if cards else [])
                 crash_point("projector.after_embedding")
-                if not _put(embedded, item, stop):
+                if not hand_over(embedded, item, stop):
                     break
-            _put(embedded, None, stop)
+            hand_over(embedded, None, stop)
             while threads[1].is_alive():
                 threads[1].join(0.1)  # a join that Ctrl-C can interrupt
         finally:
@@ -538,15 +569,15 @@ class IndexProjector:
     ) -> SyncReport:
         """Under the workspace's lock: the chunk's points, those of cards still at the
         revision embedded (a card edited since was projected by its own save, or waits
-        in the outbox), their recorded projections and cleared operations."""
+        in the outbox), their recorded projections and cleared operations. The points
+        are built before the lock is taken."""
+        pairs = list(zip(cards, prepared, strict=True))
+        points = _points(pairs, current)
         with self.index.session(), self.archive.transaction(workspace, lock=True) as tx:
-            now = tx.revisions_of([card_id_to_uuid(card.id) for card in cards])
-            ready = [
-                (card, item)
-                for card, item in zip(cards, prepared, strict=True)
-                if now.get(card_id_to_uuid(card.id)) == card.revision
-            ]
-            generation.upsert(_points(ready, current))
+            now = tx.revisions_of([point.id for point in points])
+            kept = [n for n, point in enumerate(points) if now.get(point.id) == point.revision]
+            ready = [pairs[n] for n in kept]
+            generation.upsert([points[n] for n in kept])
             crash_point("projector.after_index_write")
             _record(tx, current, ready)
             crash_point("projector.after_clear_operation")
@@ -701,27 +732,6 @@ def _record(tx: ArchiveTx, current: str, ready: list[tuple[Card, _Prepared]]) ->
 
 
 def _ignore(count: int) -> None:
-    return None
-
-
-def _put(channel: queue.Queue[Any], item: Any, stop: threading.Event) -> bool:
-    """Hand ``item`` to the next stage; False if the pipeline stopped meanwhile."""
-    while not stop.is_set():
-        try:
-            channel.put(item, timeout=0.1)
-            return True
-        except queue.Full:
-            continue
-    return False
-
-
-def _take(channel: queue.Queue[Any], stop: threading.Event) -> Any:
-    """The next item of the previous stage; None at its end or once the pipeline stopped."""
-    while not stop.is_set():
-        try:
-            return channel.get(timeout=0.1)
-        except queue.Empty:
-            continue
     return None
 
 

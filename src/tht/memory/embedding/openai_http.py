@@ -19,6 +19,11 @@ MAX_INPUT_TOKENS = 512
 # Tokens are estimated from characters, without the server's tokenizer: 3 characters
 # a token errs on the short side for prose (~4.3 with e5's vocabulary) and SQL (~2.3).
 CHARS_PER_TOKEN = 3
+# Batches of one call in flight at once, when not configured: enough to keep a remote
+# GPU busy while this process sends the next batch and decodes the last answer (the
+# round trip and the JSON decoding cost about as much as the model's time on a fast
+# server), few enough not to crowd a server shared with others.
+CONCURRENCY = 4
 
 
 class OpenAIHttpEmbedder(BatchingEmbedder):
@@ -33,8 +38,9 @@ class OpenAIHttpEmbedder(BatchingEmbedder):
         query_prefix: str = "",
         passage_prefix: str = "",
         max_input_tokens: int = MAX_INPUT_TOKENS,
+        concurrency: int = CONCURRENCY,
     ) -> None:
-        super().__init__()
+        super().__init__(concurrency)
         # the prefix is part of the model's input
         self.max_input_chars = max(
             1, max_input_tokens * CHARS_PER_TOKEN - max(len(query_prefix), len(passage_prefix))
@@ -68,6 +74,7 @@ class OpenAIHttpEmbedder(BatchingEmbedder):
         return self._dimension
 
     def close(self) -> None:
+        super().close()
         self._client.close()
 
     def _embed(self, texts: list[str], *, query: bool) -> list[list[float]]:

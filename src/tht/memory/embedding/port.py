@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import NamedTuple, Protocol
 
 # Bounded so one request stays small for an HTTP provider and one native call does
@@ -46,13 +48,20 @@ class BatchingEmbedder(ABC):
 
     The bound: at most ``max_input_chars`` characters (a cheap cap, applied first so a
     tokenizer never sees a huge text), then, for a provider that counts tokens
-    (``_tokens``), the longest prefix of at most ``max_input_tokens`` tokens."""
+    (``_tokens``), the longest prefix of at most ``max_input_tokens`` tokens.
+
+    ``concurrency``: how many batches of one ``embed_passages`` call may be in flight
+    at once (a remote provider: its model works on one batch while the next travels
+    and the previous one is decoded here); 1 embeds them one after another."""
 
     max_input_chars: int | None = None
     max_input_tokens: int | None = None
 
-    def __init__(self) -> None:
+    def __init__(self, concurrency: int = 1) -> None:
         self.calls = 0
+        self.concurrency = concurrency
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
 
     def bound(self, text: str, *, query: bool = False) -> InputCut:
         cap = self.max_input_chars
@@ -69,10 +78,45 @@ class BatchingEmbedder(ABC):
 
     def embed_passages(self, texts: list[str]) -> list[list[float]]:
         bounded = [self.bound(text).text for text in texts]
+        batches = [
+            bounded[start : start + BATCH_SIZE] for start in range(0, len(bounded), BATCH_SIZE)
+        ]
         vectors: list[list[float]] = []
-        for start in range(0, len(bounded), BATCH_SIZE):
-            vectors.extend(self._call(bounded[start : start + BATCH_SIZE], query=False))
+        if self.concurrency <= 1 or len(batches) <= 1:
+            for batch in batches:
+                vectors.extend(self._call(batch, query=False))
+            return vectors
+        # Results in order; the first failure is raised once no batch of this call is
+        # running any more (the ones not started yet are cancelled).
+        self.calls += len(batches)
+        pool = self._executor()
+        futures: list[Future[list[list[float]]]] = [
+            pool.submit(self._embed, batch, query=False) for batch in batches
+        ]
+        try:
+            for future in futures:
+                vectors.extend(future.result())
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            for future in futures:
+                if not future.cancelled():
+                    future.exception()  # wait for it, whatever it raised
+            raise
         return vectors
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="embed")
+            return self._pool
+
+    def close(self) -> None:
+        """Ends the threads of concurrent batches (a provider with a client closes it too)."""
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def embed_query(self, text: str) -> list[float]:
         return self._call([self.bound(text, query=True).text], query=True)[0]

@@ -23,9 +23,12 @@ completed if it was not), and the rest is written.
 
 from __future__ import annotations
 
+import contextvars
 import csv
 import io
 import json
+import queue
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -35,9 +38,11 @@ from typing import IO, Any
 
 from tht.errors import Conflict, Interrupted, InvalidInput, NotFound, ThothError
 from tht.faults import pause_point
+from tht.memory import projector as projector_module
 from tht.memory.archive.port import Archive, ArchiveTx
 from tht.memory.model import Card, card_id_to_uuid, uuid_to_card_id
 from tht.memory.projector import IndexProjector
+from tht.memory.stages import hand_over, take_over
 from tht.memory.transfer.formats import (
     CSV_COLUMNS,
     CSV_JSON_COLUMNS,
@@ -49,7 +54,11 @@ from tht.memory.transfer.formats import (
     read_records,
 )
 
-BATCH = 256  # records per archive transaction (and per projection call)
+BATCH = 256  # records per archive transaction
+# Cards written before they are projected together: a projection of more than the
+# projector's chunk runs its pipeline (reads, embedding and index writes overlapped),
+# and a larger one leaves the embedder idle less often, between two projections.
+PROJECT_EVERY = 4096
 MAX_REPORTED_ERRORS = 100
 CONFLICT_POLICIES = ("skip", "update", "fail")
 
@@ -415,55 +424,112 @@ class CardTransfer:
         resolver: _Resolver,
         progress: Progress | None,
     ) -> dict[str, Any]:
+        """Two stages: a thread writes the archive batches (reading the file again); this
+        thread projects the cards written, up to PROJECT_EVERY at a time (fewer when it
+        would otherwise wait for the writer), while the writer writes the next ones (at
+        most PROJECT_EVERY ahead). A Ctrl-C (here) stops the
+        writer after its current batch; every batch it committed keeps its cards,
+        pending for the index if not projected yet."""
         counts: dict[str, Any] = {"create": 0, "update": 0, "skip": 0, "unchanged": 0}
         index = {"indexed": 0, "pending": 0}
         total = len(check.planned)
-        pending_links: dict[uuid.UUID, list[tuple[uuid.UUID, str]]] = {}
-        done = 0
-        batch: list[ImportCard] = []
+        written = [0]  # records in committed batches (the writer's count)
+        stop = threading.Event()
+        committed: queue.Queue[tuple[int, list[uuid.UUID]] | None] = queue.Queue(
+            maxsize=max(2, PROJECT_EVERY // BATCH)
+        )
+        failures: list[BaseException] = []
+        writing = threading.Lock()  # held by the writer for each batch
 
-        def flush() -> None:
-            nonlocal done
-            actions, to_project = self._write_batch(
-                workspace, batch, options, resolver, pending_links
-            )
-            for action in actions:
-                counts[action] += 1
-            if to_project:
-                outcome = self._project(workspace, to_project)
-                index["indexed"] += outcome[0]
-                index["pending"] += outcome[1]
-            done += len(batch)
-            batch.clear()
-            if progress:
-                progress("imported", done, total)
-            pause_point("import.after_batch")
+        def write_archive() -> None:
+            pending_links: dict[uuid.UUID, list[tuple[uuid.UUID, str]]] = {}
+            batch: list[ImportCard] = []
 
-        try:
-            for item in self._records(open_source, options):
-                if not isinstance(item, ImportCard):
-                    continue
-                planned = check.planned.get(item.key)
-                if planned is None or planned.line != item.line:
-                    continue  # invalid, or a later duplicate (--continue)
-                batch.append(item)
-                if len(batch) >= BATCH:
+            def flush() -> bool:
+                with writing:
+                    if stop.is_set():
+                        return False
+                    actions, to_project = self._write_batch(
+                        workspace, batch, options, resolver, pending_links
+                    )
+                    for action in actions:
+                        counts[action] += 1
+                    written[0] += len(batch)
+                batch.clear()
+                pause_point("import.after_batch")
+                return hand_over(committed, (written[0], to_project), stop)
+
+            try:
+                for item in self._records(open_source, options):
+                    if not isinstance(item, ImportCard):
+                        continue
+                    planned = check.planned.get(item.key)
+                    if planned is None or planned.line != item.line:
+                        continue  # invalid, or a later duplicate (--continue)
+                    batch.append(item)
+                    if len(batch) >= BATCH and not flush():
+                        return
+                if batch:
                     flush()
-            if batch:
-                flush()
+            except BaseException as exc:
+                failures.append(exc)
+            finally:
+                hand_over(committed, None, stop)
+
+        unprojected: list[uuid.UUID] = []
+
+        def project() -> None:
+            outcome = self._project(workspace, unprojected)
+            index["indexed"] += outcome[0]
+            index["pending"] += outcome[1]
+            unprojected.clear()
+            if progress:
+                progress("indexed", index["indexed"] + index["pending"], None)
+
+        # in this invocation's context (where progress goes, in the service)
+        writer = threading.Thread(
+            target=contextvars.copy_context().run,
+            args=(write_archive,),
+            name="import-archive",
+            daemon=True,
+        )
+        writer.start()
+        try:
+            while (done := take_over(committed, stop)) is not None:
+                records, to_project = done
+                unprojected.extend(to_project)
+                if progress:
+                    progress("imported", records, total)
+                # a full group, or, rather than wait for the writer, what the pipeline
+                # takes (more than one chunk)
+                if len(unprojected) >= PROJECT_EVERY or (
+                    len(unprojected) > projector_module.CHUNK and committed.empty()
+                ):
+                    project()
+            if unprojected:  # also when the writer failed: what it committed is indexed
+                project()
+            if failures:  # a Ctrl-C that reached the writer is an interruption too
+                raise failures[0]
         except KeyboardInterrupt:
+            stop.set()
+            with writing:  # the batch being written is committed (or rolled back) first
+                pass
             raise Interrupted(
-                f"interrupted after {done} of {total} records: the batches written so far are"
-                " committed, the current one rolled back. Rerun the same command to finish: it"
-                " is idempotent (written records are skipped as unchanged, their index entries"
-                " completed)",
+                f"interrupted after {written[0]} of {total} records: every batch written so"
+                " far is committed (one in progress when interrupted is finished). Rerun the same"
+                " command to finish: it is idempotent (written records are skipped as unchanged,"
+                " their index entries completed)",
                 details={
-                    "written": done,
+                    "written": written[0],
                     "total": total,
                     "resume": "rerun the same command",
                     **{k: v for k, v in counts.items()},
                 },
             ) from None
+        finally:
+            stop.set()  # the writer stops before its next batch
+            with writing:  # and nothing is written after this returns
+                pass
         counts["index"] = index
         return counts
 
