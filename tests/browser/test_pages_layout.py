@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -299,8 +300,10 @@ def test_every_page_fits_and_says_what_it_waits_for(layout_server, chromium, scr
         details = page.locator("#filter-details")
         if not details.evaluate("d => d.open"):
             details.locator("summary").click()
-        page.locator("#filter-updated-from").fill("2026-12-31")
-        page.locator("#filter-updated-to").fill("2026-01-01")
+        today = datetime.now(UTC).date()
+        before, after = str(today - timedelta(days=30)), str(today + timedelta(days=30))
+        page.locator("#filter-updated-from").fill(after)
+        page.locator("#filter-updated-to").fill(before)
         page.locator("#filters").evaluate("f => f.requestSubmit()")
         error = page.get_by_test_id("filter-date-error")
         expect(error).to_be_visible()
@@ -308,7 +311,8 @@ def test_every_page_fits_and_says_what_it_waits_for(layout_server, chromium, scr
         expect(page.locator("#filter-updated-from")).to_have_attribute("aria-invalid", "true")
         _fits(page, width, "memory filters")
         shot("memory-date-range")
-        page.locator("#filter-updated-to").fill("2027-01-01")
+        page.locator("#filter-updated-from").fill(before)  # a range holding today's cards
+        page.locator("#filter-updated-to").fill(after)
         page.locator("#filters").evaluate("f => f.requestSubmit()")
         expect(error).to_be_hidden()
         expect(rows.first).to_be_visible()

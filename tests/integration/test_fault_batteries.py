@@ -132,5 +132,10 @@ def test_every_crash_point_in_the_product_has_a_row():
     ]
     points = {name for call in calls for name in re.findall(r"\"([a-z_]+\.[a-z_.]+)\"", call)}
     assert len(points) >= 12
-    assert points - {row.point for row in ROWS} == set()
+    # The battery runs on Edge, whose rebuild switch is one rename with no crash point;
+    # the server engines' switch point is crashed at by the rebuild tests instead.
+    engine_only = {"index.after_switch"}
+    rebuild_tests = (ROOT / "tests" / "integration" / "test_rebuild_generations.py").read_text()
+    assert all(f'"{point}"' in rebuild_tests for point in engine_only)
+    assert points - {row.point for row in ROWS} - engine_only == set()
     assert {row.operation for row in ROWS} <= set(OPERATIONS)
