@@ -52,6 +52,14 @@ from tht.memory.transfer.service import CardTransfer
 WORKSPACE = "bench"
 
 
+def _profile_rebuild(projector: IndexProjector) -> None:
+    """One more rebuild under cProfile: where its time went, to stderr."""
+    profile = cProfile.Profile()
+    profile.runcall(projector.rebuild, WORKSPACE)
+    pstats.Stats(profile, stream=sys.stderr).sort_stats("cumulative").print_stats(40)
+    pstats.Stats(profile, stream=sys.stderr).sort_stats("tottime").print_stats(25)
+
+
 def all_texts(archive: PostgresArchive) -> list[str]:
     texts: list[str] = []
     after = uuid.UUID(int=0)
@@ -133,10 +141,7 @@ def run_size(embedded: EmbeddedPostgres, size: int, config: dict, args) -> dict:
             )
             print(f"  {size} cards, turn {turn + 1}: {json.dumps(turns[-1])}", file=sys.stderr)
         if args.profile:
-            profile = cProfile.Profile()
-            profile.runcall(projector.rebuild, WORKSPACE)
-            pstats.Stats(profile, stream=sys.stderr).sort_stats("cumulative").print_stats(40)
-            pstats.Stats(profile, stream=sys.stderr).sort_stats("tottime").print_stats(25)
+            _profile_rebuild(projector)
     finally:
         index.close()
         archive.close()
@@ -216,11 +221,7 @@ def run_remote_size(
                 )
                 print(f"  {json.dumps(rows[-1])}", file=sys.stderr)
         if args.profile:
-            projector = IndexProjector(archive, index, embedders[(rates[-1], variants[-1])])
-            profile = cProfile.Profile()
-            profile.runcall(projector.rebuild, WORKSPACE)
-            pstats.Stats(profile, stream=sys.stderr).sort_stats("cumulative").print_stats(40)
-            pstats.Stats(profile, stream=sys.stderr).sort_stats("tottime").print_stats(25)
+            _profile_rebuild(IndexProjector(archive, index, embedders[(rates[-1], variants[-1])]))
     finally:
         index.close()
         archive.close()
