@@ -161,6 +161,18 @@ def _fits(page, width: int, where: str) -> None:
     assert scroll <= width, f"{where}: the page is {scroll} px wide in a {width} px window"
 
 
+def _menu_hugs_its_links(page, width: int) -> None:
+    """Stacked on a phone, the menu is as tall as its links: a short page below it once
+    stretched the menu row to half the screen, empty."""
+    if width >= 760:
+        return
+    menu = page.locator(".sidenav").bounding_box()
+    last = page.locator(".sidenav a").last.bounding_box()
+    assert menu and last, "the menu is not rendered"
+    empty = menu["y"] + menu["height"] - (last["y"] + last["height"])
+    assert empty <= 32, f"{empty:.0f} px of empty menu under its last link"
+
+
 def _inside(page, locator, width: int, what: str) -> None:
     box = locator.bounding_box()
     assert box is not None, f"{what} is not rendered"
@@ -200,6 +212,7 @@ def test_every_page_fits_and_says_what_it_waits_for(layout_server, chromium, scr
         expect(page.locator('[data-page="memory"][data-ready="true"]')).to_have_count(1)
         expect(page.get_by_test_id("no-workspace")).to_be_visible()
         _fits(page, width, "memory, no workspace")
+        _menu_hugs_its_links(page, width)
 
         # --- the reviewer's page: empty states before any choice --------------------------
         page.goto(server.url + "admin/review")
