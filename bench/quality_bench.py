@@ -12,7 +12,9 @@ Edge index, so every result is also checked for scope):
   (out of scope for recall bound to this one); the questions are split in two by question id, and the
   first half become solved questions (question + gold SQL) linked to the evidence
   cards they used. The other half are the queries: the expected cards of a query are
-  its own evidence sentences (``memory search``).
+  its own evidence sentences (``memory search``). Its ``named …`` parts count only
+  the sentences the question names (``named_keys``): the target docs/quality.md
+  proposes for split.
 - ``reference``: one card per distinct evidence text of a database, and every
   Mini-Dev question with evidence as the query; its own evidence card is the answer.
 
@@ -209,6 +211,9 @@ class Case:
     question: str
     expected: list[str]  # card ids
     group: str  # what the case is reported under: dev/test half, or cross-lingual pair
+    # split: the expected cards the question names (a word of the card's title, the phrase
+    # its sentence explains, is a word of the question, both through the BM25 analyzer)
+    named: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -481,6 +486,21 @@ def branch_rankings(
     }
 
 
+def named_keys(question: str, keys: list[str], space: Workspace, encoder: Any) -> list[str]:
+    """The expected cards the question names: one of the BM25 terms of the card's title
+    (the phrase its sentence explains) is one of the question's. A sentence the question
+    does not name ("usually, administrators manage the school stuff" for a question on
+    the schools Ricci Ulrich manages) shares no word with it: matching the question
+    cannot find it, so the split target counts the named ones apart."""
+    asked = set(encoder.encode_query(question).indices)
+    return [
+        k
+        for k in keys
+        if k in space.keys
+        and asked & set(encoder.encode_document(space.documents[space.keys[k]]["title"]).indices)
+    ]
+
+
 def run_protocol(
     name: str,
     spaces: list[Workspace],
@@ -511,6 +531,7 @@ def run_protocol(
         in_scope[space.id] = indexed & set(
             ids[: len(space.documents)]
         )  # not the solved questions, not the decoys
+        encoder = projector.encoder(space.language)
         cases += [
             Case(
                 space.id,
@@ -518,6 +539,9 @@ def run_protocol(
                 question,
                 [ids[space.keys[k]] for k in keys if k in space.keys],
                 space.groups[n] if space.groups else space.group,
+                [ids[space.keys[k]] for k in named_keys(question, keys, space, encoder)]
+                if name == "split"
+                else [],
             )
             for n, (question, keys) in enumerate(space.cases)
         ]
@@ -572,11 +596,12 @@ def run_protocol(
     # the cross-lingual set: also each kind (cross, same) by half, both directions together
     groups += sorted({c.group.split(":")[0] for c in cases if ":" in c.group})
 
-    def metrics(method: str, group: str | None) -> dict[str, Any]:
+    def metrics(method: str, group: str | None, named: bool = False) -> dict[str, Any]:
         chosen = [
-            (c.expected, r)
+            (c.named if named else c.expected, r)
             for c, r in zip(cases, returned[method], strict=True)
-            if group is None or c.group == group or c.group.split(":")[0] == group
+            if (group is None or c.group == group or c.group.split(":")[0] == group)
+            and (c.named or not named)
         ]
         return {"queries": len(chosen), **summarize(chosen)}
 
@@ -597,6 +622,11 @@ def run_protocol(
     for method in methods:
         for group in groups if len(groups) > 1 else []:
             document["methods"][method]["groups"][group] = metrics(method, group)
+        if any(c.named for c in cases):  # split: the target over the sentences it names
+            for group in (None, *groups):
+                document["methods"][method]["groups"][f"named {group or 'all'}"] = metrics(
+                    method, group, named=True
+                )
     if show_misses:
         document["misses"] = [
             {"question": c.question, "group": c.group, "expected": c.expected, "ours": r[:5]}

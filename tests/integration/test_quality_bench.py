@@ -59,5 +59,31 @@ def test_quality_bench_runs_on_a_tiny_subset(tmp_path):
     groups = crosslingual["methods"]["ours"]["groups"]
     assert {g for g in groups if ":" not in g} == {"cross test", "same test"}
     assert groups["cross test"]["queries"] == groups["same test"]["queries"] == 6
+    named = results["split"]["methods"]["ours"]["groups"]["named all"]
+    assert 0 < named["queries"] <= results["split"]["queries"]
     rows = sum(1 + len(m["groups"]) for r in results.values() for m in r["methods"].values())
     assert table.count("\n") == 2 + rows  # header, rule, a row per method and part
+
+
+def test_a_sentence_is_named_when_a_word_of_its_title_is_in_the_question():
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        from quality_bench import Workspace, named_keys
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    from tht.memory.embedding.sparse import SparseEncoder
+
+    space = Workspace("split-x", "x")
+    for key, title in (
+        ("charter", "Valid charter number"),
+        ("staff", "Usually, administrators manage the school stuff"),
+    ):
+        space.keys[key] = len(space.documents)
+        space.documents.append({"title": title})
+    question = "Rank them by their Writing score, showing their charter numbers."
+    encoder = SparseEncoder("en")
+    # "charter numbers" names the first (stemmed), no word of the second is asked
+    assert named_keys(question, ["charter", "staff", "unknown"], space, encoder) == ["charter"]
+    assert named_keys("Which schools does Ricci Ulrich manage?", ["staff"], space, encoder) == [
+        "staff"
+    ]
