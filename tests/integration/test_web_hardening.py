@@ -21,7 +21,7 @@ from tht.errors import ConfigurationError, TooManyRequests, Unauthenticated
 from tht.memory.model import MAX_DOCUMENT_BYTES
 from tht.web.app import WebSettings, create_app
 from tht.web.guard import public_origins, served_origins
-from tht.web.limits import ServerLimits
+from tht.web.limits import ServerLimits, trusted_proxies
 from tht.web.server import _check_port_free
 
 MIB = 1 << 20
@@ -295,6 +295,48 @@ def test_one_client_trying_many_names_meets_the_backoff(world):
     assert log_in(world.client, "nobody-new", "wrong password!!").status_code == 429
     with TestClient(world.client.app, base_url=ORIGIN, client=("192.0.2.7", 40000)) as elsewhere:
         assert log_in(elsewhere, "nobody-new", "wrong password!!").status_code == 401
+
+
+@pytest.mark.parametrize(
+    "proxies, recorded",
+    [((), "127.0.0.1"), (("127.0.0.1",), "203.0.113.9"), (("10.0.0.0/8",), "127.0.0.1")],
+)
+def test_the_client_address_comes_from_x_forwarded_for_only_from_a_trusted_proxy(
+    world, database, proxies, recorded
+):
+    """A local process is no proxy: unless told, the client the backoff counts is the
+    TCP peer, whatever X-Forwarded-For says (uvicorn alone trusts loopback)."""
+    with serving(world.client.app, ServerLimits(), proxies) as (host, port):
+        client = RawClient(host, port)
+        body = b'{"name": "nobody", "password": "wrong password!!"}'
+        client.send(
+            head(
+                "POST",
+                "/api/session",
+                host,
+                port,
+                f"Origin: {ORIGIN}",
+                "Content-Type: application/json",
+                f"Content-Length: {len(body)}",
+                "X-Forwarded-For: 203.0.113.9",
+                "Connection: close",
+            )
+            + body
+        )
+        assert client.closed.wait(timeout=30)
+        client.close()
+    assert client.status() == 401, bytes(client.received[:300])
+    assert failures_recorded(database, client=recorded) == 1
+
+
+def test_trusted_proxies_must_be_addresses_or_networks():
+    assert trusted_proxies([" 127.0.0.1", "10.1.2.3/8", "::1"]) == (
+        "127.0.0.1/32",
+        "10.0.0.0/8",
+        "::1/128",
+    )
+    with pytest.raises(ValueError, match="not an IP address or network"):
+        trusted_proxies(["proxy.example"])
 
 
 def test_password_hashing_runs_in_bounded_slots(world, monkeypatch, database):

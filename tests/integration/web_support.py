@@ -83,7 +83,7 @@ def build_world(database, tmp_path, *, sessions_root: Path | None = None) -> Web
 
 
 @contextmanager
-def serving(app, limits: ServerLimits) -> Iterator[tuple[str, int]]:
+def serving(app, limits: ServerLimits, proxies: tuple[str, ...] = ()) -> Iterator[tuple[str, int]]:
     """``app`` behind uvicorn as `tht serve` configures it (same protocol, limits and
     timeouts), in a thread, on a free loopback port; yields (host, port)."""
     import uvicorn
@@ -93,7 +93,11 @@ def serving(app, limits: ServerLimits) -> Iterator[tuple[str, int]]:
         port = probe.getsockname()[1]
     server = uvicorn.Server(
         uvicorn.Config(
-            app, host="127.0.0.1", port=port, log_level="warning", **uvicorn_options(limits)
+            app,
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            **uvicorn_options(limits, proxies),
         )
     )
     thread = threading.Thread(target=server.run, daemon=True)

@@ -512,18 +512,30 @@ def serve(
             "writes must come from one. Default: the served http(s)://host:port",
         ),
     ] = None,
+    trusted_proxy: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--trusted-proxy",
+            help="Address or network (CIDR) of a reverse proxy whose X-Forwarded-For names the "
+            "client (repeatable). Default: none, the TCP peer is the client",
+        ),
+    ] = None,
 ) -> None:
     """Run the installation's service: it owns the engines and serves the CLI's socket,
     the administration pages and the HTTP API (the embedded engines, or the configured ones)."""
     from tht.errors import ConfigurationError
     from tht.web.guard import public_origins
-    from tht.web.limits import ServerLimits
+    from tht.web.limits import ServerLimits, trusted_proxies
     from tht.web.server import run_server
 
     try:
         origins = public_origins(public_origin or [])
     except ValueError as exc:
         raise ConfigurationError(f"--public-origin: {exc}") from exc
+    try:
+        proxies = trusted_proxies(trusted_proxy or [])
+    except ValueError as exc:
+        raise ConfigurationError(f"--trusted-proxy: {exc}") from exc
     limits = ServerLimits(
         header_timeout=header_timeout, body_timeout=body_timeout, max_connections=max_connections
     )
@@ -537,6 +549,7 @@ def serve(
         idle_timeout=idle_timeout,
         limits=limits,
         public_origins=origins,
+        proxies=proxies,
     )
 
 

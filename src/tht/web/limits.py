@@ -14,6 +14,8 @@ then frees them. Documented in docs/http-api.md ("Logins and limits").
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,8 +74,25 @@ class HeaderDeadlineH11Protocol(H11Protocol):
             self.transport.close()
 
 
-def uvicorn_options(limits: ServerLimits) -> dict[str, Any]:
-    """The uvicorn.Config arguments that enforce ``limits``."""
+def trusted_proxies(values: Sequence[str]) -> tuple[str, ...]:
+    """The reverse proxies whose ``X-Forwarded-For`` names the client, as addresses or
+    networks (CIDR). Checked here because uvicorn keeps a malformed entry as a literal
+    that never matches, which silently trusts nobody."""
+    found = []
+    for value in values:
+        try:
+            found.append(str(ipaddress.ip_network(value.strip(), strict=False)))
+        except ValueError:
+            raise ValueError(
+                f"'{value}' is not an IP address or network (e.g. 127.0.0.1, 10.0.0.0/8)"
+            ) from None
+    return tuple(found)
+
+
+def uvicorn_options(limits: ServerLimits, proxies: Sequence[str] = ()) -> dict[str, Any]:
+    """The uvicorn.Config arguments that enforce ``limits``. ``X-Forwarded-For`` is read
+    only from ``proxies`` (``trusted_proxies``): uvicorn's own default trusts loopback,
+    so any local process could choose the client address that the login backoff counts."""
     protocol = type(
         "HeaderDeadlineH11", (HeaderDeadlineH11Protocol,), {"header_timeout": limits.header_timeout}
     )
@@ -82,4 +101,6 @@ def uvicorn_options(limits: ServerLimits) -> dict[str, Any]:
         "timeout_keep_alive": limits.keep_alive,
         "limit_concurrency": limits.max_connections,
         "h11_max_incomplete_event_size": MAX_HEAD_BYTES,
+        "proxy_headers": bool(proxies),
+        "forwarded_allow_ips": list(proxies),
     }

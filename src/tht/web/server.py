@@ -104,6 +104,7 @@ def run_server(
     idle_timeout: float = 0,
     limits: ServerLimits | None = None,
     public_origins: tuple[str, ...] = (),
+    proxies: tuple[str, ...] = (),
 ) -> None:
     """The installation's service: the engines, the socket, and (unless ``web`` is
     False) the pages and the API on ``host:port``."""
@@ -167,7 +168,7 @@ def run_server(
         app = create_app(services, settings, run_command=service.run_command, health=service.health)
         server = AnnouncingServer(
             uvicorn.Config(
-                app, host=host, port=port, log_level="warning", **uvicorn_options(limits)
+                app, host=host, port=port, log_level="warning", **uvicorn_options(limits, proxies)
             )
         )
         service.on_stop = lambda: setattr(server, "should_exit", True)
