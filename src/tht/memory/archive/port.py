@@ -414,4 +414,5 @@ class Archive(Protocol):
         lock: bool | Literal["shared"] = False,
         directory: bool = False,
         accounts: bool = False,
+        snapshot: bool = False,
     ) -> AbstractContextManager[ArchiveTx]: ...

@@ -228,6 +228,7 @@ class PostgresArchive:
         lock: bool | Literal["shared"] = False,
         directory: bool = False,
         accounts: bool = False,
+        snapshot: bool = False,
     ) -> Iterator[ArchiveTransaction]:
         """One transaction as the runtime role, scoped to ``workspace``.
 
@@ -235,13 +236,22 @@ class PostgresArchive:
         commit; ``lock="shared"`` only waits for mutations (readers share it).
         ``directory`` allows reading the list of workspaces (never their cards);
         ``accounts`` reaches the users, sessions and nonces (never cards).
+        ``snapshot`` makes it read-only and REPEATABLE READ: every query sees the
+        archive as it was at the first one (an export's consistent copy, read in
+        many batches); writers go on meanwhile, and a write in it is refused.
         """
         try:
             if lock and not workspace:
                 raise ValueError("a locked transaction needs a workspace")
+            if lock and snapshot:
+                # the snapshot would be taken before the lock is granted: it could miss
+                # the very mutation the lock waited for
+                raise ValueError("a snapshot takes no workspace lock")
             # Pipeline mode: BEGIN and the context travel with the transaction's first
             # query instead of costing two round trips of their own (recall pays each).
             with self._connector.connection() as conn, conn.pipeline(), conn.transaction():
+                if snapshot:  # transaction-scoped: nothing is left on the pooled connection
+                    conn.execute(_q("snapshot"))
                 conn.execute(
                     _q("set_context"),
                     {

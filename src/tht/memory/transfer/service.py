@@ -617,41 +617,41 @@ class CardTransfer:
         progress: Progress | None = None,
     ) -> dict[str, Any]:
         """Write every card of the workspace, ordered by id, one document a line
-        (``jsonl``) or a CSV row. Each batch is read in its own transaction: a card
-        edited during a long export is written whole, as one of its revisions."""
+        (``jsonl``) or a CSV row, as the workspace was when the export started.
+
+        The count and every batch of ``BATCH`` cards are read in one read-only snapshot
+        transaction: cards created, edited or deleted while a long export runs are
+        written as they were, so every link in the file names a card of the file and the
+        file re-imports whole. Writers are not blocked meanwhile (a snapshot takes no
+        lock), and memory stays bounded: one batch is read and written at a time."""
         if fmt not in ("jsonl", "csv"):
             raise InvalidInput(f"export writes jsonl or csv, not '{fmt}'", details={"format": fmt})
         started = time.perf_counter()
-        with self.archive.transaction(workspace) as tx:
+        done = 0
+        with self.archive.transaction(workspace, snapshot=True) as tx:
             if tx.workspace() is None:
                 raise NotFound(
                     f"workspace '{workspace}' does not exist", details={"workspace": workspace}
                 )
             total = tx.transfer.card_count()
-        if fmt == "csv":
-            write(_csv_line(list(CSV_COLUMNS)))
-        after = uuid.UUID(int=0)
-        done = 0
-        while True:
-            with self.archive.transaction(workspace) as tx:
-                ids = tx.card_ids_after(after, BATCH)
-                cards = tx.cards(ids)
-            if not ids:
-                break
-            lines = []
-            for card_uuid in ids:
-                if card_uuid in cards:
+            if fmt == "csv":
+                write(_csv_line(list(CSV_COLUMNS)))
+            after = uuid.UUID(int=0)
+            while ids := tx.card_ids_after(after, BATCH):
+                cards = tx.cards(ids)  # the snapshot holds every id it listed
+                lines = []
+                for card_uuid in ids:
                     document = export_document(cards[card_uuid])
                     lines.append(
                         json.dumps(document, ensure_ascii=False) + "\n"
                         if fmt == "jsonl"
                         else _csv_row(document)
                     )
-            write("".join(lines))
-            done += len(lines)
-            after = ids[-1]
-            if progress:
-                progress("exported", done, max(total, done))
+                write("".join(lines))
+                done += len(lines)
+                after = ids[-1]
+                if progress:
+                    progress("exported", done, total)
         seconds = time.perf_counter() - started
         return {
             "workspace": workspace,

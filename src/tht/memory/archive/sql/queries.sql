@@ -22,6 +22,13 @@ SELECT set_config('role', %(role)s, true),
                 hashtextextended('thoth_memory.workspace:' || %(workspace)s, 0)))
             END) AS locked);
 
+-- name: snapshot
+-- A read-only snapshot (an export): every query of the transaction sees the archive as
+-- of its first query, and none may write. It must precede set_context, whose SELECT is
+-- that first query. A REPEATABLE READ reader takes no lock that blocks a writer; it
+-- only keeps the rows it may still read from being vacuumed while it is open.
+SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY;
+
 -- name: workspace_get
 SELECT id, name, language, created_at
   FROM thoth_memory.workspaces
