@@ -327,6 +327,19 @@ def test_each_role_runs_exactly_its_commands_through_the_socket(tht, principals,
     assert refused  # every role is refused something (demo at least)
 
 
+def test_a_workspace_created_with_a_token_is_its_creators_and_the_grant_is_audited(tht, principals):
+    _config, _card, _data, tokens = principals
+    assert (
+        tht.run("workspace", "create", "ws-new", "--language", "en", token=tokens["admin"]).code
+        == 0
+    )
+    listed = tht.run("workspace", "list", token=tokens["admin"]).document["items"]
+    assert "ws-new" in {w["id"] for w in listed}
+    events = tht.run("audit", "--user", "the-admin", token=tokens["admin"]).document["items"]
+    grants = [(e["actor"], e["workspace"]) for e in events if e["action"] == "membership.grant"]
+    assert grants == [("the-admin", "ws-new")]
+
+
 def test_a_token_of_another_workspace_is_forbidden_and_a_bad_token_unauthenticated(tht, principals):
     config, _card, _data, tokens = principals
     foreign = tht.run("memory", "list", "-c", config, token=tokens["stranger"])

@@ -367,8 +367,8 @@ def workspace_create(
     with _services() as services:
         created = services.workspaces.create(workspace_id, language, name)
         principal = current().principal
-        if principal is not None:  # a token's admin administers what it creates
-            services.accounts.add_memberships(principal.user, [created.id])
+        if principal is not None:  # a token's admin administers what it creates (audited)
+            services.accounts.grant(principal.user, created.id)
         emit(created.model_dump(mode="json"))
 
 
