@@ -1,0 +1,141 @@
+"""An import's embedding stage: records embedded as soon as they are read, ahead of
+their archive batches.
+
+A card's vectors are a function of its indexed text (and symptom), which an imported
+record carries before it is written: the embedder, usually the slowest stage, starts
+during the check pass and runs in a thread, in file order, while the archive batches
+are written; the import's index writer then takes each written batch's vectors. At
+most ``AHEAD`` cards are embedded (or queued) and not yet indexed, which bounds the
+vectors held in memory. The vectors of a record that is then skipped, refused or left
+out are dropped, never written: only the index writer writes points, and only of cards
+a committed batch created or updated, whose text is the one embedded (see
+``IndexProjector.write_embedded``).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextvars
+import queue
+import threading
+from dataclasses import dataclass
+
+from tht.memory.embedding import EmbedderUnavailable
+from tht.memory.projector import IndexProjector, Prepared, ProjectionInputs
+from tht.memory.stages import take_over
+from tht.memory.transfer.formats import ImportCard
+
+AHEAD = 4096  # cards embedded or waiting for the embedder, and not yet indexed
+
+
+@dataclass(frozen=True)
+class _Job:
+    keys: list[str]
+    last_line: int
+    inputs: ProjectionInputs
+
+
+class EmbeddingAhead:
+    """Producers (the check pass, then the archive writer) ``feed`` records in file
+    order; one consumer (the index writer) asks for the ``vectors`` of a written
+    batch's records, then ``release_through`` its last line."""
+
+    def __init__(
+        self, projector: IndexProjector, language: str, stop: threading.Event, batch: int
+    ) -> None:
+        self.projector = projector
+        self.language = language
+        self.stop = stop
+        self.fed_through = 0  # the line of the last record fed
+        self.error: str | None = None  # the embedder's, once it failed: nothing more embedded
+        self.failures: list[BaseException] = []
+        self._room = threading.Semaphore(max(1, AHEAD // batch))
+        self._jobs: queue.Queue[_Job | None] = queue.Queue()
+        self._done: queue.Queue[tuple[_Job, list[Prepared] | None] | None] = queue.Queue()
+        self._fed: collections.deque[int] = collections.deque()  # last lines, not yet taken
+        # the consumer's side
+        self._held: collections.deque[_Job] = collections.deque()
+        self._vectors: dict[str, Prepared | None] = {}
+        self._ended = False
+        self._thread = threading.Thread(
+            target=contextvars.copy_context().run,
+            args=(self._run,),
+            name="import-embed",
+            daemon=True,  # an interrupted import does not wait for the embedder's answer
+        )
+        self._thread.start()
+
+    # --- producers ------------------------------------------------------------------
+
+    def feed(self, records: list[ImportCard], *, wait: bool) -> bool:
+        """Queue these records (later in the file than any fed before) for embedding.
+        Without ``wait``, False when ``AHEAD`` cards are already ahead; with it, False
+        only if the import stopped meanwhile."""
+        if not records:
+            return True
+        if wait:
+            while not self._room.acquire(timeout=0.1):
+                if self.stop.is_set():
+                    return False
+        elif not self._room.acquire(blocking=False):
+            return False
+        inputs = self.projector.inputs_of([record.data for record in records], self.language)
+        self._fed.append(records[-1].line)
+        self._jobs.put(_Job([record.key for record in records], records[-1].line, inputs))
+        self.fed_through = records[-1].line
+        return True
+
+    def end(self) -> None:
+        """No more records."""
+        self._jobs.put(None)
+
+    def _run(self) -> None:
+        try:
+            while (job := take_over(self._jobs, self.stop)) is not None:
+                prepared = None
+                if self.error is None:
+                    try:
+                        prepared = self.projector.embed_inputs(job.inputs)
+                    except EmbedderUnavailable as exc:  # the cards stay for sync's rounds
+                        self.error = exc.message
+                self._done.put((job, prepared))
+        except BaseException as exc:
+            self.failures.append(exc)
+            self.stop.set()
+        finally:
+            self._done.put(None)
+
+    # --- the consumer ---------------------------------------------------------------
+
+    def vectors(self, keys: list[str]) -> dict[str, Prepared]:
+        """The vectors of these fed records, once computed; a record whose embedding
+        failed (or was not reached: the import stopped) is left out."""
+        while any(key not in self._vectors for key in keys) and self._take():
+            pass
+        return {key: found for key in keys if (found := self._vectors.get(key)) is not None}
+
+    def release_through(self, line: int) -> None:
+        """Forget the vectors of records up to this line (indexed, or not needed: a
+        record skipped, refused or left out): room for the next ones."""
+        while self._fed and self._fed[0] <= line and self._take():
+            pass
+        while self._held and self._held[0].last_line <= line:
+            job = self._held.popleft()
+            for key in job.keys:
+                self._vectors.pop(key, None)
+            self._room.release()
+
+    def _take(self) -> bool:
+        """Wait for the next job embedded; False at the end (or once stopped)."""
+        if self._ended:
+            return False
+        done = take_over(self._done, self.stop)
+        if done is None:
+            self._ended = True
+            return False
+        job, prepared = done
+        self._fed.popleft()
+        self._held.append(job)
+        for n, key in enumerate(job.keys):
+            self._vectors[key] = prepared[n] if prepared is not None else None
+        return True
