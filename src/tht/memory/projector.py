@@ -38,6 +38,7 @@ from tht.memory.index.port import (
     IndexGeneration,
     InPlaceGeneration,
     begin_generation,
+    encode_points,
     stores_symptoms,
 )
 from tht.memory.model import Card, card_id_to_uuid, uuid_to_card_id
@@ -575,7 +576,7 @@ class IndexProjector:
         are built before the lock is taken. Returns the report and the cards left out
         (edited or deleted since they were read)."""
         pairs = list(zip(cards, prepared, strict=True))
-        points = _points(pairs, current)
+        points = encode_points(self.index, _points(pairs, current))
         with self.index.session(), self.archive.transaction(workspace, lock=True) as tx:
             now = tx.revisions_of([point.id for point in points])
             kept = [n for n, point in enumerate(points) if now.get(point.id) == point.revision]

@@ -20,6 +20,7 @@ import queue
 import threading
 from dataclasses import dataclass
 
+from tht.memory import projector as projector_module
 from tht.memory.embedding import EmbedderUnavailable
 from tht.memory.projector import IndexProjector, Prepared, ProjectionInputs
 from tht.memory.stages import take_over
@@ -91,14 +92,31 @@ class EmbeddingAhead:
 
     def _run(self) -> None:
         try:
-            while (job := take_over(self._jobs, self.stop)) is not None:
-                prepared = None
+            ended = False
+            while not ended and (job := take_over(self._jobs, self.stop)) is not None:
+                # the jobs already waiting go in the same call, up to a projector chunk:
+                # the embedder's batches in flight drain at the end of each call
+                jobs = [job]
+                while sum(len(j.keys) for j in jobs) < projector_module.CHUNK:
+                    try:
+                        waiting = self._jobs.get_nowait()
+                    except queue.Empty:
+                        break
+                    if waiting is None:
+                        ended = True
+                        break
+                    jobs.append(waiting)
+                prepared: list[Prepared] | None = None
                 if self.error is None:
                     try:
-                        prepared = self.projector.embed_inputs(job.inputs)
+                        prepared = self.projector.embed_inputs(_joined([j.inputs for j in jobs]))
                     except EmbedderUnavailable as exc:  # the cards stay for sync's rounds
                         self.error = exc.message
-                self._done.put((job, prepared))
+                start = 0
+                for j in jobs:
+                    end = start + len(j.keys)
+                    self._done.put((j, prepared[start:end] if prepared is not None else None))
+                    start = end
         except BaseException as exc:
             self.failures.append(exc)
             self.stop.set()
@@ -139,3 +157,14 @@ class EmbeddingAhead:
         for n, key in enumerate(job.keys):
             self._vectors[key] = prepared[n] if prepared is not None else None
         return True
+
+
+def _joined(inputs: list[ProjectionInputs]) -> ProjectionInputs:
+    if len(inputs) == 1:
+        return inputs[0]
+    return ProjectionInputs(
+        [text for i in inputs for text in i.texts],
+        [symptom for i in inputs for symptom in i.symptoms],
+        [cut for i in inputs for cut in i.cuts],
+        [vector for i in inputs for vector in i.sparse],
+    )
