@@ -10,9 +10,17 @@ An import reads its file twice, streaming both times:
    written. A dry run stops here too and reports every line.
 2. **write**: batches of ``BATCH`` records, one archive transaction each under the
    workspace's lock (cards, dependencies, links and their projection operations
-   together, as a save does), then the batch's projection through the projector, in
-   the embedder's batches. A link to a card of a later batch is written with that
-   batch.
+   together, as a save does), then, in another thread, the batch's points, in one
+   locked transaction per chunk, as a save's propagation. A link to a card of a later
+   batch is written with that batch.
+
+The embedder does not wait for either pass: a record's vectors depend on its content
+only, so the records to create or update are embedded as soon as the check has
+classified them, in a thread, ahead of their archive batches (``EmbeddingAhead``, at
+most ``AHEAD`` cards ahead). Only a committed batch's created or updated cards get
+points, and only if their text is the one embedded; the vectors of a record refused,
+skipped or changed meanwhile are dropped (that card, if it needs a point, is projected
+by ``IndexProjector.sync`` at the end, as the cards an interrupted run left pending).
 
 A record's card is the card its key names: an exported card id that exists in the
 workspace, else the id derived from workspace and key (``derived_uuid``). A rerun
