@@ -601,6 +601,51 @@ def test_a_card_written_between_the_check_and_the_write_gets_the_vectors_of_its_
     assert cli("memory", "pending", "-c", config).document["items"] == []
 
 
+def test_ctrl_c_during_the_check_pass_writes_nothing(database, runtime_file, tmp_path):
+    """The main thread embeds while the check pass runs in another: Ctrl-C reaches the
+    check through the import's flag, and nothing is written."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("THT_")}
+    env.update(database.env(), THT_HOME=str(tmp_path / "home"), THT_SERVICE="off")
+    config = runtime_file("acme")
+    created = subprocess.run(
+        [sys.executable, "-m", "tht", "workspace", "create", "acme", "--language", "en"],
+        env=env,
+        capture_output=True,
+        timeout=300,
+    )
+    assert created.returncode == 0, created.stdout
+    path = tmp_path / "many.jsonl"
+    path.write_bytes(
+        _jsonl(*(card_document(title=f"Card {i}", content=f"Content {i}.") for i in range(600)))
+    )
+    marker = tmp_path / "paused"
+    running = subprocess.Popen(
+        [sys.executable, "-m", "tht", "memory", "import", str(path), "-c", config],
+        env={**env, "THT_PAUSE_AT": "import.checked_batch", "THT_PAUSE_FILE": str(marker)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not marker.exists():  # the first batch is checked (and fed to the embedder)
+        assert running.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    running.send_signal(signal.SIGINT)
+    time.sleep(0.5)  # the main thread takes the signal; then the check goes on, and stops
+    marker.unlink()
+    out, _ = running.communicate(timeout=120)
+    assert running.returncode == 130, out
+    error = json.loads(out)["error"]
+    assert (error["code"], error["details"]["written"]) == ("interrupted", 0), error
+    archive = PostgresArchive(database.runtime).open()
+    try:
+        with archive.transaction("acme") as tx:
+            assert tx.transfer.card_count() == 0
+            assert tx.operation_ids(limit=10) == []
+    finally:
+        archive.close()
+
+
 def test_killed_while_indexing_a_rerun_indexes_what_was_written(database, runtime_file, tmp_path):
     """kill -9 after the first batch's points reached the index, before their
     projections were recorded: the cards are in the archive with their operations

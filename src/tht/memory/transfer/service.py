@@ -352,6 +352,7 @@ class CardTransfer:
                 # the embedder starts now, on the records to create or update, until
                 # it is AHEAD cards ahead (the archive writer feeds the rest)
                 prefetching[0] = ahead.feed([i for i in batch if _embeds(check, i)], wait=False)
+            pause_point("import.checked_batch")
 
         for item in self._records(open_source, options):
             if ahead is not None and ahead.interrupted.is_set():
