@@ -18,6 +18,7 @@ import pytest
 
 from tests.factories import card, card_document
 from tests.integration.service_support import installation
+from tht.faults import CRASH_EXIT_CODE
 from tht.memory import projector as projector_module
 from tht.memory.archive.postgres import PostgresArchive
 from tht.memory.model import Source, uuid_to_card_id
@@ -449,7 +450,7 @@ def test_an_interrupted_import_says_how_to_resume_and_a_rerun_finishes_it(
     assert cli("memory", "pending", "-c", config).document["items"] == []
 
 
-def test_a_large_import_is_projected_in_groups_while_the_archive_is_written(
+def test_embedding_starts_with_the_check_and_batches_are_indexed_while_the_archive_is_written(
     cli, run, runtime_file, tmp_path, monkeypatch
 ):
     path = tmp_path / "forty.jsonl"
@@ -458,43 +459,233 @@ def test_a_large_import_is_projected_in_groups_while_the_archive_is_written(
     )
     config = runtime_file("acme")
     monkeypatch.setattr(transfer_service, "BATCH", 4)
-    monkeypatch.setattr(transfer_service, "PROJECT_EVERY", 12)
-    monkeypatch.setattr(projector_module, "CHUNK", 4)  # groups take the rebuild's pipeline
-    write_batch, project = (
+    monkeypatch.setattr(projector_module, "CHUNK", 4)  # the index writer's chunk
+    classify, write_batch = (
+        transfer_service.CardTransfer._classify,
         transfer_service.CardTransfer._write_batch,
-        transfer_service.CardTransfer._project,
     )
-    committed: list[int] = []
-    groups: list[int] = []
+    embed_inputs, write_embedded = (
+        projector_module.IndexProjector.embed_inputs,
+        projector_module.IndexProjector.write_embedded,
+    )
+    events: list[str] = []
+    texts: list[str] = []
 
-    def counted(self, workspace, batch, *args):
-        result = write_batch(self, workspace, batch, *args)
-        committed.append(len(batch))
-        return result
+    def wait_for(event: str) -> None:
+        deadline = time.monotonic() + 30
+        while event not in events:
+            assert time.monotonic() < deadline, events
+            time.sleep(0.01)
 
-    def projected(self, workspace, card_uuids):
-        groups.append(len(card_uuids))
-        if len(groups) == 1:  # the archive writes go on while the first group is projected
-            deadline = time.monotonic() + 30
-            while sum(committed) <= groups[0]:
-                assert time.monotonic() < deadline, committed
-                time.sleep(0.01)
-        return project(self, workspace, card_uuids)
+    def classified(self, *args):
+        if events.count("classify") == 1:  # the check pass goes on once a batch is embedded
+            wait_for("embed")
+        events.append("classify")
+        return classify(self, *args)
 
-    monkeypatch.setattr(transfer_service.CardTransfer, "_write_batch", counted)
-    monkeypatch.setattr(transfer_service.CardTransfer, "_project", projected)
+    def written(self, *args):
+        if events.count("archive") == 2:  # the archive waits for the first points written
+            wait_for("index")
+        events.append("archive")
+        return write_batch(self, *args)
+
+    def embedded(self, inputs):
+        found = embed_inputs(self, inputs)
+        events.append("embed")
+        texts.extend(inputs.texts)
+        return found
+
+    def indexed(self, *args):
+        found = write_embedded(self, *args)
+        events.append("index")
+        return found
+
+    monkeypatch.setattr(transfer_service.CardTransfer, "_classify", classified)
+    monkeypatch.setattr(transfer_service.CardTransfer, "_write_batch", written)
+    monkeypatch.setattr(projector_module.IndexProjector, "embed_inputs", embedded)
+    monkeypatch.setattr(projector_module.IndexProjector, "write_embedded", indexed)
     done = _import(cli, path, config)
     assert done.code == 0, done.document
     assert done.document["created"] == 40
     assert done.document["index"] == {"indexed": 40, "pending": 0}
-    # a full group (12), or more than a chunk (4) when the writer is behind; the rest
-    assert sum(groups) == 40 and len(groups) >= 2
-    assert all(size in (8, 12) for size in groups[:-1]), groups
+    # embedded before the check pass ended, each record once
+    assert events.index("embed") < max(i for i, e in enumerate(events) if e == "classify")
+    assert sorted(texts) == sorted(set(texts)) and len(texts) == 40
+    # points written before the last archive batch
+    assert events.index("index") < max(i for i, e in enumerate(events) if e == "archive")
     assert cli("memory", "pending", "-c", config).document["items"] == []
-    assert cli("memory", "check", "-c", config).code == 0
+    checked = cli("memory", "check", "-c", config)
+    assert checked.code == 0, checked.document
+    assert (checked.document["points"], checked.document["vectors_checked"]) == (40, 40)
     found = cli("memory", "search", "Card 27 Content 27", "-c", config)
     assert found.code == 0, found.document
     assert "Card 27" in [result["title"] for result in found.document["results"]], found.document
+
+
+def test_records_refused_after_they_were_embedded_leave_no_point(cli, run, runtime_file, tmp_path):
+    """The embedder runs ahead of the check's verdict: a record refused at its end (a
+    link to a card that does not exist) or a later duplicate is embedded for nothing,
+    and its vectors go nowhere."""
+    path = tmp_path / "mixed.jsonl"
+    path.write_bytes(
+        _jsonl(
+            *(card_document(title=f"Card {i}", content=f"Content {i}.") for i in range(6)),
+            card_document(
+                title="Linked to nothing",
+                content="Xylophone orchestra.",
+                links=[{"target": "mem-33333333-3333-4333-8333-333333333333", "meaning": "x"}],
+            ),
+            {**card_document(title="Card 6", content="Content 6."), "id": MISSING},
+            {**card_document(title="Card 6 again", content="Zither."), "id": MISSING},
+        )
+    )
+    config = runtime_file("acme")
+    result = _import(cli, path, config, "--continue")
+    assert result.code == 0, result.document
+    assert (result.document["created"], result.document["invalid"]) == (7, 2)
+    assert result.document["index"] == {"indexed": 7, "pending": 0}
+    checked = cli("memory", "check", "-c", config)
+    assert checked.code == 0, checked.document
+    assert (checked.document["cards"], checked.document["points"]) == (7, 7)
+    assert checked.document["vectors_checked"] == 7
+
+
+@pytest.mark.parametrize("on_conflict", ["skip", "update"])
+def test_a_card_written_between_the_check_and_the_write_gets_the_vectors_of_its_text(
+    cli, run, database, runtime_file, tmp_path, monkeypatch, on_conflict
+):
+    """The check plans to create the record and embeds it; before its batch is written,
+    another import (without an index: its card stays pending) creates the same card
+    with other content. Skipped, the card keeps the other content and gets the vectors
+    of that content (the ones embedded ahead are not its text's: dropped); updated, it
+    gets the record's content and the vectors embedded ahead."""
+    key = "mem-22222222-2222-4222-8222-222222222222"
+    mine = {**card_document(title="Mine", content="Accordion."), "id": key}
+    theirs = {
+        **card_document(title="Theirs", content="Bagpipes, drums and a long march."),
+        "id": key,
+    }
+    config = runtime_file("acme")
+    ours, other = tmp_path / "mine.jsonl", tmp_path / "theirs.jsonl"
+    ours.write_bytes(_jsonl(mine, *(card_document(title=f"Card {i}") for i in range(3))))
+    other.write_bytes(_jsonl(theirs))
+    check = transfer_service.CardTransfer._check
+
+    def then_another_import(self, *args):
+        found = check(self, *args)
+        if not done_once:
+            done_once.append(1)
+            archive = PostgresArchive(database.runtime).open()
+            try:
+                summary = transfer_service.CardTransfer(archive).import_file(
+                    "acme", lambda: open(other, "rb"), transfer_service.ImportOptions("jsonl")
+                )
+            finally:
+                archive.close()
+            assert (summary["created"], summary["index"]["pending"]) == (1, 1)
+        return found
+
+    done_once: list[int] = []
+    monkeypatch.setattr(transfer_service.CardTransfer, "_check", then_another_import)
+    result = _import(cli, ours, config, "--on-conflict", on_conflict)
+    assert result.code == 0, result.document
+    assert result.document["created"] == 3
+    assert result.document[{"skip": "skipped", "update": "updated"}[on_conflict]] == 1
+    exported = list(map(json.loads, _export(run, config)[0]))
+    (document,) = [d for d in exported if d["title"] in ("Mine", "Theirs")]
+    assert document["id"] == uuid_to_card_id(derived_uuid("acme", key))
+    assert document["title"] == {"skip": "Theirs", "update": "Mine"}[on_conflict]
+    checked = cli("memory", "check", "-c", config)
+    assert checked.code == 0, checked.document  # no damaged vector: each point is its text's
+    assert (checked.document["points"], checked.document["vectors_checked"]) == (4, 4)
+    assert cli("memory", "pending", "-c", config).document["items"] == []
+
+
+def test_ctrl_c_during_the_check_pass_writes_nothing(database, runtime_file, tmp_path):
+    """The main thread embeds while the check pass runs in another: Ctrl-C reaches the
+    check through the import's flag, and nothing is written."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("THT_")}
+    env.update(database.env(), THT_HOME=str(tmp_path / "home"), THT_SERVICE="off")
+    config = runtime_file("acme")
+    created = subprocess.run(
+        [sys.executable, "-m", "tht", "workspace", "create", "acme", "--language", "en"],
+        env=env,
+        capture_output=True,
+        timeout=300,
+    )
+    assert created.returncode == 0, created.stdout
+    path = tmp_path / "many.jsonl"
+    path.write_bytes(
+        _jsonl(*(card_document(title=f"Card {i}", content=f"Content {i}.") for i in range(600)))
+    )
+    marker = tmp_path / "paused"
+    running = subprocess.Popen(
+        [sys.executable, "-m", "tht", "memory", "import", str(path), "-c", config],
+        env={**env, "THT_PAUSE_AT": "import.checked_batch", "THT_PAUSE_FILE": str(marker)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not marker.exists():  # the first batch is checked (and fed to the embedder)
+        assert running.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    running.send_signal(signal.SIGINT)
+    time.sleep(0.5)  # the main thread takes the signal; then the check goes on, and stops
+    marker.unlink()
+    out, _ = running.communicate(timeout=120)
+    assert running.returncode == 130, out
+    error = json.loads(out)["error"]
+    assert (error["code"], error["details"]["written"]) == ("interrupted", 0), error
+    archive = PostgresArchive(database.runtime).open()
+    try:
+        with archive.transaction("acme") as tx:
+            assert tx.transfer.card_count() == 0
+            assert tx.operation_ids(limit=10) == []
+    finally:
+        archive.close()
+
+
+def test_killed_while_indexing_a_rerun_indexes_what_was_written(database, runtime_file, tmp_path):
+    """kill -9 after the first batch's points reached the index, before their
+    projections were recorded: the cards are in the archive with their operations
+    pending; the rerun skips them as unchanged and indexes them (they were not embedded
+    ahead: their vectors are computed by ``sync``)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("THT_")}
+    env.update(database.env(), THT_HOME=str(tmp_path / "home"), THT_SERVICE="off")
+    config = runtime_file("acme")
+
+    def tht(*args, **extra_env):
+        done = subprocess.run(
+            [sys.executable, "-m", "tht", *args],
+            env={**env, **extra_env},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        return done.returncode, json.loads(done.stdout) if done.stdout.strip() else None
+
+    assert tht("workspace", "create", "acme", "--language", "en")[0] == 0
+    path = tmp_path / "many.jsonl"
+    path.write_bytes(
+        _jsonl(*(card_document(title=f"Card {i}", content=f"Content {i}.") for i in range(700)))
+    )
+    code, _ = tht(
+        "memory", "import", str(path), "-c", config, THT_CRASH_AT="projector.after_index_write"
+    )
+    assert code == CRASH_EXIT_CODE
+    written = sum(tht("workspace", "show", "acme")[1]["cards"].values())
+    assert written >= transfer_service.BATCH
+    pending = tht("memory", "pending", "-c", config)[1]["items"]
+    assert len(pending) >= transfer_service.BATCH  # the batches committed, not indexed
+    code, summary = tht("memory", "import", str(path), "-c", config)
+    assert code == 0, summary
+    assert (summary["created"], summary["skipped"]) == (700 - written, written)
+    assert summary["index"] == {"indexed": 700, "pending": 0}
+    assert tht("memory", "pending", "-c", config)[1]["items"] == []
+    code, checked = tht("memory", "check", "-c", config)
+    assert code == 0, checked
+    assert (checked["cards"], checked["points"]) == (700, 700)
 
 
 def test_import_and_export_through_the_service_respect_capabilities(database, tmp_path):

@@ -77,6 +77,14 @@ class IndexedCard(Protocol):
     def dependencies(self) -> Sequence[Dependency]: ...
 
 
+class ProjectedCard(IndexedCard, Protocol):
+    """What a card's projection is computed from (its indexed text and, for an
+    explained error, its symptom): a ``Card``, or a ``CardInput`` not yet written."""
+
+    @property
+    def family(self) -> str: ...
+
+
 def indexed_text(card: IndexedCard) -> str:
     """Title, content, scope, rationale, question, exemplar SQL, context, concepts and
     qualified physical dependencies, then the words of the camelCase identifiers among

@@ -38,10 +38,11 @@ from tht.memory.index.port import (
     IndexGeneration,
     InPlaceGeneration,
     begin_generation,
+    encode_points,
     stores_symptoms,
 )
 from tht.memory.model import Card, card_id_to_uuid, uuid_to_card_id
-from tht.memory.projection import card_facts, fingerprint, indexed_text
+from tht.memory.projection import ProjectedCard, card_facts, fingerprint, indexed_text
 from tht.memory.service import IndexOutcome
 from tht.memory.stages import hand_over, take_over
 
@@ -57,7 +58,7 @@ ROUNDS = 3
 
 
 @dataclass(frozen=True)
-class _Prepared:
+class Prepared:
     """A card's vectors, computed from ``text`` (its indexed text) and ``symptom``."""
 
     text: str
@@ -69,7 +70,7 @@ class _Prepared:
 
 
 @dataclass(frozen=True)
-class _Inputs:
+class ProjectionInputs:
     """Cards' indexed texts, symptoms, embedder inputs (``cuts``) and BM25 vectors."""
 
     texts: list[str]
@@ -152,7 +153,7 @@ class IndexProjector:
                 break
             last = round_ == ROUNDS
             unavailable: IndexUnavailable | EmbedderUnavailable | None = None
-            prepared: dict[uuid.UUID, _Prepared] = {}
+            prepared: dict[uuid.UUID, Prepared] = {}
             try:
                 self.ensure_collection()
                 if not last:
@@ -184,7 +185,7 @@ class IndexProjector:
         left = [i for i in card_uuids if i not in states or not states[i].current(current)]
         return report, left
 
-    def _prepare(self, workspace: str, card_uuids: list[uuid.UUID]) -> dict[uuid.UUID, _Prepared]:
+    def _prepare(self, workspace: str, card_uuids: list[uuid.UUID]) -> dict[uuid.UUID, Prepared]:
         """The cards' vectors from their current state, computed outside every lock
         (a plain read, then the embedder)."""
         with self.archive.transaction(workspace) as tx:
@@ -199,10 +200,10 @@ class IndexProjector:
             card_id_to_uuid(card.id): item for card, item in zip(present, prepared, strict=True)
         }
 
-    def _embed(self, cards: list[Card], language: str) -> list[_Prepared]:
+    def _embed(self, cards: list[Card], language: str) -> list[Prepared]:
         return self._vectors(self._inputs(cards, language))
 
-    def _inputs(self, cards: list[Card], language: str) -> _Inputs:
+    def _inputs(self, cards: Sequence[ProjectedCard], language: str) -> ProjectionInputs:
         """What the cards' projections are computed from, and their BM25 vectors (which
         need no embedder)."""
         texts = [indexed_text(card) for card in cards]
@@ -212,14 +213,14 @@ class IndexProjector:
         encoder = self.encoder(language)
         # BM25 indexes the whole text: only the dense input is bounded (the encoder
         # takes ~3 ms for 100 000 characters, one word of 20 000 included).
-        return _Inputs(
+        return ProjectionInputs(
             texts,
             symptoms,
             [self.embedder.bound(text) for text in texts],
             [encoder.encode_document(text) for text in texts],
         )
 
-    def _vectors(self, inputs: _Inputs) -> list[_Prepared]:
+    def _vectors(self, inputs: ProjectionInputs) -> list[Prepared]:
         """The dense vectors: card texts and symptoms go in ONE embedding call, so
         batches run across cards and kinds."""
         vectors = self.embedder.embed_passages(
@@ -227,7 +228,7 @@ class IndexProjector:
         )
         main, extra = vectors[: len(inputs.texts)], iter(vectors[len(inputs.texts) :])
         return [
-            _Prepared(text, symptom, dense, next(extra) if symptom else None, sparse, cut.chars)
+            Prepared(text, symptom, dense, next(extra) if symptom else None, sparse, cut.chars)
             for text, symptom, dense, cut, sparse in zip(
                 inputs.texts, inputs.symptoms, main, inputs.cuts, inputs.sparse, strict=True
             )
@@ -237,7 +238,7 @@ class IndexProjector:
         self,
         workspace: str,
         card_uuids: list[uuid.UUID],
-        prepared: dict[uuid.UUID, _Prepared],
+        prepared: dict[uuid.UUID, Prepared],
         unavailable: IndexUnavailable | EmbedderUnavailable | None,
         embed_changed: bool,
     ) -> tuple[SyncReport, list[uuid.UUID]]:
@@ -266,7 +267,7 @@ class IndexProjector:
         self,
         tx: ArchiveTx,
         card_uuids: list[uuid.UUID],
-        prepared: dict[uuid.UUID, _Prepared],
+        prepared: dict[uuid.UUID, Prepared],
         unavailable: IndexUnavailable | EmbedderUnavailable | None,
         embed_changed: bool,
     ) -> tuple[SyncReport, list[uuid.UUID]]:
@@ -281,7 +282,7 @@ class IndexProjector:
         try:
             if unavailable is not None:
                 raise unavailable
-            ready: list[tuple[Card, _Prepared]] = []
+            ready: list[tuple[Card, Prepared]] = []
             stale = []
             for card in present:
                 item = prepared.get(card_id_to_uuid(card.id))
@@ -496,8 +497,8 @@ class IndexProjector:
         report = SyncReport()
         current = self.fingerprint(language)
         stop = threading.Event()
-        loaded: queue.Queue[tuple[list[Card], _Inputs] | None] = queue.Queue(maxsize=2)
-        embedded: queue.Queue[tuple[list[Card], list[_Prepared]] | None] = queue.Queue(maxsize=2)
+        loaded: queue.Queue[tuple[list[Card], ProjectionInputs] | None] = queue.Queue(maxsize=2)
+        embedded: queue.Queue[tuple[list[Card], list[Prepared]] | None] = queue.Queue(maxsize=2)
         failures: list[BaseException] = []
 
         def read() -> None:
@@ -520,7 +521,9 @@ class IndexProjector:
             try:
                 while (item := take_over(embedded, stop)) is not None:
                     cards, prepared = item
-                    report.add(self._write_chunk(workspace, generation, current, cards, prepared))
+                    report.add(
+                        self._write_chunk(workspace, generation, current, cards, prepared)[0]
+                    )
                     crash_point("index.after_batch")
                     projected(len(cards))
                     pause_point("index.after_batch")
@@ -565,14 +568,15 @@ class IndexProjector:
         generation: IndexGeneration,
         current: str,
         cards: list[Card],
-        prepared: list[_Prepared],
-    ) -> SyncReport:
+        prepared: list[Prepared],
+    ) -> tuple[SyncReport, list[uuid.UUID]]:
         """Under the workspace's lock: the chunk's points, those of cards still at the
         revision embedded (a card edited since was projected by its own save, or waits
         in the outbox), their recorded projections and cleared operations. The points
-        are built before the lock is taken."""
+        are built before the lock is taken. Returns the report and the cards left out
+        (edited or deleted since they were read)."""
         pairs = list(zip(cards, prepared, strict=True))
-        points = _points(pairs, current)
+        points = encode_points(self.index, _points(pairs, current))
         with self.index.session(), self.archive.transaction(workspace, lock=True) as tx:
             now = tx.revisions_of([point.id for point in points])
             kept = [n for n, point in enumerate(points) if now.get(point.id) == point.revision]
@@ -582,7 +586,57 @@ class IndexProjector:
             _record(tx, current, ready)
             crash_point("projector.after_clear_operation")
         crash_point("projector.after_archive_commit")
-        return SyncReport(indexed=len(ready))
+        left = [point.id for point in points if now.get(point.id) != point.revision]
+        return SyncReport(indexed=len(ready)), left
+
+    # --- projections embedded ahead (an import) ------------------------------------
+
+    def inputs_of(self, cards: Sequence[ProjectedCard], language: str) -> ProjectionInputs:
+        """What the projections of these cards (written or not yet) are computed from:
+        their indexed texts, symptoms, embedder inputs and BM25 vectors."""
+        return self._inputs(cards, language)
+
+    def embed_inputs(self, inputs: ProjectionInputs) -> list[Prepared]:
+        """The vectors of ``inputs_of``: one embedding call, outside every lock."""
+        return self._vectors(inputs)
+
+    def write_embedded(
+        self, workspace: str, language: str, prepared: dict[uuid.UUID, Prepared]
+    ) -> tuple[int, list[uuid.UUID]]:
+        """Index cards whose vectors were computed before (an import embeds its records
+        as it reads them, before their archive batch is written): each card is read,
+        and its point written only if its indexed text and symptom are the ones
+        embedded and its revision is still the one read (under the lock, as a rebuild's
+        chunk). Returns how many were indexed and the cards left for ``sync`` (another
+        text, edited or deleted meanwhile)."""
+        self.ensure_collection()
+        ids = list(prepared)
+        with self.archive.transaction(workspace) as tx:
+            found = tx.cards(ids, links=False)
+        cards: list[Card] = []
+        items: list[Prepared] = []
+        left: list[uuid.UUID] = []
+        for card_uuid in ids:
+            card, item = found.get(card_uuid), prepared[card_uuid]
+            if (
+                card is not None
+                and item.text == indexed_text(card)
+                and item.symptom == _symptom(card, self.index)
+            ):
+                cards.append(card)
+                items.append(item)
+            else:
+                left.append(card_uuid)
+        if not cards:
+            return 0, left
+        report, edited = self._write_chunk(
+            workspace,
+            InPlaceGeneration(self.index, workspace),
+            self.fingerprint(language),
+            cards,
+            items,
+        )
+        return report.indexed, left + edited
 
     def check(self, workspace: str, repair: bool = False) -> dict[str, Any]:
         """Drift between archive and index: missing, stale, orphan and wrong-format points,
@@ -698,7 +752,7 @@ def _sound_vector(stored: list[float] | None, fresh: list[float] | None, dimensi
     return cosine >= MIN_COSINE
 
 
-def _points(ready: list[tuple[Card, _Prepared]], current: str) -> list[IndexPoint]:
+def _points(ready: list[tuple[Card, Prepared]], current: str) -> list[IndexPoint]:
     return [
         IndexPoint(
             card_id_to_uuid(card.id),
@@ -713,7 +767,7 @@ def _points(ready: list[tuple[Card, _Prepared]], current: str) -> list[IndexPoin
     ]
 
 
-def _record(tx: ArchiveTx, current: str, ready: list[tuple[Card, _Prepared]]) -> None:
+def _record(tx: ArchiveTx, current: str, ready: list[tuple[Card, Prepared]]) -> None:
     """The projections just written, and the operations they complete, in bulk."""
     tx.record_projections(
         current,
@@ -745,7 +799,7 @@ def _raise_if_failed(report: SyncReport, summary: dict[str, Any]) -> None:
         )
 
 
-def _symptom(card: Card, index: SearchIndex) -> str | None:
+def _symptom(card: ProjectedCard, index: SearchIndex) -> str | None:
     """The text of an explained error's symptom projection, where the engine keeps one."""
     if card.family == "explained_error" and card.context and stores_symptoms(index):
         return card.context

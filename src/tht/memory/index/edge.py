@@ -53,6 +53,7 @@ from tht.memory.index.port import (
     SPARSE,
     TENANT_FIELD,
     BranchHit,
+    EncodedPoint,
     IndexHit,
     IndexPoint,
     PointRecord,
@@ -340,6 +341,15 @@ class EdgeIndex:
             self._release()
 
     # -- points -------------------------------------------------------------------
+
+    def encode_points(self, points: Sequence[IndexPoint]) -> list[IndexPoint]:
+        """The points with their engine form, for ``upsert`` (see ``port.encode_points``)."""
+        return [
+            EncodedPoint(
+                p.id, p.dense, p.sparse, p.card, p.revision, p.fingerprint, p.symptom, _point(p)
+            )
+            for p in points
+        ]
 
     def upsert(self, points: Sequence[IndexPoint]) -> None:
         by_workspace: dict[str, list[qe.Point]] = {}
@@ -711,6 +721,8 @@ class EdgeGeneration:
 
 
 def _point(p: IndexPoint) -> qe.Point:
+    if isinstance(p, EncodedPoint) and p.engine is not None:
+        return cast(qe.Point, p.engine)
     return _edge_point(
         p.id,
         {

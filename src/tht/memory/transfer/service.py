@@ -10,9 +10,17 @@ An import reads its file twice, streaming both times:
    written. A dry run stops here too and reports every line.
 2. **write**: batches of ``BATCH`` records, one archive transaction each under the
    workspace's lock (cards, dependencies, links and their projection operations
-   together, as a save does), then the batch's projection through the projector, in
-   the embedder's batches. A link to a card of a later batch is written with that
-   batch.
+   together, as a save does), then, in another thread, the batch's points, in one
+   locked transaction per chunk, as a save's propagation. A link to a card of a later
+   batch is written with that batch.
+
+The embedder does not wait for either pass: a record's vectors depend on its content
+only, so the records to create or update are embedded as soon as the check has
+classified them, in a thread, ahead of their archive batches (``EmbeddingAhead``, at
+most ``AHEAD`` cards ahead). Only a committed batch's created or updated cards get
+points, and only if their text is the one embedded; the vectors of a record refused,
+skipped or changed meanwhile are dropped (that card, if it needs a point, is projected
+by ``IndexProjector.sync`` at the end, as the cards an interrupted run left pending).
 
 A record's card is the card its key names: an exported card id that exists in the
 workspace, else the id derived from workspace and key (``derived_uuid``). A rerun
@@ -41,8 +49,9 @@ from tht.faults import pause_point
 from tht.memory import projector as projector_module
 from tht.memory.archive.port import Archive, ArchiveTx
 from tht.memory.model import Card, card_id_to_uuid, uuid_to_card_id
-from tht.memory.projector import IndexProjector
+from tht.memory.projector import IndexProjector, Prepared
 from tht.memory.stages import hand_over, take_over
+from tht.memory.transfer.embedding_ahead import AHEAD, EmbeddingAhead
 from tht.memory.transfer.formats import (
     CSV_COLUMNS,
     CSV_JSON_COLUMNS,
@@ -54,11 +63,7 @@ from tht.memory.transfer.formats import (
     read_records,
 )
 
-BATCH = 256  # records per archive transaction
-# Cards written before they are projected together: a projection of more than the
-# projector's chunk runs its pipeline (reads, embedding and index writes overlapped),
-# and a larger one leaves the embedder idle less often, between two projections.
-PROJECT_EVERY = 4096
+BATCH = 256  # records per archive transaction (and per embedding call)
 MAX_REPORTED_ERRORS = 100
 CONFLICT_POLICIES = ("skip", "update", "fail")
 
@@ -113,6 +118,21 @@ class _Check:
         if len(self.errors) > 2 * MAX_REPORTED_ERRORS:
             self.errors.sort(key=lambda e: e.line)
             del self.errors[MAX_REPORTED_ERRORS:]
+
+
+@dataclass(frozen=True)
+class _Committed:
+    """A batch the archive writer committed: its last line, the cards to index."""
+
+    last_line: int
+    to_project: list[tuple[uuid.UUID, str]]
+
+
+def _embeds(check: _Check, record: ImportCard | str) -> bool:
+    """Whether the record (or key) is embedded ahead: one the check plans to create or
+    update (one left unchanged or skipped needs no new vectors)."""
+    planned = check.planned.get(record if isinstance(record, str) else record.key)
+    return planned is not None and planned.action in ("create", "update")
 
 
 class _Resolver:
@@ -198,12 +218,65 @@ class CardTransfer:
             )
         started = time.perf_counter()
         with self.archive.transaction(workspace) as tx:
-            if tx.workspace() is None:
+            workspace_row = tx.workspace()
+            if workspace_row is None:
                 raise NotFound(
                     f"workspace '{workspace}' does not exist", details={"workspace": workspace}
                 )
+        stop = threading.Event()  # ends every stage of the import
+        if self.projector is None or options.dry_run:  # nothing to embed
+            try:
+                return self._import(workspace, open_source, options, progress, started, stop)
+            finally:
+                stop.set()
+        # Embedding starts with the check pass and runs in this thread (the main one:
+        # an in-process model embeds fastest there); the import itself in another.
+        ahead = EmbeddingAhead(self.projector, workspace_row.language, stop, BATCH)
+        outcome: list[dict[str, Any] | BaseException] = []
+
+        def run_import() -> None:
+            try:
+                outcome.append(
+                    self._import(workspace, open_source, options, progress, started, stop, ahead)
+                )
+            except BaseException as exc:
+                outcome.append(exc)
+            finally:
+                stop.set()  # the embedding stage too, when the check refused the file
+                ahead.end()
+
+        # in this invocation's context (where progress goes, in the service)
+        importer = threading.Thread(
+            target=contextvars.copy_context().run, args=(run_import,), name="import", daemon=True
+        )
+        importer.start()
+        try:
+            ahead.run()
+            while importer.is_alive():
+                importer.join(0.1)  # a join that Ctrl-C can interrupt
+        except KeyboardInterrupt:
+            # the importer raises Interrupted, once the batch being written is committed
+            ahead.interrupted.set()
+            stop.set()
+            ahead.abandon()
+            while importer.is_alive():
+                importer.join(0.1)
+        if isinstance(outcome[0], BaseException):
+            raise outcome[0]
+        return outcome[0]
+
+    def _import(
+        self,
+        workspace: str,
+        open_source: Opener,
+        options: ImportOptions,
+        progress: Progress | None,
+        started: float,
+        stop: threading.Event,
+        ahead: EmbeddingAhead | None = None,
+    ) -> dict[str, Any]:
         resolver = _Resolver(workspace)
-        check = self._check(workspace, open_source, options, resolver, progress)
+        check = self._check(workspace, open_source, options, resolver, progress, ahead)
         summary: dict[str, Any] = {
             "workspace": workspace,
             "format": options.fmt,
@@ -239,7 +312,9 @@ class CardTransfer:
             summary["lines"] = sorted(check.lines, key=lambda entry: entry["line"])
             summary["seconds"] = round(time.perf_counter() - started, 3)
             return summary
-        written = self._write(workspace, open_source, options, check, resolver, progress)
+        written = self._write(
+            workspace, open_source, options, check, resolver, progress, stop, ahead
+        )
         seconds = time.perf_counter() - started
         summary.update(
             {
@@ -266,10 +341,27 @@ class CardTransfer:
         options: ImportOptions,
         resolver: _Resolver,
         progress: Progress | None,
+        ahead: EmbeddingAhead | None,
     ) -> _Check:
         check = _Check(report_lines=options.dry_run)
         batch: list[ImportCard] = []
+        prefetching = [ahead is not None]
+
+        def classify() -> None:
+            self._classify(workspace, batch, options, check, resolver)
+            if ahead is not None and prefetching[0]:
+                # the embedder starts now, on the records to create or update, until
+                # it is AHEAD cards ahead (the archive writer feeds the rest)
+                prefetching[0] = ahead.feed([i for i in batch if _embeds(check, i)], wait=False)
+            pause_point("import.checked_batch")
+
         for item in self._records(open_source, options):
+            if ahead is not None and ahead.interrupted.is_set():
+                raise Interrupted(
+                    "interrupted during the check pass: nothing was written. Rerun the same"
+                    " command",
+                    details={"written": 0, "resume": "rerun the same command"},
+                )
             check.records += 1
             if isinstance(item, Skipped):
                 check.skipped_kinds[item.kind] = check.skipped_kinds.get(item.kind, 0) + 1
@@ -282,12 +374,12 @@ class CardTransfer:
                 continue
             batch.append(item)
             if len(batch) >= BATCH:
-                self._classify(workspace, batch, options, check, resolver)
+                classify()
                 batch = []
                 if progress:
                     progress("checked", check.records, None)
         if batch:
-            self._classify(workspace, batch, options, check, resolver)
+            classify()
         self._resolve_links(workspace, check, resolver)
         if progress:
             progress("checked", check.records, check.records)
@@ -423,29 +515,37 @@ class CardTransfer:
         check: _Check,
         resolver: _Resolver,
         progress: Progress | None,
+        stop: threading.Event,
+        ahead: EmbeddingAhead | None,
     ) -> dict[str, Any]:
-        """Two stages: a thread writes the archive batches (reading the file again); this
-        thread projects the cards written, up to PROJECT_EVERY at a time (fewer when it
-        would otherwise wait for the writer), while the writer writes the next ones (at
-        most PROJECT_EVERY ahead). A Ctrl-C (here) stops the
-        writer after its current batch; every batch it committed keeps its cards,
-        pending for the index if not projected yet."""
+        """Three stages: a thread reads the file again, hands each batch's records to
+        the embedding stage (records to create or update, unless the check pass already
+        did) and writes the batch to the archive; a thread indexes what each committed
+        batch created or updated, with the vectors computed ahead; this thread waits,
+        reports progress, and at the end projects what had no vectors (cards an earlier,
+        interrupted run wrote and did not index; an edit meanwhile; a failed embedder)
+        through ``sync``. A Ctrl-C (here) stops the writer after its current batch;
+        every batch it committed keeps its cards, pending for the index if not
+        indexed yet."""
         counts: dict[str, Any] = {"create": 0, "update": 0, "skip": 0, "unchanged": 0}
         index = {"indexed": 0, "pending": 0}
         total = len(check.planned)
         written = [0]  # records in committed batches (the writer's count)
-        stop = threading.Event()
-        committed: queue.Queue[tuple[int, list[uuid.UUID]] | None] = queue.Queue(
-            maxsize=max(2, PROJECT_EVERY // BATCH)
-        )
+        committed: queue.Queue[_Committed | None] = queue.Queue(maxsize=max(2, AHEAD // BATCH))
         failures: list[BaseException] = []
         writing = threading.Lock()  # held by the writer for each batch
+        unembedded: list[uuid.UUID] = []  # committed cards to project through sync
 
         def write_archive() -> None:
             pending_links: dict[uuid.UUID, list[tuple[uuid.UUID, str]]] = {}
             batch: list[ImportCard] = []
 
             def flush() -> bool:
+                if ahead is not None and not ahead.feed(
+                    [i for i in batch if i.line > ahead.fed_through and _embeds(check, i)],
+                    wait=True,
+                ):
+                    return False
                 with writing:
                     if stop.is_set():
                         return False
@@ -455,9 +555,10 @@ class CardTransfer:
                     for action in actions:
                         counts[action] += 1
                     written[0] += len(batch)
+                last_line = batch[-1].line
                 batch.clear()
                 pause_point("import.after_batch")
-                return hand_over(committed, (written[0], to_project), stop)
+                return hand_over(committed, _Committed(last_line, to_project), stop)
 
             try:
                 for item in self._records(open_source, options):
@@ -475,39 +576,79 @@ class CardTransfer:
                 failures.append(exc)
             finally:
                 hand_over(committed, None, stop)
+                if ahead is not None:
+                    ahead.end()
 
-        unprojected: list[uuid.UUID] = []
+        def write_index() -> None:
+            """What each committed batch created or updated, with its vectors; up to a
+            projector chunk at a time while the writer is ahead."""
+            prepared: dict[uuid.UUID, Prepared] = {}
+            last_line = 0
 
-        def project() -> None:
-            outcome = self._project(workspace, unprojected)
-            index["indexed"] += outcome[0]
-            index["pending"] += outcome[1]
-            unprojected.clear()
-            if progress:
-                progress("indexed", index["indexed"] + index["pending"], None)
+            def flush() -> None:
+                if prepared:
+                    assert self.projector is not None
+                    try:
+                        indexed, left = self.projector.write_embedded(
+                            workspace, ahead.language if ahead else "", dict(prepared)
+                        )
+                    except ThothError:  # an index unavailable: sync records it
+                        indexed, left = 0, list(prepared)
+                    index["indexed"] += indexed
+                    unembedded.extend(left)
+                    prepared.clear()
+                if ahead is not None:
+                    ahead.release_through(last_line)
 
-        # in this invocation's context (where progress goes, in the service)
-        writer = threading.Thread(
-            target=contextvars.copy_context().run,
-            args=(write_archive,),
-            name="import-archive",
-            daemon=True,
-        )
-        writer.start()
+            try:
+                while (done := take_over(committed, stop)) is not None:
+                    last_line = done.last_line
+                    keys = [key for _, key in done.to_project if _embeds(check, key)]
+                    vectors = ahead.vectors(keys) if ahead is not None else {}
+                    for card_uuid, key in done.to_project:
+                        if key in vectors:
+                            prepared[card_uuid] = vectors[key]
+                        else:
+                            unembedded.append(card_uuid)
+                    if len(prepared) >= projector_module.CHUNK or committed.empty():
+                        flush()
+                flush()
+            except BaseException as exc:
+                failures.append(exc)
+                stop.set()
+
+        # each stage in this invocation's context (where progress goes, in the service)
+        threads = [
+            threading.Thread(
+                target=contextvars.copy_context().run, args=(stage,), name=name, daemon=True
+            )
+            for stage, name in ((write_archive, "import-archive"), (write_index, "import-index"))
+        ]
+        for thread in threads:
+            thread.start()
+        reported = (0, 0)
         try:
-            while (done := take_over(committed, stop)) is not None:
-                records, to_project = done
-                unprojected.extend(to_project)
+            while any(thread.is_alive() for thread in threads):
+                threads[1].join(0.25)  # Ctrl-C reaches the main thread (see the flag below)
+                if ahead is not None and ahead.interrupted.is_set():
+                    raise KeyboardInterrupt  # reached the main thread, which embeds
+                now = (written[0], index["indexed"])
+                if progress and now != reported:
+                    if now[0] != reported[0]:
+                        progress("imported", now[0], total)
+                    if now[1] != reported[1]:
+                        progress("indexed", now[1], None)
+                    reported = now
+            # also when the writer failed: what it committed is indexed
+            if unembedded:
+                indexed, pending = self._project(workspace, unembedded)
+                index["indexed"] += indexed
+                index["pending"] += pending
                 if progress:
-                    progress("imported", records, total)
-                # a full group, or, rather than wait for the writer, what the pipeline
-                # takes (more than one chunk)
-                if len(unprojected) >= PROJECT_EVERY or (
-                    len(unprojected) > projector_module.CHUNK and committed.empty()
-                ):
-                    project()
-            if unprojected:  # also when the writer failed: what it committed is indexed
-                project()
+                    progress("indexed", index["indexed"] + index["pending"], None)
+            failures += ahead.failures if ahead is not None else []
+            if ahead is not None and ahead.interrupted.is_set():
+                raise KeyboardInterrupt
             if failures:  # a Ctrl-C that reached the writer is an interruption too
                 raise failures[0]
         except KeyboardInterrupt:
@@ -540,9 +681,12 @@ class CardTransfer:
         options: ImportOptions,
         resolver: _Resolver,
         pending_links: dict[uuid.UUID, list[tuple[uuid.UUID, str]]],
-    ) -> tuple[list[str], list[uuid.UUID]]:
+    ) -> tuple[list[str], list[tuple[uuid.UUID, str]]]:
+        """Under the workspace's lock: the batch's cards, links and projection
+        operations. Returns each record's action and the cards to index (card, key):
+        those created or updated, and those an interrupted run wrote, not indexed."""
         actions: list[str] = []
-        to_project: list[uuid.UUID] = []
+        to_project: list[tuple[uuid.UUID, str]] = []
         with self.archive.transaction(workspace, lock=True) as tx:
             workspace_row = tx.workspace()
             if workspace_row is None:
@@ -584,7 +728,7 @@ class CardTransfer:
                     tx.replace_outgoing_links(card_uuid, now)
                 if card_uuid in revisions or card_uuid in operations:
                     # operations of cards an interrupted run wrote but did not index
-                    to_project.append(card_uuid)
+                    to_project.append((card_uuid, item.key))
             links += [
                 (source, target, meaning)
                 for target in uuids
