@@ -11,7 +11,6 @@ the lock only vectors of the text the card still has are written (see ``sync``).
 
 from __future__ import annotations
 
-import contextvars
 import math
 import queue
 import random
@@ -44,7 +43,7 @@ from tht.memory.index.port import (
 from tht.memory.model import Card, card_id_to_uuid, uuid_to_card_id
 from tht.memory.projection import ProjectedCard, card_facts, fingerprint, indexed_text
 from tht.memory.service import IndexOutcome
-from tht.memory.stages import hand_over, take_over
+from tht.memory.stages import hand_over, start_stage, take_over
 
 Progress = Callable[[int, int], None]
 BATCH = 256  # cards per locked transaction in drains and repairs: edits wait at most one
@@ -535,15 +534,7 @@ class IndexProjector:
                 failures.append(exc)
                 stop.set()
 
-        # each stage in this invocation's context (where progress goes, in the service)
-        threads = [
-            threading.Thread(
-                target=contextvars.copy_context().run, args=(stage,), name=name, daemon=True
-            )
-            for stage, name in ((read, "rebuild-read"), (write, "rebuild-write"))
-        ]
-        for thread in threads:
-            thread.start()
+        threads = [start_stage(read, "rebuild-read"), start_stage(write, "rebuild-write")]
         try:
             while (chunk := take_over(loaded, stop)) is not None:
                 cards, inputs = chunk

@@ -4,8 +4,10 @@ leaves another blocked."""
 
 from __future__ import annotations
 
+import contextvars
 import queue
 import threading
+from collections.abc import Callable
 from typing import Any
 
 
@@ -28,3 +30,13 @@ def take_over(channel: queue.Queue[Any], stop: threading.Event) -> Any:
         except queue.Empty:
             continue
     return None
+
+
+def start_stage(stage: Callable[[], None], name: str) -> threading.Thread:
+    """Run ``stage`` in a daemon thread of its own, in the caller's context (where
+    progress and the audit's actor go, in the service)."""
+    thread = threading.Thread(
+        target=contextvars.copy_context().run, args=(stage,), name=name, daemon=True
+    )
+    thread.start()
+    return thread

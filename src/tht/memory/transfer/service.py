@@ -31,7 +31,6 @@ completed if it was not), and the rest is written.
 
 from __future__ import annotations
 
-import contextvars
 import csv
 import io
 import json
@@ -50,7 +49,7 @@ from tht.memory import projector as projector_module
 from tht.memory.archive.port import Archive, ArchiveTx
 from tht.memory.model import Card, card_id_to_uuid, uuid_to_card_id
 from tht.memory.projector import IndexProjector, Prepared
-from tht.memory.stages import hand_over, take_over
+from tht.memory.stages import hand_over, start_stage, take_over
 from tht.memory.transfer.embedding_ahead import AHEAD, EmbeddingAhead
 from tht.memory.transfer.formats import (
     CSV_COLUMNS,
@@ -245,11 +244,7 @@ class CardTransfer:
                 stop.set()  # the embedding stage too, when the check refused the file
                 ahead.end()
 
-        # in this invocation's context (where progress goes, in the service)
-        importer = threading.Thread(
-            target=contextvars.copy_context().run, args=(run_import,), name="import", daemon=True
-        )
-        importer.start()
+        importer = start_stage(run_import, "import")
         try:
             ahead.run()
             while importer.is_alive():
@@ -617,15 +612,10 @@ class CardTransfer:
                 failures.append(exc)
                 stop.set()
 
-        # each stage in this invocation's context (where progress goes, in the service)
         threads = [
-            threading.Thread(
-                target=contextvars.copy_context().run, args=(stage,), name=name, daemon=True
-            )
-            for stage, name in ((write_archive, "import-archive"), (write_index, "import-index"))
+            start_stage(write_archive, "import-archive"),
+            start_stage(write_index, "import-index"),
         ]
-        for thread in threads:
-            thread.start()
         reported = (0, 0)
         try:
             while any(thread.is_alive() for thread in threads):
