@@ -292,6 +292,23 @@ def test_dry_run_reports_every_line_and_writes_nothing(cli, run, runtime_file):
     assert {e["action"] for e in again.document["lines"] if "key" in e} == {"unchanged"}
 
 
+def _paused_import(path, config, env, tmp_path, point: str) -> subprocess.Popen:
+    """``memory import`` in a process of its own, once it holds at the pause ``point``."""
+    marker = tmp_path / "paused"
+    running = subprocess.Popen(
+        [sys.executable, "-m", "tht", "memory", "import", str(path), "-c", config],
+        env={**env, "THT_PAUSE_AT": point, "THT_PAUSE_FILE": str(marker)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        assert running.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    return running
+
+
 def _jsonl(*documents) -> bytes:
     return b"".join(
         (d if isinstance(d, bytes) else json.dumps(d).encode()) + b"\n" for d in documents
@@ -618,21 +635,11 @@ def test_ctrl_c_during_the_check_pass_writes_nothing(database, runtime_file, tmp
     path.write_bytes(
         _jsonl(*(card_document(title=f"Card {i}", content=f"Content {i}.") for i in range(600)))
     )
-    marker = tmp_path / "paused"
-    running = subprocess.Popen(
-        [sys.executable, "-m", "tht", "memory", "import", str(path), "-c", config],
-        env={**env, "THT_PAUSE_AT": "import.checked_batch", "THT_PAUSE_FILE": str(marker)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    deadline = time.monotonic() + 120
-    while not marker.exists():  # the first batch is checked (and fed to the embedder)
-        assert running.poll() is None and time.monotonic() < deadline
-        time.sleep(0.02)
+    # the first batch is checked (and fed to the embedder)
+    running = _paused_import(path, config, env, tmp_path, "import.checked_batch")
     running.send_signal(signal.SIGINT)
     time.sleep(0.5)  # the main thread takes the signal; then the check goes on, and stops
-    marker.unlink()
+    (tmp_path / "paused").unlink()  # the pause ends
     out, _ = running.communicate(timeout=120)
     assert running.returncode == 130, out
     error = json.loads(out)["error"]
@@ -770,18 +777,8 @@ def test_ctrl_c_in_its_own_process_prints_how_to_resume(database, runtime_file, 
             *(card_document(title=f"Card {i}", content=f"Content number {i}.") for i in range(1500))
         )
     )
-    marker = tmp_path / "paused"
-    running = subprocess.Popen(
-        [sys.executable, "-m", "tht", "memory", "import", str(path), "-c", config],
-        env={**env, "THT_PAUSE_AT": "import.after_batch", "THT_PAUSE_FILE": str(marker)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    deadline = time.monotonic() + 120
-    while not marker.exists():  # the first batch is committed, the import holds there
-        assert running.poll() is None and time.monotonic() < deadline
-        time.sleep(0.02)
+    # the first batch is committed, the import holds there
+    running = _paused_import(path, config, env, tmp_path, "import.after_batch")
     running.send_signal(signal.SIGINT)
     out, _ = running.communicate(timeout=120)
     assert running.returncode == 130, out
