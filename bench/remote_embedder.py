@@ -7,10 +7,12 @@ the batch's model time, ``size / rate`` seconds, one batch at a time as on one G
 request path (base URL ``http://127.0.0.1:PORT/rate/N``), so one server serves every
 rate of a run. Its vectors cost it nearly nothing, so on a shared machine the server
 does not take CPU from the process measured: 4 096 random unit vectors are drawn and
-encoded as JSON text once, at start, and a text's vector is the one its BLAKE2 hash
+encoded once, at start (as JSON text, and as float32 bytes for the base64 answers
+that the product's client asks for), and a text's vector is the one its BLAKE2 hash
 picks with its first component replaced by one from the hash (every text gets its own
 vector, a function of the text). Our process pays what it pays with a real remote
-server: the HTTP round trip and the JSON decoding of ``dimension`` floats a card.
+server: the HTTP round trip and the decoding of ``dimension`` floats a card (base64,
+as it asks OpenAI for them).
 
 The client is the product's own ``openai`` embedder, built from a runtime file's
 ``embedding`` section exactly as a user configures it (``embedder``).
@@ -26,6 +28,7 @@ import json
 import math
 import random
 import re
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -43,36 +46,49 @@ POOL = 4096
 _RATE = re.compile(r"^/rate/(\d+(?:\.\d+)?)/")
 
 
-def pooled_vectors(dimension: int, seed: int = 11) -> tuple[list[str], list[str]]:
-    """POOL unit vectors as JSON text without their first component, and the texts of
-    first components: a text's vector is ``[first[h], tail[h']]`` for its hash h."""
+def pooled_vectors(
+    dimension: int, seed: int = 11
+) -> tuple[list[str], list[str], list[bytes], list[bytes]]:
+    """POOL unit vectors without their first component, and POOL first components, as
+    JSON text and as float32 bytes: a text's vector is ``[first[h], tail[h']]`` for its
+    hash h."""
     rng = random.Random(seed)
-    tails = []
+    tails, packed_tails = [], []
     for _ in range(POOL):
         vector = [rng.gauss(0.0, 1.0) for _ in range(dimension)]
         norm = math.sqrt(sum(x * x for x in vector))
-        tails.append(",".join(format(x / norm, ".8g") for x in vector[1:]))
-    firsts = [format(rng.gauss(0.0, 1.0) / math.sqrt(dimension), ".8g") for _ in range(POOL)]
-    return firsts, tails
+        tail = [x / norm for x in vector[1:]]
+        tails.append(",".join(format(x, ".8g") for x in tail))
+        packed_tails.append(struct.pack(f"<{len(tail)}f", *tail))
+    firsts = [rng.gauss(0.0, 1.0) / math.sqrt(dimension) for _ in range(POOL)]
+    return (
+        [format(x, ".8g") for x in firsts],
+        tails,
+        [struct.pack("<f", x) for x in firsts],
+        packed_tails,
+    )
 
 
 def serve(dimension: int) -> None:
-    firsts, tails = pooled_vectors(dimension)
+    firsts, tails, packed_firsts, packed_tails = pooled_vectors(dimension)
+
+    def pooled(text: str) -> tuple[int, int]:
+        digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
+        return int.from_bytes(digest[:4], "little") % POOL, int.from_bytes(
+            digest[4:], "little"
+        ) % POOL
 
     def vectors(texts: list[str]) -> list[str]:
-        found = []
-        for text in texts:
-            digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
-            first = firsts[int.from_bytes(digest[:4], "little") % POOL]
-            tail = tails[int.from_bytes(digest[4:], "little") % POOL]
-            found.append(f"[{first},{tail}]")
-        return found
+        return [f"[{firsts[h]},{tails[t]}]" for h, t in map(pooled, texts)]
+
+    def packed(texts: list[str]) -> list[bytes]:
+        return [packed_firsts[h] + packed_tails[t] for h, t in map(pooled, texts)]
 
     def batch_seconds(path: str, size: int) -> float:
         rate = _RATE.match(path)
         return size / float(rate.group(1)) if rate else 0.0
 
-    server = EmbeddingServer(vectors, batch_seconds, record=False)
+    server = EmbeddingServer(vectors, batch_seconds, record=False, packed=packed)
     print(json.dumps({"url": server.url}), flush=True)
     server.serve_forever(poll_interval=0.1)
 

@@ -5,13 +5,16 @@ the HTTP embedder and for the benchmarks' simulated remote embedder
 Each answer lists its items in reverse order (the API allows any order; the client must
 place them by ``index``). What a vector is, and how long the server takes per batch,
 are the caller's: ``vectors`` turns a batch's inputs into their embeddings as JSON
-arrays (text), ``batch_seconds`` gives the simulated model time of a batch from the
+arrays (text), or ``packed`` as little-endian float32 bytes when a request asks for
+base64 (``encoding_format``; derived from ``vectors`` if not given), ``batch_seconds`` gives the simulated model time of a batch from the
 request path and its size; batches take that time one after another, as on one GPU.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -36,13 +39,20 @@ class EmbeddingServer(ThreadingHTTPServer):
         host: str = "127.0.0.1",
         port: int = 0,
         record: bool = True,
+        packed: Callable[[list[str]], list[bytes]] | None = None,
     ) -> None:
         super().__init__((host, port), _Handler)
         self.vectors = vectors
+        self.packed = packed or (
+            lambda texts: [_float32(json.loads(v)) for v in self.vectors(texts)]
+        )
         self.batch_seconds = batch_seconds
         self.record = record
         # "ok"; "slow": one more second before answering; "error": HTTP 500
         self.mode = "ok"
+        # what it does with ``encoding_format: base64``: "openai" answers base64;
+        # "floats" ignores the parameter (as Ollama does); "strict" refuses it (HTTP 422)
+        self.encoding = "openai"
         self.requests: list[dict[str, Any]] = []
         self.model_time = threading.Lock()  # one batch at a time, as on one GPU
         self.called = threading.Event()  # set by the first request
@@ -111,7 +121,17 @@ class _Handler(BaseHTTPRequestHandler):
         if server.mode == "error":
             self._send(500, json.dumps({"error": "model crashed"}).encode())
             return
-        vectors = server.vectors(texts)
+        asked = body.get("encoding_format", "float")
+        if server.encoding == "strict" and "encoding_format" in body:
+            self._send(422, json.dumps({"detail": "extra field: encoding_format"}).encode())
+            return
+        if asked == "base64" and server.encoding == "openai":
+            vectors = [
+                json.dumps(base64.b64encode(packed).decode("ascii"))
+                for packed in server.packed(texts)
+            ]
+        else:
+            vectors = server.vectors(texts)
         items = [
             f'{{"object":"embedding","index":{i},"embedding":{vector}}}'
             for i, vector in reversed(list(enumerate(vectors)))
@@ -125,3 +145,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
         self.wfile.write(payload)
+
+
+def _float32(vector: list[float]) -> bytes:
+    return struct.pack(f"<{len(vector)}f", *vector)

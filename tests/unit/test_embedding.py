@@ -298,6 +298,42 @@ def test_openai_http_embeds_in_batches(
     embedder.close()
 
 
+def test_openai_http_asks_base64_vectors_and_reads_floats_too(server: EmbeddingServer) -> None:
+    texts = [f"text {n}" for n in range(5)]
+    expected = [[float(len(t)), float(n), 1.0] for n, t in enumerate(texts)]
+    embedder = OpenAIHttpEmbedder(server.url, "m", dimension=3)
+    assert embedder.embed_passages(texts) == expected
+    asked = server.requests[-1]["body"]
+    assert asked["encoding_format"] == "base64"
+    # a server that ignores the parameter (as Ollama does) answers floats: read as well
+    server.encoding = "floats"
+    assert embedder.embed_passages(texts) == expected
+    assert server.requests[-1]["body"]["encoding_format"] == "base64"
+    embedder.close()
+
+
+def test_openai_http_asks_floats_once_a_server_refuses_base64(server: EmbeddingServer) -> None:
+    server.encoding = "strict"  # HTTP 422 for the unknown parameter
+    embedder = OpenAIHttpEmbedder(server.url, "m", dimension=3)
+    assert embedder.embed_query("q") == [1.0, 0.0, 1.0]
+    assert embedder.embed_query("qq") == [2.0, 0.0, 1.0]
+    formats = [r["body"].get("encoding_format") for r in server.requests]
+    assert formats == ["base64", None, None]  # refused once, then floats only
+    # a failure that is not the parameter's still fails, and keeps nothing changed
+    server.mode = "error"
+    with pytest.raises(EmbedderUnavailable, match="HTTP 500"):
+        embedder.embed_query("q")
+    embedder.close()
+
+
+def test_openai_http_refuses_malformed_base64_vectors(server: EmbeddingServer) -> None:
+    server.packed = lambda texts: [b"\x00\x00\x80"] * len(texts)  # 3 bytes: not float32
+    embedder = OpenAIHttpEmbedder(server.url, "m")
+    with pytest.raises(EmbedderUnavailable, match="malformed"):
+        embedder.embed_passages(["a"])
+    embedder.close()
+
+
 def test_openai_http_keeps_several_batches_in_flight_in_order() -> None:
     # each batch takes the (one) model 0.1 s: the next ones wait at the server, sent
     server = EmbeddingServer(batch_seconds=lambda path, size: 0.1)
