@@ -262,6 +262,7 @@ class PostgresArchive:
                         "actor": audit.actor() or "",
                         "via": audit.via() or "",
                         "lock": "shared" if lock == "shared" else "exclusive" if lock else "none",
+                        "plans": "force_custom_plan" if lock is True else "auto",
                     },
                 )
                 yield ArchiveTransaction(conn, workspace)
