@@ -130,5 +130,6 @@ def test_mutations_plan_for_the_tables_as_they_are_now(cli, database):
         assert plan_cache_mode(lock=True) == "force_custom_plan"
         assert plan_cache_mode() == "auto"  # the same pooled connection: transaction-scoped
         assert plan_cache_mode(lock="shared") == "auto"  # recall's verification
+        assert plan_cache_mode(fresh_plans=True) == "force_custom_plan"  # an import's reads
     finally:
         archive.close()

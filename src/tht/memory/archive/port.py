@@ -415,4 +415,5 @@ class Archive(Protocol):
         directory: bool = False,
         accounts: bool = False,
         snapshot: bool = False,
+        fresh_plans: bool = False,
     ) -> AbstractContextManager[ArchiveTx]: ...

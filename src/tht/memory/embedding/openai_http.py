@@ -25,7 +25,7 @@ MAX_INPUT_TOKENS = 512
 CHARS_PER_TOKEN = 3
 # Batches of one call in flight at once, when not configured: enough to keep a remote
 # GPU busy while this process sends the next batch and decodes the last answer (the
-# round trip and the JSON decoding cost about as much as the model's time on a fast
+# round trip and the decoding cost about as much as the model's time on a fast
 # server), few enough not to crowd a server shared with others.
 CONCURRENCY = 4
 # HTTP statuses with which a strict server refuses a parameter it does not know
