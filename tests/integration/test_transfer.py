@@ -791,3 +791,31 @@ def test_ctrl_c_in_its_own_process_prints_how_to_resume(database, runtime_file, 
     assert (summary["created"], summary["skipped"]) == (1500 - written, written)
     assert tht("workspace", "show", "acme")[1]["cards"] == {"domain_clarification": 1500}
     assert tht("memory", "pending", "-c", config)[1]["items"] == []
+
+
+def test_a_large_import_refreshes_the_planners_statistics(
+    cli, run, runtime_file, database, tmp_path, monkeypatch
+):
+    """Plans cached for a small workspace (sequential scans) would stay in use on the
+    service's connections until autovacuum analyzed the tables an import grew: an import
+    that wrote many cards analyzes them itself, through the owner's function (014)."""
+    import psycopg
+
+    def analyzed() -> bool:
+        with psycopg.connect(database.superuser) as conn:
+            row = conn.execute(
+                "SELECT last_analyze FROM pg_stat_user_tables"
+                " WHERE schemaname = 'thoth_memory' AND relname = 'cards'"
+            ).fetchone()
+        return row is not None and row[0] is not None
+
+    monkeypatch.setattr(transfer_service, "STATISTICS_AFTER", 3)
+    config = runtime_file("acme")
+    few = tmp_path / "few.jsonl"
+    few.write_bytes(_jsonl(*(card_document(title=f"Few {n}") for n in range(2))))
+    assert _import(cli, few, config).code == 0
+    assert not analyzed()  # 2 cards: below the threshold
+    many = tmp_path / "many.jsonl"
+    many.write_bytes(_jsonl(*(card_document(title=f"Many {n}") for n in range(3))))
+    assert _import(cli, many, config).code == 0
+    assert analyzed()

@@ -69,6 +69,10 @@ class TransferRecords:
             "import_operations_enqueue", ids=list(revisions), revisions=list(revisions.values())
         )
 
+    def refresh_statistics(self) -> None:
+        """ANALYZE of the cards' tables, as after any bulk load (migration 014)."""
+        self._tx._execute("refresh_statistics")
+
     def card_count(self) -> int:
         count: int = self._tx._one("export_count")["cards"]
         return count

@@ -63,6 +63,7 @@ from tht.memory.transfer.formats import (
 )
 
 BATCH = 256  # records per archive transaction (and per embedding call)
+STATISTICS_AFTER = 1000  # cards written, from which the import refreshes the planner's statistics
 MAX_REPORTED_ERRORS = 100
 CONFLICT_POLICIES = ("skip", "update", "fail")
 
@@ -629,6 +630,11 @@ class CardTransfer:
                     if now[1] != reported[1]:
                         progress("indexed", now[1], None)
                     reported = now
+            if not failures and counts["create"] + counts["update"] >= STATISTICS_AFTER:
+                # the plans other connections cached for a smaller workspace (recall's)
+                # would scan the tables this import grew until autovacuum analyzes them
+                with self.archive.transaction(workspace) as tx:
+                    tx.transfer.refresh_statistics()
             # also when the writer failed: what it committed is indexed
             if unembedded:
                 indexed, pending = self._project(workspace, unembedded)

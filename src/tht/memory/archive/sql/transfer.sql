@@ -57,3 +57,7 @@ ON CONFLICT (card_id) DO UPDATE
 
 -- name: export_count
 SELECT count(*) AS cards FROM thoth_memory.cards WHERE workspace_id = %(workspace)s;
+
+-- name: refresh_statistics
+-- After a bulk import: the planner's statistics of the tables it grew (014).
+SELECT thoth_memory.refresh_statistics();
