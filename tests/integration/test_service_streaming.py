@@ -14,12 +14,15 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.factories import card_document
 from tests.integration.service_support import Installation, installation, wait_for
+from tht import __version__
 from tht.memory.model import MAX_DOCUMENT_BYTES
 from tht.service.client import MAX_FILE_BYTES, MAX_HTTP_BODY_BYTES
+from tht.service.paths import PROTOCOL
 
 LONG = 19_000  # characters of each long text field (the limit is 20 000)
 
@@ -232,3 +235,74 @@ def test_over_http_the_export_streams_and_a_file_past_the_limit_is_refused(tht, 
     assert error["details"]["limit"] == MAX_HTTP_BODY_BYTES == MAX_DOCUMENT_BYTES
     assert "1 MiB" in error["message"] and "Unix socket" in error["message"]
     assert not (tmp_path / "none").exists()
+
+
+def test_an_export_failing_midway_ends_with_its_error_document_and_exit_code(
+    tht, database, tmp_path
+):
+    """As in its own process: the cards written before the failure, then the error
+    document on the last line, and the error's exit code."""
+    config = tht.runtime("acme")
+    source = tmp_path / "cards.jsonl"
+    source.write_text(  # more than one batch of 256 cards
+        "".join(
+            json.dumps(card_document(title=f"Card {n}", content=f"card {n} " + "t" * 500)) + "\n"
+            for n in range(600)
+        )
+    )
+    assert tht.run("memory", "import", str(source), "-c", config).code == 0
+    alone = _export(tht, config, THT_SERVICE="off").stdout.splitlines(keepends=True)
+    tht.stop()
+    marker = tmp_path / "held"
+    command = subprocess.Popen(
+        [sys.executable, "-m", "tht", "memory", "export", "-c", config],
+        env={**tht.env, "THT_PAUSE_AT": "service.sent_stdout", "THT_PAUSE_FILE": str(marker)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tht.home,
+    )
+    try:
+        first = _read_while_held(command, marker)
+        with database.cluster.admin() as admin:  # the export's snapshot, between two batches
+            ended = admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = %s AND state = 'idle in transaction'",
+                (database.name,),
+            ).fetchall()
+        assert ended
+        _release(command, marker)
+        rest, err = command.communicate(timeout=60)
+    finally:
+        if command.poll() is None:
+            command.kill()
+        command.wait(30)
+    lines = (first + rest).splitlines(keepends=True)
+    error = json.loads(lines[-1])["error"]
+    assert (command.returncode, error["code"]) == (6, "archive_unavailable"), (error, err)
+    assert 0 < len(lines) - 1 < len(alone) and lines[:-1] == alone[: len(lines) - 1]
+
+
+def test_a_descriptor_is_taken_only_from_the_socket_never_named_over_http(tht, served, tmp_path):
+    url, token, _marker = served
+    config = tht.runtime("acme")
+    request = {
+        "protocol": PROTOCOL,
+        "version": __version__,
+        "argv": ["memory", "import", "/x.jsonl", "-c", config],
+        "cwd": "/",
+        "files": {"/x.jsonl": {"fd": 0}, config: {"data": ""}},
+        "env": {},
+    }
+    answer = httpx.post(
+        f"{url}/api/cli", json=request, headers={"Authorization": f"Bearer {token}"}, timeout=60
+    )
+    final = json.loads(answer.text.strip().splitlines()[-1])
+    error = json.loads(final["stdout"])["error"]
+    assert final["exit"] == 2 and "only on the Unix socket" in error["message"]
+    # on the socket, a file naming no descriptor it passed is refused too
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(str(tht.run_dir / "service.sock"))
+        sock.sendall(json.dumps({**request, "files": {"/x.jsonl": {"fd": 3}}}).encode() + b"\n")
+        final = json.loads(sock.makefile().readline())
+    assert final["exit"] == 2
+    assert "names no passed descriptor" in json.loads(final["stdout"])["error"]["message"]
