@@ -21,6 +21,7 @@ from tests.factories import card_document
 from tests.integration.service_support import Installation, installation, wait_for
 from tht import __version__
 from tht.memory.model import MAX_DOCUMENT_BYTES
+from tht.memory_client import Memory
 from tht.service.client import MAX_FILE_BYTES, MAX_HTTP_BODY_BYTES
 from tht.service.paths import PROTOCOL
 
@@ -93,7 +94,7 @@ def _release(command: subprocess.Popen, marker: Path) -> None:
 
 
 def test_an_import_over_16_mib_is_passed_open_on_the_socket_and_a_rerun_creates_nothing(
-    tht, tmp_path
+    tht, tmp_path, monkeypatch
 ):
     config = tht.runtime("acme")
     big = tht.home / "big.jsonl"
@@ -126,6 +127,18 @@ def test_an_import_over_16_mib_is_passed_open_on_the_socket_and_a_rerun_creates_
     assert len(through.stdout) > MAX_FILE_BYTES
     assert through.stdout == alone.stdout
     assert len(through.stdout.splitlines()) == cards
+
+    # the Python client parses the pieces as they come (lines span pieces of 64 KiB)
+    for key in [k for k in os.environ if k.startswith("THT_")]:
+        monkeypatch.delenv(key)
+    for key, value in tht.env.items():
+        if key.startswith("THT_"):
+            monkeypatch.setenv(key, value)
+    exported = Memory.connect(config).export_cards()
+    assert [dict(card.raw) for card in exported] == [
+        json.loads(line) for line in through.stdout.splitlines()
+    ]
+    assert tht.service_pid() is not None
 
 
 def test_the_export_reaches_the_client_while_the_command_still_runs(tht, tmp_path):
