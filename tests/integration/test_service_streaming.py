@@ -69,16 +69,14 @@ def _export(tht: Installation, config: str, *extra: str, **env: str) -> subproce
 
 def _read_while_held(command: subprocess.Popen, marker: Path) -> bytes:
     """What the client printed while the service holds the command at the pause point,
-    after its first piece of stdout: at least a whole line (the old protocol sent
-    nothing before the command ended: this would time out)."""
+    after its first piece of stdout (the old protocol sent nothing before the command
+    ended: this would time out)."""
     assert wait_for(marker.exists, 60), "the command never reached the pause point"
     assert command.stdout is not None
-    head = b""
-    while b"\n" not in head:
-        ready, _, _ = select.select([command.stdout], [], [], 30)
-        assert ready, "nothing reached the client's stdout while the command was held"
-        head += os.read(command.stdout.fileno(), 1 << 20)  # unbuffered: communicate reads on
-    assert marker.exists() and command.poll() is None  # still held: the command has not ended
+    ready, _, _ = select.select([command.stdout], [], [], 30)
+    assert ready, "nothing reached the client's stdout while the command was held"
+    head = os.read(command.stdout.fileno(), 1 << 20)  # unbuffered: communicate reads on
+    assert head and marker.exists() and command.poll() is None  # held: it has not ended
     return head
 
 
@@ -158,7 +156,7 @@ def test_the_export_reaches_the_client_while_the_command_still_runs(tht, tmp_pat
     )
     try:
         first = _read_while_held(command, marker)
-        assert first.split(b"\n")[0] == alone.stdout.split(b"\n")[0]
+        assert alone.stdout.startswith(first)
         _release(command, marker)
         rest, err = command.communicate(timeout=60)
     finally:
@@ -319,3 +317,57 @@ def test_a_descriptor_is_taken_only_from_the_socket_never_named_over_http(tht, s
         final = json.loads(sock.makefile().readline())
     assert final["exit"] == 2
     assert "names no passed descriptor" in json.loads(final["stdout"])["error"]["message"]
+
+
+def test_a_client_that_does_not_read_holds_the_export_in_the_service_not_its_output(tht, tmp_path):
+    """Backpressure: while the client's stdout is not read, the service sends a few
+    pieces (what the socket and the pipe buffer) and its command waits, still running;
+    reading then brings every byte. (Before, the service ran the export to its end and
+    held all of it.)"""
+    config = tht.runtime("acme")
+    source = tmp_path / "cards.jsonl"
+    _big_jsonl(source, 5 << 20)  # ~80 pieces of 64 KiB
+    assert tht.run("memory", "import", str(source), "-c", config).code == 0
+    alone = _export(tht, config, THT_SERVICE="off").stdout
+    tht.stop()
+    marker = tmp_path / "held"
+    pieces = [0]
+    command = subprocess.Popen(
+        [sys.executable, "-m", "tht", "memory", "export", "-c", config],
+        env={**tht.env, "THT_PAUSE_AT": "service.sent_stdout", "THT_PAUSE_FILE": str(marker)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tht.home,
+    )
+
+    def count_and_release() -> None:  # each piece sent holds once at the pause point
+        while command.poll() is None:
+            if marker.exists():
+                pieces[0] += 1
+                marker.unlink()
+            time.sleep(0.005)
+
+    threading.Thread(target=count_and_release, daemon=True).start()
+    try:
+        seen = [-1]
+
+        def settled() -> bool:  # pieces were sent, and no more for a second
+            time.sleep(1)
+            settled_now = pieces[0] > 0 and pieces[0] == seen[0]
+            seen[0] = pieces[0]
+            return settled_now
+
+        assert wait_for(settled, 60), "no piece of stdout was sent before the command ended"
+        assert pieces[0] * 64 * 1024 < len(alone) // 4, (pieces[0], len(alone))
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.connect(str(tht.run_dir / "service.sock"))
+            sock.sendall(b'{"op": "status"}\n')
+            status = json.loads(sock.makefile().readline())["status"]
+        assert status["active"] == 1 and command.poll() is None  # the export waits, running
+        out, err = command.communicate(timeout=60)
+    finally:
+        if command.poll() is None:
+            command.kill()
+        command.wait(30)
+    assert command.returncode == 0, err
+    assert out == alone

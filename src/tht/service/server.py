@@ -457,33 +457,30 @@ class Service:
 
 
 class _Chunks:
-    """A command's stdout, sent in pieces of ``CHUNK_CHARS`` as it is written."""
+    """A command's stdout, sent in pieces of ``CHUNK_CHARS`` as it is written (a large
+    write, such as an export's batch, is cut: each piece waits for the reader)."""
 
     def __init__(self, send: Send) -> None:
         self._send = send
-        self._pending: list[str] = []
-        self._size = 0
-        self._lock = threading.Lock()
+        self._pending = ""
+        self._lock = threading.Lock()  # one writer at a time: the pieces keep their order
 
     def write(self, text: str) -> None:
         with self._lock:
-            self._pending.append(text)
-            self._size += len(text)
-            if self._size < CHUNK_CHARS:
+            if len(self._pending) + len(text) < CHUNK_CHARS:
+                self._pending += text
                 return
-            piece = self._take()
-        self._send({"stdout": piece})  # outside the lock: it waits for a slow reader
-        pause_point("service.sent_stdout")  # a test reads the piece while the command holds
+            text, start = self._pending + text, 0
+            while len(text) - start >= CHUNK_CHARS:
+                self._send({"stdout": text[start : start + CHUNK_CHARS]})  # waits for the reader
+                pause_point("service.sent_stdout")  # a test looks while the command holds
+                start += CHUNK_CHARS
+            self._pending = text[start:]
 
     def rest(self) -> str:
         with self._lock:
-            return self._take()
-
-    def _take(self) -> str:
-        piece = "".join(self._pending)
-        self._pending.clear()
-        self._size = 0
-        return piece
+            rest, self._pending = self._pending, ""
+            return rest
 
 
 def _receive_request(connection: socket.socket, fds: list[int]) -> bytes:
