@@ -160,13 +160,6 @@ def _read(path: str, stdin_data: list[bytes | None]) -> SentFile:
     return {"data": binascii.b2a_base64(data, newline=False).decode("ascii")}
 
 
-def _stdin_bytes(stdin_data: list[bytes | None]) -> bytes:
-    data = stdin_data[0]
-    if data is None:
-        data = stdin_data[0] = sys.stdin.buffer.read()
-    return data
-
-
 def _open_for_passing(path: str, stdin_data: list[bytes | None]) -> tuple[SentFile, int | None]:
     """The file an import names, opened here to pass its descriptor (the client's
     permissions apply, and the service never opens a path of this machine). A regular
