@@ -410,13 +410,20 @@ class Memory:
     def export_cards(self) -> tuple[Card, ...]:
         """``tht memory export``: every card of the workspace, lossless (ids, fields,
         dependencies, links, origin, source, revision, timestamps)."""
-        code, stdout = self._runner.run_text(
-            ["memory", "export", "-c", self.config, "--format", "jsonl"]
+        documents: list[Any] = []
+        partial = [""]  # a line not yet ended: the output arrives in pieces
+
+        def take(text: str) -> None:  # parsed as it comes: the export's text is never held whole
+            *ended, partial[0] = (partial[0] + text).split("\n")
+            documents.extend(json.loads(line) for line in ended if line.strip())
+
+        code = self._runner.run_streamed(
+            ["memory", "export", "-c", self.config, "--format", "jsonl"], take
         )
-        lines = [line for line in stdout.splitlines() if line.strip()]
-        if code != 0:
-            self._document(code, json.loads(lines[-1]) if lines else {})
-        return tuple(Card.from_json(json.loads(line)) for line in lines)
+        take("\n")
+        if code != 0:  # the error document is the last line, after the cards written
+            self._document(code, documents[-1] if documents else {})
+        return tuple(Card.from_json(document) for document in documents)
 
     # --- life ---------------------------------------------------------------------------
 

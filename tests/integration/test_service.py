@@ -17,6 +17,7 @@ import pytest
 from tests.embedding_server import EmbeddingServer
 from tests.factories import card_document
 from tests.integration.service_support import Installation, alive, installation, wait_for
+from tht.service.paths import PROTOCOL
 
 MISSING = "mem-00000000-0000-4000-8000-000000000000"
 
@@ -505,7 +506,7 @@ def test_the_service_never_runs_the_operators_process_commands(tht, principals):
     config, _card, _data, tokens = principals
     for command in (("db", "stop"), ("serve", "--no-web"), ("memory", "migrate")):
         request = {
-            "protocol": 1,
+            "protocol": PROTOCOL,
             "version": __import__("tht").__version__,
             "argv": list(command),
             "cwd": "/",

@@ -2,9 +2,10 @@
 
 Import prints one JSON summary on stdout, progress (count, rate, ETA) on stderr.
 Export prints the card documents on stdout (one a line, or CSV rows) and its summary
-on stderr. In its own process the import file is streamed (read twice, never held);
-through the service the client sends the file whole, so it is bounded there
-(``MAX_SENT_FILE_BYTES``, the client's limit for every file a command names).
+on stderr. The import file is streamed (read twice, never held) in its own process
+and through the service's Unix socket, where the client passes it open; over HTTP the
+client sends it whole, so it is bounded there (``MAX_SENT_FILE_BYTES``, the client's
+limit for every file sent as bytes).
 """
 
 from __future__ import annotations
@@ -22,14 +23,15 @@ from typing import IO, Annotated
 
 import typer
 
-from tht.cli.invocation import current, progress, read_bytes, write_stdout
+from tht.cli.invocation import current, passed_file, progress, read_bytes, write_stdout
 from tht.cli.main import ConfigOption, _services, emit, load_runtime, memory_app
 from tht.errors import InvalidInput
 from tht.memory.model import FAMILIES
 from tht.memory.transfer.formats import FORMATS, LINE_LIMIT, detect_format
 from tht.memory.transfer.service import CONFLICT_POLICIES, CardTransfer, ImportOptions
 
-# What the client sends of a named file (tht.service.client.MAX_FILE_BYTES).
+# What the client sends of a named file as bytes (tht.service.client.MAX_FILE_BYTES):
+# over HTTP, the import's file too.
 MAX_SENT_FILE_BYTES = 16 * 1024 * 1024
 PROGRESS_SECONDS = 1.0  # at most one progress line a second (and the last one)
 
@@ -82,14 +84,21 @@ def _source(path: str) -> Iterator[Callable[[], IO[bytes]]]:
         yield lambda: open(path, "rb", buffering=LINE_LIMIT + 1)
         return
     try:
-        data = read_bytes(path, MAX_SENT_FILE_BYTES)
+        passed = passed_file(
+            path, LINE_LIMIT + 1
+        )  # on the Unix socket: the client's open file, streamed
+        data = b"" if passed is not None else read_bytes(path, MAX_SENT_FILE_BYTES)
     except OSError as exc:
         raise InvalidInput(f"cannot read {path}: {exc.strerror}", details={"line": None}) from exc
+    if passed is not None:
+        yield passed
+        return
     if len(data) > MAX_SENT_FILE_BYTES:
         raise InvalidInput(
-            f"{path} is larger than {MAX_SENT_FILE_BYTES} bytes, what a client sends to the"
-            " service with a command: import it in its own process (THT_SERVICE=off, where"
-            " THT_HOME or the database credentials are), which streams files of any size",
+            f"{path} is larger than {MAX_SENT_FILE_BYTES} bytes ({MAX_SENT_FILE_BYTES >> 20}"
+            " MiB), the most a client sends over HTTP (THT_SERVICE_URL): import it on the"
+            " service's machine, through its Unix socket (THT_SERVICE_URL unset) or in its own"
+            " process (THT_SERVICE=off), which stream files of any size, or split it",
             details={"line": None, "limit": MAX_SENT_FILE_BYTES},
         )
     yield lambda: io.BufferedReader(io.BytesIO(data), buffer_size=LINE_LIMIT + 1)

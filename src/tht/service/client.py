@@ -12,10 +12,16 @@ decides where the command runs:
   engines the command runs here unless ``THT_SERVICE=auto`` asks for a local service.
 
 The command keeps its arguments, its one JSON document on stdout and its exit code
-wherever it runs. The files a command names (``-c``, ``--data``, ``--cases``,
-``--request``, ``--password-file``, or ``-`` for standard input) are read here and sent
-with it, so the service reads nothing of the client's file system but the workflow's
-session directories.
+wherever it runs; its stdout streams back as the service writes it (events of at
+most ``CHUNK_CHARS``, the service blocked while the client has not read them). The
+files a command names (``-c``, ``--data``, ``--cases``, ``--request``,
+``--password-file``, or ``-`` for standard input) are read here and sent with it, so
+the service reads nothing of the client's file system but the workflow's session
+directories. The file an import names is not read here on the Unix socket: the client
+opens it and passes the open descriptor (SCM_RIGHTS), which the service reads, streamed,
+whatever its size (standard input or a pipe is first copied to a temporary file: the
+import reads its file twice). Over HTTP it is sent like the others: all of them,
+base64-encoded, within the request body's limit (``MAX_HTTP_BODY_BYTES``).
 """
 
 from __future__ import annotations
@@ -27,8 +33,11 @@ import json
 import os
 import re
 import socket
+import stat
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from typing import Any, TypedDict
 
 from tht import __version__
@@ -50,7 +59,12 @@ FILE_OPTIONS = ("-c", "--config", "--data", "--cases", "--request", "--password-
 FILE_ARGUMENTS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("memory", "import"): ("-c", "--config", "--format", "--on-conflict", "--family", "--scope")
 }
-MAX_FILE_BYTES = 16 * 1024 * 1024  # the largest input any command accepts (eval cases)
+MAX_FILE_BYTES = 16 * 1024 * 1024  # the largest file sent as bytes (all of them over HTTP)
+MAX_PASSED_FILES = 4  # descriptors one request may carry over the socket
+# The largest request body the service's HTTP face reads (tht.web.guard, set to
+# tht.memory.model.MAX_DOCUMENT_BYTES; the client must not import the model): over
+# HTTP a command's files, base64-encoded, must fit in it.
+MAX_HTTP_BODY_BYTES = 1024 * 1024
 # Commands that manage this process, the embedded server or the schema: always here.
 LOCAL_COMMANDS = {("serve",), ("db",), ("memory", "migrate"), ("mcp",), ("health",)}
 HELP_FLAGS = {"--help", "-h"}
@@ -62,6 +76,9 @@ _handed_over = False  # the command reached the service: Ctrl-C then detaches ra
 _ran_here = False  # the command runs in this process: Ctrl-C cancels it
 _HTTP_EXIT = {400: 2, 401: 5, 403: 5, 404: 3, 409: 10, 413: 2, 415: 2, 422: 2, 429: 10, 503: 10}
 _URL_ENV = re.compile(r"url_env\s*:\s*[\"']?([A-Za-z_][A-Za-z0-9_]{0,127})")
+
+
+Write = Callable[[str], None]
 
 
 def emit(document: Any) -> None:
@@ -120,9 +137,11 @@ def _token(args: list[str], env: dict[str, str] | os._Environ[str]) -> tuple[lis
 
 class SentFile(TypedDict, total=False):
     """A named file as the request carries it (``tht.cli.invocation.read_bytes`` reads
-    it back): its bytes base64-encoded, or why it could not be read."""
+    it back): its bytes base64-encoded, the position of its open descriptor among those
+    the request passes on the socket, or why it could not be read."""
 
     data: str
+    fd: int
     error: str
     errno: int
 
@@ -139,6 +158,51 @@ def _read(path: str, stdin_data: list[bytes | None]) -> SentFile:
     except OSError as exc:
         return {"error": exc.strerror or str(exc), "errno": exc.errno or 0}
     return {"data": binascii.b2a_base64(data, newline=False).decode("ascii")}
+
+
+def _open_for_passing(path: str, stdin_data: list[bytes | None]) -> tuple[SentFile, int | None]:
+    """The file an import names, opened here to pass its descriptor (the client's
+    permissions apply, and the service never opens a path of this machine). A regular
+    file is passed as it is; standard input, a pipe or a device is first copied into an
+    unlinked temporary file, since the import reads its file twice."""
+    try:
+        if path == "-":
+            data = stdin_data[0]
+            spool = tempfile.TemporaryFile(prefix="tht-import-")
+            if data is None:
+                while block := sys.stdin.buffer.read(1 << 20):
+                    spool.write(block)
+            else:
+                spool.write(data)
+            spool.flush()
+            return {}, _detach(spool)
+        handle = open(path, "rb")
+        if stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return {}, _detach(handle)
+        with handle:
+            spool = tempfile.TemporaryFile(prefix="tht-import-")
+            while block := handle.read(1 << 20):
+                spool.write(block)
+            spool.flush()
+            return {}, _detach(spool)
+    except OSError as exc:
+        return {"error": exc.strerror or str(exc), "errno": exc.errno or 0}, None
+
+
+def _detach(handle: Any) -> int:
+    """The descriptor of an open file object, which no longer closes it."""
+    fd = os.dup(handle.fileno())
+    handle.close()
+    return fd
+
+
+def close_passed(request: dict[str, Any]) -> None:
+    """Close the descriptors a request passes (its sender's copies)."""
+    for fd in request.pop("fds", None) or ():
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 def _file_argument(args: list[str]) -> int | None:
@@ -159,15 +223,19 @@ def _file_argument(args: list[str]) -> int | None:
 
 
 def build_request(
-    args: list[str], token: str | None, *, stdin: bytes | None = None
+    args: list[str], token: str | None, *, stdin: bytes | None = None, pass_files: bool = False
 ) -> dict[str, Any]:
     """The command as the service runs it: arguments, working directory, the named
     files' bytes, and the environment variables a runtime file names (``url_env``).
-    ``stdin``: the bytes a ``-`` file stands for (None: this process's standard input)."""
+    ``stdin``: the bytes a ``-`` file stands for (None: this process's standard input).
+    ``pass_files`` (the Unix socket): the file an import names is opened and its
+    descriptor listed under ``fds`` (not JSON: the socket passes it beside the request;
+    ``close_passed`` closes it)."""
     cwd = os.getcwd()
     files: dict[str, SentFile] = {}
     stdin_data: list[bytes | None] = [stdin]
     env: dict[str, str] = {}
+    fds: list[int] = []
     argument = _file_argument(args)
     for i, arg in enumerate(args):
         if arg == "--":  # what follows is positional (a question), never a file option
@@ -182,6 +250,12 @@ def build_request(
         if value is None:
             continue
         key = "-" if value == "-" else os.path.normpath(os.path.join(cwd, value))
+        if i == argument and pass_files:
+            files[key], fd = _open_for_passing(value, stdin_data)
+            if fd is not None:
+                files[key]["fd"] = len(fds)
+                fds.append(fd)
+            continue
         files[key] = _read(value, stdin_data)
         data = files[key].get("data")
         if data and (arg in ("-c", "--config") or arg.startswith("--config=")):
@@ -189,7 +263,7 @@ def build_request(
             for name in _URL_ENV.findall(text):
                 if name in os.environ:
                     env[name] = os.environ[name]
-    return {
+    request: dict[str, Any] = {
         "protocol": paths.PROTOCOL,
         "version": __version__,
         "argv": args,
@@ -198,6 +272,9 @@ def build_request(
         "env": env,
         "token": token,
     }
+    if fds:
+        request["fds"] = fds
+    return request
 
 
 # --- talking to the service over its Unix socket -----------------------------------------
@@ -231,11 +308,21 @@ def _connect(home: str, timeout: float) -> socket.socket | None:
     return sock
 
 
-def _exchange(sock: socket.socket, request: dict[str, Any]) -> tuple[int, str]:
-    """Send one request; copy progress to stderr; return the exit code and stdout."""
+def _exchange(sock: socket.socket, request: dict[str, Any], write: Write) -> tuple[int, str]:
+    """Send one request (with the descriptors it passes); copy progress to stderr and
+    stdout to ``write`` as they come; return the exit code and the rest of stdout."""
     global _handed_over
     with sock:
-        sock.sendall(json.dumps(request).encode() + b"\n")
+        line = json.dumps({k: v for k, v in request.items() if k != "fds"}).encode() + b"\n"
+        fds = request.get("fds") or []
+        try:
+            if fds:
+                sent = socket.send_fds(sock, [line], fds)
+                sock.sendall(line[sent:])
+            else:
+                sock.sendall(line)
+        except OSError as exc:
+            raise ServiceLost(f"the service connection broke: {exc.strerror}") from exc
         _handed_over = True
         reader = sock.makefile("rb")
         while True:
@@ -253,21 +340,42 @@ def _exchange(sock: socket.socket, request: dict[str, Any]) -> tuple[int, str]:
                     "the service closed the connection before answering (it stopped or died);"
                     " the next command starts a new one"
                 )
-            answer = _event(line)
+            answer = _event(line, write)
             if answer is not None:
                 return answer
 
 
-def _event(line: bytes) -> tuple[int, str] | None:
-    """One event from the service: progress goes to stderr; the last one is the
-    command's exit code and stdout."""
+def _event(line: bytes, write: Write) -> tuple[int, str] | None:
+    """One event from the service: progress goes to stderr, a piece of stdout to
+    ``write``; the last one is the command's exit code and the rest of its stdout."""
     event = json.loads(line)
     if "stderr" in event:
         sys.stderr.write(event["stderr"])
         sys.stderr.flush()
     elif "exit" in event:
         return int(event["exit"]), event.get("stdout", "")
+    elif "stdout" in event:
+        write(event["stdout"])
     return None
+
+
+class StdoutWriter:
+    """The client's stdout as the command's pieces arrive; ``finish`` ends it with a
+    newline as the command's own process would (a document without one gets one)."""
+
+    def __init__(self) -> None:
+        self.last = ""
+
+    def __call__(self, text: str) -> None:
+        if text:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            self.last = text[-1]
+
+    def finish(self, rest: str) -> None:
+        self(rest)
+        if self.last not in ("", "\n"):
+            self("\n")
 
 
 def stop_service(home: str, token: str | None = None, timeout: float = 30.0) -> bool:
@@ -402,8 +510,28 @@ def run_on_socket(
     auto: bool,
     env: dict[str, str] | os._Environ[str],
     timeout: float,
+    write: Write,
 ) -> tuple[int, str]:
-    code, stdout = _exchange(sock, request)
+    """Run the request on the service's socket: stdout streams to ``write``; returns
+    the exit code and the rest of stdout (an error document when it was refused). The
+    descriptors the request passes are closed at the end."""
+    try:
+        return _run_on_socket(home, sock, request, auto=auto, env=env, timeout=timeout, write=write)
+    finally:
+        close_passed(request)
+
+
+def _run_on_socket(
+    home: str,
+    sock: socket.socket,
+    request: dict[str, Any],
+    *,
+    auto: bool,
+    env: dict[str, str] | os._Environ[str],
+    timeout: float,
+    write: Write,
+) -> tuple[int, str]:
+    code, stdout = _exchange(sock, request, write)
     mismatch = _mismatch(stdout) if code == ServiceVersionMismatch.exit_code else None
     if mismatch is not None and auto and mismatch.get("auto_started"):
         # An idle service of an earlier build: replace it, once.
@@ -412,7 +540,7 @@ def run_on_socket(
         restarted = _connect(home, timeout)
         if restarted is None:
             raise ServiceUnavailable("the service restarted but does not accept connections")
-        code, stdout = _exchange(restarted, request)
+        code, stdout = _exchange(restarted, request, write)
     return code, stdout
 
 
@@ -427,7 +555,11 @@ def _mismatch(stdout: str) -> dict[str, Any] | None:
 # --- talking to a service over HTTP ------------------------------------------------------
 
 
-def run_over_http(url: str, request: dict[str, Any], timeout: float) -> tuple[int, str]:
+def run_over_http(
+    url: str, request: dict[str, Any], timeout: float, write: Write
+) -> tuple[int, str]:
+    """Run the request in the service at ``url``: stdout streams to ``write``; returns
+    the exit code and the rest of stdout."""
     global _handed_over
     import http.client
     from urllib.parse import urlsplit
@@ -442,8 +574,20 @@ def run_over_http(url: str, request: dict[str, Any], timeout: float) -> tuple[in
     connection_class = (
         http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
     )
-    connection = connection_class(parts.hostname, parts.port, timeout=timeout)
     body = json.dumps({k: v for k, v in request.items() if k != "token"}).encode()
+    if len(body) > MAX_HTTP_BODY_BYTES:
+        sizes = {
+            name: len(sent.get("data", "")) * 3 // 4 for name, sent in request["files"].items()
+        }
+        raise InvalidInput(
+            f"the command's files ({', '.join(sizes)}) do not fit in a request over HTTP"
+            f" (THT_SERVICE_URL): its body may carry {MAX_HTTP_BODY_BYTES >> 20} MiB, about"
+            f" {MAX_HTTP_BODY_BYTES * 3 // 4 >> 10} KiB of files once base64-encoded. Run it on the"
+            " service's machine, where the Unix socket (THT_SERVICE_URL unset) passes an"
+            " import's file of any size, or split the file",
+            details={"limit": MAX_HTTP_BODY_BYTES, "body": len(body), "files": sizes},
+        )
+    connection = connection_class(parts.hostname, parts.port, timeout=timeout)
     try:
         connection.request(
             "POST",
@@ -469,7 +613,7 @@ def run_over_http(url: str, request: dict[str, Any], timeout: float) -> tuple[in
             line = response.readline()
             if not line:
                 raise ServiceLost(f"the service at {url} closed the connection before answering")
-            answer = _event(line)
+            answer = _event(line, write)
             if answer is not None:
                 return answer
     except TimeoutError as exc:
@@ -496,6 +640,7 @@ def run_here(args: list[str], token: str | None) -> int:
 def main(argv: list[str] | None = None) -> int:
     env = os.environ
     args = sys.argv[1:] if argv is None else list(argv)
+    output = StdoutWriter()
     try:
         args, token = _token(args, env)
         if args == ["--version"]:
@@ -513,7 +658,7 @@ def main(argv: list[str] | None = None) -> int:
         timeout = float(env.get("THT_SERVICE_TIMEOUT") or DEFAULT_TIMEOUT_SECONDS)
         if env.get("THT_SERVICE_URL"):
             code, stdout = run_over_http(
-                env["THT_SERVICE_URL"], build_request(args, token), timeout
+                env["THT_SERVICE_URL"], build_request(args, token), timeout, output
             )
         else:
             mode = env.get("THT_SERVICE", "").lower()
@@ -523,7 +668,13 @@ def main(argv: list[str] | None = None) -> int:
             if sock is None:  # before reading anything: standard input stays the command's
                 return run_here(args, token)
             code, stdout = run_on_socket(
-                home, sock, build_request(args, token), auto=auto, env=env, timeout=timeout
+                home,
+                sock,
+                build_request(args, token, pass_files=True),
+                auto=auto,
+                env=env,
+                timeout=timeout,
+                write=output,
             )
     except KeyboardInterrupt:
         if _ran_here:
@@ -548,10 +699,10 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     except ThothError as exc:
+        if output.last not in ("", "\n"):  # the error document on a line of its own
+            output("\n")
         return _fail(exc)
-    if stdout:
-        sys.stdout.write(stdout if stdout.endswith("\n") else stdout + "\n")
-        sys.stdout.flush()
+    output.finish(stdout)
     return code
 
 

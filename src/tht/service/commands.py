@@ -18,7 +18,7 @@ import json
 import os
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
@@ -50,10 +50,23 @@ class CommandRunner:
 
     def run_text(self, argv: list[str], *, stdin: bytes | None = None) -> tuple[int, str]:
         """``run`` for a command whose stdout is not one document (an export's lines)."""
+        output: list[str] = []
+        code = self.run_streamed(argv, output.append, stdin=stdin)
+        return code, "".join(output)
+
+    def run_streamed(
+        self, argv: list[str], write: Callable[[str], None], *, stdin: bytes | None = None
+    ) -> int:
+        """Run ``tht <argv>``, its stdout given to ``write`` piece by piece as the
+        command writes it (an export's lines, never held whole here); returns the exit
+        code. A command refused before it ran writes its error document."""
         try:
-            return self._dispatch(argv, stdin)
+            code, rest = self._dispatch(argv, stdin, write)
         except ThothError as exc:
-            return exc.exit_code, json.dumps(exc.to_dict())
+            code, rest = exc.exit_code, json.dumps(exc.to_dict())
+        if rest:
+            write(rest)
+        return code
 
     def close(self) -> None:
         with self._lock:
@@ -63,33 +76,47 @@ class CommandRunner:
 
     # --- where it runs ----------------------------------------------------------------
 
-    def _dispatch(self, argv: list[str], stdin: bytes | None) -> tuple[int, str]:
+    def _dispatch(
+        self, argv: list[str], stdin: bytes | None, write: Callable[[str], None]
+    ) -> tuple[int, str]:
         env = self.env
         if env.get("THT_SERVICE", "auto").lower() == "off":
-            return self._run_here(argv, stdin)
+            return self._run_here(argv, stdin, write)
         timeout = float(env.get("THT_SERVICE_TIMEOUT") or client.DEFAULT_TIMEOUT_SECONDS)
         if env.get("THT_SERVICE_URL"):
-            return client.run_over_http(env["THT_SERVICE_URL"], self._request(argv, stdin), timeout)
+            return client.run_over_http(
+                env["THT_SERVICE_URL"], self._request(argv, stdin), timeout, write
+            )
         mode = env.get("THT_SERVICE", "").lower()
         auto = mode == "auto" or (mode == "" and not client._external_engines(env))
         home = paths.default_home(env)
         sock = client.connect_or_start(home, auto=auto, env=env, timeout=timeout)
         if sock is None:
-            return self._run_here(argv, stdin)
+            return self._run_here(argv, stdin, write)
         return client.run_on_socket(
-            home, sock, self._request(argv, stdin), auto=auto, env=env, timeout=timeout
+            home,
+            sock,
+            self._request(argv, stdin, pass_files=True),
+            auto=auto,
+            env=env,
+            timeout=timeout,
+            write=write,
         )
 
-    def _request(self, argv: list[str], stdin: bytes | None) -> dict[str, Any]:
+    def _request(
+        self, argv: list[str], stdin: bytes | None, *, pass_files: bool = False
+    ) -> dict[str, Any]:
         # never this process's standard input: an MCP server's is its protocol
-        return client.build_request(argv, self.token, stdin=b"" if stdin is None else stdin)
+        return client.build_request(
+            argv, self.token, stdin=b"" if stdin is None else stdin, pass_files=pass_files
+        )
 
-    def _run_here(self, argv: list[str], stdin: bytes | None) -> tuple[int, str]:
+    def _run_here(
+        self, argv: list[str], stdin: bytes | None, write: Callable[[str], None]
+    ) -> tuple[int, str]:
         """The command in this process, as the service runs it, on engines kept warm."""
         from tht.cli.invocation import Invocation, invoked
         from tht.cli.main import main as cli_main
-
-        output: list[str] = []
 
         def write_stderr(text: str) -> None:
             sys.stderr.write(text)
@@ -98,13 +125,13 @@ class CommandRunner:
         invocation = Invocation(
             token=self.token,
             stdin=stdin,
-            stdout=output.append,
+            stdout=write,
             stderr=write_stderr,
             services=self._services,
         )
         with invoked(invocation):
             code = cli_main(argv)
-        return code, "".join(output)
+        return code, ""
 
     def _services(self, runtime: Any, projection: Any) -> AbstractContextManager[Any]:
         return self._command_services(runtime, projection)

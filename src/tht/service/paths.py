@@ -20,7 +20,7 @@ import sys
 from collections.abc import Mapping
 
 # The client and the service must speak the same protocol and run the same code.
-PROTOCOL = 1
+PROTOCOL = 2  # 2: stdout in pieces ({"stdout"} events), files passed as descriptors
 
 
 def default_home(env: Mapping[str, str] | None = None) -> str:

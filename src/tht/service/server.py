@@ -4,8 +4,12 @@ It keeps the archive's connection pool, the index adapters (the only opener of t
 embedded Qdrant Edge index) and the embedders warm, and serves:
 
 - the installation's Unix socket (``$THT_HOME/run/service.sock``, in a 0700 directory):
-  one JSON request a line, answered by JSON events (``{"stderr": ...}`` progress,
-  ``{"alive": true}`` heartbeats, then ``{"exit": N, "stdout": ...}``);
+  one JSON request a line (with the descriptors of the files it passes, SCM_RIGHTS),
+  answered by JSON events (``{"stderr": ...}`` progress, ``{"alive": true}``
+  heartbeats, ``{"stdout": ...}`` pieces of the command's output as it writes them,
+  then ``{"exit": N, "stdout": ...}`` with the rest). A piece is sent when it reaches
+  ``CHUNK_CHARS``, and the command waits while the client has not read it: the
+  service holds at most a piece and the socket's buffers of any command's output;
 - with ``tht serve``, also the pages and the HTTP API (``POST /api/cli`` runs a
   command for a token over HTTP).
 
@@ -43,8 +47,9 @@ from tht.errors import (
     ThothError,
     Unauthenticated,
 )
+from tht.faults import pause_point
 from tht.service import paths
-from tht.service.client import LOCAL_COMMANDS, command_words
+from tht.service.client import LOCAL_COMMANDS, MAX_PASSED_FILES, command_words
 
 if TYPE_CHECKING:  # imported when the service starts: the client's path stays light
     from tht.bootstrap import Engines, ProjectionSettings, Services
@@ -54,7 +59,8 @@ if TYPE_CHECKING:  # imported when the service starts: the client's path stays l
 
 log = logging.getLogger("tht.service")
 
-MAX_REQUEST_BYTES = 64 * 1024 * 1024  # a command's files travel base64-encoded inside
+MAX_REQUEST_BYTES = 64 * 1024 * 1024  # a command's small files travel base64-encoded inside
+CHUNK_CHARS = 64 * 1024  # stdout is sent in pieces of this size (the last one shorter)
 HEARTBEAT_SECONDS = 5.0
 POOL_CONNECTIONS = 16  # concurrent commands that reach PostgreSQL at once
 DRAIN_SECONDS = 30.0  # how long a stopping service lets running commands finish
@@ -138,9 +144,9 @@ class Service:
         path.unlink(missing_ok=True)
         service = self
 
-        class Handler(socketserver.StreamRequestHandler):
+        class Handler(socketserver.BaseRequestHandler):
             def handle(self) -> None:
-                service.handle_connection(self.connection, self.rfile)
+                service.handle_connection(self.request)
 
         class Server(socketserver.ThreadingUnixStreamServer):
             daemon_threads = True
@@ -251,7 +257,7 @@ class Service:
 
     # --- requests ------------------------------------------------------------------------
 
-    def handle_connection(self, connection: socket.socket, reader: Any) -> None:
+    def handle_connection(self, connection: socket.socket) -> None:
         write_lock = threading.Lock()
 
         def send(event: dict[str, Any]) -> None:
@@ -262,12 +268,18 @@ class Service:
                 except OSError:
                     pass  # the client went away (Ctrl-C): the command goes on, detached
 
-        line = reader.readline(MAX_REQUEST_BYTES + 1)
-        if not line:
-            return
+        fds: list[int] = []
         try:
-            if len(line) > MAX_REQUEST_BYTES:
-                raise InvalidInput(f"the request is larger than {MAX_REQUEST_BYTES} bytes")
+            self._answer(connection, send, fds)
+        finally:
+            for fd in fds:  # the client's files: closed whether the command used them or not
+                os.close(fd)
+
+    def _answer(self, connection: socket.socket, send: Send, fds: list[int]) -> None:
+        try:
+            line = _receive_request(connection, fds)
+            if not line:
+                return
             request = json.loads(line)
             if not isinstance(request, dict):
                 raise InvalidInput("the request must be a JSON object")
@@ -275,6 +287,8 @@ class Service:
             error = exc if isinstance(exc, ThothError) else InvalidInput("the request is not JSON")
             send({"exit": error.exit_code, "stdout": json.dumps(error.to_dict())})
             return
+        except OSError:
+            return  # the client went away while sending
         operator = _peer_is_operator(connection)
         op = request.get("op", "run")
         if op == "status":
@@ -289,22 +303,46 @@ class Service:
             else:
                 send(Unauthenticated("only the installation's user may stop the service").to_dict())
         else:
-            self.run_command(request, send, operator=operator)
+            self.run_command(request, send, operator=operator, fds=fds)
 
     def run_command(
-        self, request: dict[str, Any], send: Send, *, operator: bool, token: str | None = None
+        self,
+        request: dict[str, Any],
+        send: Send,
+        *,
+        operator: bool,
+        token: str | None = None,
+        fds: list[int] | None = None,
     ) -> None:
         """Run one ``tht`` command for a client; ``token`` (HTTP) or the request's token
-        names the principal; without one, only the operator may run it."""
+        names the principal; without one, only the operator may run it. ``fds``: the
+        descriptors the request passed on the socket (None over HTTP: no file may be
+        passed so). Its stdout goes to ``send`` in pieces as it is written; ``send``
+        may block (a slow reader): the command then waits."""
+        output = _Chunks(send)
         with self._activity():
-            code, stdout = self._run(
-                request, send, operator=operator, token=token or request.get("token")
+            code, refusal = self._run(
+                request,
+                send,
+                output,
+                operator=operator,
+                token=token or request.get("token"),
+                fds=fds,
             )
-        send({"exit": code, "stdout": stdout})
+        send({"exit": code, "stdout": refusal or output.rest()})
 
     def _run(
-        self, request: dict[str, Any], send: Send, *, operator: bool, token: str | None
+        self,
+        request: dict[str, Any],
+        send: Send,
+        output: _Chunks,
+        *,
+        operator: bool,
+        token: str | None,
+        fds: list[int] | None,
     ) -> tuple[int, str]:
+        """The command's exit code, and its error document when it was refused before
+        it ran (its output otherwise went to ``output``)."""
         from tht.cli.invocation import Invocation, invoked
         from tht.cli.main import main as cli_main
 
@@ -336,8 +374,11 @@ class Service:
             return _refusal(
                 Unauthenticated("a token is required (THT_TOKEN, THT_TOKEN_FILE or --token-file)")
             )
+        try:
+            files = _passed_files(request.get("files"), fds)
+        except InvalidInput as exc:
+            return _refusal(exc)
         self._ensure_database()
-        output: list[str] = []
         sent_env = request.get("env")
         client_env = (
             {str(k): str(v) for k, v in sent_env.items()} if isinstance(sent_env, dict) else {}
@@ -345,9 +386,9 @@ class Service:
         invocation = Invocation(
             token=token or None,
             cwd=str(request.get("cwd") or "/"),
-            files=dict(request.get("files") or {}),
+            files=files,
             env=client_env,
-            stdout=output.append,
+            stdout=output.write,
             stderr=lambda text: send({"stderr": text}),
             services=self._services,
         )
@@ -358,7 +399,7 @@ class Service:
                 code = cli_main(argv)
         finally:
             done.set()
-        return code, "".join(output)
+        return code, ""
 
     def _ensure_database(self) -> None:
         """Start the embedded PostgreSQL again when it was stopped (`tht db stop`): a
@@ -413,6 +454,70 @@ class Service:
             sessions_root=self.sessions_root,
             env={**os.environ, **current().env},
         )
+
+
+class _Chunks:
+    """A command's stdout, sent in pieces of ``CHUNK_CHARS`` as it is written (a large
+    write, such as an export's batch, is cut: each piece waits for the reader)."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self._pending = ""
+        self._lock = threading.Lock()  # one writer at a time: the pieces keep their order
+
+    def write(self, text: str) -> None:
+        with self._lock:
+            if len(self._pending) + len(text) < CHUNK_CHARS:
+                self._pending += text
+                return
+            text, start = self._pending + text, 0
+            while len(text) - start >= CHUNK_CHARS:
+                self._send({"stdout": text[start : start + CHUNK_CHARS]})  # waits for the reader
+                pause_point("service.sent_stdout")  # a test looks while the command holds
+                start += CHUNK_CHARS
+            self._pending = text[start:]
+
+    def rest(self) -> str:
+        with self._lock:
+            rest, self._pending = self._pending, ""
+            return rest
+
+
+def _receive_request(connection: socket.socket, fds: list[int]) -> bytes:
+    """The request's line, and (into ``fds``) the descriptors passed with it."""
+    received = bytearray()
+    while True:
+        data, passed, flags, _ = socket.recv_fds(connection, 1 << 16, MAX_PASSED_FILES)
+        fds.extend(passed)
+        if flags & socket.MSG_CTRUNC:
+            raise InvalidInput(f"a request passes at most {MAX_PASSED_FILES} files")
+        if not data:
+            return bytes(received)
+        end = data.find(b"\n")
+        received += data if end < 0 else data[: end + 1]
+        if len(received) > MAX_REQUEST_BYTES:
+            raise InvalidInput(f"the request is larger than {MAX_REQUEST_BYTES} bytes")
+        if end >= 0:
+            return bytes(received)
+
+
+def _passed_files(sent: Any, fds: list[int] | None) -> dict[str, dict[str, Any]]:
+    """The request's files, a passed one naming the service's copy of its descriptor.
+    Over HTTP (``fds`` None) a file cannot be passed: a number there would name one of
+    the service's own descriptors."""
+    files: dict[str, dict[str, Any]] = {}
+    for name, entry in (sent or {}).items():
+        if not isinstance(entry, dict):
+            raise InvalidInput(f"the request's file {name} is not an object")
+        if "fd" in entry:
+            index = entry["fd"]
+            if fds is None:
+                raise InvalidInput("files are passed as descriptors only on the Unix socket")
+            if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(fds):
+                raise InvalidInput(f"the request's file {name} names no passed descriptor")
+            entry = {"fd": fds[index]}
+        files[str(name)] = entry
+    return files
 
 
 def _refusal(error: ThothError) -> tuple[int, str]:

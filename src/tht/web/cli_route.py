@@ -2,9 +2,12 @@
 over HTTP (``THT_SERVICE_URL`` and a token) instead of the local socket.
 
 The body is the request the client sends on the socket (arguments, working directory,
-the named files' bytes); the answer streams the same JSON events, one a line. The
-token's principal runs the command with its capabilities: over HTTP nobody is the
-operator.
+the named files' bytes: none is passed as a descriptor over HTTP); the answer streams
+the same JSON events, one a line, the command's stdout in pieces as it writes them.
+At most ``QUEUED_EVENTS`` events wait for a slow reader: then the command waits too,
+so the service's memory stays bounded whatever the output's size. A client that goes
+away detaches the command, which runs to its end with its output dropped. The token's
+principal runs the command with its capabilities: over HTTP nobody is the operator.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import json
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -22,6 +25,8 @@ from starlette.concurrency import run_in_threadpool
 from tht.errors import InvalidInput, Unauthenticated
 
 _DONE = object()
+QUEUED_EVENTS = 16  # pieces of stdout (64 KiB each) waiting for the client, at most
+_WAIT_SECONDS = 0.5  # how often a waiting side looks whether the other went away
 
 
 def cli_router(run_command: Callable[..., None], check_token: Callable[[str], Any]) -> APIRouter:
@@ -47,19 +52,39 @@ def cli_router(run_command: Callable[..., None], check_token: Callable[[str], An
             raise InvalidInput("the body is not JSON") from exc
         if not isinstance(body, dict):
             raise InvalidInput("the body must be a JSON object")
-        events: queue.Queue[Any] = queue.Queue()
+        events: queue.Queue[Any] = queue.Queue(QUEUED_EVENTS)
+        gone = threading.Event()  # the client went away: events are dropped
+
+        def put(event: Any) -> None:
+            while not gone.is_set():
+                try:
+                    events.put(event, timeout=_WAIT_SECONDS)
+                    return
+                except queue.Full:
+                    pass
 
         def work() -> None:
             try:
-                run_command(body, events.put, operator=False, token=token.strip())
+                run_command(body, put, operator=False, token=token.strip(), fds=None)
             finally:
-                events.put(_DONE)
+                put(_DONE)
 
         threading.Thread(target=work, name="tht-http-cli", daemon=True).start()
 
-        def stream() -> Iterator[bytes]:
-            while (event := events.get()) is not _DONE:
-                yield json.dumps(event, ensure_ascii=False).encode() + b"\n"
+        def next_event() -> Any:
+            while True:
+                try:
+                    return events.get(timeout=_WAIT_SECONDS)
+                except queue.Empty:
+                    if gone.is_set():
+                        return _DONE
+
+        async def stream() -> AsyncIterator[bytes]:
+            try:
+                while (event := await run_in_threadpool(next_event)) is not _DONE:
+                    yield json.dumps(event, ensure_ascii=False).encode() + b"\n"
+            finally:  # ended, or cancelled when the client went away
+                gone.set()
 
         return StreamingResponse(stream(), media_type="application/x-ndjson")
 
