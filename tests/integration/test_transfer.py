@@ -796,21 +796,57 @@ def test_a_large_import_refreshes_the_planners_statistics(
     that wrote many cards analyzes them itself, through the owner's function (014)."""
     import psycopg
 
-    def analyzed() -> bool:
+    def analyzed():  # when the cards' table was last analyzed by a command (None: never)
         with psycopg.connect(database.superuser) as conn:
             row = conn.execute(
                 "SELECT last_analyze FROM pg_stat_user_tables"
                 " WHERE schemaname = 'thoth_memory' AND relname = 'cards'"
             ).fetchone()
-        return row is not None and row[0] is not None
+        return row[0]
 
     monkeypatch.setattr(transfer_service, "STATISTICS_AFTER", 3)
     config = runtime_file("acme")
     few = tmp_path / "few.jsonl"
     few.write_bytes(_jsonl(*(card_document(title=f"Few {n}") for n in range(2))))
     assert _import(cli, few, config).code == 0
-    assert not analyzed()  # 2 cards: below the threshold
+    assert analyzed() is None  # 2 cards: below the threshold
     many = tmp_path / "many.jsonl"
-    many.write_bytes(_jsonl(*(card_document(title=f"Many {n}") for n in range(3))))
+    many.write_bytes(_jsonl(*(card_document(title=f"Many {n}") for n in range(40))))
     assert _import(cli, many, config).code == 0
-    assert analyzed()
+    first = analyzed()
+    assert first is not None
+    # 3 more cards into 42: under a tenth of what the workspace held, not worth an ANALYZE
+    more = tmp_path / "more.jsonl"
+    more.write_bytes(_jsonl(*(card_document(title=f"More {n}") for n in range(3))))
+    assert _import(cli, more, config).code == 0
+    assert analyzed() == first
+
+
+def test_what_is_embedded_ahead_is_bounded_by_characters_too(
+    cli, run, runtime_file, tmp_path, monkeypatch
+):
+    """Large cards: the embedding stage keeps at most AHEAD_CHARS characters of indexed
+    text ahead of the index (a first batch alone whatever its size), not AHEAD cards'."""
+    from tht.memory.transfer import embedding_ahead
+
+    path = tmp_path / "large.jsonl"
+    path.write_bytes(
+        _jsonl(*(card_document(title=f"Card {i}", content="word " * 2000) for i in range(24)))
+    )
+    monkeypatch.setattr(transfer_service, "BATCH", 4)
+    # a batch of 4 cards is ~40 000 characters of indexed text: 2 fit, 3 do not
+    monkeypatch.setattr(embedding_ahead, "AHEAD_CHARS", 100_000)
+    taken: list[tuple[int, int]] = []
+    take = embedding_ahead._Room.take
+
+    def recorded(self, cards, chars, timeout):
+        took = take(self, cards, chars, timeout)
+        taken.append(self._taken)
+        return took
+
+    monkeypatch.setattr(embedding_ahead._Room, "take", recorded)
+    done = _import(cli, path, runtime_file("acme"))
+    assert done.code == 0, done.document
+    assert done.document["index"] == {"indexed": 24, "pending": 0}
+    assert max(cards for cards, _ in taken) <= 8  # two batches of 4, never more
+    assert max(chars for _, chars in taken) <= 100_000

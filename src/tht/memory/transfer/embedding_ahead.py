@@ -5,8 +5,10 @@ A card's vectors are a function of its indexed text (and symptom), which an impo
 record carries before it is written: the embedder, usually the slowest stage, starts
 during the check pass and runs in the command's main thread (``run``), in file order,
 while the check pass and then the archive batches run in other threads; the import's index writer then takes each written batch's vectors. At
-most ``AHEAD`` cards are embedded (or queued) and not yet indexed, which bounds the
-vectors held in memory. The vectors of a record that is then skipped, refused or left
+most ``AHEAD`` cards, and ``AHEAD_CHARS`` characters of their indexed texts, are
+embedded (or queued) and not yet indexed, which bounds the memory held for them
+whatever the file's size and its cards' (a file of 100 KB cards held the whole file
+several times over with a bound on cards alone). The vectors of a record that is then skipped, refused or left
 out are dropped, never written: only the index writer writes points, and only of cards
 a committed batch created or updated, whose text is the one embedded (see
 ``IndexProjector.write_embedded``).
@@ -26,6 +28,9 @@ from tht.memory.stages import take_over
 from tht.memory.transfer.formats import ImportCard
 
 AHEAD = 4096  # cards embedded or waiting for the embedder, and not yet indexed
+# ... and the characters of their indexed texts: each is held about twice (the text and
+# the embedder's input) beside its vectors until its card is indexed
+AHEAD_CHARS = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,36 @@ class _Job:
     keys: list[str]
     last_line: int
     inputs: ProjectionInputs
+    chars: int  # of the indexed texts
+
+
+class _Room:
+    """Cards and characters taken by jobs not yet released: a job waits while either
+    bound would be passed, except the only one (a batch larger than the bound goes on
+    alone)."""
+
+    def __init__(self, cards: int, chars: int) -> None:
+        self._bounds = (cards, chars)
+        self._taken = (0, 0)
+        self._changed = threading.Condition()
+
+    def take(self, cards: int, chars: int, timeout: float) -> bool:
+        def fits() -> bool:
+            taken_cards, taken_chars = self._taken
+            return taken_cards == 0 or (
+                taken_cards + cards <= self._bounds[0] and taken_chars + chars <= self._bounds[1]
+            )
+
+        with self._changed:
+            if not self._changed.wait_for(fits, timeout):
+                return False
+            self._taken = (self._taken[0] + cards, self._taken[1] + chars)
+            return True
+
+    def give_back(self, cards: int, chars: int) -> None:
+        with self._changed:
+            self._taken = (self._taken[0] - cards, self._taken[1] - chars)
+            self._changed.notify_all()
 
 
 class EmbeddingAhead:
@@ -40,9 +75,7 @@ class EmbeddingAhead:
     order; one consumer (the index writer) asks for the ``vectors`` of a written
     batch's records, then ``release_through`` its last line."""
 
-    def __init__(
-        self, projector: IndexProjector, language: str, stop: threading.Event, batch: int
-    ) -> None:
+    def __init__(self, projector: IndexProjector, language: str, stop: threading.Event) -> None:
         self.projector = projector
         self.language = language
         self.stop = stop
@@ -50,7 +83,7 @@ class EmbeddingAhead:
         self.error: str | None = None  # the embedder's, once it failed: nothing more embedded
         self.failures: list[BaseException] = []
         self.interrupted = threading.Event()  # Ctrl-C reached the thread that embeds
-        self._room = threading.Semaphore(max(1, AHEAD // batch))
+        self._room = _Room(AHEAD, AHEAD_CHARS)
         self._jobs: queue.Queue[_Job | None] = queue.Queue()
         self._done: queue.Queue[tuple[_Job, list[Prepared] | None] | None] = queue.Queue()
         self._fed: collections.deque[int] = collections.deque()  # last lines, not yet taken
@@ -63,19 +96,17 @@ class EmbeddingAhead:
 
     def feed(self, records: list[ImportCard], *, wait: bool) -> bool:
         """Queue these records (later in the file than any fed before) for embedding.
-        Without ``wait``, False when ``AHEAD`` cards are already ahead; with it, False
-        only if the import stopped meanwhile."""
+        Without ``wait``, False when the bounds ahead are reached; with it, False only
+        if the import stopped meanwhile."""
         if not records:
             return True
-        if wait:
-            while not self._room.acquire(timeout=0.1):
-                if self.stop.is_set():
-                    return False
-        elif not self._room.acquire(blocking=False):
-            return False
         inputs = self.projector.inputs_of([record.data for record in records], self.language)
+        chars = sum(len(text) for text in inputs.texts)
+        while not self._room.take(len(records), chars, timeout=0.1 if wait else 0.0):
+            if not wait or self.stop.is_set():
+                return False
         self._fed.append(records[-1].line)
-        self._jobs.put(_Job([record.key for record in records], records[-1].line, inputs))
+        self._jobs.put(_Job([record.key for record in records], records[-1].line, inputs, chars))
         self.fed_through = records[-1].line
         return True
 
@@ -144,7 +175,7 @@ class EmbeddingAhead:
             job = self._held.popleft()
             for key in job.keys:
                 self._vectors.pop(key, None)
-            self._room.release()
+            self._room.give_back(len(job.keys), job.chars)
 
     def _take(self) -> bool:
         """Wait for the next job embedded; False at the end (or once stopped)."""
