@@ -788,38 +788,38 @@ def test_ctrl_c_in_its_own_process_prints_how_to_resume(database, runtime_file, 
     assert tht("memory", "pending", "-c", config)[1]["items"] == []
 
 
-def test_a_large_import_refreshes_the_planners_statistics(
+def test_a_large_import_refreshes_the_planners_statistics_as_it_grows_the_tables(
     cli, run, runtime_file, database, tmp_path, monkeypatch
 ):
-    """Plans cached for a small workspace (sequential scans) would stay in use on the
-    service's connections until autovacuum analyzed the tables an import grew: an import
-    that wrote many cards analyzes them itself, through the owner's function (014)."""
+    """Plans cached for small tables (sequential scans) stay in use on every pooled
+    connection until the tables are analyzed: an import analyzes the tables it grows
+    (through the owner's function, 014) each time it has written as many cards as they
+    held at the last analysis: a few times as they double, not once a batch."""
     import psycopg
 
-    def analyzed():  # when the cards' table was last analyzed by a command (None: never)
+    def analyses() -> int:  # ANALYZE commands run on the cards' table (not autovacuum's)
         with psycopg.connect(database.superuser) as conn:
-            row = conn.execute(
-                "SELECT last_analyze FROM pg_stat_user_tables"
+            return conn.execute(
+                "SELECT analyze_count FROM pg_stat_user_tables"
                 " WHERE schemaname = 'thoth_memory' AND relname = 'cards'"
-            ).fetchone()
-        return row[0]
+            ).fetchone()[0]
 
     monkeypatch.setattr(transfer_service, "STATISTICS_AFTER", 3)
+    monkeypatch.setattr(transfer_service, "BATCH", 4)
     config = runtime_file("acme")
-    few = tmp_path / "few.jsonl"
-    few.write_bytes(_jsonl(*(card_document(title=f"Few {n}") for n in range(2))))
-    assert _import(cli, few, config).code == 0
-    assert analyzed() is None  # 2 cards: below the threshold
-    many = tmp_path / "many.jsonl"
-    many.write_bytes(_jsonl(*(card_document(title=f"Many {n}") for n in range(40))))
-    assert _import(cli, many, config).code == 0
-    first = analyzed()
-    assert first is not None
-    # 3 more cards into 42: under a tenth of what the workspace held, not worth an ANALYZE
-    more = tmp_path / "more.jsonl"
-    more.write_bytes(_jsonl(*(card_document(title=f"More {n}") for n in range(3))))
-    assert _import(cli, more, config).code == 0
-    assert analyzed() == first
+
+    def imported(name: str, count: int) -> None:
+        path = tmp_path / f"{name}.jsonl"
+        path.write_bytes(_jsonl(*(card_document(title=f"{name} {n}") for n in range(count))))
+        assert _import(cli, path, config).code == 0
+
+    imported("few", 2)
+    assert analyses() == 0  # 2 cards: under STATISTICS_AFTER
+    imported("many", 40)  # 10 batches: the table doubles from 2 to 42 cards
+    doubled = analyses()
+    assert 2 <= doubled <= 5, doubled  # at 6, 14 and 30 cards, give or take: not 10 times
+    imported("more", 3)  # 3 cards into 42: the statistics still hold
+    assert analyses() == doubled
 
 
 def test_what_is_embedded_ahead_is_bounded_by_characters_too(

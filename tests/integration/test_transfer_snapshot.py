@@ -114,22 +114,3 @@ def test_a_snapshot_refuses_writes_and_leaves_the_pooled_connection_as_it_was(cl
         )
     finally:
         archive.close()
-
-
-def test_mutations_plan_for_the_tables_as_they_are_now(cli, database):
-    """A mutation (a locked transaction: an import's batches) never uses a plan the
-    pooled connection cached while the workspace was small; readers keep them."""
-    assert cli("workspace", "create", "acme", "--language", "en").code == 0
-    archive = PostgresArchive(database.runtime, max_connections=1).open()
-    try:
-
-        def plan_cache_mode(**options) -> str:
-            with archive.transaction("acme", **options) as tx:
-                return tx.conn.execute("SHOW plan_cache_mode").fetchone()[0]
-
-        assert plan_cache_mode(lock=True) == "force_custom_plan"
-        assert plan_cache_mode() == "auto"  # the same pooled connection: transaction-scoped
-        assert plan_cache_mode(lock="shared") == "auto"  # recall's verification
-        assert plan_cache_mode(fresh_plans=True) == "force_custom_plan"  # an import's reads
-    finally:
-        archive.close()

@@ -602,9 +602,7 @@ class IndexProjector:
         text, edited or deleted meanwhile)."""
         self.ensure_collection()
         ids = list(prepared)
-        # the import is growing these tables batch after batch: a plan cached while
-        # they were small would scan more of them at every chunk
-        with self.archive.transaction(workspace, fresh_plans=True) as tx:
+        with self.archive.transaction(workspace) as tx:
             found = tx.cards(ids, links=False)
         cards: list[Card] = []
         items: list[Prepared] = []

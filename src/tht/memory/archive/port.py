@@ -283,6 +283,8 @@ class TransferStore(Protocol):
 
     def refresh_statistics(self) -> None: ...
 
+    def analyzed_cards(self) -> int: ...
+
     def card_count(self) -> int: ...
 
 
@@ -417,5 +419,4 @@ class Archive(Protocol):
         directory: bool = False,
         accounts: bool = False,
         snapshot: bool = False,
-        fresh_plans: bool = False,
     ) -> AbstractContextManager[ArchiveTx]: ...

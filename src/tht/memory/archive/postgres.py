@@ -229,7 +229,6 @@ class PostgresArchive:
         directory: bool = False,
         accounts: bool = False,
         snapshot: bool = False,
-        fresh_plans: bool = False,
     ) -> Iterator[ArchiveTransaction]:
         """One transaction as the runtime role, scoped to ``workspace``.
 
@@ -240,9 +239,6 @@ class PostgresArchive:
         ``snapshot`` makes it read-only and REPEATABLE READ: every query sees the
         archive as it was at the first one (an export's consistent copy, read in
         many batches); writers go on meanwhile, and a write in it is refused.
-        A mutation (``lock=True``) plans its statements for the tables as they are
-        now, never with a plan the pooled connection cached earlier; ``fresh_plans``
-        asks the same of a reader of tables that are growing fast (an import's).
         """
         try:
             if lock and not workspace:
@@ -266,7 +262,6 @@ class PostgresArchive:
                         "actor": audit.actor() or "",
                         "via": audit.via() or "",
                         "lock": "shared" if lock == "shared" else "exclusive" if lock else "none",
-                        "plans": "force_custom_plan" if lock is True or fresh_plans else "auto",
                     },
                 )
                 yield ArchiveTransaction(conn, workspace)

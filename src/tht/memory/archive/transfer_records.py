@@ -73,6 +73,11 @@ class TransferRecords:
         """ANALYZE of the cards' tables, as after any bulk load (migration 014)."""
         self._tx._execute("refresh_statistics")
 
+    def analyzed_cards(self) -> int:
+        """The cards of every workspace when the statistics were last taken (0: never)."""
+        count: int = self._tx._one("analyzed_cards")["cards"]
+        return count
+
     def card_count(self) -> int:
         count: int = self._tx._one("export_count")["cards"]
         return count

@@ -63,9 +63,8 @@ from tht.memory.transfer.formats import (
 )
 
 BATCH = 256  # records per archive transaction (and per embedding call)
-# An import that wrote this many cards, and at least a tenth of those the workspace
-# held (as autovacuum counts), refreshes the planner's statistics (~0.1 s at 10 000
-# cards, ~0.4 s from 50 000: ANALYZE reads a sample)
+# The planner's statistics are refreshed each time an import has written this many
+# cards, and as many as the cards' table held when they were last taken (below).
 STATISTICS_AFTER = 1000
 MAX_REPORTED_ERRORS = 100
 CONFLICT_POLICIES = ("skip", "update", "fail")
@@ -129,6 +128,33 @@ class _Committed:
 
     last_line: int
     to_project: list[tuple[uuid.UUID, str]]
+
+
+class _Statistics:
+    """ANALYZE of the tables an import grows, each time it has written as many cards as
+    the cards' table held when its statistics were taken (at least STATISTICS_AFTER): so
+    ~log2(growth) times, each cheap (ANALYZE reads a sample; 0.13 s at 10 000 cards,
+    about 0.4 s from 50 000). PostgreSQL keeps a plan made while a table was small:
+    psycopg's prepared statements, on every pooled connection, went on scanning tables
+    an import made 100 times larger (an import's links lookup grew from 18 to 295 ms a
+    batch, recall's reads from 3 to 196 ms) until autovacuum analyzed them, a minute
+    later at best. ANALYZE invalidates those plans; the runtime role may run it only
+    through the owner's function (migration 014)."""
+
+    def __init__(self, archive: Archive, workspace: str) -> None:
+        self.archive = archive
+        self.workspace = workspace
+        with archive.transaction(workspace) as tx:
+            self.counted = tx.transfer.analyzed_cards()
+        self.since = 0
+
+    def wrote(self, cards: int) -> None:
+        self.since += cards
+        if self.since >= max(STATISTICS_AFTER, self.counted):
+            with self.archive.transaction(self.workspace) as tx:
+                tx.transfer.refresh_statistics()
+                self.counted = tx.transfer.analyzed_cards()
+            self.since = 0
 
 
 def _embeds(check: _Check, record: ImportCard | str) -> bool:
@@ -534,8 +560,7 @@ class CardTransfer:
         failures: list[BaseException] = []
         writing = threading.Lock()  # held by the writer for each batch
         unembedded: list[uuid.UUID] = []  # committed cards to project through sync
-        with self.archive.transaction(workspace) as tx:
-            held_before = tx.transfer.card_count()
+        statistics = _Statistics(self.archive, workspace)
 
         def write_archive() -> None:
             pending_links: dict[uuid.UUID, list[tuple[uuid.UUID, str]]] = {}
@@ -556,6 +581,7 @@ class CardTransfer:
                     for action in actions:
                         counts[action] += 1
                     written[0] += len(batch)
+                statistics.wrote(sum(1 for a in actions if a in ("create", "update")))
                 last_line = batch[-1].line
                 batch.clear()
                 pause_point("import.after_batch")
@@ -635,13 +661,6 @@ class CardTransfer:
                     if now[1] != reported[1]:
                         progress("indexed", now[1], None)
                     reported = now
-            if not failures and counts["create"] + counts["update"] >= max(
-                STATISTICS_AFTER, held_before // 10
-            ):
-                # the plans other connections cached for a smaller workspace (recall's)
-                # would scan the tables this import grew until autovacuum analyzes them
-                with self.archive.transaction(workspace) as tx:
-                    tx.transfer.refresh_statistics()
             # also when the writer failed: what it committed is indexed
             if unembedded:
                 indexed, pending = self._project(workspace, unembedded)

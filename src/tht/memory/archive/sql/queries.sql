@@ -8,14 +8,7 @@
 -- 'exclusive' serializes one workspace's mutations (and the index propagation that
 -- follows them) without blocking other workspaces; 'shared' is for readers that must
 -- not interleave with a mutation (recall verification).
--- A mutation plans each statement for the tables as they are now (plans): a plan
--- cached by the pooled connection while a workspace was small stays in use as an import
--- grows it by thousands of cards, long before autovacuum's ANALYZE invalidates it (the
--- outgoing-links lookup of an import's batches went from 18 to 295 ms, batch after
--- batch, in one 10 000-card import). Mutations run few statements: planning them costs
--- well under a millisecond. Readers keep the cached plans (recall's latency).
 SELECT set_config('role', %(role)s, true),
-       set_config('plan_cache_mode', %(plans)s, true),
        set_config('thoth.workspace', %(workspace)s, true),
        set_config('thoth.directory', %(directory)s, true),
        set_config('thoth.accounts', %(accounts)s, true),

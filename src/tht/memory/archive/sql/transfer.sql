@@ -59,5 +59,11 @@ ON CONFLICT (card_id) DO UPDATE
 SELECT count(*) AS cards FROM thoth_memory.cards WHERE workspace_id = %(workspace)s;
 
 -- name: refresh_statistics
--- After a bulk import: the planner's statistics of the tables it grew (014).
+-- While a bulk import grows the tables: the planner's statistics (014).
 SELECT thoth_memory.refresh_statistics();
+
+-- name: analyzed_cards
+-- The cards' table's size as the planner knows it (-1 until first analyzed).
+SELECT greatest(reltuples, 0)::bigint AS cards
+  FROM pg_catalog.pg_class
+ WHERE oid = 'thoth_memory.cards'::regclass;
