@@ -850,3 +850,12 @@ def test_what_is_embedded_ahead_is_bounded_by_characters_too(
     assert done.document["index"] == {"indexed": 24, "pending": 0}
     assert max(cards for cards, _ in taken) <= 8  # two batches of 4, never more
     assert max(chars for _, chars in taken) <= 100_000
+
+
+def test_the_last_progress_line_is_the_final_count(run, runtime_file, tmp_path):
+    """Progress is printed at most once a second: the last count must still be shown."""
+    path = tmp_path / "three.jsonl"
+    path.write_bytes(_jsonl(*(card_document(title=f"Card {n}") for n in range(3))))
+    code, lines, err = run("memory", "import", str(path), "-c", runtime_file("acme"))
+    assert code == 0, lines
+    assert err.splitlines()[-1].startswith("indexed 3/3 records"), err

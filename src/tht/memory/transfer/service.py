@@ -666,8 +666,9 @@ class CardTransfer:
                 indexed, pending = self._project(workspace, unembedded)
                 index["indexed"] += indexed
                 index["pending"] += pending
-                if progress:
-                    progress("indexed", index["indexed"] + index["pending"], None)
+            done = index["indexed"] + index["pending"]
+            if progress and done:  # the last count, never left out by the meter's pace
+                progress("indexed", done, done)
             failures += ahead.failures if ahead is not None else []
             if ahead is not None and ahead.interrupted.is_set():
                 raise KeyboardInterrupt
