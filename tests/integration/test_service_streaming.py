@@ -67,6 +67,18 @@ def _export(tht: Installation, config: str, *extra: str, **env: str) -> subproce
     )
 
 
+def _held_export(tht: Installation, config: str, marker: Path) -> subprocess.Popen:
+    """`tht memory export` whose service (started by it: stop the running one first)
+    holds at the pause point after each piece of stdout it sends, until released."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "tht", "memory", "export", "-c", config],
+        env={**tht.env, "THT_PAUSE_AT": "service.sent_stdout", "THT_PAUSE_FILE": str(marker)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tht.home,
+    )
+
+
 def _read_while_held(command: subprocess.Popen, marker: Path) -> bytes:
     """What the client printed while the service holds the command at the pause point,
     after its first piece of stdout (the old protocol sent nothing before the command
@@ -89,6 +101,20 @@ def _release(command: subprocess.Popen, marker: Path) -> None:
             time.sleep(0.01)
 
     threading.Thread(target=release, daemon=True).start()
+
+
+def _held_then_drained(command: subprocess.Popen, marker: Path) -> tuple[bytes, bytes, bytes]:
+    """The client's stdout while the service holds the command, then the rest and its
+    stderr once released (the command killed if it hangs)."""
+    try:
+        first = _read_while_held(command, marker)
+        _release(command, marker)
+        rest, err = command.communicate(timeout=60)
+    finally:
+        if command.poll() is None:
+            command.kill()
+        command.wait(30)
+    return first, rest, err
 
 
 def test_an_import_over_16_mib_is_passed_open_on_the_socket_and_a_rerun_creates_nothing(
@@ -147,24 +173,10 @@ def test_the_export_reaches_the_client_while_the_command_still_runs(tht, tmp_pat
     alone = _export(tht, config, THT_SERVICE="off")
     tht.stop()  # the next command starts a service that holds after its first piece
     marker = tmp_path / "held"
-    command = subprocess.Popen(
-        [sys.executable, "-m", "tht", "memory", "export", "-c", config],
-        env={**tht.env, "THT_PAUSE_AT": "service.sent_stdout", "THT_PAUSE_FILE": str(marker)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=tht.home,
-    )
-    try:
-        first = _read_while_held(command, marker)
-        assert alone.stdout.startswith(first)
-        _release(command, marker)
-        rest, err = command.communicate(timeout=60)
-    finally:
-        if command.poll() is None:
-            command.kill()
-        command.wait(30)
+    command = _held_export(tht, config, marker)
+    first, rest, err = _held_then_drained(command, marker)
     assert command.returncode == 0, err
-    assert first + rest == alone.stdout
+    assert alone.stdout.startswith(first) and first + rest == alone.stdout
     assert len(alone.stdout.splitlines()) == cards
 
 
@@ -225,14 +237,7 @@ def test_over_http_the_export_streams_and_a_file_past_the_limit_is_refused(tht, 
         stderr=subprocess.PIPE,
         cwd=tht.home,
     )
-    try:
-        first = _read_while_held(command, marker)
-        _release(command, marker)
-        out, err = command.communicate(timeout=60)
-    finally:
-        if command.poll() is None:
-            command.kill()
-            command.wait(30)
+    first, out, err = _held_then_drained(command, marker)
     assert command.returncode == 0, err
     alone = _export(tht, config, THT_SERVICE="off")
     assert first + out == alone.stdout and len(alone.stdout.splitlines()) == cards
@@ -265,13 +270,7 @@ def test_an_export_failing_midway_ends_with_its_error_document_and_exit_code(
     alone = _export(tht, config, THT_SERVICE="off").stdout.splitlines(keepends=True)
     tht.stop()
     marker = tmp_path / "held"
-    command = subprocess.Popen(
-        [sys.executable, "-m", "tht", "memory", "export", "-c", config],
-        env={**tht.env, "THT_PAUSE_AT": "service.sent_stdout", "THT_PAUSE_FILE": str(marker)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=tht.home,
-    )
+    command = _held_export(tht, config, marker)
     try:
         first = _read_while_held(command, marker)
         with database.cluster.admin() as admin:  # the export's snapshot, between two batches
@@ -332,13 +331,7 @@ def test_a_client_that_does_not_read_holds_the_export_in_the_service_not_its_out
     tht.stop()
     marker = tmp_path / "held"
     pieces = [0]
-    command = subprocess.Popen(
-        [sys.executable, "-m", "tht", "memory", "export", "-c", config],
-        env={**tht.env, "THT_PAUSE_AT": "service.sent_stdout", "THT_PAUSE_FILE": str(marker)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=tht.home,
-    )
+    command = _held_export(tht, config, marker)
 
     def count_and_release() -> None:  # each piece sent holds once at the pause point
         while command.poll() is None:

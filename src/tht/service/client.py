@@ -516,32 +516,19 @@ def run_on_socket(
     the exit code and the rest of stdout (an error document when it was refused). The
     descriptors the request passes are closed at the end."""
     try:
-        return _run_on_socket(home, sock, request, auto=auto, env=env, timeout=timeout, write=write)
+        code, stdout = _exchange(sock, request, write)
+        mismatch = _mismatch(stdout) if code == ServiceVersionMismatch.exit_code else None
+        if mismatch is not None and auto and mismatch.get("auto_started"):
+            # An idle service of an earlier build: replace it, once.
+            stop_service(home, request.get("token"))
+            start_service(home, env)
+            restarted = _connect(home, timeout)
+            if restarted is None:
+                raise ServiceUnavailable("the service restarted but does not accept connections")
+            code, stdout = _exchange(restarted, request, write)
+        return code, stdout
     finally:
         close_passed(request)
-
-
-def _run_on_socket(
-    home: str,
-    sock: socket.socket,
-    request: dict[str, Any],
-    *,
-    auto: bool,
-    env: dict[str, str] | os._Environ[str],
-    timeout: float,
-    write: Write,
-) -> tuple[int, str]:
-    code, stdout = _exchange(sock, request, write)
-    mismatch = _mismatch(stdout) if code == ServiceVersionMismatch.exit_code else None
-    if mismatch is not None and auto and mismatch.get("auto_started"):
-        # An idle service of an earlier build: replace it, once.
-        stop_service(home, request.get("token"))
-        start_service(home, env)
-        restarted = _connect(home, timeout)
-        if restarted is None:
-            raise ServiceUnavailable("the service restarted but does not accept connections")
-        code, stdout = _exchange(restarted, request, write)
-    return code, stdout
 
 
 def _mismatch(stdout: str) -> dict[str, Any] | None:
