@@ -625,6 +625,16 @@ def run_here(args: list[str], token: str | None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # the reader went away (`tht memory export ... | head`): no traceback, and none
+        # either when Python flushes stdout at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # as a shell reports a command that SIGPIPE ended
+
+
+def _main(argv: list[str] | None) -> int:
     env = os.environ
     args = sys.argv[1:] if argv is None else list(argv)
     output = StdoutWriter()
