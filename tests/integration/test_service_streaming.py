@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -103,11 +104,14 @@ def _release(command: subprocess.Popen, marker: Path) -> None:
     threading.Thread(target=release, daemon=True).start()
 
 
-def _held_then_drained(command: subprocess.Popen, marker: Path) -> tuple[bytes, bytes, bytes]:
-    """The client's stdout while the service holds the command, then the rest and its
-    stderr once released (the command killed if it hangs)."""
+def _held_then_drained(
+    command: subprocess.Popen, marker: Path, while_held: Callable[[], None] = lambda: None
+) -> tuple[bytes, bytes, bytes]:
+    """The client's stdout while the service holds the command (``while_held`` runs
+    then), then the rest and its stderr once released (the command killed if it hangs)."""
     try:
         first = _read_while_held(command, marker)
+        while_held()
         _release(command, marker)
         rest, err = command.communicate(timeout=60)
     finally:
@@ -271,21 +275,17 @@ def test_an_export_failing_midway_ends_with_its_error_document_and_exit_code(
     tht.stop()
     marker = tmp_path / "held"
     command = _held_export(tht, config, marker)
-    try:
-        first = _read_while_held(command, marker)
-        with database.cluster.admin() as admin:  # the export's snapshot, between two batches
+
+    def kill_the_snapshot() -> None:  # the export's snapshot, between two batches
+        with database.cluster.admin() as admin:
             ended = admin.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
                 " WHERE datname = %s AND state = 'idle in transaction'",
                 (database.name,),
             ).fetchall()
         assert ended
-        _release(command, marker)
-        rest, err = command.communicate(timeout=60)
-    finally:
-        if command.poll() is None:
-            command.kill()
-        command.wait(30)
+
+    first, rest, err = _held_then_drained(command, marker, kill_the_snapshot)
     lines = (first + rest).splitlines(keepends=True)
     error = json.loads(lines[-1])["error"]
     assert (command.returncode, error["code"]) == (6, "archive_unavailable"), (error, err)
