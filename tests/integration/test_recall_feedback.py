@@ -47,11 +47,11 @@ def italian(archive, tmp_path):
     index.close()
 
 
-def _recalled(italian, tuning: RecallTuning, question: str = QUESTION) -> list[str]:
+def _recalled(italian, tuning: RecallTuning, question: str = QUESTION, top: int = 4) -> list[str]:
     archive, index, projector, ids = italian
     names = {card_id: key for key, card_id in ids.items()}
     service = RecallService(archive, index, projector.embedder, projector, tuning)
-    results = service.recall("pista", question, "search", query=RecallQuery(top=4))
+    results = service.recall("pista", question, "search", query=RecallQuery(top=top))
     return [names[r.card.id] for r in results]
 
 
@@ -68,10 +68,13 @@ def test_the_dense_neighbours_words_lift_a_card_across_languages(italian):
 
 def test_a_question_in_the_workspaces_language_gets_no_feedback(italian):
     question = "quale pilota ha vinto la gara di Monza nel 2009"
-    assert _recalled(italian, RecallTuning(feedback_across_languages=1), question) == (
-        _recalled(italian, RecallTuning(feedback_across_languages=0), question)
+    on, off = RecallTuning(feedback_across_languages=1), RecallTuning(feedback_across_languages=0)
+    everything = len(CARDS)
+    assert _recalled(italian, on, question, everything) == (
+        _recalled(italian, off, question, everything)
     )
-    # ... unless feedback in the workspace's language is asked for (tried, rejected)
-    assert _recalled(italian, RecallTuning(feedback=1), question) != (
-        _recalled(italian, RecallTuning(), question)
-    )
+    # the same setting does move the English question on these very cards (not vacuous).
+    # Feedback in the workspace's language (``feedback``) was tried and rejected; its
+    # effect is covered by tests/unit/test_seed_order.py: on these cards many ties are
+    # ordered by the random card ids, so an order here would be a coin toss.
+    assert _recalled(italian, on) != _recalled(italian, off)

@@ -289,7 +289,8 @@ def test_openai_http_embeds_in_batches(
     ]
     assert embedder.embed_query("q") == [len("query: q"), 0.0, 1.0]
     _probe, *batches, query = server.requests
-    assert [len(r["body"]["input"]) for r in batches] == [32, 8]
+    # two batches in flight at once (concurrency): their order of arrival is not defined
+    assert sorted(len(r["body"]["input"]) for r in batches) == [8, 32]
     assert all(
         r["path"] == "/v1/embeddings" and r["body"]["model"] == "e5-small" for r in server.requests
     )
