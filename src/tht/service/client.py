@@ -67,6 +67,23 @@ MAX_PASSED_FILES = 4  # descriptors one request may carry over the socket
 MAX_HTTP_BODY_BYTES = 1024 * 1024
 # Commands that manage this process, the embedded server or the schema: always here.
 LOCAL_COMMANDS = {("serve",), ("db",), ("memory", "migrate"), ("mcp",), ("health",)}
+# The commands a service runs, by their first two words. Any other runs here: the local
+# ones above, a group's help, and a misspelt command, which the CLI refuses at once
+# rather than after starting a service for it (tests/unit/test_service_commands.py
+# keeps this set equal to the CLI's commands).
+SERVICE_COMMANDS = frozenset(
+    {("demo",)}
+    | {("catalog", name) for name in "bind forget retry runs show status sync".split()}
+    | {
+        ("memory", name)
+        for name in (
+            "admin check create delete eval export import index list pending propose retry"
+            " review-apply rules search show solved-index solved-search summary update"
+        ).split()
+    }
+    | {("user", name) for name in "create delete grant list revoke role token".split()}
+    | {("workspace", name) for name in "create list show".split()}
+)
 HELP_FLAGS = {"--help", "-h"}
 DEFAULT_IDLE_SECONDS = 900
 DEFAULT_TIMEOUT_SECONDS = 60.0  # silence from the service (it sends a heartbeat every few seconds)
@@ -101,10 +118,7 @@ def command_words(args: list[str]) -> tuple[str, ...]:
 def runs_here(args: list[str], env: dict[str, str] | os._Environ[str]) -> bool:
     if env.get("THT_SERVICE", "auto").lower() == "off" or not args or HELP_FLAGS & set(args):
         return True
-    words = command_words(args)
-    return any(words[: len(local)] == local for local in LOCAL_COMMANDS) or (
-        len(words) < 2 and words != ("demo",)
-    )
+    return command_words(args) not in SERVICE_COMMANDS
 
 
 def _external_engines(env: dict[str, str] | os._Environ[str]) -> bool:
