@@ -149,7 +149,9 @@ class IndexSettings(BaseModel):
         return self
 
 
-def build_index(settings: dict | None, env: Mapping[str, str] | None = None) -> SearchIndex:
+def build_index(
+    settings: dict | None, env: Mapping[str, str] | None = None, *, holder: str = "command"
+) -> SearchIndex:
     try:
         config = IndexSettings.model_validate(settings or {})
     except ValidationError as exc:
@@ -169,7 +171,7 @@ def build_index(settings: dict | None, env: Mapping[str, str] | None = None) -> 
     from tht.memory.index.edge import EdgeIndex
 
     path = config.path or default_home(env) / "index"
-    return EdgeIndex(path, config.collection, open_timeout=config.open_timeout)
+    return EdgeIndex(path, config.collection, open_timeout=config.open_timeout, holder=holder)
 
 
 @dataclass(frozen=True)
@@ -212,8 +214,15 @@ class Engines:
     browsing and editing work while the index or the embedder is down.
     """
 
-    def __init__(self, env: Mapping[str, str] | None = None, *, max_connections: int = 4) -> None:
+    def __init__(
+        self,
+        env: Mapping[str, str] | None = None,
+        *,
+        max_connections: int = 4,
+        holder: str = "command",
+    ) -> None:
         self.env = env
+        self.holder = holder  # what holds an embedded index: "service" keeps it till it stops
         self.archive = PostgresArchive(
             _runtime_conninfo(resolve_database(env)), max_connections=max_connections
         ).open()
@@ -230,7 +239,9 @@ class Engines:
         with self._lock:
             if (index_key, embedding_key) not in self._projections:
                 if index_key not in self._indexes:
-                    self._indexes[index_key] = build_index(settings.index, self.env)
+                    self._indexes[index_key] = build_index(
+                        settings.index, self.env, holder=self.holder
+                    )
                 if embedding_key not in self._embedders:
                     self._embedders[embedding_key] = build_embedder(settings.embedding)
                 index, embedder = self._indexes[index_key], self._embedders[embedding_key]

@@ -629,6 +629,18 @@ def test_open_in_the_same_process_waits_then_raises_index_busy(tmp_path: Path) -
     second.close()
 
 
+def test_a_collection_the_service_holds_is_refused_at_once(tmp_path: Path) -> None:
+    # the service keeps the collection until it stops: waiting open_timeout is in vain
+    service = EdgeIndex(tmp_path, holder="service")
+    service.ensure_collection(DIMENSION)
+    busy = _result(_open_in_another_process(tmp_path, 20))
+    assert busy["code"] == "index_busy" and busy["waited"] < 5
+    assert f"held by the running service (pid {os.getpid()})" in busy["message"]
+    assert "THT_SERVICE=auto" in busy["message"]
+    service.close()
+    assert _result(_open_in_another_process(tmp_path, 20))["count"] == 0
+
+
 # -- the embedded engine's layout: one shard per workspace ---------------------------
 
 

@@ -139,7 +139,7 @@ class Service:
         from tht.service.recovery import PendingRetrier
 
         self._embedded = embedded_database()
-        engines = self.engines = Engines(max_connections=POOL_CONNECTIONS)
+        engines = self.engines = Engines(max_connections=POOL_CONNECTIONS, holder="service")
         path = Path(paths.socket_path(self.home))
         path.unlink(missing_ok=True)
         service = self

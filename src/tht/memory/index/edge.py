@@ -81,6 +81,7 @@ DENSE_PARAMS = qe.SearchParams(quantization=qe.QuantizationSearchParams(rescore=
 # Shard names: a workspace id is used as it is; any other name is hex-encoded.
 _PLAIN_NAME = re.compile(WORKSPACE_ID_PATTERN)
 log = logging.getLogger(__name__)
+SERVICE = "service"  # the holder that keeps the collection for its whole life
 
 
 class EdgeIndex:
@@ -88,9 +89,17 @@ class EdgeIndex:
     every command, or one command run in its own process (THT_SERVICE=off)."""
 
     def __init__(
-        self, path: Path | str, collection: str = "memory", *, open_timeout: float = 10.0
+        self,
+        path: Path | str,
+        collection: str = "memory",
+        *,
+        open_timeout: float = 10.0,
+        holder: str = "command",
     ) -> None:
         self.root = Path(path)
+        # written beside the pid: another process that finds the collection held by the
+        # service fails at once, as the service keeps it until it stops (a command ends)
+        self.holder = holder
         self.collection_path = self.root / collection
         self._lock_path = self.root / f"{collection}.lock"
         self._pid_file = self.root / f"{collection}.pid"
@@ -486,26 +495,30 @@ class EdgeIndex:
                 fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                if time.monotonic() >= deadline:
+                if time.monotonic() >= deadline or _holder(self._pid_file)[1] == SERVICE:
                     held.close()
                     raise self._busy() from None
                 time.sleep(_RETRY_PAUSE)
         self._held = held
-        self._pid_file.write_text(str(os.getpid()))
+        self._pid_file.write_text(f"{os.getpid()} {self.holder}")
         for own in (self._lock_path, self._pid_file):
             _restrict(own)
 
     def _busy(self) -> IndexBusy:
-        holder = _live_pid(self._pid_file)
-        who = f" (pid {holder})" if holder else ""
+        pid, holder = _holder(self._pid_file)
+        details = {"path": str(self.collection_path), "pid": pid, "holder": holder}
+        if holder == SERVICE:
+            return IndexBusy(
+                f"the embedded index at {self.collection_path} is held by the running service"
+                f" (pid {pid}), which keeps it until it stops: run the command through it"
+                " (THT_SERVICE=auto, the default), or stop the service first",
+                details={**details, "waited_seconds": 0},
+            )
+        who = f" (pid {pid})" if pid else ""
         return IndexBusy(
             f"the embedded index at {self.collection_path} is held by another process{who}; "
             "retry, or point the CLI at the running server",
-            details={
-                "path": str(self.collection_path),
-                "pid": holder,
-                "waited_seconds": self.open_timeout,
-            },
+            details={**details, "waited_seconds": self.open_timeout},
         )
 
     def _close_shards(self) -> None:
@@ -528,7 +541,7 @@ class EdgeIndex:
             self._layout_checked = False
             if self._held is not None:
                 held, self._held = self._held, None
-                if _live_pid(self._pid_file) == os.getpid():
+                if _holder(self._pid_file)[0] == os.getpid():
                     self._pid_file.unlink(missing_ok=True)
                 held.close()  # closing the file releases the lock
 
@@ -799,13 +812,15 @@ def _scroll(
             return records
 
 
-def _live_pid(pid_file: Path) -> int | None:
+def _holder(pid_file: Path) -> tuple[int | None, str | None]:
+    """The live process that holds the collection, and what it is ("service",
+    "command"; None from a version that wrote the pid alone); (None, None) if none."""
     try:
-        pid = int(pid_file.read_text().strip())
-        os.kill(pid, 0)
+        pid, *role = pid_file.read_text().split()
+        os.kill(int(pid), 0)
     except (OSError, ValueError):
-        return None
-    return pid
+        return None, None
+    return int(pid), role[0] if role else None
 
 
 def _branch(points: Sequence[qe.ScoredPoint]) -> list[BranchHit]:
