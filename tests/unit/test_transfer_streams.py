@@ -106,6 +106,18 @@ def test_broken_json_documents_name_where():
     assert bad[0].line == 2 and "UTF-8" in bad[0].error
 
 
+def test_an_unterminated_json_line_is_reported_on_its_own_line():
+    for ending in (b"\n", b"\r\n"):
+        for last in (b"", b'{"c": 3}' + ending):  # the bad record last, or not
+            text = b'{"a": 1}' + ending + b'{"b": "x' + ending + last
+            found = list(streams.iter_json_lines(io.BytesIO(text), LIMIT))
+            assert found[0].document == {"a": 1} and found[1].line == 2, found
+            assert (
+                found[1].error == "line 2 is not JSON: Unterminated string starting at (column 7)"
+            )
+            assert [r.document for r in found[2:]] == ([{"c": 3}] if last else [])
+
+
 def test_the_format_comes_from_the_extension_unless_the_content_disagrees():
     assert detect_format("cards.jsonl", b'{"family": "sql_rule"}', None) == "jsonl"
     assert detect_format("cards.csv", b"family,title\n", None) == "csv"

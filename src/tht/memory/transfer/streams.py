@@ -69,16 +69,16 @@ def iter_json_lines(stream: IO[bytes], limit: int) -> Iterator[RawRecord]:
         if error is not None:
             yield RawRecord(number, error=error)
         elif text is not None and text.strip():
-            yield _object(number, text)
+            # without its line break: an unterminated record is this line's error
+            yield _object(number, text.rstrip("\r\n"))
 
 
 def _object(line: int, text: str | bytes, label: str | None = None) -> RawRecord:
     try:
         document = json.loads(text)
     except json.JSONDecodeError as exc:
-        return RawRecord(
-            line + exc.lineno - 1, error=f"line {line + exc.lineno - 1} is not JSON: {exc.msg}"
-        )
+        at = line + exc.lineno - 1
+        return RawRecord(at, error=f"line {at} is not JSON: {exc.msg} (column {exc.colno})")
     except UnicodeDecodeError as exc:
         return RawRecord(line, error=f"the record on line {line} is not UTF-8 text ({exc.reason})")
     if not isinstance(document, dict):
