@@ -795,7 +795,10 @@ def test_propose_validates_sessions_sources_updates_and_links(flow, runtime_file
     assert problems([add("a", ["d1"], join_rule()), add("a", ["d1"], join_rule())]) == [
         "duplicate_id"
     ]
-    assert flow.propose(session, [add("a", ["d4"], join_rule())]).code == 0
+    accepted = flow.propose(session, [add("a", ["d4"], join_rule())])
+    assert accepted.code == 0
+    # where it was written, under sessions_root: never the service's absolute path
+    assert accepted.document["recorded"] == f"{session.id}/memory_proposals.json"
 
     bad_ids = ("../etc", "a/b", ".hidden", "x" * 200)
     for bad in bad_ids:

@@ -114,7 +114,9 @@ class ProposalService:
         return {
             "session": session,
             "workspace": workspace,
-            "recorded": str(path),
+            # under the runtime file's sessions_root: an agent on another host (HTTP, MCP)
+            # learns nothing of the service's file system
+            "recorded": f"{path.parent.name}/{path.name}",
             "digest": result.digest,
             "proposals": [
                 {
