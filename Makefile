@@ -35,9 +35,10 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests bench scripts
 	$(BIN)/mypy
 
-# pytest exits 5 when it collected no test: that is reported, not hidden as success.
+# pytest exits 5 when it collected no test: that is reported, not hidden as success. The
+# 20 slowest tests are listed at the end, to keep the suite within its ~15 minutes.
 test: $(STAMP) lint chromium
-	@$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
+	@$(BIN)/python -m pytest --durations=20 $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 	@$(MAKE) --no-print-directory test-real-postgres
 
