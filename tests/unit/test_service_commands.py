@@ -13,7 +13,7 @@ from typer import _click as click
 from typer.core import TyperGroup
 
 from tht.cli.main import app
-from tht.service.client import LOCAL_COMMANDS, SERVICE_COMMANDS, runs_here
+from tht.service.client import SERVICE_COMMANDS, is_local, runs_here
 
 
 def _commands(command: click.core.Command, path: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
@@ -30,11 +30,7 @@ def _commands(command: click.core.Command, path: tuple[str, ...] = ()) -> set[tu
 
 def test_every_command_runs_on_the_service_or_is_local():
     by_first_two_words = {path[:2] for path in _commands(typer.main.get_command(app))}
-    local = {
-        words
-        for words in by_first_two_words
-        if any(words[: len(prefix)] == prefix for prefix in LOCAL_COMMANDS)
-    }
+    local = {words for words in by_first_two_words if is_local(list(words))}
     single_word_here = {("audit",)}  # reads the accounts database only, no engine
     assert SERVICE_COMMANDS == by_first_two_words - local - single_word_here
     assert not any(runs_here([*words, "-c", "rt.yaml"], {}) for words in SERVICE_COMMANDS)

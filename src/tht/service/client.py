@@ -115,6 +115,12 @@ def command_words(args: list[str]) -> tuple[str, ...]:
     return tuple(a for a in args[:2] if not a.startswith("-"))
 
 
+def is_local(args: list[str]) -> bool:
+    """A command that manages this process, the embedded server or the schema."""
+    words = command_words(args)
+    return any(words[: len(local)] == local for local in LOCAL_COMMANDS)
+
+
 def runs_here(args: list[str], env: dict[str, str] | os._Environ[str]) -> bool:
     if env.get("THT_SERVICE", "auto").lower() == "off" or not args or HELP_FLAGS & set(args):
         return True
@@ -664,8 +670,7 @@ def _main(argv: list[str] | None) -> int:
             return mcp_main(args[1:], token)
         if runs_here(args, env):
             # the commands that manage the process or the embedded server are the operator's
-            local = any(command_words(args)[: len(words)] == words for words in LOCAL_COMMANDS)
-            return run_here(args, None if local else token)
+            return run_here(args, None if is_local(args) else token)
         timeout = float(env.get("THT_SERVICE_TIMEOUT") or DEFAULT_TIMEOUT_SECONDS)
         if env.get("THT_SERVICE_URL"):
             code, stdout = run_over_http(

@@ -49,7 +49,7 @@ from tht.errors import (
 )
 from tht.faults import pause_point
 from tht.service import paths
-from tht.service.client import LOCAL_COMMANDS, MAX_PASSED_FILES, command_words
+from tht.service.client import MAX_PASSED_FILES, command_words, is_local
 
 if TYPE_CHECKING:  # imported when the service starts: the client's path stays light
     from tht.bootstrap import Engines, ProjectionSettings, Services
@@ -363,7 +363,7 @@ class Service:
         argv = request.get("argv")
         if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
             return _refusal(InvalidInput("the request's argv must be a list of strings"))
-        if any(command_words(argv)[: len(local)] == local for local in LOCAL_COMMANDS):
+        if is_local(argv):
             return _refusal(
                 InvalidInput(
                     f"`tht {' '.join(command_words(argv))}` manages a process, the embedded server"
