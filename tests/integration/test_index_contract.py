@@ -771,3 +771,108 @@ def test_a_generation_is_invisible_until_it_switches_and_then_replaces_the_servi
     assert search(index, "alpha beta", everything()) != before
     # the next rebuild starts an empty generation: the replaced points are gone
     assert begin_generation(index, "w1").records() == []
+
+
+def _paused_at(step: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Hold the process or thread that reaches ``step`` (see ``tht.faults.pause_point``)
+    until the returned marker file is removed."""
+    marker = tmp_path / f"paused-{step}"
+    monkeypatch.setenv("THT_PAUSE_AT", step)
+    monkeypatch.setenv("THT_PAUSE_FILE", str(marker))
+    return marker
+
+
+def _wait_for(path: Path, thread: threading.Thread) -> None:
+    deadline = time.monotonic() + 60
+    while not path.exists():
+        assert thread.is_alive(), "the optimize ended without reaching its pause"
+        assert time.monotonic() < deadline, f"{path.name} never appeared"
+        time.sleep(0.02)
+
+
+def test_an_edge_generation_is_indexed_in_another_process_while_this_one_serves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine's optimize holds the GIL for seconds (qdrant-edge-py 0.9.0), so the
+    rebuild runs it in a child process: meanwhile this process searches and saves, and
+    the saves that reach the closed generation are applied when it opens again."""
+    index = EdgeIndex(tmp_path)
+    index.ensure_collection(DIMENSION)
+    serving = point(facts(), "serving card")
+    index.upsert([serving])
+    generation = begin_generation(index, "w1")
+    rebuilt = [point(facts(), f"rebuilt card {n}", revision=2) for n in range(300)]
+    generation.upsert(rebuilt)
+    marker = _paused_at("edge.optimizing", tmp_path, monkeypatch)
+    failures: list[BaseException] = []
+    optimizing = threading.Thread(target=lambda: _record(generation.optimize, failures))
+    optimizing.start()
+    try:
+        _wait_for(marker, optimizing)  # the child has the shard; this process goes on
+        assert ids(search(index, "serving card", everything())) == {serving.id}
+        saved = point(facts(), "saved during the optimize", revision=5)
+        index.upsert([saved])
+        index.delete("w1", [rebuilt[0].id])
+        assert optimizing.is_alive()
+    finally:
+        marker.unlink(missing_ok=True)
+        optimizing.join(60)
+    assert not optimizing.is_alive() and failures == []
+    monkeypatch.delenv("THT_PAUSE_AT")
+    held = {r.id: r.revision for r in generation.records()}
+    assert held == {**{p.id: 2 for p in rebuilt[1:]}, saved.id: 5}
+    generation.switch()  # the switch indexes again, unpaused, and serves the generation
+    assert index.count("w1") == 300
+    assert ids(search(index, "saved during the optimize", everything(), limit=1)) == {saved.id}
+    index.close()
+
+
+def test_an_edge_generation_whose_optimize_fails_keeps_its_points_for_the_next_rebuild(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index = EdgeIndex(tmp_path)
+    index.ensure_collection(DIMENSION)
+    generation = begin_generation(index, "w1")
+    written = [point(facts(), f"card {n}") for n in range(20)]
+    generation.upsert(written)
+    monkeypatch.setenv("THT_CRASH_AT", "edge.optimizing")  # the child dies before indexing
+    with pytest.raises(IndexUnavailable, match="indexing the embedded index's new generation"):
+        generation.optimize()
+    monkeypatch.delenv("THT_CRASH_AT")
+    generation.upsert([point(facts(), "written after the failure")])  # the shard is open again
+    assert len(generation.records()) == 21
+    index.close()
+    reopened = EdgeIndex(tmp_path)
+    assert len(begin_generation(reopened, "w1").records()) == 21  # a rebuild resumes it
+    reopened.close()
+
+
+def test_closing_the_index_stops_a_generations_optimize_and_a_rebuild_resumes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a service stopping during a rebuild: the child goes, the generation stays on disk
+    index = EdgeIndex(tmp_path)
+    index.ensure_collection(DIMENSION)
+    generation = begin_generation(index, "w1")
+    generation.upsert([point(facts(), f"card {n}") for n in range(20)])
+    marker = _paused_at("edge.optimizing", tmp_path, monkeypatch)
+    failures: list[BaseException] = []
+    optimizing = threading.Thread(target=lambda: _record(generation.optimize, failures))
+    optimizing.start()
+    _wait_for(marker, optimizing)
+    index.close()
+    optimizing.join(60)
+    marker.unlink(missing_ok=True)
+    monkeypatch.delenv("THT_PAUSE_AT")
+    assert not optimizing.is_alive()
+    assert len(failures) == 1 and "was being built" in str(failures[0])
+    reopened = EdgeIndex(tmp_path)
+    assert len(begin_generation(reopened, "w1").records()) == 20
+    reopened.close()
+
+
+def _record(action: Callable[[], None], failures: list[BaseException]) -> None:
+    try:
+        action()
+    except BaseException as exc:
+        failures.append(exc)
