@@ -876,3 +876,43 @@ def _record(action: Callable[[], None], failures: list[BaseException]) -> None:
         action()
     except BaseException as exc:
         failures.append(exc)
+
+
+def test_compacting_an_edge_shard_copies_its_points_and_keeps_the_saves_made_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What imports leave in plain segments is replaced by an indexed copy (vectors
+    read back, nothing embedded), while recall and saves go on."""
+    index = EdgeIndex(tmp_path)
+    index.ensure_collection(DIMENSION)
+    written = [point(facts(), f"imported card {n}") for n in range(300)]
+    index.upsert(written)
+    index.delete("w1", [written[0].id])
+    assert not index.compact("w1")  # 299 plain vectors: under the threshold
+    monkeypatch.setattr("tht.memory.index.edge.COMPACT_UNINDEXED", 100)
+    serving = index.workspace_path("w1")
+    before = search(index, "imported card 7", everything())
+    vectors = index.dense_vectors("w1", [p.id for p in written])
+    marker = _paused_at("edge.optimizing", tmp_path, monkeypatch)
+    failures: list[BaseException] = []
+    compacting = threading.Thread(target=lambda: _record(lambda: index.compact("w1"), failures))
+    compacting.start()
+    try:
+        _wait_for(marker, compacting)  # copied; the copy is being indexed in a child
+        assert search(index, "imported card 7", everything()) == before
+        saved = point(facts(), "saved during the compaction")
+        index.upsert([saved])
+        index.delete("w1", [written[1].id])
+    finally:
+        marker.unlink(missing_ok=True)
+        compacting.join(60)
+    assert not compacting.is_alive() and failures == []
+    assert index.workspace_path("w1") != serving and not serving.exists()
+    assert {r.id for r in index.scroll_ids("w1")} == {p.id for p in written[2:]} | {saved.id}
+    assert index.dense_vectors("w1", [p.id for p in written[2:]]) == {
+        i: v for i, v in vectors.items() if i != written[1].id
+    }
+    assert search(index, "imported card 7", everything())[0].id == before[0].id
+    begin_generation(index, "w1")  # a rebuild's generation: its switch brings indexed segments
+    assert not index.compact("w1")
+    index.close()

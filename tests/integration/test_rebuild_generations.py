@@ -465,10 +465,16 @@ def test_ctrl_c_prints_how_to_resume(command, tmp_path):
     assert code == 0 and summary["skipped_current"] == 512 and summary["indexed"] == 88
 
 
-def test_a_bulk_sync_projects_every_card_in_the_embedders_batches(archive, tmp_path):
+@pytest.mark.parametrize("compacted", [False, True], ids=["few-unindexed", "compacted"])
+def test_a_bulk_sync_projects_every_card_in_the_embedders_batches(
+    archive, tmp_path, monkeypatch, compacted
+):
     """``sync`` of many cards (an import's projection) runs the rebuild's pipeline:
     every card current, the embedder called once per full batch, deleted cards'
-    points removed by the rounds that follow."""
+    points removed by the rounds that follow. With enough points left unindexed, the
+    serving shard is then replaced by an indexed copy (nothing embedded again)."""
+    if compacted:
+        monkeypatch.setattr("tht.memory.index.edge.COMPACT_UNINDEXED", 1000)
     WorkspaceService(archive).create("acme", "en")
     offline = MemoryService(archive)  # saved, projection pending
     saved = [
@@ -482,10 +488,19 @@ def test_a_bulk_sync_projects_every_card_in_the_embedders_batches(archive, tmp_p
         gone = saved.pop()
         offline.delete_card("acme", gone.id)
         embedder.hook = lambda call: None
+        serving = index.workspace_path("acme")
         report = projector.sync("acme", [card_id_to_uuid(c.id) for c in [*saved, gone]])
         assert report.indexed == 1099 and report.deleted == 1 and not report.failed
         assert embedder.rebuild_calls == math.ceil(512 / 32) * 2 + math.ceil(75 / 32)
         assert index.count("acme") == 1099
         assert MemoryService(archive, projector).pending("acme") == []
+        assert (index.workspace_path("acme") != serving) is compacted
+        assert not (index.workspace_path("acme").parent / "acme.building").exists()
+        assert sorted(p.name for p in serving.parent.iterdir() if p.is_dir()) == [
+            index.workspace_path("acme").name
+        ]
+        recall = RecallService(archive, index, embedder, projector)
+        found = recall.recall("acme", "topic7 words", "search", query=RecallQuery(top=3))
+        assert found[0].card.id == saved[7].id
     finally:
         index.close()

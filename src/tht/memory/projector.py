@@ -11,6 +11,7 @@ the lock only vectors of the text the card still has are written (see ``sync``).
 
 from __future__ import annotations
 
+import logging
 import math
 import queue
 import random
@@ -45,6 +46,7 @@ from tht.memory.projection import ProjectedCard, card_facts, fingerprint, indexe
 from tht.memory.service import IndexOutcome
 from tht.memory.stages import hand_over, start_stage, take_over
 
+log = logging.getLogger(__name__)
 Progress = Callable[[int, int], None]
 BATCH = 256  # cards per locked transaction in drains and repairs: edits wait at most one
 # Cards per read, embedding and locked write in rebuilds: a multiple of the embedders'
@@ -105,7 +107,7 @@ class IndexProjector:
         self.embedder = embedder
         self._encoders: dict[str, SparseEncoder] = {}
         self._collection_ready = False
-        self._rebuilding: set[str] = set()  # workspaces whose rebuild runs in this process
+        self._rebuilding: set[str] = set()  # workspaces being rebuilt or compacted here
         self._rebuild_lock = threading.Lock()
 
     # --- the projection format ---------------------------------------------------
@@ -178,11 +180,32 @@ class IndexProjector:
             )
         except (IndexUnavailable, EmbedderUnavailable):
             return SyncReport(), card_uuids  # the rounds record the failure on every card
+        self._compact(workspace)
         current = self.fingerprint(language)
         with self.archive.transaction(workspace) as tx:
             states = tx.projection_states(card_uuids)
         left = [i for i in card_uuids if i not in states or not states[i].current(current)]
         return report, left
+
+    def _compact(self, workspace: str) -> None:
+        """After a bulk write into the serving points: let an engine that does not
+        index them on its own replace them by an indexed copy (``EdgeIndex.compact``),
+        unless a rebuild of the workspace runs (it switches to indexed points anyway).
+        A failure costs recall speed only: the points are written, and logged."""
+        compact = getattr(self.index, "compact", None)
+        if compact is None:
+            return
+        with self._rebuild_lock:
+            if workspace in self._rebuilding:
+                return
+            self._rebuilding.add(workspace)
+        try:
+            compact(workspace)
+        except IndexUnavailable as exc:
+            log.warning("the index of workspace %s stays unindexed: %s", workspace, exc.message)
+        finally:
+            with self._rebuild_lock:
+                self._rebuilding.discard(workspace)
 
     def _prepare(self, workspace: str, card_uuids: list[uuid.UUID]) -> dict[uuid.UUID, Prepared]:
         """The cards' vectors from their current state, computed outside every lock
@@ -379,7 +402,8 @@ class IndexProjector:
         with self._rebuild_lock:
             if workspace in self._rebuilding:
                 raise Conflict(
-                    f"a rebuild of workspace '{workspace}' is already running; wait for it",
+                    f"a rebuild of workspace '{workspace}' (or the indexing that ends an"
+                    " import) is already running; wait for it",
                     details={"workspace": workspace},
                 )
             self._rebuilding.add(workspace)
