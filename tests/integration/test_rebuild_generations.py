@@ -472,8 +472,9 @@ def test_a_bulk_sync_projects_every_card_in_the_embedders_batches(
     """``sync`` of many cards (an import's projection) runs the rebuild's pipeline:
     every card current, the embedder called once per full batch, deleted cards'
     points removed by the rounds that follow. With enough points left unindexed, the
-    serving shard is then replaced by an indexed copy (nothing embedded again)."""
-    if compacted:
+    import's ``compact`` replaces the serving shard by an indexed copy (nothing is
+    embedded again)."""
+    if compacted:  # else the default: 1 099 plain vectors are too few to compact
         monkeypatch.setattr("tht.memory.index.edge.COMPACT_UNINDEXED", 1000)
     WorkspaceService(archive).create("acme", "en")
     offline = MemoryService(archive)  # saved, projection pending
@@ -494,6 +495,9 @@ def test_a_bulk_sync_projects_every_card_in_the_embedders_batches(
         assert embedder.rebuild_calls == math.ceil(512 / 32) * 2 + math.ceil(75 / 32)
         assert index.count("acme") == 1099
         assert MemoryService(archive, projector).pending("acme") == []
+        calls = embedder.rebuild_calls
+        projector.compact("acme")  # as an import ends
+        assert embedder.rebuild_calls == calls
         assert (index.workspace_path("acme") != serving) is compacted
         assert not (index.workspace_path("acme").parent / "acme.building").exists()
         assert sorted(p.name for p in serving.parent.iterdir() if p.is_dir()) == [

@@ -859,3 +859,29 @@ def test_the_last_progress_line_is_the_final_count(run, runtime_file, tmp_path):
     code, lines, err = run("memory", "import", str(path), "-c", runtime_file("acme"))
     assert code == 0, lines
     assert err.splitlines()[-1].startswith("indexed 3/3 records"), err
+
+
+def test_an_import_that_leaves_many_vectors_unindexed_ends_on_an_indexed_copy(
+    run, cli, runtime_file, tmp_path, monkeypatch
+):
+    """Qdrant Edge indexes nothing on its own: the import replaces the serving shard
+    by an indexed copy (threshold lowered here from 20 000 plain vectors)."""
+    monkeypatch.setattr("tht.memory.index.edge.COMPACT_UNINDEXED", 100)
+    config = runtime_file("acme")
+    path = tmp_path / "many.jsonl"
+    path.write_bytes(_jsonl(*(card_document(title=f"Card {n}") for n in range(150))))
+    code, lines, err = run("memory", "import", str(path), "-c", config)
+    assert code == 0, (lines, err)
+    assert json.loads(lines[-1])["index"] == {"indexed": 150, "pending": 0}
+    (current,) = tmp_path.rglob("acme.current")  # the copy serves; the first shard is gone
+    assert sorted(p.name for p in current.parent.iterdir()) == sorted(
+        ["acme.current", current.read_text().strip()]
+    )
+    checked = cli("memory", "check", "-c", config)
+    assert checked.code == 0 and (checked.document["cards"], checked.document["points"]) == (
+        150,
+        150,
+    ), checked.document
+    found = cli("memory", "search", "Card 42", "-c", config, "--json")
+    assert found.code == 0, found.document
+    assert found.document["results"][0]["title"] == "Card 42", found.document

@@ -180,18 +180,17 @@ class IndexProjector:
             )
         except (IndexUnavailable, EmbedderUnavailable):
             return SyncReport(), card_uuids  # the rounds record the failure on every card
-        self._compact(workspace)
         current = self.fingerprint(language)
         with self.archive.transaction(workspace) as tx:
             states = tx.projection_states(card_uuids)
         left = [i for i in card_uuids if i not in states or not states[i].current(current)]
         return report, left
 
-    def _compact(self, workspace: str) -> None:
-        """After a bulk write into the serving points: let an engine that does not
-        index them on its own replace them by an indexed copy (``EdgeIndex.compact``),
+    def compact(self, workspace: str) -> None:
+        """After an import: let an engine that does not index what was written on its
+        own replace the serving points by an indexed copy (``EdgeIndex.compact``),
         unless a rebuild of the workspace runs (it switches to indexed points anyway).
-        A failure costs recall speed only: the points are written, and logged."""
+        A failure costs recall speed only (the points are written): it is logged."""
         compact = getattr(self.index, "compact", None)
         if compact is None:
             return

@@ -666,6 +666,8 @@ class CardTransfer:
                 indexed, pending = self._project(workspace, unembedded)
                 index["indexed"] += indexed
                 index["pending"] += pending
+            if self.projector is not None and index["indexed"]:
+                self.projector.compact(workspace)  # brute-force search of what it wrote ends
             done = index["indexed"] + index["pending"]
             if progress and done:  # the last count, never left out by the meter's pace
                 progress("indexed", done, done)
