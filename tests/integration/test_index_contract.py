@@ -777,6 +777,7 @@ def _paused_at(step: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pa
     """Hold the process or thread that reaches ``step`` (see ``tht.faults.pause_point``)
     until the returned marker file is removed."""
     marker = tmp_path / f"paused-{step}"
+    monkeypatch.setattr("tht.memory.index.edge.IN_PROCESS_OPTIMIZE_BYTES", 0)  # always a child
     monkeypatch.setenv("THT_PAUSE_AT", step)
     monkeypatch.setenv("THT_PAUSE_FILE", str(marker))
     return marker
@@ -835,6 +836,7 @@ def test_an_edge_generation_whose_optimize_fails_keeps_its_points_for_the_next_r
     generation = begin_generation(index, "w1")
     written = [point(facts(), f"card {n}") for n in range(20)]
     generation.upsert(written)
+    monkeypatch.setattr("tht.memory.index.edge.IN_PROCESS_OPTIMIZE_BYTES", 0)
     monkeypatch.setenv("THT_CRASH_AT", "edge.optimizing")  # the child dies before indexing
     with pytest.raises(IndexUnavailable, match="indexing the embedded index's new generation"):
         generation.optimize()

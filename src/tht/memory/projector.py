@@ -186,25 +186,31 @@ class IndexProjector:
         left = [i for i in card_uuids if i not in states or not states[i].current(current)]
         return report, left
 
-    def compact(self, workspace: str) -> None:
+    def compact(self, workspace: str) -> dict[str, Any] | None:
         """After an import: let an engine that does not index what was written on its
         own replace the serving points by an indexed copy (``EdgeIndex.compact``),
         unless a rebuild of the workspace runs (it switches to indexed points anyway).
-        A failure costs recall speed only (the points are written): it is logged."""
+        Returns what it copied and how long it took (None: nothing done). A failure
+        costs recall speed only (the points are written): it is logged."""
         compact = getattr(self.index, "compact", None)
         if compact is None:
-            return
+            return None
         with self._rebuild_lock:
             if workspace in self._rebuilding:
-                return
+                return None
             self._rebuilding.add(workspace)
+        started = time.perf_counter()
         try:
-            compact(workspace)
+            points = compact(workspace)
         except IndexUnavailable as exc:
             log.warning("the index of workspace %s stays unindexed: %s", workspace, exc.message)
+            return None
         finally:
             with self._rebuild_lock:
                 self._rebuilding.discard(workspace)
+        if not points:
+            return None
+        return {"points": points, "seconds": round(time.perf_counter() - started, 3)}
 
     def _prepare(self, workspace: str, card_uuids: list[uuid.UUID]) -> dict[uuid.UUID, Prepared]:
         """The cards' vectors from their current state, computed outside every lock

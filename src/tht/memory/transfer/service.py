@@ -553,7 +553,7 @@ class CardTransfer:
         every batch it committed keeps its cards, pending for the index if not
         indexed yet."""
         counts: dict[str, Any] = {"create": 0, "update": 0, "skip": 0, "unchanged": 0}
-        index = {"indexed": 0, "pending": 0}
+        index: dict[str, Any] = {"indexed": 0, "pending": 0}
         total = len(check.planned)
         written = [0]  # records in committed batches (the writer's count)
         committed: queue.Queue[_Committed | None] = queue.Queue(maxsize=max(2, AHEAD // BATCH))
@@ -667,7 +667,9 @@ class CardTransfer:
                 index["indexed"] += indexed
                 index["pending"] += pending
             if self.projector is not None and index["indexed"]:
-                self.projector.compact(workspace)  # brute-force search of what it wrote ends
+                # what it wrote is searched by brute force until the engine indexes it
+                if (compacted := self.projector.compact(workspace)) is not None:
+                    index["compacted"] = compacted
             done = index["indexed"] + index["pending"]
             if progress and done:  # the last count, never left out by the meter's pace
                 progress("indexed", done, done)
