@@ -508,3 +508,32 @@ def test_a_bulk_sync_projects_every_card_in_the_embedders_batches(
         assert found[0].card.id == saved[7].id
     finally:
         index.close()
+
+
+def test_an_interrupted_compaction_is_finished_by_the_next_rebuild_without_embedding(
+    archive, tmp_path, monkeypatch
+):
+    WorkspaceService(archive).create("acme", "en")
+    index = EdgeIndex(tmp_path / "edge")
+    embedder = GatedEmbedder()
+    projector = IndexProjector(archive, index, embedder)
+    service = MemoryService(archive, projector)
+    try:
+        for i in range(40):
+            service.create_card("acme", card(title=f"Card {i}", content=f"topic{i} words"))
+        monkeypatch.setattr("tht.memory.index.edge.COMPACT_UNINDEXED", 10)
+        monkeypatch.setattr("tht.memory.index.edge.IN_PROCESS_OPTIMIZE_BYTES", 0)
+        monkeypatch.setenv("THT_CRASH_AT", "edge.optimizing")  # the child dies: interrupted
+        serving = index.workspace_path("acme")
+        assert projector.compact("acme") is None  # logged; the points stay served
+        assert index.workspace_path("acme") == serving
+        assert (serving.parent / "acme.building").exists()
+        assert projector.compact("acme") is None  # a generation is left: imports wait
+        monkeypatch.delenv("THT_CRASH_AT")
+        embedder.hook = lambda call: None
+        summary = projector.rebuild("acme")
+        assert (summary["indexed"], summary["skipped_current"]) == (0, 40), summary
+        assert embedder.rebuild_calls == 0
+        assert index.workspace_path("acme") != serving and index.count("acme") == 40
+    finally:
+        index.close()

@@ -475,8 +475,8 @@ class EdgeIndex:
         points copied (0: not compacted).
 
         Edge has no background optimizer: what saves and imports write stays in plain
-        segments, searched by brute force (16 ms a query at 100 000 points here, 1.3 ms
-        indexed), and deleted points are never vacuumed. The serving shard cannot be
+        segments, searched by brute force (the engine's query 23 ms at 100 000 points
+        here, 4.7 ms indexed), and deleted points are never vacuumed. The serving shard cannot be
         optimized in place without stopping recall (the engine's optimize holds the
         GIL; a child process needs the shard closed), so its points, vectors included,
         are copied into a new generation page by page, which is indexed in a child
@@ -787,9 +787,10 @@ class EdgeGeneration:
                 self.shard.update(operation)
 
     def optimize(self) -> None:
-        """Index the segments filled so far, in a child process. The process stalls
-        only while the shard is opened again (0.14 s at 20 000 points, 1.1 s at 100 000
-        here, against 2.8 s and 14 s for the optimize itself)."""
+        """Index the segments filled so far, in a child process. This process stalls
+        only while the engine closes and opens the shard again (longest stall 0.3 s at
+        20 000 points, 0.8-1.7 s at 100 000 here, against 5 s and 30-45 s for the
+        optimize run in this process; bench/edge_stall_bench.py)."""
         with self._gate:
             if self._closed:
                 raise self._closed_error()

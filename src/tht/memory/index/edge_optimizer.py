@@ -1,8 +1,8 @@
 """Index one Qdrant Edge shard's segments, in a process of its own.
 
-qdrant-edge-py 0.9.0 holds the GIL for the whole of ``EdgeShard.optimize()`` (5.5 s at
-20 000 points of 384 dimensions, 14 s at 100 000 here): run in the service, it would
-stop every other thread, recall included. A rebuild therefore closes the generation it
+qdrant-edge-py 0.9.0 holds the GIL for the whole of ``EdgeShard.optimize()`` (5 s at
+20 000 points of 384 dimensions, 30-45 s at 100 000 here): run in the service, it
+would stop every other thread, recall included. A rebuild therefore closes the generation it
 is building and runs this file as a script (``python -P edge_optimizer.py SHARD PARENT``),
 so the process imports nothing of the package but what it needs.
 """
