@@ -41,7 +41,7 @@ from tht.memory.index import (
     SearchIndex,
 )
 from tht.memory.index.pgvector import PgVectorIndex
-from tht.memory.index.port import KEYWORD_FIELDS, begin_generation
+from tht.memory.index.port import KEYWORD_FIELDS, IndexGeneration, begin_generation
 from tht.memory.model import FAMILIES, Dependency
 from tht.memory.recall_filters import CardFacts, RecallFilters, card_matches
 
@@ -831,11 +831,7 @@ def test_an_edge_generation_is_indexed_in_another_process_while_this_one_serves(
 def test_an_edge_generation_whose_optimize_fails_keeps_its_points_for_the_next_rebuild(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    index = EdgeIndex(tmp_path)
-    index.ensure_collection(DIMENSION)
-    generation = begin_generation(index, "w1")
-    written = [point(facts(), f"card {n}") for n in range(20)]
-    generation.upsert(written)
+    index, generation = _generation_of_20_cards(tmp_path)
     monkeypatch.setattr("tht.memory.index.edge.IN_PROCESS_OPTIMIZE_BYTES", 0)
     monkeypatch.setenv("THT_CRASH_AT", "edge.optimizing")  # the child dies before indexing
     with pytest.raises(IndexUnavailable, match="indexing the embedded index's new generation"):
@@ -853,10 +849,7 @@ def test_closing_the_index_stops_a_generations_optimize_and_a_rebuild_resumes_it
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # a service stopping during a rebuild: the child goes, the generation stays on disk
-    index = EdgeIndex(tmp_path)
-    index.ensure_collection(DIMENSION)
-    generation = begin_generation(index, "w1")
-    generation.upsert([point(facts(), f"card {n}") for n in range(20)])
+    index, generation = _generation_of_20_cards(tmp_path)
     marker = _paused_at("edge.optimizing", tmp_path, monkeypatch)
     failures: list[BaseException] = []
     optimizing = threading.Thread(target=lambda: _record(generation.optimize, failures))
@@ -871,6 +864,14 @@ def test_closing_the_index_stops_a_generations_optimize_and_a_rebuild_resumes_it
     reopened = EdgeIndex(tmp_path)
     assert len(begin_generation(reopened, "w1").records()) == 20
     reopened.close()
+
+
+def _generation_of_20_cards(tmp_path: Path) -> tuple[EdgeIndex, IndexGeneration]:
+    index = EdgeIndex(tmp_path)
+    index.ensure_collection(DIMENSION)
+    generation = begin_generation(index, "w1")
+    generation.upsert([point(facts(), f"card {n}") for n in range(20)])
+    return index, generation
 
 
 def _record(action: Callable[[], None], failures: list[BaseException]) -> None:
