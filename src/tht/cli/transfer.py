@@ -44,6 +44,9 @@ def progress_meter(
     last = [0.0]
 
     def report(phase: str, done: int, total: int | None) -> None:
+        if phase == "compacting":  # one step, no rate (see docs/rebuilds.md)
+            write(f"compacting the search index: {done} points, about a minute per 100 000")
+            return
         now = time.perf_counter()
         final = total is not None and done >= total
         if not final and now - last[0] < PROGRESS_SECONDS:

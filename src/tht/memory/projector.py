@@ -186,11 +186,14 @@ class IndexProjector:
         left = [i for i in card_uuids if i not in states or not states[i].current(current)]
         return report, left
 
-    def compact(self, workspace: str) -> dict[str, Any] | None:
+    def compact(
+        self, workspace: str, starting: Callable[[int], None] | None = None
+    ) -> dict[str, Any] | None:
         """After an import: let an engine that does not index what was written on its
         own replace the serving points by an indexed copy (``EdgeIndex.compact``),
         unless a rebuild of the workspace runs (it switches to indexed points anyway).
-        Returns what it copied and how long it took (None: nothing done). A failure
+        ``starting`` hears the points to copy when it starts. Returns what it copied
+        and how long it took (None: nothing done). A failure
         costs recall speed only (the points are written): it is logged."""
         compact = getattr(self.index, "compact", None)
         if compact is None:
@@ -201,7 +204,7 @@ class IndexProjector:
             self._rebuilding.add(workspace)
         started = time.perf_counter()
         try:
-            points = compact(workspace)
+            points = compact(workspace, starting)
         except IndexUnavailable as exc:
             log.warning("the index of workspace %s stays unindexed: %s", workspace, exc.message)
             return None

@@ -666,13 +666,16 @@ class CardTransfer:
                 indexed, pending = self._project(workspace, unembedded)
                 index["indexed"] += indexed
                 index["pending"] += pending
-            if self.projector is not None and index["indexed"]:
-                # what it wrote is searched by brute force until the engine indexes it
-                if (compacted := self.projector.compact(workspace)) is not None:
-                    index["compacted"] = compacted
             done = index["indexed"] + index["pending"]
             if progress and done:  # the last count, never left out by the meter's pace
                 progress("indexed", done, done)
+            if self.projector is not None and index["indexed"]:
+                # what it wrote is searched by brute force until the engine indexes it
+                starting = (
+                    (lambda points: progress("compacting", points, None)) if progress else None
+                )
+                if (compacted := self.projector.compact(workspace, starting)) is not None:
+                    index["compacted"] = compacted
             failures += ahead.failures if ahead is not None else []
             if ahead is not None and ahead.interrupted.is_set():
                 raise KeyboardInterrupt
