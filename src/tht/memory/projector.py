@@ -547,8 +547,16 @@ class IndexProjector:
             finally:
                 hand_over(loaded, None, stop)
 
+        def index_segments() -> None:
+            try:
+                generation.optimize()
+            except BaseException as exc:
+                failures.append(exc)
+                stop.set()
+
         def write() -> None:
             written = 0
+            indexing: threading.Thread | None = None
             try:
                 while (item := take_over(embedded, stop)) is not None:
                     cards, prepared = item
@@ -559,12 +567,17 @@ class IndexProjector:
                     projected(len(cards))
                     pause_point("index.after_batch")
                     written += len(cards)
-                    if written >= OPTIMIZE_EVERY:  # index the full segments while embedding goes on
-                        generation.optimize()
+                    if written >= OPTIMIZE_EVERY and (indexing is None or not indexing.is_alive()):
+                        # index the full segments while writing and embedding go on (an
+                        # Edge generation holds the writes back meanwhile, see EdgeGeneration)
+                        indexing = start_stage(index_segments, "rebuild-index")
                         written = 0
             except BaseException as exc:
                 failures.append(exc)
                 stop.set()
+            finally:
+                if indexing is not None:
+                    indexing.join()  # the switch (or the next rebuild) finds it open
 
         threads = [start_stage(read, "rebuild-read"), start_stage(write, "rebuild-write")]
         try:
