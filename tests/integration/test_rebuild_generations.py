@@ -537,3 +537,52 @@ def test_an_interrupted_compaction_is_finished_by_the_next_rebuild_without_embed
         assert index.workspace_path("acme") != serving and index.count("acme") == 40
     finally:
         index.close()
+
+
+def test_a_rebuild_goes_on_writing_while_its_segments_are_indexed(archive, tmp_path, monkeypatch):
+    """The rebuild indexes its filled segments in a child process (the engine's optimize
+    holds the GIL) from a thread of its own: the chunks after it are written meanwhile,
+    held back by the closed generation and applied when it opens again."""
+    monkeypatch.setattr("tht.memory.projector.CHUNK", 32)
+    monkeypatch.setattr("tht.memory.projector.OPTIMIZE_EVERY", 64)
+    monkeypatch.setattr("tht.memory.index.edge.IN_PROCESS_OPTIMIZE_BYTES", 0)
+    marker = tmp_path / "optimizing"
+    monkeypatch.setenv("THT_PAUSE_AT", "edge.optimizing")
+    monkeypatch.setenv("THT_PAUSE_FILE", str(marker))
+    WorkspaceService(archive).create("acme", "en")
+    offline = MemoryService(archive)
+    cards = [
+        offline.create_card("acme", card(title=f"Card {i}", content=f"topic{i} words")).card
+        for i in range(300)
+    ]
+    index = EdgeIndex(tmp_path / "edge")
+    projector = IndexProjector(archive, index, GatedEmbedder())
+    progress: list[int] = []
+    outcome: dict = {}
+    rebuilding = threading.Thread(
+        target=lambda: outcome.update(
+            projector.rebuild("acme", lambda done, _: progress.append(done))
+        )
+    )
+    rebuilding.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists():  # the first segments are being indexed, in a child
+            assert rebuilding.is_alive() and time.monotonic() < deadline
+            time.sleep(0.02)
+        while not progress or progress[-1] < 300:  # ... and every chunk is written meanwhile
+            assert time.monotonic() < deadline, progress
+            time.sleep(0.02)
+        assert marker.exists()  # the child still waits: the writes did not wait for it
+    finally:
+        while rebuilding.is_alive():  # the switch indexes once more: let every child go
+            marker.unlink(missing_ok=True)
+            rebuilding.join(0.05)
+    try:
+        assert outcome["indexed"] == 300, outcome
+        assert index.count("acme") == 300
+        recall = RecallService(archive, index, GatedEmbedder(), projector)
+        found = recall.recall("acme", "topic42 words", "search", query=RecallQuery(top=1))
+        assert found[0].card.id == cards[42].id
+    finally:
+        index.close()
