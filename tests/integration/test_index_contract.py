@@ -919,3 +919,52 @@ def test_compacting_an_edge_shard_copies_its_points_and_keeps_the_saves_made_mea
     begin_generation(index, "w1")  # a rebuild's generation: its switch brings indexed segments
     assert not index.compact("w1")
     index.close()
+
+
+_OPTIMIZING = """
+import sys
+from tht.memory.index import EdgeIndex, edge
+from tht.memory.index.port import begin_generation
+edge.IN_PROCESS_OPTIMIZE_BYTES = 0
+index = EdgeIndex(sys.argv[1])
+index.ensure_collection(4)
+begin_generation(index, "w1").optimize()
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"  # a zombie nobody reaped yet is gone all the same
+
+
+def test_a_service_killed_during_an_optimize_leaves_no_optimizer_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # an orphan would go on writing a generation the next rebuild may take up or remove
+    marker = _paused_at("edge.optimizing", tmp_path, monkeypatch)
+    service = subprocess.Popen([sys.executable, "-c", _OPTIMIZING, str(tmp_path / "index")])
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert service.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+        (optimizer,) = [
+            int(p.name)
+            for p in Path("/proc").iterdir()
+            if p.name.isdigit()
+            and b"edge_optimizer.py" in (p / "cmdline").read_bytes()
+            and f"{service.pid}".encode() in (p / "cmdline").read_bytes()
+        ]
+        assert _alive(optimizer)
+        service.kill()
+        service.wait()
+        deadline = time.monotonic() + 10
+        while _alive(optimizer):
+            assert time.monotonic() < deadline, "the optimizer outlived the killed process"
+            time.sleep(0.05)
+    finally:
+        service.kill()
+        marker.unlink(missing_ok=True)
