@@ -504,8 +504,7 @@ class EdgeIndex:
             copied = 0
             while True:
                 with self._writes, self._serving(workspace) as shard:
-                    if shard is None:  # cannot happen: nothing removes a serving shard
-                        return 0
+                    assert shard is not None  # found above; nothing removes a serving shard
                     request = qe.ScrollRequest(
                         offset=offset, limit=_SCROLL_PAGE, with_payload=True, with_vector=True
                     )
