@@ -37,8 +37,11 @@ lint: $(STAMP)
 
 # pytest exits 5 when it collected no test: that is reported, not hidden as success. The
 # 20 slowest tests are listed at the end, to keep the suite within its ~15 minutes.
+# TEST_WORKERS pytest-xdist processes share the tests file by file (a module's costly
+# fixtures are built once); each has its own embedded PostgreSQL. 0: one process.
+TEST_WORKERS ?= 2
 test: $(STAMP) lint chromium
-	@$(BIN)/python -m pytest --durations=20 $(PYTEST_ARGS); rc=$$?; \
+	@$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=20 $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 	@$(MAKE) --no-print-directory test-real-postgres
 
