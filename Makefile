@@ -51,6 +51,7 @@ test: $(STAMP) lint chromium
 # the THT_CATALOG_* variables, then the archive's suites with their own databases on it.
 # Debian bookworm has no pgvector package: the pgvector engine's cases stay on the embedded
 # server.
+# One process: the workers of one server would share the tests' template database.
 REAL_PG_DIR ?= /tmp/tht-real-postgres
 REAL_PG_PORT ?= 55432
 REAL_PG_SUITES = tests/integration/test_migrations.py tests/integration/test_tenancy.py \
