@@ -89,6 +89,10 @@ def run_import(transfer: CardTransfer, workspace: str, path: Path) -> tuple[floa
     return time.perf_counter() - started, summary
 
 
+def embedder_config(name: str) -> dict:
+    return {"provider": "hashing", "dimension": 384} if name == "hashing" else {"provider": name}
+
+
 def run_raw(embedder, texts: list[str]) -> float:
     started = time.perf_counter()
     embedder.embed_passages(texts)
@@ -113,13 +117,10 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.parts > 1 or args.prefill:
+        if args.remote_rate or args.archive_only:
+            parser.error("--parts and --prefill take an in-process embedder, with the index")
         run_parts(args)
         return
-    config = (
-        {"provider": "hashing", "dimension": 384}
-        if args.embedder == "hashing"
-        else {"provider": args.embedder}
-    )
     home = Path(tempfile.mkdtemp(prefix="tht-import-bench-"))
     embedded = EmbeddedPostgres(home)
     stack = ExitStack()
@@ -131,7 +132,7 @@ def main() -> None:
             embedder = remote.embedder(home, args.remote_rate)
             args.embedder = f"remote at {args.remote_rate:g} cards/s"
         else:
-            embedder = build_embedder(config)
+            embedder = build_embedder(embedder_config(args.embedder))
         index = EdgeIndex(home / "index")
         projector = None if args.archive_only else IndexProjector(archive, index, embedder)
         transfer = CardTransfer(archive, projector)
@@ -190,7 +191,7 @@ def prefill(archive: PostgresArchive, index: EdgeIndex, home: Path, cards: int) 
     path.write_text(
         "".join(json.dumps(document) + "\n" for document in documents(cards, random.Random(8)))
     )
-    hashing = build_embedder({"provider": "hashing", "dimension": 384})
+    hashing = build_embedder(embedder_config("hashing"))
     seconds, summary = run_import(
         CardTransfer(archive, IndexProjector(archive, index, hashing)), "bench", path
     )
@@ -202,17 +203,12 @@ def prefill(archive: PostgresArchive, index: EdgeIndex, home: Path, cards: int) 
 
 def run_parts(args: argparse.Namespace) -> None:
     """One round in ``args.parts`` turns: import a part, then embed its texts alone."""
-    config = (
-        {"provider": "hashing", "dimension": 384}
-        if args.embedder == "hashing"
-        else {"provider": args.embedder}
-    )
     home = Path(tempfile.mkdtemp(prefix="tht-import-bench-"))
     embedded = EmbeddedPostgres(home)
     try:
         runtime = prepare_database(embedded, "import_bench")
         archive = PostgresArchive(runtime).open()
-        embedder = build_embedder(config)
+        embedder = build_embedder(embedder_config(args.embedder))
         index = EdgeIndex(home / "index")
         transfer = CardTransfer(archive, IndexProjector(archive, index, embedder))
         WorkspaceService(archive).create("bench", "en")
