@@ -27,6 +27,7 @@ import qdrant_edge as qe
 from qdrant_client import QdrantClient
 from qdrant_client import models as qm
 
+from tests.integration.service_support import alive, wait_for
 from tht.memory.embedding import HashingEmbedder, SparseEncoder
 from tht.memory.index import (
     RRF_K,
@@ -932,12 +933,18 @@ begin_generation(index, "w1").optimize()
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"  # a zombie nobody reaped yet is gone all the same
+def _optimizers_of(parent: int) -> list[int]:
+    """The optimizer children of ``parent`` (its pid is one of their arguments), whichever
+    other processes come and go meanwhile (the suite runs on several workers)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:  # not a process, or gone since the listing
+            continue
+        if any(a.endswith(b"edge_optimizer.py") for a in argv) and str(parent).encode() in argv:
+            found.append(int(entry.name))
+    return found
 
 
 def test_a_service_killed_during_an_optimize_leaves_no_optimizer_behind(
@@ -951,20 +958,13 @@ def test_a_service_killed_during_an_optimize_leaves_no_optimizer_behind(
         while not marker.exists():
             assert service.poll() is None and time.monotonic() < deadline
             time.sleep(0.02)
-        (optimizer,) = [
-            int(p.name)
-            for p in Path("/proc").iterdir()
-            if p.name.isdigit()
-            and b"edge_optimizer.py" in (p / "cmdline").read_bytes()
-            and f"{service.pid}".encode() in (p / "cmdline").read_bytes()
-        ]
-        assert _alive(optimizer)
+        (optimizer,) = _optimizers_of(service.pid)
+        assert alive(optimizer)
         service.kill()
         service.wait()
-        deadline = time.monotonic() + 10
-        while _alive(optimizer):
-            assert time.monotonic() < deadline, "the optimizer outlived the killed process"
-            time.sleep(0.05)
+        assert wait_for(lambda: not alive(optimizer), 10), (
+            "the optimizer outlived the killed process"
+        )
     finally:
         service.kill()
         marker.unlink(missing_ok=True)
