@@ -510,31 +510,144 @@ def test_a_bulk_sync_projects_every_card_in_the_embedders_batches(
         index.close()
 
 
-def test_an_interrupted_compaction_is_finished_by_the_next_rebuild_without_embedding(
-    archive, tmp_path, monkeypatch
-):
+def _interrupted_compaction(archive, path, monkeypatch, embedder):
+    """40 saved cards whose compaction died while indexing its copy (the child killed):
+    the copy is left, named as a compaction's."""
     WorkspaceService(archive).create("acme", "en")
-    index = EdgeIndex(tmp_path / "edge")
-    embedder = GatedEmbedder()
+    index = EdgeIndex(path)
     projector = IndexProjector(archive, index, embedder)
     service = MemoryService(archive, projector)
+    saved = [
+        service.create_card("acme", card(title=f"Card {i}", content=f"topic{i} words")).card
+        for i in range(40)
+    ]
+    monkeypatch.setattr("tht.memory.index.edge.COMPACT_UNINDEXED", 10)
+    monkeypatch.setattr("tht.memory.index.edge.IN_PROCESS_OPTIMIZE_BYTES", 0)
+    monkeypatch.setenv("THT_CRASH_AT", "edge.optimizing")  # the child dies: interrupted
+    serving = index.workspace_path("acme")
+    assert projector.compact("acme") is None  # logged; the points stay served
+    assert index.workspace_path("acme") == serving
+    assert (serving.parent / "acme.building").exists()
+    assert (serving.parent / "acme.compacting").read_text() == (
+        serving.parent / "acme.building"
+    ).read_text()
+    monkeypatch.delenv("THT_CRASH_AT")
+    return index, projector, serving, saved
+
+
+@pytest.mark.parametrize("left_by", ["this-process", "a-stopped-process"])
+def test_an_interrupted_compaction_is_redone_by_the_next_one(
+    archive, tmp_path, monkeypatch, left_by
+):
+    """Before, a compaction's generation left by an interruption made every later
+    import skip compacting until someone ran `tht memory index`."""
+    embedder = GatedEmbedder()
+    index, projector, serving, saved = _interrupted_compaction(
+        archive, tmp_path / "edge", monkeypatch, embedder
+    )
+    left = serving.parent / (serving.parent / "acme.building").read_text()
+    if left_by == "a-stopped-process":
+        index.close()
+        index = EdgeIndex(tmp_path / "edge")
+        projector = IndexProjector(archive, index, embedder)
     try:
-        for i in range(40):
-            service.create_card("acme", card(title=f"Card {i}", content=f"topic{i} words"))
-        monkeypatch.setattr("tht.memory.index.edge.COMPACT_UNINDEXED", 10)
-        monkeypatch.setattr("tht.memory.index.edge.IN_PROCESS_OPTIMIZE_BYTES", 0)
-        monkeypatch.setenv("THT_CRASH_AT", "edge.optimizing")  # the child dies: interrupted
-        serving = index.workspace_path("acme")
-        assert projector.compact("acme") is None  # logged; the points stay served
-        assert index.workspace_path("acme") == serving
-        assert (serving.parent / "acme.building").exists()
-        assert projector.compact("acme") is None  # a generation is left: imports wait
-        monkeypatch.delenv("THT_CRASH_AT")
+        # a card deleted meanwhile: the old copy may have missed it, the new one cannot
+        gone = saved[0]
+        MemoryService(archive, projector).delete_card("acme", gone.id)
+        embedder.hook = lambda call: None
+        done = projector.compact("acme")
+        assert done is not None and done["points"] == 39, done
+        assert embedder.rebuild_calls == 0
+        assert not left.exists() and index.workspace_path("acme") not in (serving, left)
+        assert sorted(p.name for p in serving.parent.iterdir()) == [
+            "acme.current",
+            index.workspace_path("acme").name,
+        ]
+        assert index.count("acme") == 39
+        assert card_id_to_uuid(gone.id) not in {r.id for r in index.scroll_ids("acme")}
+    finally:
+        index.close()
+
+
+def test_an_interrupted_compaction_is_finished_by_a_rebuild_without_embedding(
+    archive, tmp_path, monkeypatch
+):
+    embedder = GatedEmbedder()
+    index, projector, serving, _ = _interrupted_compaction(
+        archive, tmp_path / "edge", monkeypatch, embedder
+    )
+    try:
         embedder.hook = lambda call: None
         summary = projector.rebuild("acme")
         assert (summary["indexed"], summary["skipped_current"]) == (0, 40), summary
         assert embedder.rebuild_calls == 0
         assert index.workspace_path("acme") != serving and index.count("acme") == 40
+        assert not (serving.parent / "acme.compacting").exists()
+    finally:
+        index.close()
+
+
+def test_a_compaction_never_discards_what_an_interrupted_rebuild_built(
+    archive, tmp_path, monkeypatch, caplog
+):
+    """A rebuild's generation (even one that took up a compaction's copy) holds
+    embeddings a compaction cannot redo: it waits for `tht memory index`."""
+    embedder = GatedEmbedder()
+    index, projector, serving, _ = _interrupted_compaction(
+        archive, tmp_path / "edge", monkeypatch, embedder
+    )
+    try:
+        generation = index.begin_generation("acme")  # a rebuild takes the copy up ...
+        assert not (serving.parent / "acme.compacting").exists()
+        index.close()  # ... and is interrupted
+        index = EdgeIndex(tmp_path / "edge")
+        projector = IndexProjector(archive, index, embedder)
+        with caplog.at_level("WARNING", logger="tht.memory.index.edge"):
+            assert projector.compact("acme") is None
+        assert "`tht memory index` finishes it" in caplog.text
+        assert generation.path.exists() and index.workspace_path("acme") == serving
+        embedder.hook = lambda call: None
+        summary = projector.rebuild("acme")
+        assert (summary["indexed"], summary["skipped_current"]) == (0, 40), summary
+        assert index.workspace_path("acme") == generation.path
+    finally:
+        index.close()
+
+
+def test_the_service_upkeep_compacts_what_saves_left_once_they_settle(
+    archive, tmp_path, monkeypatch
+):
+    """Saves alone used to leave their points in plain segments (searched by brute
+    force) until a rebuild: the upkeep compacts a workspace no save has reached for
+    ``QUIET_SECONDS``, never one being imported, and forgets it until written again."""
+    monkeypatch.setattr("tht.memory.index.edge.COMPACT_UNINDEXED", 10)
+    WorkspaceService(archive).create("acme", "en")
+    WorkspaceService(archive).create("calm", "en")
+    index = EdgeIndex(tmp_path / "edge")
+    embedder = GatedEmbedder()
+    projector = IndexProjector(archive, index, embedder)
+    service = MemoryService(archive, projector)
+    try:
+        saved = [
+            service.create_card("acme", card(title=f"Card {i}", content=f"topic{i} words"))
+            for i in range(40)
+        ]
+        assert all(s.status == "saved" for s in saved)
+        service.create_card("calm", card(title="Alone"))  # too few plain points to compact
+        serving = index.workspace_path("acme")
+        assert projector.compact_quiet(quiet=60) == {}  # saved just now: not settled
+        with projector.importing("acme"):
+            assert projector.compact_quiet(quiet=0) == {}  # its import compacts it
+        service.create_card("acme", card(title="Card 40", content="topic40 words"))
+        embedder.hook = lambda call: None
+        done = projector.compact_quiet(quiet=0)
+        assert set(done) == {"acme"} and done["acme"]["points"] == 41, done
+        assert embedder.rebuild_calls == 0  # a copy: nothing embedded again
+        assert index.workspace_path("acme") != serving and index.count("acme") == 41
+        assert projector.compact_quiet(quiet=0) == {}  # forgotten until written again
+        recall = RecallService(archive, index, embedder, projector)
+        found = recall.recall("acme", "topic7 words", "search", query=RecallQuery(top=1))
+        assert found[0].card.id == saved[7].card.id
     finally:
         index.close()
 

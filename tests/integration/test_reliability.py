@@ -190,6 +190,27 @@ def test_pending_work_is_retried_with_backoff_until_the_index_returns(
         services.close()
 
 
+def test_the_retry_loop_compacts_the_points_saves_left_unindexed(database, tmp_path, monkeypatch):
+    monkeypatch.setattr("tht.memory.index.edge.COMPACT_UNINDEXED", 10)
+    monkeypatch.setattr("tht.memory.projector.QUIET_SECONDS", 0.3)
+    services = services_for(database, tmp_path)
+    try:
+        services.workspaces.create("acme", "en")
+        index = services.projector.index
+        for i in range(12):
+            assert services.memory.create_card("acme", card(title=f"Card {i}")).status == "saved"
+        serving = index.workspace_path("acme")
+        retrier = PendingRetrier(services.archive, lambda: [services.projector], period=0.05)
+        retrier.start()
+        try:
+            assert wait_for(lambda: index.workspace_path("acme") != serving, 20)
+        finally:
+            retrier.stop(timeout=10)
+        assert index.count("acme") == 12 and outstanding(database) == []
+    finally:
+        services.close()
+
+
 def test_two_service_instances_never_drain_one_workspace_at_once(database, tmp_path):
     services = services_for(database, tmp_path)
     try:

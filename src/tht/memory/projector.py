@@ -18,8 +18,8 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +56,9 @@ OPTIMIZE_EVERY = 20_000  # points written between two indexings of a rebuild's s
 NO_REVISION = 0
 # Reads and embeddings outside the lock before the last round embeds under it.
 ROUNDS = 3
+# The service compacts a workspace's plain points once no save has reached it for this
+# long: never during a stream of saves, whose points would go plain again at once.
+QUIET_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,7 @@ class IndexProjector:
         self._encoders: dict[str, SparseEncoder] = {}
         self._collection_ready = False
         self._rebuilding: set[str] = set()  # workspaces being rebuilt or compacted here
+        self._importing: dict[str, int] = {}  # workspaces being imported here: how many
         self._rebuild_lock = threading.Lock()
 
     # --- the projection format ---------------------------------------------------
@@ -214,6 +218,39 @@ class IndexProjector:
         if not points:
             return None
         return {"points": points, "seconds": round(time.perf_counter() - started, 3)}
+
+    @contextmanager
+    def importing(self, workspace: str) -> Iterator[None]:
+        """An import of the workspace runs: ``compact_quiet`` leaves it alone (the
+        import compacts once, when it ends, not at every pause of a slow embedder)."""
+        with self._rebuild_lock:
+            self._importing[workspace] = self._importing.get(workspace, 0) + 1
+        try:
+            yield
+        finally:
+            with self._rebuild_lock:
+                self._importing[workspace] -= 1
+                if not self._importing[workspace]:
+                    del self._importing[workspace]
+
+    def compact_quiet(self, quiet: float | None = None) -> dict[str, dict[str, Any]]:
+        """The service's upkeep, between its retry rounds: compact (``compact``) each
+        workspace that saves wrote and that no save has reached for ``quiet`` seconds
+        (default ``QUIET_SECONDS``), unless an import of it runs. Imports compact on
+        their own; without this, what saves write would stay searched by brute force
+        until a rebuild. Returns what was compacted, per workspace."""
+        settled = getattr(self.index, "settled_writes", None)
+        if settled is None:  # an engine that indexes on its own
+            return {}
+        compacted = {}
+        for workspace in settled(QUIET_SECONDS if quiet is None else quiet):
+            with self._rebuild_lock:
+                if workspace in self._importing:
+                    continue
+            if (done := self.compact(workspace)) is not None:
+                compacted[workspace] = done
+                log.info("compacted the index of workspace %s: %s", workspace, done)
+        return compacted
 
     def _prepare(self, workspace: str, card_uuids: list[uuid.UUID]) -> dict[uuid.UUID, Prepared]:
         """The cards' vectors from their current state, computed outside every lock

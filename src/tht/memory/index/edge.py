@@ -17,8 +17,10 @@ of the workspace's shard beside it (``workspaces/<workspace>.g<stamp>``, named b
 ``workspaces/<workspace>.current`` that names the generation serving recall (absent:
 ``workspaces/<workspace>`` itself, the layout of earlier versions). Saves made
 meanwhile in this process are written to both generations; an interrupted build is
-picked up again by the next rebuild. Generations left by a crash are removed at the
-next switch.
+picked up again by the next rebuild. A compaction (``compact``) builds its copy the same
+way, named by ``workspaces/<workspace>.compacting`` too: left by an interruption, the
+next compaction discards it and the next rebuild takes it up. Generations left by a
+crash are removed at the next switch.
 
 A collection written by earlier versions as one shard for every workspace is moved
 into this layout, vectors included, the first time it is opened.
@@ -73,6 +75,9 @@ _DAMAGED = "damaged"  # unreadable workspace shards a rebuild moved aside
 _DAMAGED_KEPT = 5  # the newest of them, for whoever investigates; older ones are removed
 _CURRENT = ".current"  # beside a workspace's shard folders: the generation serving recall
 _BUILDING = ".building"  # the generation a rebuild is writing (kept until it switches)
+# Names the generation being written when it is a compaction's: a copy of the serving
+# points, which the next compaction discards if it was left (a rebuild's is resumed).
+_COMPACTING = ".compacting"
 # Segments of at most this many kilobytes (about 20 000 cards of 384 dimensions): a
 # rebuild indexes each full one while it embeds the next, instead of all at the end.
 _MAX_SEGMENT_KB = 32_000
@@ -121,7 +126,8 @@ class EdgeIndex:
         # replaced generations still being read by a thread: closed and removed by the last
         self._users: dict[int, int] = {}
         self._retired: dict[int, tuple[qe.EdgeShard, Path]] = {}
-        self._written: set[str] = set()  # workspaces written since the last optimize
+        # workspaces whose serving shard saves wrote: when last (time.monotonic())
+        self._written: dict[str, float] = {}
         self._lock = threading.RLock()
         # one write at a time into a workspace's generations: a save's writes to the
         # serving and the new generation, or one page a compaction copies between them
@@ -203,14 +209,19 @@ class EdgeIndex:
 
     # -- generations (rebuilds beside the serving shard) ------------------------------
 
-    def begin_generation(self, workspace: str) -> EdgeGeneration:
+    def begin_generation(self, workspace: str, *, compaction: bool = False) -> EdgeGeneration:
         """The new generation a rebuild of the workspace writes: the one an interrupted
-        rebuild left (its points are kept: the rebuild skips what is current there), or
-        a new empty shard. Saves of this process write to it too until it switches."""
+        rebuild or compaction left (its points are kept: the rebuild skips what is
+        current there, and it is the rebuild's from then on), or a new empty shard.
+        Saves of this process write to it too until it switches. ``compaction``: a new
+        one, marked as a compaction's (``compact`` has discarded any left)."""
         with self.session(), self._lock:
+            base = self._base_path(workspace)
+            marker = base.with_name(base.name + _COMPACTING)
+            if not compaction:
+                marker.unlink(missing_ok=True)  # taken up by a rebuild: never discarded
             if workspace in self._building and not self._building[workspace]._closed:
                 return self._building[workspace]
-            base = self._base_path(workspace)
             pointer = base.with_name(base.name + _BUILDING)
             path = _named(pointer)
             shard = None
@@ -241,9 +252,11 @@ class EdgeIndex:
                     shard.close()
                     raise
                 _private(path)
-                _write_text(
-                    pointer, path.name
-                )  # after the folder exists: a crash leaves no dangling name
+                # after the folder exists: a crash leaves no dangling name; the marker
+                # first: a generation is never taken for a rebuild's by mistake
+                if compaction:
+                    _write_text(marker, path.name)
+                _write_text(pointer, path.name)
             generation = EdgeGeneration(self, workspace, shard, path)
             self._building[workspace] = generation
             return generation
@@ -260,6 +273,7 @@ class EdgeIndex:
             _private(generation.path)
             _write_text(base.with_name(base.name + _CURRENT), generation.path.name)
             base.with_name(base.name + _BUILDING).unlink(missing_ok=True)
+            base.with_name(base.name + _COMPACTING).unlink(missing_ok=True)
             self._building.pop(workspace, None)
             old = self._shards.pop(workspace, None)
             self._shards[workspace] = generation.shard
@@ -401,7 +415,8 @@ class EdgeIndex:
                     if shard is not None and (building is None or shard is not building.shard):
                         with _engine_errors():
                             shard.update(operation)
-                self._written.add(workspace)
+                with self._lock:
+                    self._written[workspace] = time.monotonic()
             if building is not None:
                 building.apply(operation)
 
@@ -462,12 +477,20 @@ class EdgeIndex:
             with _engine_errors():
                 return shard.count(qe.CountRequest(exact=True))
 
+    def settled_writes(self, quiet: float) -> list[str]:
+        """The workspaces written since the last call and not for ``quiet`` seconds;
+        forgotten until written again."""
+        cutoff = time.monotonic() - quiet
+        with self._lock:
+            settled = sorted(w for w, last in self._written.items() if last <= cutoff)
+            for workspace in settled:
+                del self._written[workspace]
+        return settled
+
     def optimize(self) -> None:
         """Compact every workspace written since the last call (see ``compact``)."""
-        written = set(self._written)  # another thread may write meanwhile: keep its mark
-        for workspace in sorted(written):
+        for workspace in self.settled_writes(0.0):
             self.compact(workspace)
-        self._written -= written
 
     def compact(self, workspace: str, starting: Callable[[int], None] | None = None) -> int:
         """Replace the workspace's serving shard by an indexed copy when at least
@@ -482,9 +505,11 @@ class EdgeIndex:
         GIL; a child process needs the shard closed), so its points, vectors included,
         are copied into a new generation page by page, which is indexed in a child
         process and switched to like a rebuild's: saves meanwhile reach both.
-        Nothing is embedded again. Skipped while a rebuild's generation exists (its
-        switch brings indexed segments anyway). Callers keep rebuilds of the
-        workspace out meanwhile (``IndexProjector``)."""
+        Nothing is embedded again. A compaction's generation left by an interrupted
+        one is discarded first (a copy; saves since may have missed it). Skipped while
+        a rebuild's generation exists (its switch brings indexed segments anyway; an
+        interrupted one waits for ``tht memory index``, logged). Callers keep rebuilds
+        of the workspace out meanwhile (``IndexProjector``)."""
         with self.session():
             with self._serving(workspace) as shard:
                 if shard is None:
@@ -494,12 +519,16 @@ class EdgeIndex:
             # every point has a BM25 vector (always indexed) and a dense one
             if 2 * info.points_count - info.indexed_vectors_count < COMPACT_UNINDEXED:
                 return 0
-            base = self._base_path(workspace)
-            if workspace in self._building or base.with_name(base.name + _BUILDING).exists():
+            if not self._discard_compaction(workspace):
+                log.warning(
+                    "workspace %s is not compacted: a rebuild's generation is being built or"
+                    " was left by an interrupted one (`tht memory index` finishes it)",
+                    workspace,
+                )
                 return 0
             if starting is not None:
                 starting(info.points_count)
-            generation = self.begin_generation(workspace)
+            generation = self.begin_generation(workspace, compaction=True)
             offset = None
             copied = 0
             while True:
@@ -516,6 +545,28 @@ class EdgeIndex:
                     break
             generation.switch()
             return copied
+
+    def _discard_compaction(self, workspace: str) -> bool:
+        """Remove the generation an interrupted compaction of the workspace left, in
+        this process or on disk. False when a rebuild's generation is there."""
+        with self._lock:
+            base = self._base_path(workspace)
+            pointer = base.with_name(base.name + _BUILDING)
+            marker = base.with_name(base.name + _COMPACTING)
+            left = _named(pointer)
+            if left is None and workspace not in self._building:
+                marker.unlink(missing_ok=True)  # a crash before its generation was named
+                return True
+            if left is None or _named(marker) != left:
+                return False
+            generation = self._building.pop(workspace, None)
+            if generation is not None:
+                generation.close()
+            log.info("discarding the generation an interrupted compaction left: %s", left)
+            pointer.unlink()
+            marker.unlink()
+            shutil.rmtree(left, ignore_errors=True)
+            return True
 
     # -- holding the collection -------------------------------------------------------
 

@@ -274,18 +274,19 @@ class CardTransfer:
                 stop.set()  # the embedding stage too, when the check refused the file
                 ahead.end()
 
-        importer = start_stage(run_import, "import")
-        try:
-            ahead.run()
-            while importer.is_alive():
-                importer.join(0.1)  # a join that Ctrl-C can interrupt
-        except KeyboardInterrupt:
-            # the importer raises Interrupted, once the batch being written is committed
-            ahead.interrupted.set()
-            stop.set()
-            ahead.abandon()
-            while importer.is_alive():
-                importer.join(0.1)
+        with self.projector.importing(workspace):
+            importer = start_stage(run_import, "import")
+            try:
+                ahead.run()
+                while importer.is_alive():
+                    importer.join(0.1)  # a join that Ctrl-C can interrupt
+            except KeyboardInterrupt:
+                # the importer raises Interrupted, once the batch being written is committed
+                ahead.interrupted.set()
+                stop.set()
+                ahead.abandon()
+                while importer.is_alive():
+                    importer.join(0.1)
         if isinstance(outcome[0], BaseException):
             raise outcome[0]
         return outcome[0]
