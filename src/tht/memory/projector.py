@@ -447,8 +447,9 @@ class IndexProjector:
         with self._rebuild_lock:
             if workspace in self._rebuilding:
                 raise Conflict(
-                    f"a rebuild of workspace '{workspace}' (or the indexing that ends an"
-                    " import) is already running; wait for it",
+                    f"a rebuild of workspace '{workspace}' (or a compaction of its index,"
+                    " which ends an import and follows many saves) is already running;"
+                    " wait for it",
                     details={"workspace": workspace},
                 )
             self._rebuilding.add(workspace)
