@@ -13,6 +13,7 @@ Random 384-dimension vectors and 12-term sparse vectors: the engine's work, not 
 model's. No PostgreSQL.
 
     .venv/bin/python bench/edge_stall_bench.py [--points 20000] [--rounds 2]
+    .venv/bin/python bench/edge_stall_bench.py --indexed 80000 --points 20000 --rounds 0
 """
 
 from __future__ import annotations
@@ -109,12 +110,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--points", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--indexed",
+        type=int,
+        default=0,
+        help="points compacted (indexed) into the serving shard before the plain ones",
+    )
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="tht-edge-stall-"))
     rng = random.Random(7)
     try:
         index = EdgeIndex(home)
         index.ensure_collection(DIMENSION)
+        threshold = edge_engine.COMPACT_UNINDEXED
+        if args.indexed:  # a workspace indexed before, which saves or an import then grew
+            for batch in random_points(args.indexed, rng):
+                index.upsert(batch)
+            edge_engine.COMPACT_UNINDEXED = 1
+            index.compact(WORKSPACE)
+            edge_engine.COMPACT_UNINDEXED = threshold
         for batch in random_points(args.points, rng):
             index.upsert(batch)  # the serving shard, in place, as an import writes it
         runs: dict[str, list[tuple[float, float]]] = {"in_process": [], "child_process": []}
@@ -143,6 +157,7 @@ def main() -> None:
             json.dumps(
                 {
                     "points": args.points,
+                    "indexed_before": args.indexed,
                     "rounds": args.rounds,
                     "optimize_a_generation": {
                         variant: {

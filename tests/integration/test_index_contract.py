@@ -922,6 +922,45 @@ def test_compacting_an_edge_shard_copies_its_points_and_keeps_the_saves_made_mea
     index.close()
 
 
+def test_a_compaction_never_switches_to_a_copy_that_lost_points(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compaction copies the serving shard's files (here a second time, indexed
+    segments beside plain ones); a copy found with fewer points than the serving shard
+    is discarded, never served."""
+    index = EdgeIndex(tmp_path)
+    index.ensure_collection(DIMENSION)
+    first = [point(facts(), f"first card {n}") for n in range(150)]
+    index.upsert(first)
+    monkeypatch.setattr("tht.memory.index.edge.COMPACT_UNINDEXED", 100)
+    monkeypatch.setattr("tht.memory.index.edge.IN_PROCESS_OPTIMIZE_BYTES", 0)
+    assert index.compact("w1") == 150
+    later = [point(facts(), f"later card {n}") for n in range(120)]
+    index.upsert(later)
+    serving = index.workspace_path("w1")
+    copy_serving = EdgeIndex._copy_serving
+
+    def losing_a_point(self: EdgeIndex, workspace: str):  # a torn copy, say
+        generation = copy_serving(self, workspace)
+        shard = qe.EdgeShard.load(str(generation.path))
+        shard.update(qe.UpdateOperation.delete_points([later[0].id]))
+        shard.close()
+        return generation
+
+    monkeypatch.setattr(EdgeIndex, "_copy_serving", losing_a_point)
+    with pytest.raises(IndexUnavailable, match="holds 269 points, the serving shard 270"):
+        index.compact("w1")
+    assert index.workspace_path("w1") == serving and index.count("w1") == 270
+    assert sorted(p.name for p in serving.parent.iterdir()) == ["w1.current", serving.name]
+    monkeypatch.undo()
+    monkeypatch.setattr("tht.memory.index.edge.COMPACT_UNINDEXED", 100)
+    assert index.compact("w1") == 270
+    assert index.workspace_path("w1") != serving and index.count("w1") == 270
+    found = search(index, "later card 7", everything())
+    assert found[0].id == later[7].id
+    index.close()
+
+
 _OPTIMIZING = """
 import sys
 from tht.memory.index import EdgeIndex, edge

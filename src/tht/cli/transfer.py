@@ -45,7 +45,9 @@ def progress_meter(
 
     def report(phase: str, done: int, total: int | None) -> None:
         if phase == "compacting":  # one step, no rate (see docs/rebuilds.md)
-            write(f"compacting the search index: {done} points, about a minute per 100 000")
+            write(
+                f"compacting the search index: indexing {done} new points, about 30 s per 100 000"
+            )
             return
         now = time.perf_counter()
         final = total is not None and done >= total

@@ -24,8 +24,8 @@ After each round it also keeps the embedded index searchable at speed
 (``IndexProjector.compact_quiet``): Qdrant Edge has no background optimizer, so what
 saves write stays in plain segments, searched by brute force; a workspace with enough
 of them that no save has reached for a minute is compacted into an indexed copy, as an
-import ends. A compaction takes about a minute per 100 000 points, the next drain waits
-for it.
+import ends. A compaction takes seconds per 20 000 new points, about 30 s per 100 000
+here; the next drain waits for it.
 """
 
 from __future__ import annotations
