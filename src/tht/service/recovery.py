@@ -162,18 +162,16 @@ class PendingRetrier:
             outcome[workspace.id] = self._drain(workspace.id, projectors)
         return outcome
 
-    def upkeep(self) -> dict[str, dict[str, Any]]:
-        """Compact what saves left unindexed (see the module's docstring); a failure
-        costs recall speed only: logged."""
-        compacted: dict[str, dict[str, Any]] = {}
+    def upkeep(self) -> None:
+        """Compact what saves left unindexed (see the module's docstring; the projector
+        logs what it compacted); a failure costs recall speed only: logged."""
         for projector in self.projectors():
             if self._stopped.is_set():
                 break
             try:
-                compacted |= projector.compact_quiet()
+                projector.compact_quiet()
             except Exception as exc:
                 log.warning("the index was not compacted this round: %s", exc)
-        return compacted
 
     def _drain(self, workspace: str, projectors: list[IndexProjector]) -> str:
         schedule = self._schedules[workspace]

@@ -130,7 +130,7 @@ class EdgeIndex:
         self._written: dict[str, float] = {}
         self._lock = threading.RLock()
         # one write at a time into a workspace's generations: a save's writes to the
-        # serving and the new generation, or one page a compaction copies between them
+        # serving and the new generation, or a compaction's copy of the serving files
         self._writes = threading.Lock()
 
     @contextmanager
@@ -255,10 +255,11 @@ class EdgeIndex:
         """A new generation holding the serving shard's files as they are: flushed,
         then copied while no save writes (saves wait for the copy: about 0.6 s per
         60 000 points here), then named as a compaction's, so saves reach it from then
-        on. It is not open: its ``optimize`` opens it in the child process first."""
+        on. It is not open: its ``optimize`` opens it in the child process first. The
+        caller (``compact``) holds the collection."""
         base = self._base_path(workspace)
         path = _new_generation_path(base)
-        with self.session(), self._writes:
+        with self._writes:
             try:
                 with self._serving(workspace) as shard:
                     assert shard is not None  # checked by the caller; nothing removes it
