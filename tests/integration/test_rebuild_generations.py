@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -610,6 +611,59 @@ def test_a_compaction_never_discards_what_an_interrupted_rebuild_built(
         summary = projector.rebuild("acme")
         assert (summary["indexed"], summary["skipped_current"]) == (0, 40), summary
         assert index.workspace_path("acme") == generation.path
+    finally:
+        index.close()
+
+
+def test_a_failed_compaction_is_tried_again_later(archive, tmp_path, monkeypatch, caplog):
+    """A compaction that failed (the disk full while copying the shard, say) is not
+    forgotten until the workspace is written again: the upkeep tries it again after
+    COMPACTION_RETRY_SECONDS, then twice as long; the round's other workspaces are
+    compacted meanwhile."""
+    import errno
+    import shutil
+
+    from tht.memory.index import edge
+
+    monkeypatch.setattr("tht.memory.index.edge.COMPACT_UNINDEXED", 10)
+    WorkspaceService(archive).create("acme", "en")
+    WorkspaceService(archive).create("beta", "en")
+    index = EdgeIndex(tmp_path / "edge")
+    projector = IndexProjector(archive, index, GatedEmbedder())
+    service = MemoryService(archive, projector)
+    copytree, monotonic, disk_full = shutil.copytree, time.monotonic, [True]
+    later = [0.0]
+
+    def copy(source, target, *args, **kwargs):
+        if disk_full[0] and Path(target).name.startswith("acme."):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return copytree(source, target, *args, **kwargs)
+
+    monkeypatch.setattr(edge.shutil, "copytree", copy)
+    monkeypatch.setattr(time, "monotonic", lambda: monotonic() + later[0])
+    try:
+        for workspace in ("acme", "beta"):
+            for i in range(20):
+                service.create_card(workspace, card(title=f"Card {i}", content=f"topic{i} words"))
+        serving = index.workspace_path("acme")
+        with caplog.at_level("WARNING", logger="tht.memory.projector"):
+            assert set(projector.compact_quiet(quiet=0)) == {"beta"}
+        assert "No space left on device; tried again in 300 s" in caplog.text
+        assert not list(serving.parent.glob("acme.g*"))  # no copy left behind
+        assert projector.compact_quiet(quiet=0) == {}  # not due yet
+        later[0] = 301
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="tht.memory.projector"):
+            assert projector.compact_quiet(quiet=0) == {}  # due, and the disk is still full
+        assert "tried again in 600 s" in caplog.text
+        later[0] = 301 + 599
+        assert projector.compact_quiet(quiet=0) == {}
+        later[0], disk_full[0] = 301 + 601, False
+        done = projector.compact_quiet(quiet=0)
+        assert set(done) == {"acme"} and done["acme"]["points"] == 20, done
+        assert index.workspace_path("acme") != serving and index.count("acme") == 20
+        later[0] += 10_000
+        assert projector.compact_quiet(quiet=0) == {}  # done: no retry left
     finally:
         index.close()
 

@@ -59,6 +59,11 @@ ROUNDS = 3
 # The service compacts a workspace's plain points once no save has reached it for this
 # long: never during a stream of saves, whose points would go plain again at once.
 QUIET_SECONDS = 60.0
+# A compaction that failed (a full disk, say) is tried again by the service after this
+# long, then twice as long each time, up to COMPACTION_RETRY_MAX: a retry copies the
+# workspace's whole shard, so not every round.
+COMPACTION_RETRY_SECONDS = 300.0
+COMPACTION_RETRY_MAX = 3600.0
 
 
 @dataclass(frozen=True)
@@ -112,6 +117,8 @@ class IndexProjector:
         self._collection_ready = False
         self._rebuilding: set[str] = set()  # workspaces being rebuilt or compacted here
         self._importing: dict[str, int] = {}  # workspaces being imported here: how many
+        # workspaces whose compaction failed: when to try again, and how many failures
+        self._compaction_retries: dict[str, tuple[float, int]] = {}
         self._rebuild_lock = threading.Lock()
 
     # --- the projection format ---------------------------------------------------
@@ -198,7 +205,8 @@ class IndexProjector:
         unless a rebuild of the workspace runs (it switches to indexed points anyway).
         ``starting`` hears the points to copy when it starts. Returns what it copied
         and how long it took (None: nothing done). A failure
-        costs recall speed only (the points are written): it is logged."""
+        costs recall speed only (the points are written): it is logged, and the
+        service's upkeep tries again later (``compact_quiet``)."""
         compact = getattr(self.index, "compact", None)
         if compact is None:
             return None
@@ -210,11 +218,22 @@ class IndexProjector:
         try:
             points = compact(workspace, starting)
         except IndexUnavailable as exc:
-            log.warning("the index of workspace %s stays unindexed: %s", workspace, exc.message)
+            with self._rebuild_lock:
+                failures = self._compaction_retries.get(workspace, (0.0, 0))[1] + 1
+                delay = min(COMPACTION_RETRY_SECONDS * 2 ** (failures - 1), COMPACTION_RETRY_MAX)
+                self._compaction_retries[workspace] = (time.monotonic() + delay, failures)
+            log.warning(
+                "the index of workspace %s stays unindexed: %s; tried again in %d s",
+                workspace,
+                exc.message,
+                delay,
+            )
             return None
         finally:
             with self._rebuild_lock:
                 self._rebuilding.discard(workspace)
+        with self._rebuild_lock:
+            self._compaction_retries.pop(workspace, None)
         if not points:
             return None
         return {"points": points, "seconds": round(time.perf_counter() - started, 3)}
@@ -236,14 +255,18 @@ class IndexProjector:
     def compact_quiet(self, quiet: float | None = None) -> dict[str, dict[str, Any]]:
         """The service's upkeep, between its retry rounds: compact (``compact``) each
         workspace that saves wrote and that no save has reached for ``quiet`` seconds
-        (default ``QUIET_SECONDS``), unless an import of it runs. Imports compact on
-        their own; without this, what saves write would stay searched by brute force
-        until a rebuild. Returns what was compacted, per workspace."""
+        (default ``QUIET_SECONDS``), unless an import of it runs, and each workspace
+        whose compaction failed once its retry is due. Imports compact on their own;
+        without this, what saves write would stay searched by brute force until a
+        rebuild. Returns what was compacted, per workspace."""
         settled = getattr(self.index, "settled_writes", None)
         if settled is None:  # an engine that indexes on its own
             return {}
+        now = time.monotonic()
+        with self._rebuild_lock:
+            due = {w for w, (at, _) in self._compaction_retries.items() if at <= now}
         compacted = {}
-        for workspace in settled(QUIET_SECONDS if quiet is None else quiet):
+        for workspace in sorted(due.union(settled(QUIET_SECONDS if quiet is None else quiet))):
             with self._rebuild_lock:
                 if workspace in self._importing:
                     continue
