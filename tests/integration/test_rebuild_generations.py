@@ -512,8 +512,9 @@ def test_a_bulk_sync_projects_every_card_in_the_embedders_batches(
 
 
 def _interrupted_compaction(archive, path, monkeypatch, embedder):
-    """40 saved cards whose compaction died while indexing its copy (the child killed):
-    the copy is left, named as a compaction's."""
+    """40 saved cards whose compaction was interrupted while indexing its copy: the
+    child killed, and the process gone before it could discard the copy (as when the
+    service is killed), so the copy is left, named as a compaction's."""
     WorkspaceService(archive).create("acme", "en")
     index = EdgeIndex(path)
     projector = IndexProjector(archive, index, embedder)
@@ -526,7 +527,11 @@ def _interrupted_compaction(archive, path, monkeypatch, embedder):
     monkeypatch.setattr("tht.memory.index.edge.IN_PROCESS_OPTIMIZE_BYTES", 0)
     monkeypatch.setenv("THT_CRASH_AT", "edge.optimizing")  # the child dies: interrupted
     serving = index.workspace_path("acme")
-    assert projector.compact("acme") is None  # logged; the points stay served
+    with monkeypatch.context() as gone:  # nothing runs after the child's death
+        gone.setattr(EdgeIndex, "_discard_compaction", lambda self, workspace: True)
+        failed = projector.compact("acme")  # logged; the points stay served
+    assert failed is not None and failed["retry_in_seconds"] == 300, failed
+    assert "indexing the embedded index's new generation" in failed["failed"]
     assert index.workspace_path("acme") == serving
     assert (serving.parent / "acme.building").exists()
     assert (serving.parent / "acme.compacting").read_text() == (
@@ -534,6 +539,35 @@ def _interrupted_compaction(archive, path, monkeypatch, embedder):
     ).read_text()
     monkeypatch.delenv("THT_CRASH_AT")
     return index, projector, serving, saved
+
+
+def test_a_failed_compaction_removes_its_copy_at_once(archive, tmp_path, monkeypatch):
+    """A compaction whose indexing fails (the engine wanted more disk than there was)
+    removes its copy then, instead of leaving it on the full disk until the next
+    compaction; the error is the engine's last line, not the child's traceback."""
+    WorkspaceService(archive).create("acme", "en")
+    index = EdgeIndex(tmp_path / "edge")
+    projector = IndexProjector(archive, index, GatedEmbedder())
+    service = MemoryService(archive, projector)
+    try:
+        for i in range(40):
+            service.create_card("acme", card(title=f"Card {i}", content=f"topic{i} words"))
+        monkeypatch.setattr("tht.memory.index.edge.COMPACT_UNINDEXED", 10)
+        monkeypatch.setattr("tht.memory.index.edge.IN_PROCESS_OPTIMIZE_BYTES", 0)
+        monkeypatch.setenv("THT_CRASH_AT", "edge.optimizing")  # the child fails
+        serving = index.workspace_path("acme")
+        failed = projector.compact("acme")
+        assert failed is not None and "(exit " in failed["failed"], failed
+        assert "Traceback" not in failed["failed"], failed
+        assert sorted(p.name for p in serving.parent.iterdir()) == [serving.name], list(
+            serving.parent.iterdir()
+        )
+        assert index.workspace_path("acme") == serving and index.count("acme") == 40
+        monkeypatch.delenv("THT_CRASH_AT")
+        done = projector.compact("acme")
+        assert done is not None and done["points"] == 40, done
+    finally:
+        index.close()
 
 
 @pytest.mark.parametrize("left_by", ["this-process", "a-stopped-process"])
@@ -634,9 +668,12 @@ def test_a_failed_compaction_is_tried_again_later(archive, tmp_path, monkeypatch
     copytree, monotonic, disk_full = shutil.copytree, time.monotonic, [True]
     later = [0.0]
 
+    def no_space(source, target, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
     def copy(source, target, *args, **kwargs):
         if disk_full[0] and Path(target).name.startswith("acme."):
-            raise OSError(errno.ENOSPC, "No space left on device")
+            kwargs["copy_function"] = no_space  # every file fails, as on a full disk
         return copytree(source, target, *args, **kwargs)
 
     monkeypatch.setattr(edge.shutil, "copytree", copy)
@@ -648,7 +685,9 @@ def test_a_failed_compaction_is_tried_again_later(archive, tmp_path, monkeypatch
         serving = index.workspace_path("acme")
         with caplog.at_level("WARNING", logger="tht.memory.projector"):
             assert set(projector.compact_quiet(quiet=0)) == {"beta"}
-        assert "No space left on device; tried again in 300 s" in caplog.text
+        # one line, not copytree's list of every file with both paths
+        assert "No space left on device" in caplog.text and len(caplog.text) < 1_000
+        assert "more files); tried again in 300 s" in caplog.text
         assert not list(serving.parent.glob("acme.g*"))  # no copy left behind
         assert projector.compact_quiet(quiet=0) == {}  # not due yet
         later[0] = 301

@@ -893,3 +893,42 @@ def test_an_import_that_leaves_many_vectors_unindexed_ends_on_an_indexed_copy(
     found = cli("memory", "search", "Card 42", "-c", config, "--json")
     assert found.code == 0, found.document
     assert found.document["results"][0]["title"] == "Card 42", found.document
+
+
+def test_an_import_whose_compaction_fails_says_so_and_keeps_its_cards(
+    run, cli, runtime_file, tmp_path, monkeypatch
+):
+    """A full disk while copying the shard: the import succeeds (its points are
+    searched by brute force) and its summary says why the compaction failed and when
+    the service tries again, instead of leaving the user with the progress line."""
+    import errno
+    import shutil
+
+    from tht.memory.index import edge
+
+    def no_space(source, target, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    copytree = shutil.copytree
+
+    def copy(source, target, *args, **kwargs):
+        if not args:  # the compaction's call (copytree recurses with every argument)
+            kwargs["copy_function"] = no_space  # every file fails, as on a full disk
+        return copytree(source, target, *args, **kwargs)
+
+    monkeypatch.setattr(edge.shutil, "copytree", copy)
+    monkeypatch.setattr("tht.memory.index.edge.COMPACT_UNINDEXED", 100)
+    config = runtime_file("acme")
+    path = tmp_path / "many.jsonl"
+    path.write_bytes(_jsonl(*(card_document(title=f"Card {n}") for n in range(150))))
+    code, lines, err = run("memory", "import", str(path), "-c", config)
+    assert code == 0, (lines, err)
+    index = json.loads(lines[-1])["index"]
+    assert "compacted" not in index, index
+    failed = index["compaction_failed"]
+    assert failed["retry_in_seconds"] == 300, failed
+    assert failed["failed"].startswith("copying the embedded index of workspace acme failed:")
+    assert "No space left on device" in failed["failed"] and len(failed["failed"]) < 1_000
+    assert not list(tmp_path.rglob("acme.g*"))  # the partial copy is removed
+    found = cli("memory", "search", "Card 42", "-c", config, "--json")
+    assert found.code == 0 and found.document["results"][0]["title"] == "Card 42", found.document

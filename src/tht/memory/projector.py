@@ -204,9 +204,9 @@ class IndexProjector:
         own replace the serving points by an indexed copy (``EdgeIndex.compact``),
         unless a rebuild of the workspace runs (it switches to indexed points anyway).
         ``starting`` hears the points to copy when it starts. Returns what it copied
-        and how long it took (None: nothing done). A failure
-        costs recall speed only (the points are written): it is logged, and the
-        service's upkeep tries again later (``compact_quiet``)."""
+        and how long it took, or, when it failed, why and in how many seconds the
+        service's upkeep tries again (``compact_quiet``); None: nothing to do. A
+        failure costs recall speed only (the points are written): it is logged."""
         compact = getattr(self.index, "compact", None)
         if compact is None:
             return None
@@ -228,7 +228,7 @@ class IndexProjector:
                 exc.message,
                 delay,
             )
-            return None
+            return {"failed": exc.message, "retry_in_seconds": round(delay)}
         finally:
             with self._rebuild_lock:
                 self._rebuilding.discard(workspace)
@@ -270,7 +270,7 @@ class IndexProjector:
             with self._rebuild_lock:
                 if workspace in self._importing:
                     continue
-            if (done := self.compact(workspace)) is not None:
+            if (done := self.compact(workspace)) is not None and "failed" not in done:
                 compacted[workspace] = done
                 log.info("compacted the index of workspace %s: %s", workspace, done)
         return compacted

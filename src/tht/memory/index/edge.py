@@ -269,7 +269,8 @@ class EdgeIndex:
             except OSError as exc:  # a full disk, say: the serving shard is untouched
                 shutil.rmtree(path, ignore_errors=True)
                 raise IndexUnavailable(
-                    f"copying the embedded index of workspace {workspace} failed: {exc}",
+                    f"copying the embedded index of workspace {workspace} failed:"
+                    f" {_copy_failure(exc)}",
                     details={"path": str(path), "workspace": workspace},
                 ) from exc
             except BaseException:
@@ -552,7 +553,12 @@ class EdgeIndex:
             if starting is not None:
                 starting(plain)
             generation = self._copy_serving(workspace)
-            generation.optimize()
+            try:
+                generation.optimize()
+            except IndexUnavailable:
+                if not generation.closed:  # it failed (a full disk, say), not interrupted:
+                    self._discard_compaction(workspace)  # its copy would only hold the disk
+                raise
             with self._writes, self._serving(workspace) as shard:  # no save in between
                 assert shard is not None
                 with _engine_errors():
@@ -810,6 +816,17 @@ def _config(dimension: int) -> qe.EdgeConfig:
     )
 
 
+def _copy_failure(exc: OSError) -> str:
+    """What stopped a copy, in one line: ``copytree`` goes on past a file it cannot
+    copy and raises one error listing them all (on a full disk, every file, with both
+    paths: tens of kilobytes of log)."""
+    failures = exc.args[0] if isinstance(exc, shutil.Error) and exc.args else None
+    if isinstance(failures, list) and failures:
+        more = f" (and {len(failures) - 1} more files)" if len(failures) > 1 else ""
+        return f"{failures[0][2]}{more}"
+    return str(exc)
+
+
 def _edge_point(
     point_id: qe.PointId, vectors: qe.Vector, payload: dict[str, Any] | None
 ) -> qe.Point:
@@ -847,6 +864,11 @@ class EdgeGeneration:
         if self._shard is None:
             raise self._closed_error()
         return self._shard
+
+    @property
+    def closed(self) -> bool:
+        """Let go (the index closed, or a failed load): the next rebuild takes it up."""
+        return self._closed
 
     def holds(self, shard: qe.EdgeShard) -> bool:
         """Whether this generation's shard is that one (it serves, already switched)."""
@@ -909,9 +931,11 @@ class EdgeGeneration:
                 optimizer.wait()
             self._reopen()
         if optimizer.returncode != 0:
+            # the child's last line: the engine's error, not the traceback above it
+            reason = (stderr.decode(errors="replace").strip().splitlines() or [""])[-1][-500:]
             raise IndexUnavailable(
                 f"indexing the embedded index's new generation {self.path} failed "
-                f"(exit {optimizer.returncode}): {stderr.decode(errors='replace').strip()[-500:]}",
+                f"(exit {optimizer.returncode}): {reason}",
                 details={"path": str(self.path), "workspace": self.workspace},
             )
 

@@ -676,7 +676,7 @@ class CardTransfer:
                     (lambda points: progress("compacting", points, None)) if progress else None
                 )
                 if (compacted := self.projector.compact(workspace, starting)) is not None:
-                    index["compacted"] = compacted
+                    index["compaction_failed" if "failed" in compacted else "compacted"] = compacted
             failures += ahead.failures if ahead is not None else []
             if ahead is not None and ahead.interrupted.is_set():
                 raise KeyboardInterrupt
