@@ -17,7 +17,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -25,6 +24,7 @@ import pytest
 from qdrant_client import QdrantClient
 
 from tests.factories import card
+from tests.full_disk import copies_run_out_of_space
 from tht.errors import Conflict
 from tht.memory.embedding import HashingEmbedder
 from tht.memory.index import EdgeIndex, QdrantServerIndex
@@ -654,29 +654,16 @@ def test_a_failed_compaction_is_tried_again_later(archive, tmp_path, monkeypatch
     forgotten until the workspace is written again: the upkeep tries it again after
     COMPACTION_RETRY_SECONDS, then twice as long; the round's other workspaces are
     compacted meanwhile."""
-    import errno
-    import shutil
-
-    from tht.memory.index import edge
-
     monkeypatch.setattr("tht.memory.index.edge.COMPACT_UNINDEXED", 10)
     WorkspaceService(archive).create("acme", "en")
     WorkspaceService(archive).create("beta", "en")
     index = EdgeIndex(tmp_path / "edge")
     projector = IndexProjector(archive, index, GatedEmbedder())
     service = MemoryService(archive, projector)
-    copytree, monotonic, disk_full = shutil.copytree, time.monotonic, [True]
-    later = [0.0]
-
-    def no_space(source, target, **kwargs):
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    def copy(source, target, *args, **kwargs):
-        if disk_full[0] and Path(target).name.startswith("acme."):
-            kwargs["copy_function"] = no_space  # every file fails, as on a full disk
-        return copytree(source, target, *args, **kwargs)
-
-    monkeypatch.setattr(edge.shutil, "copytree", copy)
+    monotonic, disk_full, later = time.monotonic, [True], [0.0]
+    copies_run_out_of_space(
+        monkeypatch, lambda target: disk_full[0] and target.name.startswith("acme.")
+    )
     monkeypatch.setattr(time, "monotonic", lambda: monotonic() + later[0])
     try:
         for workspace in ("acme", "beta"):

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.factories import card, card_document
+from tests.full_disk import copies_run_out_of_space
 from tests.integration.service_support import installation
 from tht.faults import CRASH_EXIT_CODE
 from tht.memory import projector as projector_module
@@ -863,18 +864,24 @@ def test_the_last_progress_line_is_the_final_count(run, runtime_file, tmp_path):
     assert err.splitlines()[-1].startswith("indexed 3/3 records"), err
 
 
-def test_an_import_that_leaves_many_vectors_unindexed_ends_on_an_indexed_copy(
-    run, cli, runtime_file, tmp_path, monkeypatch
-):
-    """Qdrant Edge indexes nothing on its own: the import replaces the serving shard
-    by an indexed copy (threshold lowered here from 20 000 plain vectors)."""
+def _import_150_cards_to_compact(run, runtime_file, tmp_path, monkeypatch):
+    """150 cards imported into "acme" with the compaction's threshold lowered from
+    20 000 plain vectors to 100: the runtime file, the summary's ``index``, stderr."""
     monkeypatch.setattr("tht.memory.index.edge.COMPACT_UNINDEXED", 100)
     config = runtime_file("acme")
     path = tmp_path / "many.jsonl"
     path.write_bytes(_jsonl(*(card_document(title=f"Card {n}") for n in range(150))))
     code, lines, err = run("memory", "import", str(path), "-c", config)
     assert code == 0, (lines, err)
-    index = json.loads(lines[-1])["index"]
+    return config, json.loads(lines[-1])["index"], err
+
+
+def test_an_import_that_leaves_many_vectors_unindexed_ends_on_an_indexed_copy(
+    run, cli, runtime_file, tmp_path, monkeypatch
+):
+    """Qdrant Edge indexes nothing on its own: the import replaces the serving shard
+    by an indexed copy (threshold lowered here from 20 000 plain vectors)."""
+    config, index, err = _import_150_cards_to_compact(run, runtime_file, tmp_path, monkeypatch)
     assert (index["indexed"], index["pending"], index["compacted"]["points"]) == (150, 0, 150)
     *_, indexed, compacting = err.splitlines()
     assert indexed.startswith("indexed 150/150 records"), err
@@ -901,29 +908,9 @@ def test_an_import_whose_compaction_fails_says_so_and_keeps_its_cards(
     """A full disk while copying the shard: the import succeeds (its points are
     searched by brute force) and its summary says why the compaction failed and when
     the service tries again, instead of leaving the user with the progress line."""
-    import errno
-    import shutil
-
-    from tht.memory.index import edge
-
-    def no_space(source, target, **kwargs):
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    copytree = shutil.copytree
-
-    def copy(source, target, *args, **kwargs):
-        if not args:  # the compaction's call (copytree recurses with every argument)
-            kwargs["copy_function"] = no_space  # every file fails, as on a full disk
-        return copytree(source, target, *args, **kwargs)
-
-    monkeypatch.setattr(edge.shutil, "copytree", copy)
-    monkeypatch.setattr("tht.memory.index.edge.COMPACT_UNINDEXED", 100)
-    config = runtime_file("acme")
-    path = tmp_path / "many.jsonl"
-    path.write_bytes(_jsonl(*(card_document(title=f"Card {n}") for n in range(150))))
-    code, lines, err = run("memory", "import", str(path), "-c", config)
-    assert code == 0, (lines, err)
-    index = json.loads(lines[-1])["index"]
+    copies_run_out_of_space(monkeypatch)
+    config, index, err = _import_150_cards_to_compact(run, runtime_file, tmp_path, monkeypatch)
+    assert err.splitlines()[-1].startswith("compacting the search index"), err
     assert "compacted" not in index, index
     failed = index["compaction_failed"]
     assert failed["retry_in_seconds"] == 300, failed
