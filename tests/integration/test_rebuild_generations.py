@@ -604,6 +604,30 @@ def test_an_interrupted_compaction_is_redone_by_the_next_one(
         index.close()
 
 
+def test_the_service_redoes_a_compaction_an_earlier_process_left(archive, tmp_path, monkeypatch):
+    """The service stopped while it compacted: nothing wrote the workspace since, so no
+    save would bring it back, but the next service's first upkeep round finds the copy
+    left (``.compacting``), discards it and compacts again, embedding nothing."""
+    embedder = GatedEmbedder()
+    index, _, serving, _ = _interrupted_compaction(
+        archive, tmp_path / "edge", monkeypatch, embedder
+    )
+    left = serving.parent / (serving.parent / "acme.building").read_text()
+    index.close()  # the service stops
+    index = EdgeIndex(tmp_path / "edge")  # ... and a new one starts
+    projector = IndexProjector(archive, index, embedder)
+    try:
+        assert index.interrupted_compactions() == ["acme"]
+        embedder.hook = lambda call: None
+        done = projector.compact_quiet()  # its first round; no save settled in this process
+        assert set(done) == {"acme"} and done["acme"]["points"] == 40, done
+        assert embedder.rebuild_calls == 0 and not left.exists()
+        assert index.interrupted_compactions() == [] and index.count("acme") == 40
+        assert projector.compact_quiet(quiet=0) == {}  # taken up once
+    finally:
+        index.close()
+
+
 def test_an_interrupted_compaction_is_finished_by_a_rebuild_without_embedding(
     archive, tmp_path, monkeypatch
 ):

@@ -119,6 +119,7 @@ class IndexProjector:
         self._importing: dict[str, int] = {}  # workspaces being imported here: how many
         # workspaces whose compaction failed: when to try again, and how many failures
         self._compaction_retries: dict[str, tuple[float, int]] = {}
+        self._upkept = False  # the upkeep ran once: it took up what earlier processes left
         self._rebuild_lock = threading.Lock()
 
     # --- the projection format ---------------------------------------------------
@@ -256,12 +257,19 @@ class IndexProjector:
         """The service's upkeep, between its retry rounds: compact (``compact``) each
         workspace that saves wrote and that no save has reached for ``quiet`` seconds
         (default ``QUIET_SECONDS``), unless an import of it runs, and each workspace
-        whose compaction failed once its retry is due. Imports compact on their own;
-        without this, what saves write would stay searched by brute force until a
-        rebuild. Returns what was compacted, per workspace."""
+        whose compaction failed once its retry is due; in its first round, also each
+        workspace whose compaction an earlier process left half done (the service was
+        stopped meanwhile). Imports compact on their own; without this, what saves
+        write would stay searched by brute force until a rebuild. Returns what was
+        compacted, per workspace."""
         settled = getattr(self.index, "settled_writes", None)
         if settled is None:  # an engine that indexes on its own
             return {}
+        if not self._upkept:
+            self._upkept = True
+            for workspace in getattr(self.index, "interrupted_compactions", list)():
+                with self._rebuild_lock:
+                    self._compaction_retries.setdefault(workspace, (0.0, 0))
         now = time.monotonic()
         with self._rebuild_lock:
             due = {w for w, (at, _) in self._compaction_retries.items() if at <= now}

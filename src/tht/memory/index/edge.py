@@ -509,6 +509,13 @@ class EdgeIndex:
                 del self._written[workspace]
         return settled
 
+    def interrupted_compactions(self) -> list[str]:
+        """The workspaces whose compaction an earlier process left half done (stopped
+        while it ran): its copy is still named ``.compacting``. Nothing else would
+        redo it, nor free the copy's disk space, until the workspace is written again."""
+        markers = (self.collection_path / _WORKSPACES).glob(f"*{_COMPACTING}")
+        return sorted(_workspace_of(marker.name.removesuffix(_COMPACTING)) for marker in markers)
+
     def optimize(self) -> None:
         """Compact every workspace written since the last call (see ``compact``)."""
         for workspace in self.settled_writes(0.0):
@@ -814,6 +821,11 @@ def _config(dimension: int) -> qe.EdgeConfig:
         quantization_config=qe.ScalarQuantizationConfig(type=qe.ScalarType.Int8, always_ram=True),
         optimizers=qe.EdgeOptimizersConfig(max_segment_size=_MAX_SEGMENT_KB),
     )
+
+
+def _workspace_of(name: str) -> str:
+    """The workspace of a shard folder's name (``EdgeIndex._base_path``)."""
+    return bytes.fromhex(name[1:]).decode() if name.startswith("_") else name
 
 
 def _copy_failure(exc: OSError) -> str:
