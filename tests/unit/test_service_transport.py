@@ -61,3 +61,48 @@ def test_a_passed_file_is_read_from_its_start_by_each_reader_and_stays_open(tmp_
     finally:
         os.close(fd)
         os.close(folder)
+
+
+def test_a_request_sent_whole_with_its_descriptor_gets_the_answer_of_a_service_that_closed(
+    monkeypatch,
+):
+    """The client passes an import's file with the request's first bytes; when those
+    are the whole request, a quick service (a refusal) reads it, answers and closes
+    before the client goes on. The client then sent nothing more, yet ``sendall(b"")``
+    still calls send(): EPIPE, and `service_lost` instead of the refusal (a flaky
+    `test_import_and_export_through_the_service_respect_capabilities`)."""
+    import json
+    import socket
+    import threading
+
+    from tht.service import client
+
+    ours, services = socket.socketpair()
+    answered = threading.Event()
+
+    def service() -> None:
+        received, fds = b"", []
+        while not received.endswith(b"\n"):
+            data, passed, _, _ = socket.recv_fds(services, 1 << 16, 4)
+            received += data
+            fds += passed
+        for fd in fds:
+            os.close(fd)
+        services.sendall(json.dumps({"exit": 5, "stdout": "refused"}).encode() + b"\n")
+        services.close()
+        answered.set()
+
+    send_fds = socket.send_fds
+
+    def send_then_let_the_service_close(sock, buffers, fds):
+        sent = send_fds(sock, buffers, fds)
+        assert answered.wait(10)  # the service is gone before the client goes on
+        return sent
+
+    monkeypatch.setattr(socket, "send_fds", send_then_let_the_service_close)
+    thread = threading.Thread(target=service)
+    thread.start()
+    with open(os.devnull, "rb") as passed:
+        request = {"argv": ["memory", "import", "x.jsonl"], "fds": [passed.fileno()]}
+        assert client._exchange(ours, request, lambda text: None) == (5, "refused")
+    thread.join()

@@ -338,7 +338,8 @@ def _exchange(sock: socket.socket, request: dict[str, Any], write: Write) -> tup
         try:
             if fds:
                 sent = socket.send_fds(sock, [line], fds)
-                sock.sendall(line[sent:])
+                if sent < len(line):  # sendall sends even nothing: EPIPE once the service,
+                    sock.sendall(line[sent:])  # having read it all, answered and closed
             else:
                 sock.sendall(line)
         except OSError as exc:
