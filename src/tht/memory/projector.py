@@ -23,6 +23,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from tht.backoff import doubling_delay
 from tht.errors import Conflict, Interrupted, NotFound
 from tht.faults import crash_point, pause_point, simulated_outage
 from tht.memory.archive.port import Archive, ArchiveTx, RecordedProjection
@@ -221,7 +222,7 @@ class IndexProjector:
         except IndexUnavailable as exc:
             with self._rebuild_lock:
                 failures = self._compaction_retries.get(workspace, (0.0, 0))[1] + 1
-                delay = min(COMPACTION_RETRY_SECONDS * 2 ** (failures - 1), COMPACTION_RETRY_MAX)
+                delay = doubling_delay(failures, COMPACTION_RETRY_SECONDS, COMPACTION_RETRY_MAX)
                 self._compaction_retries[workspace] = (time.monotonic() + delay, failures)
             log.warning(
                 "the index of workspace %s stays unindexed: %s; tried again in %d s",
@@ -267,8 +268,9 @@ class IndexProjector:
             return {}
         if not self._upkept:
             self._upkept = True
-            for workspace in getattr(self.index, "interrupted_compactions", list)():
-                with self._rebuild_lock:
+            left: list[str] = getattr(self.index, "interrupted_compactions", list)()
+            with self._rebuild_lock:
+                for workspace in left:
                     self._compaction_retries.setdefault(workspace, (0.0, 0))
         now = time.monotonic()
         with self._rebuild_lock:

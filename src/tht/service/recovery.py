@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from tht.backoff import doubling_delay
 from tht.errors import ThothError
 from tht.memory.archive.postgres import PostgresArchive
 from tht.sqlfiles import named_queries
@@ -57,9 +58,7 @@ NO_PROJECTION_SECONDS = 1.0
 
 def backoff_delay(failures: int, base: float = BASE_SECONDS, cap: float = CAP_SECONDS) -> float:
     """Seconds before the next attempt after ``failures`` consecutive failed drains."""
-    if failures <= 0:
-        return 0.0
-    return min(cap, base * 2.0 ** min(failures - 1, 32))
+    return doubling_delay(failures, base, cap)
 
 
 @dataclass
