@@ -656,6 +656,52 @@ def test_ctrl_c_during_the_check_pass_writes_nothing(database, runtime_file, tmp
         archive.close()
 
 
+def test_ctrl_c_while_the_import_compacts_says_how_to_resume(database, runtime_file, tmp_path):
+    """Ctrl-C while the import waits for its compaction (in the engine's child, held
+    here): the import ends as interrupted (exit 130, how to resume) once the compaction
+    it waits for is done. Before, the interrupted wait made Python 3.11 take the import's
+    thread for ended (python/cpython#90882) and the command failed with an IndexError."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("THT_")}
+    env.update(database.env(), THT_HOME=str(tmp_path / "home"), THT_SERVICE="off")
+    config = runtime_file("acme")
+    created = subprocess.run(
+        [sys.executable, "-m", "tht", "workspace", "create", "acme", "--language", "en"],
+        env=env,
+        capture_output=True,
+        timeout=300,
+    )
+    assert created.returncode == 0, created.stdout
+    path = tmp_path / "many.jsonl"
+    path.write_bytes(_jsonl(*(card_document(title=f"Card {i}") for i in range(150))))
+    marker = tmp_path / "paused"
+    # the command with the compaction's thresholds lowered (150 cards are enough)
+    lowered = (
+        "import runpy, tht.memory.index.edge as edge;"
+        " edge.COMPACT_UNINDEXED = 100; edge.IN_PROCESS_OPTIMIZE_BYTES = 0;"
+        " runpy.run_module('tht', run_name='__main__')"
+    )
+    running = subprocess.Popen(
+        [sys.executable, "-c", lowered, "memory", "import", str(path), "-c", config],
+        env={**env, "THT_PAUSE_AT": "edge.optimizing", "THT_PAUSE_FILE": str(marker)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not marker.exists():  # the compaction's child holds
+        assert running.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    running.send_signal(signal.SIGINT)
+    time.sleep(0.5)  # the main thread takes the signal while it waits for the import
+    marker.unlink()  # the compaction goes on, and ends
+    out, err = running.communicate(timeout=120)
+    assert running.returncode == 130, (out, err)
+    error = json.loads(out)["error"]
+    assert (error["code"], error["details"]["written"]) == ("interrupted", 150), error
+    assert error["details"]["resume"] == "rerun the same command"
+    assert "Traceback" not in err, err
+
+
 def test_killed_while_indexing_a_rerun_indexes_what_was_written(database, runtime_file, tmp_path):
     """kill -9 after the first batch's points reached the index, before their
     projections were recorded: the cards are in the archive with their operations

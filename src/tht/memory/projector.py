@@ -45,7 +45,7 @@ from tht.memory.index.port import (
 from tht.memory.model import Card, card_id_to_uuid, uuid_to_card_id
 from tht.memory.projection import ProjectedCard, card_facts, fingerprint, indexed_text
 from tht.memory.service import IndexOutcome
-from tht.memory.stages import hand_over, start_stage, take_over
+from tht.memory.stages import Stage, hand_over, start_stage, take_over
 
 log = logging.getLogger(__name__)
 Progress = Callable[[int, int], None]
@@ -627,7 +627,7 @@ class IndexProjector:
 
         def write() -> None:
             written = 0
-            indexing: threading.Thread | None = None
+            indexing: Stage | None = None
             try:
                 while (item := take_over(embedded, stop)) is not None:
                     cards, prepared = item
@@ -638,7 +638,7 @@ class IndexProjector:
                     projected(len(cards))
                     pause_point("index.after_batch")
                     written += len(cards)
-                    if written >= OPTIMIZE_EVERY and (indexing is None or not indexing.is_alive()):
+                    if written >= OPTIMIZE_EVERY and (indexing is None or not indexing.running()):
                         # index the full segments while writing and embedding go on (an
                         # Edge generation holds the writes back meanwhile, see EdgeGeneration)
                         indexing = start_stage(index_segments, "rebuild-index")
@@ -648,7 +648,7 @@ class IndexProjector:
                 stop.set()
             finally:
                 if indexing is not None:
-                    indexing.join()  # the switch (or the next rebuild) finds it open
+                    indexing.wait()  # the switch (or the next rebuild) finds it open
 
         threads = [start_stage(read, "rebuild-read"), start_stage(write, "rebuild-write")]
         try:
@@ -659,12 +659,12 @@ class IndexProjector:
                 if not hand_over(embedded, item, stop):
                     break
             hand_over(embedded, None, stop)
-            while threads[1].is_alive():
-                threads[1].join(0.1)  # a join that Ctrl-C can interrupt
+            while not threads[1].wait(0.1):  # a wait that Ctrl-C can interrupt
+                pass
         finally:
             stop.set()  # the writer ends its chunk's transaction, the reader its read
             for thread in threads:
-                thread.join()
+                thread.wait()
         if failures:
             raise failures[0]
         return report

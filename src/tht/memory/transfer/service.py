@@ -278,15 +278,15 @@ class CardTransfer:
             importer = start_stage(run_import, "import")
             try:
                 ahead.run()
-                while importer.is_alive():
-                    importer.join(0.1)  # a join that Ctrl-C can interrupt
+                while not importer.wait(0.1):  # a wait that Ctrl-C can interrupt
+                    pass
             except KeyboardInterrupt:
                 # the importer raises Interrupted, once the batch being written is committed
                 ahead.interrupted.set()
                 stop.set()
                 ahead.abandon()
-                while importer.is_alive():
-                    importer.join(0.1)
+                while not importer.wait(0.1):
+                    pass
         if isinstance(outcome[0], BaseException):
             raise outcome[0]
         return outcome[0]
@@ -651,8 +651,8 @@ class CardTransfer:
         ]
         reported = (0, 0)
         try:
-            while any(thread.is_alive() for thread in threads):
-                threads[1].join(0.25)  # Ctrl-C reaches the main thread (see the flag below)
+            while any(thread.running() for thread in threads):
+                threads[1].wait(0.25)  # Ctrl-C reaches the main thread (see the flag below)
                 if ahead is not None and ahead.interrupted.is_set():
                     raise KeyboardInterrupt  # reached the main thread, which embeds
                 now = (written[0], index["indexed"])
