@@ -140,7 +140,7 @@ def main() -> None:
         with open(path, "w") as out:
             for document in documents(args.cards, random.Random(7)):
                 out.write(json.dumps(document) + "\n")
-        imports, raws, compactions = [], [], []
+        imports, raws, compactions, unindexed = [], [], [], []
         texts: list[str] = []
         for round_ in range(args.rounds):
             workspace = f"bench-{round_}"
@@ -150,6 +150,11 @@ def main() -> None:
             assert summary["index"]["pending"] == (args.cards if args.archive_only else 0), summary
             imports.append(args.cards / seconds)
             compactions.append(summary["index"].get("compacted"))
+            with index.session():  # what recall still searches by brute force
+                shard = index.shard(workspace)
+                assert shard is not None
+                info = shard.info()
+            unindexed.append(2 * info.points_count - info.indexed_vectors_count)
             if not texts:  # the indexed texts of the very cards imported
                 with archive.transaction(workspace) as tx:
                     ids = tx.card_ids_after(uuid.UUID(int=0), args.cards)
@@ -171,6 +176,8 @@ def main() -> None:
                     "ratio": round(import_rate / raw_rate, 3),
                     # the compaction that ends an import leaving 20 000+ unindexed vectors
                     "compactions": compactions,
+                    # dense vectors left in plain segments when the import returned
+                    "unindexed_after": unindexed,
                 },
                 indent=2,
             )

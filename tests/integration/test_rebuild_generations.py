@@ -497,6 +497,8 @@ def test_a_bulk_sync_projects_every_card_in_the_embedders_batches(
         assert index.count("acme") == 1099
         assert MemoryService(archive, projector).pending("acme") == []
         calls = embedder.rebuild_calls
+        if not compacted:  # nor with a lower threshold: the engine would index none of them
+            assert projector.compact("acme", least=1) is None
         projector.compact("acme")  # as an import ends
         assert embedder.rebuild_calls == calls
         assert (index.workspace_path("acme") != serving) is compacted

@@ -948,6 +948,40 @@ def test_an_import_that_leaves_many_vectors_unindexed_ends_on_an_indexed_copy(
     assert found.document["results"][0]["title"] == "Card 42", found.document
 
 
+def test_a_large_import_compacts_while_it_writes_then_what_is_left(
+    run, cli, runtime_file, tmp_path, monkeypatch
+):
+    """An import compacts each time it has indexed another ``OPTIMIZE_EVERY`` points
+    (lowered here from 20 000 to 300), in a thread while it goes on writing, and what
+    is left when it ends: it no longer waits for the index build of all it wrote. The
+    cards written during a compaction reach its copy (else the copy would hold fewer
+    points and never be switched to)."""
+    monkeypatch.setattr(projector_module, "OPTIMIZE_EVERY", 300)
+    monkeypatch.setattr("tht.memory.index.edge.COMPACT_UNINDEXED", 300)
+    monkeypatch.setattr("tht.memory.index.edge.ENGINE_INDEXES_FROM_BYTES", 1)
+    config = runtime_file("acme")
+    path = tmp_path / "many.jsonl"
+    path.write_bytes(_jsonl(*(card_document(title=f"Card {n}") for n in range(1100))))
+    code, lines, err = run("memory", "import", str(path), "-c", config)
+    assert code == 0, (lines, err)
+    index = json.loads(lines[-1])["index"]
+    assert (index["indexed"], index["pending"]) == (1100, 0), index
+    compacted = index["compacted"]
+    # at least one after the first 512 indexed cards; the last covers every point
+    assert compacted["while_importing"] >= 1 and compacted["points"] == 1100, index
+    (current,) = tmp_path.rglob("acme.current")  # one generation left: the last copy
+    assert sorted(p.name for p in current.parent.iterdir()) == sorted(
+        ["acme.current", current.read_text().strip()]
+    )
+    checked = cli("memory", "check", "-c", config)
+    assert checked.code == 0 and (checked.document["cards"], checked.document["points"]) == (
+        1100,
+        1100,
+    ), checked.document
+    found = cli("memory", "search", "Card 1099", "-c", config, "--json")
+    assert found.code == 0 and found.document["results"][0]["title"] == "Card 1099"
+
+
 def test_an_import_whose_compaction_fails_says_so_and_keeps_its_cards(
     run, cli, runtime_file, tmp_path, monkeypatch
 ):

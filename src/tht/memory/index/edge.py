@@ -84,9 +84,12 @@ _MAX_SEGMENT_KB = 32_000
 # Plain (unindexed) dense vectors in a serving shard before an import compacts it: one
 # full segment, searched by brute force in about 3 ms.
 COMPACT_UNINDEXED = 20_000
+# The engine's default indexing threshold: a segment whose dense vectors take fewer
+# bytes stays plain (brute force) when optimized.
+ENGINE_INDEXES_FROM_BYTES = 10_000 * 1024
 # A generation whose dense vectors take fewer bytes is indexed in this process: below
-# the engine's default indexing threshold (10 000 KB) it builds no index, so the call
-# takes milliseconds, less than starting the child process (about 0.2 s).
+# that threshold the engine builds no index, so the call takes milliseconds, less than
+# starting the child process (about 0.2 s).
 IN_PROCESS_OPTIMIZE_BYTES = 8_000_000
 # What an earlier version's single shard left in the collection directory.
 _LEGACY_SHARD = ("edge_config.json", "segments", "wal", "temp_segments")
@@ -521,11 +524,19 @@ class EdgeIndex:
         for workspace in self.settled_writes(0.0):
             self.compact(workspace)
 
-    def compact(self, workspace: str, starting: Callable[[int], None] | None = None) -> int:
+    def compact(
+        self,
+        workspace: str,
+        starting: Callable[[int], None] | None = None,
+        *,
+        least: int | None = None,
+    ) -> int:
         """Replace the workspace's serving shard by an indexed copy when at least
-        ``COMPACT_UNINDEXED`` of its dense vectors are in plain segments; returns the
-        points copied (0: not compacted). ``starting`` hears the number of plain
-        vectors it indexes when it starts (about 30 s per 100 000 here).
+        ``COMPACT_UNINDEXED`` of its dense vectors are in plain segments, or ``least``
+        if given (but never fewer than one segment the engine indexes: the shard would
+        be copied for nothing); returns the points copied (0: not compacted).
+        ``starting`` hears the number of plain vectors it indexes when it starts
+        (about 30 s per 100 000 here).
 
         Edge has no background optimizer: what saves and imports write stays in plain
         segments, searched by brute force (the engine's query 23 ms at 100 000 points
@@ -548,7 +559,9 @@ class EdgeIndex:
                     info = shard.info()
             # every point has a BM25 vector (always indexed) and a dense one
             plain = 2 * info.points_count - info.indexed_vectors_count
-            if plain < COMPACT_UNINDEXED:
+            if least is not None:
+                least = max(least, ENGINE_INDEXES_FROM_BYTES // (4 * self._dimension()))
+            if plain < (COMPACT_UNINDEXED if least is None else least):
                 return 0
             if not self._discard_compaction(workspace):
                 log.warning(

@@ -48,7 +48,7 @@ from tht.faults import pause_point
 from tht.memory import projector as projector_module
 from tht.memory.archive.port import Archive, ArchiveTx
 from tht.memory.model import Card, card_id_to_uuid, uuid_to_card_id
-from tht.memory.projector import IndexProjector, Prepared
+from tht.memory.projector import ImportCompactions, IndexProjector, Prepared
 from tht.memory.stages import hand_over, start_stage, take_over
 from tht.memory.transfer.embedding_ahead import AHEAD, EmbeddingAhead
 from tht.memory.transfer.formats import (
@@ -562,6 +562,7 @@ class CardTransfer:
         writing = threading.Lock()  # held by the writer for each batch
         unembedded: list[uuid.UUID] = []  # committed cards to project through sync
         statistics = _Statistics(self.archive, workspace)
+        compactions = ImportCompactions(self.projector, workspace) if self.projector else None
 
         def write_archive() -> None:
             pending_links: dict[uuid.UUID, list[tuple[uuid.UUID, str]]] = {}
@@ -625,6 +626,8 @@ class CardTransfer:
                     index["indexed"] += indexed
                     unembedded.extend(left)
                     prepared.clear()
+                    if compactions is not None:
+                        compactions.indexed(indexed)
                 if ahead is not None:
                     ahead.release_through(last_line)
 
@@ -670,12 +673,12 @@ class CardTransfer:
             done = index["indexed"] + index["pending"]
             if progress and done:  # the last count, never left out by the meter's pace
                 progress("indexed", done, done)
-            if self.projector is not None and index["indexed"]:
+            if compactions is not None and index["indexed"]:
                 # what it wrote is searched by brute force until the engine indexes it
                 starting = (
                     (lambda points: progress("compacting", points, None)) if progress else None
                 )
-                if (compacted := self.projector.compact(workspace, starting)) is not None:
+                if (compacted := compactions.finish(starting)) is not None:
                     index["compaction_failed" if "failed" in compacted else "compacted"] = compacted
             failures += ahead.failures if ahead is not None else []
             if ahead is not None and ahead.interrupted.is_set():

@@ -1,0 +1,88 @@
+"""How an import's compactions are started while it writes and what its summary says
+about them (``ImportCompactions``). The compactions themselves run against Qdrant Edge
+in tests/integration/test_transfer.py; here the projector only records the calls."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from tht.memory import projector as projector_module
+from tht.memory.projector import ImportCompactions
+
+
+class RecordingProjector:
+    """Answers each ``compact`` call with the next scripted outcome; a compaction
+    started in a thread waits for ``release`` (the test decides when it ends)."""
+
+    def __init__(self, *outcomes: dict[str, Any] | None) -> None:
+        self.outcomes = list(outcomes)
+        self.calls: list[int | None] = []  # the ``least`` of each call
+        self.release = threading.Event()
+        self.release.set()
+
+    def compact(self, workspace, starting=None, *, least=None):
+        assert workspace == "acme"
+        if threading.current_thread().name == "import-compaction":
+            assert self.release.wait(10)
+        self.calls.append(least)
+        return self.outcomes.pop(0)
+
+
+@pytest.fixture(autouse=True)
+def every_100(monkeypatch):
+    monkeypatch.setattr(projector_module, "OPTIMIZE_EVERY", 100)
+
+
+def test_one_compaction_at_a_time_each_time_enough_was_indexed():
+    projector = RecordingProjector({"points": 120, "seconds": 1.0}, {"points": 400, "seconds": 2.0})
+    compactions = ImportCompactions(projector, "acme")  # type: ignore[arg-type]
+    projector.release.clear()
+    compactions.indexed(60)
+    assert compactions._running is None  # not yet 100
+    compactions.indexed(60)
+    running = compactions._running
+    assert running is not None and running.is_alive()
+    compactions.indexed(200)  # one is running: none started beside it
+    assert compactions._running is running
+    threading.Timer(0.3, projector.release.set).start()
+    ended = compactions.finish()  # waits for the one running, then compacts the rest
+    assert ended is not None and ended.pop("seconds") >= 0.3  # what the import waited
+    assert ended == {"points": 400, "while_importing": 1}
+    # the engine's own threshold while importing; at the end, what is left down to
+    # what the engine indexes
+    assert projector.calls == [None, 1]
+
+
+def test_without_a_compaction_while_importing_the_end_keeps_the_engines_threshold():
+    projector = RecordingProjector({"points": 90, "seconds": 1.5})
+    compactions = ImportCompactions(projector, "acme")  # type: ignore[arg-type]
+    compactions.indexed(90)
+    assert compactions.finish() == {"points": 90, "seconds": 1.5}
+    assert projector.calls == [None]
+    assert ImportCompactions(RecordingProjector(None), "acme").finish() is None  # type: ignore[arg-type]
+
+
+def test_nothing_left_at_the_end_reports_the_last_one_and_that_the_import_waited_for_none():
+    projector = RecordingProjector({"points": 100, "seconds": 3.0}, None)
+    compactions = ImportCompactions(projector, "acme")  # type: ignore[arg-type]
+    compactions.indexed(100)
+    compactions._running.join()  # type: ignore[union-attr]
+    ended = compactions.finish()
+    assert ended is not None and ended.pop("seconds") < 1.0  # not the 3.0 of the thread
+    assert ended == {"points": 100, "while_importing": 1}
+
+
+def test_a_failure_is_reported_unless_a_later_compaction_did_the_work():
+    failed = {"failed": "no space left", "retry_in_seconds": 300}
+    compactions = ImportCompactions(RecordingProjector(failed, None), "acme")  # type: ignore[arg-type]
+    compactions.indexed(100)
+    assert compactions.finish() == failed  # the end had nothing it could index
+    compactions = ImportCompactions(
+        RecordingProjector(failed, {"points": 150, "seconds": 4.0}),  # type: ignore[arg-type]
+        "acme",
+    )
+    compactions.indexed(100)
+    assert compactions.finish() == {"points": 150, "seconds": 4.0}  # its threshold, not 1
