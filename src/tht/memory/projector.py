@@ -21,7 +21,6 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 from tht.backoff import doubling_delay
@@ -215,17 +214,16 @@ class IndexProjector:
         and how long it took, or, when it failed, why and in how many seconds the
         service's upkeep tries again (``compact_quiet``); None: nothing to do. A
         failure costs recall speed only (the points are written): it is logged."""
-        engine_compact = getattr(self.index, "compact", None)
-        if engine_compact is None:
+        compact = getattr(self.index, "compact", None)
+        if compact is None:
             return None
-        compact = engine_compact if least is None else partial(engine_compact, least=least)
         with self._rebuild_lock:
             if workspace in self._rebuilding:
                 return None
             self._rebuilding.add(workspace)
         started = time.perf_counter()
         try:
-            points = compact(workspace, starting)
+            points = compact(workspace, starting, least=least)
         except IndexUnavailable as exc:
             with self._rebuild_lock:
                 failures = self._compaction_retries.get(workspace, (0.0, 0))[1] + 1
@@ -894,10 +892,12 @@ class ImportCompactions:
             self._running.wait()
         during = [o for o in self._outcomes if "failed" not in o]
         last = self.projector.compact(self.workspace, starting, least=1 if during else None)
-        if not during:
-            return last if last is not None or not self._outcomes else self._outcomes[-1]
-        waited = round(time.perf_counter() - started, 3)
-        return {**(last or during[-1]), "seconds": waited, "while_importing": len(during)}
+        if during:
+            waited = round(time.perf_counter() - started, 3)
+            return {**(last or during[-1]), "seconds": waited, "while_importing": len(during)}
+        if last is None and self._outcomes:  # only failures, and nothing to do at the end
+            return self._outcomes[-1]
+        return last
 
 
 def _sound_vector(stored: list[float] | None, fresh: list[float] | None, dimension: int) -> bool:
