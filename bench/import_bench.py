@@ -150,11 +150,7 @@ def main() -> None:
             assert summary["index"]["pending"] == (args.cards if args.archive_only else 0), summary
             imports.append(args.cards / seconds)
             compactions.append(summary["index"].get("compacted"))
-            with index.session():  # what recall still searches by brute force
-                shard = index.shard(workspace)
-                assert shard is not None
-                info = shard.info()
-            unindexed.append(2 * info.points_count - info.indexed_vectors_count)
+            unindexed.append(index.unindexed(workspace))  # searched by brute force
             if not texts:  # the indexed texts of the very cards imported
                 with archive.transaction(workspace) as tx:
                     ids = tx.card_ids_after(uuid.UUID(int=0), args.cards)

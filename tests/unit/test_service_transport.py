@@ -3,12 +3,16 @@ descriptors a request may name."""
 
 from __future__ import annotations
 
+import json
 import os
+import socket
+import threading
 
 import pytest
 
 from tht.cli.invocation import Invocation, invoked, passed_file, read_bytes
 from tht.errors import InvalidInput
+from tht.service import client
 from tht.service.server import CHUNK_CHARS, _Chunks, _passed_files
 
 
@@ -71,12 +75,6 @@ def test_a_request_sent_whole_with_its_descriptor_gets_the_answer_of_a_service_t
     before the client goes on. The client then sent nothing more, yet ``sendall(b"")``
     still calls send(): EPIPE, and `service_lost` instead of the refusal (a flaky
     `test_import_and_export_through_the_service_respect_capabilities`)."""
-    import json
-    import socket
-    import threading
-
-    from tht.service import client
-
     ours, services = socket.socketpair()
     answered = threading.Event()
 

@@ -502,6 +502,16 @@ class EdgeIndex:
             with _engine_errors():
                 return shard.count(qe.CountRequest(exact=True))
 
+    def unindexed(self, workspace: str) -> int:
+        """The workspace's dense vectors in plain segments, searched by brute force."""
+        with self.session(), self._serving(workspace) as shard:
+            if shard is None:
+                return 0
+            with _engine_errors():
+                info = shard.info()
+        # every point has a BM25 vector (always indexed) and a dense one
+        return 2 * info.points_count - info.indexed_vectors_count
+
     def settled_writes(self, quiet: float) -> list[str]:
         """The workspaces written since the last call and not for ``quiet`` seconds;
         forgotten until written again."""
@@ -552,16 +562,12 @@ class EdgeIndex:
         interrupted one waits for ``tht memory index``, logged). Callers keep rebuilds
         of the workspace out meanwhile (``IndexProjector``)."""
         with self.session():
-            with self._serving(workspace) as shard:
-                if shard is None:
-                    return 0
-                with _engine_errors():
-                    info = shard.info()
-            # every point has a BM25 vector (always indexed) and a dense one
-            plain = 2 * info.points_count - info.indexed_vectors_count
-            if least is not None:
+            plain = self.unindexed(workspace)
+            if least is None:
+                least = COMPACT_UNINDEXED
+            else:  # fewer than the engine indexes: a copy for nothing
                 least = max(least, ENGINE_INDEXES_FROM_BYTES // (4 * self._dimension()))
-            if plain < (COMPACT_UNINDEXED if least is None else least):
+            if plain < least:
                 return 0
             if not self._discard_compaction(workspace):
                 log.warning(
