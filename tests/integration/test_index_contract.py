@@ -677,7 +677,7 @@ def test_each_workspace_has_its_own_shard(tmp_path: Path) -> None:
     )
     index.close()
     shards = sorted(p.name for p in (tmp_path / "memory" / "workspaces").iterdir())
-    assert shards == ["w1", "w2"]
+    assert shards == ["w1", "w1.written", "w2", "w2.written"]  # each written, not compacted
     for name, count in (("w1", 1), ("w2", 2)):
         shard = qe.EdgeShard.load(str(tmp_path / "memory" / "workspaces" / name))
         assert shard.count(qe.CountRequest(exact=True)) == count
@@ -951,7 +951,9 @@ def test_a_compaction_never_switches_to_a_copy_that_lost_points(
     with pytest.raises(IndexUnavailable, match="holds 269 points, the serving shard 270"):
         index.compact("w1")
     assert index.workspace_path("w1") == serving and index.count("w1") == 270
-    assert sorted(p.name for p in serving.parent.iterdir()) == ["w1.current", serving.name]
+    assert sorted(p.name for p in serving.parent.iterdir()) == sorted(
+        ["w1.current", serving.name, "w1.written"]  # no copy left; still owed
+    )
     monkeypatch.undo()
     monkeypatch.setattr("tht.memory.index.edge.COMPACT_UNINDEXED", 100)
     assert index.compact("w1") == 270

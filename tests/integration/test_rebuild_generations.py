@@ -81,6 +81,7 @@ def _edge(tmp_path, database) -> Engine:
 
     def leftovers(index):
         keep = {index.workspace_path("acme").name, "acme.current", "acme.building", building(index)}
+        keep.add("acme.written")  # saved since its last compaction: not a generation
         return sorted(p.name for p in folder(index).iterdir() if p.name not in keep)
 
     return Engine(
@@ -249,7 +250,7 @@ def test_a_save_and_a_recall_during_a_rebuild_succeed_and_the_switch_keeps_the_s
     assert engine.leftovers(index) == []
     if engine.name == "edge":
         assert sorted(p.name for p in folder(index).iterdir()) == sorted(
-            [index.workspace_path("acme").name, "acme.current"]
+            [index.workspace_path("acme").name, "acme.current", "acme.written"]
         )
     # the save and the edit made during the rebuild are in the new generation
     assert index.count("acme") == (102 if engine.name == "pgvector" else 101)
@@ -561,9 +562,11 @@ def test_a_failed_compaction_removes_its_copy_at_once(archive, tmp_path, monkeyp
         failed = projector.compact("acme")
         assert failed is not None and "(exit " in failed["failed"], failed
         assert "Traceback" not in failed["failed"], failed
-        assert sorted(p.name for p in serving.parent.iterdir()) == [serving.name], list(
-            serving.parent.iterdir()
-        )
+        # no copy left; still owed, should the service stop before its retry
+        assert sorted(p.name for p in serving.parent.iterdir()) == [
+            serving.name,
+            "acme.written",
+        ], list(serving.parent.iterdir())
         assert index.workspace_path("acme") == serving and index.count("acme") == 40
         monkeypatch.delenv("THT_CRASH_AT")
         done = projector.compact("acme")
@@ -619,13 +622,56 @@ def test_the_service_redoes_a_compaction_an_earlier_process_left(archive, tmp_pa
     index = EdgeIndex(tmp_path / "edge")  # ... and a new one starts
     projector = IndexProjector(archive, index, embedder)
     try:
-        assert index.interrupted_compactions() == ["acme"]
+        assert index.owed_compactions() == ["acme"]
         embedder.hook = lambda call: None
         done = projector.compact_quiet()  # its first round; no save settled in this process
         assert set(done) == {"acme"} and done["acme"]["points"] == 40, done
         assert embedder.rebuild_calls == 0 and not left.exists()
-        assert index.interrupted_compactions() == [] and index.count("acme") == 40
+        assert index.owed_compactions() == [] and index.count("acme") == 40
         assert projector.compact_quiet(quiet=0) == {}  # taken up once
+    finally:
+        index.close()
+
+
+@pytest.mark.parametrize("left_by", ["a-stop-before-the-upkeep", "a-failed-compaction"])
+def test_the_next_service_compacts_what_the_stopped_one_left_unindexed(
+    archive, tmp_path, monkeypatch, left_by
+):
+    """What the upkeep owes a workspace (its saves were not yet quiet, or its compaction
+    failed and waits for a retry) used to live in the service's memory only: stopped
+    meanwhile, the workspace stayed searched by brute force until written again. It is
+    recorded beside the shard (``.written``) and the next service's first round does it;
+    a workspace with too few plain points to compact is let go."""
+    monkeypatch.setattr("tht.memory.index.edge.COMPACT_UNINDEXED", 10)
+    disk_full = [left_by == "a-failed-compaction"]
+    copies_run_out_of_space(monkeypatch, lambda target: disk_full[0])
+    WorkspaceService(archive).create("acme", "en")
+    WorkspaceService(archive).create("calm", "en")
+    index = EdgeIndex(tmp_path / "edge")
+    projector = IndexProjector(archive, index, GatedEmbedder())
+    service = MemoryService(archive, projector)
+    for i in range(20):
+        service.create_card("acme", card(title=f"Card {i}", content=f"topic{i} words"))
+    service.create_card("calm", card(title="Alone"))
+    if left_by == "a-failed-compaction":
+        assert projector.compact_quiet(quiet=0) == {}  # acme failed: retried in 300 s ...
+    serving = index.workspace_path("acme")
+    index.close()  # ... by a service stopped first
+    disk_full[0] = False
+    index = EdgeIndex(tmp_path / "edge")  # the next one
+    projector = IndexProjector(archive, index, GatedEmbedder())
+    try:
+        # calm was let go by the failed round, which found too few plain points there
+        assert index.owed_compactions() == (
+            ["acme"] if left_by == "a-failed-compaction" else ["acme", "calm"]
+        )
+        done = projector.compact_quiet()  # its first round; no save settled in this process
+        assert set(done) == {"acme"} and done["acme"]["points"] == 20, done
+        assert index.workspace_path("acme") != serving and index.count("acme") == 20
+        assert index.owed_compactions() == []
+        assert projector.compact_quiet(quiet=0) == {}
+        MemoryService(archive, projector).create_card("calm", card(title="Again"))
+        assert (serving.parent / "calm.written").exists()  # owed again, for a later process
     finally:
         index.close()
 

@@ -265,8 +265,8 @@ class IndexProjector:
         workspace that saves wrote and that no save has reached for ``quiet`` seconds
         (default ``QUIET_SECONDS``), unless an import of it runs, and each workspace
         whose compaction failed once its retry is due; in its first round, also each
-        workspace whose compaction an earlier process left half done (the service was
-        stopped meanwhile). Imports compact on their own; without this, what saves
+        workspace an earlier process wrote since its last compaction or left half
+        compacted (``owed_compactions``: the service was stopped meanwhile). Imports compact on their own; without this, what saves
         write would stay searched by brute force until a rebuild. Returns what was
         compacted, per workspace."""
         settled = getattr(self.index, "settled_writes", None)
@@ -274,7 +274,7 @@ class IndexProjector:
             return {}
         if not self._upkept:
             self._upkept = True
-            left: list[str] = getattr(self.index, "interrupted_compactions", list)()
+            left: list[str] = getattr(self.index, "owed_compactions", list)()
             with self._rebuild_lock:
                 for workspace in left:
                     self._compaction_retries.setdefault(workspace, (0.0, 0))

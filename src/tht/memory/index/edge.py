@@ -21,6 +21,9 @@ picked up again by the next rebuild. A compaction (``compact``) copies the servi
 shard's files into a new generation, named by ``workspaces/<workspace>.compacting``
 too, and indexes it: left by an interruption, the next compaction discards it and the
 next rebuild takes it up. Generations left by a crash are removed at the next switch.
+The first write to a workspace since its last compaction began leaves
+``workspaces/<workspace>.written``, so that a service started after a stop still
+compacts what the one before wrote (``owed_compactions``).
 
 A collection written by earlier versions as one shard for every workspace is moved
 into this layout, vectors included, the first time it is opened.
@@ -78,6 +81,9 @@ _BUILDING = ".building"  # the generation a rebuild is writing (kept until it sw
 # Names the generation being written when it is a compaction's: a copy of the serving
 # points, which the next compaction discards if it was left (a rebuild's is resumed).
 _COMPACTING = ".compacting"
+# Beside a workspace's shard folders: written since its last compaction began. What
+# ``settled_writes`` knows is lost with the process; this is not.
+_WRITTEN = ".written"
 # Segments of at most this many kilobytes (about 20 000 cards of 384 dimensions): a
 # rebuild indexes each full one while it embeds the next, instead of all at the end.
 _MAX_SEGMENT_KB = 32_000
@@ -131,6 +137,9 @@ class EdgeIndex:
         self._retired: dict[int, tuple[qe.EdgeShard, Path]] = {}
         # workspaces whose serving shard saves wrote: when last (time.monotonic())
         self._written: dict[str, float] = {}
+        # workspaces this process wrote since their last compaction began: their
+        # ``.written`` marker is there, and this process's upkeep will compact them
+        self._owing: set[str] = set()
         self._lock = threading.RLock()
         # one write at a time into a workspace's generations: a save's writes to the
         # serving and the new generation, or a compaction's copy of the serving files
@@ -442,6 +451,8 @@ class EdgeIndex:
                             shard.update(operation)
                 with self._lock:
                     self._written[workspace] = time.monotonic()
+                    if workspace not in self._owing:
+                        self._owe_compaction(workspace)
             if building is not None:
                 building.apply(operation)
 
@@ -522,12 +533,35 @@ class EdgeIndex:
                 del self._written[workspace]
         return settled
 
-    def interrupted_compactions(self) -> list[str]:
-        """The workspaces whose compaction an earlier process left half done (stopped
-        while it ran): its copy is still named ``.compacting``. Nothing else would
-        redo it, nor free the copy's disk space, until the workspace is written again."""
-        markers = (self.collection_path / _WORKSPACES).glob(f"*{_COMPACTING}")
-        return sorted(_workspace_of(marker.name.removesuffix(_COMPACTING)) for marker in markers)
+    def owed_compactions(self) -> list[str]:
+        """The workspaces an earlier process may have left unindexed: written since
+        their last compaction began (``.written``: a service stopped before its upkeep
+        came round, or whose compaction failed), or whose compaction it left half done
+        (its copy is still named ``.compacting``). Nothing else would compact them, nor
+        free a copy's disk space, until the workspace is written again. Those this
+        process wrote since are left to its own upkeep (``settled_writes``)."""
+        folder = self.collection_path / _WORKSPACES
+        written = {
+            _workspace_of(m.name.removesuffix(_WRITTEN)) for m in folder.glob(f"*{_WRITTEN}")
+        }
+        with self._lock:
+            written -= self._owing
+        return sorted(
+            written.union(
+                _workspace_of(m.name.removesuffix(_COMPACTING))
+                for m in folder.glob(f"*{_COMPACTING}")
+            )
+        )
+
+    def _owe_compaction(self, workspace: str) -> None:
+        """Record that the workspace awaits a compaction, for a later process too."""
+        with self._lock:
+            self._owing.add(workspace)
+            base = self._base_path(workspace)
+            try:
+                base.with_name(base.name + _WRITTEN).touch()
+            except OSError as exc:  # the write is done; only a later process would miss it
+                log.warning("workspace %s: no record that it awaits compaction: %s", workspace, exc)
 
     def optimize(self) -> None:
         """Compact every workspace written since the last call (see ``compact``)."""
@@ -561,6 +595,20 @@ class EdgeIndex:
         a rebuild's generation exists (its switch brings indexed segments anyway; an
         interrupted one waits for ``tht memory index``, logged). Callers keep rebuilds
         of the workspace out meanwhile (``IndexProjector``)."""
+        with self.session():
+            with self._lock:  # writes from now on owe the next one; so does a failure
+                self._owing.discard(workspace)
+                base = self._base_path(workspace)
+                base.with_name(base.name + _WRITTEN).unlink(missing_ok=True)
+            try:
+                return self._compact(workspace, starting, least)
+            except BaseException:
+                self._owe_compaction(workspace)
+                raise
+
+    def _compact(
+        self, workspace: str, starting: Callable[[int], None] | None, least: int | None
+    ) -> int:
         with self.session():
             plain = self.unindexed(workspace)
             if least is None:
