@@ -86,3 +86,44 @@ def test_a_failure_is_reported_unless_a_later_compaction_did_the_work():
     )
     compactions.indexed(100)
     assert compactions.finish() == {"points": 150, "seconds": 4.0}  # its threshold, not 1
+
+
+def test_the_last_stretch_is_compacted_while_the_import_writes_it(monkeypatch):
+    """Told how many points the import indexes, it starts one more compaction once the
+    rest falls under IMPORT_TAIL (down to what the engine indexes, as the end would),
+    so the end finds little or nothing left plain instead of a whole stretch."""
+    monkeypatch.setattr(projector_module, "IMPORT_TAIL", 25)
+    projector = RecordingProjector(
+        {"points": 100, "seconds": 1.0},
+        {"points": 200, "seconds": 1.0},
+        {"points": 230, "seconds": 1.0},
+        None,  # the end: too few plain points left to index
+    )
+    compactions = ImportCompactions(projector, "acme", expected=250)  # type: ignore[arg-type]
+    for points in (100, 100):
+        compactions.indexed(points)
+        compactions._running.join()  # type: ignore[union-attr]
+    running = compactions._running
+    compactions.indexed(20)  # 30 left: not yet the last stretch
+    assert compactions._running is running
+    compactions.indexed(10)  # 20 left
+    assert compactions._running is not running
+    compactions._running.join()  # type: ignore[union-attr]
+    compactions.indexed(20)
+    ended = compactions.finish()
+    assert ended is not None and ended.pop("seconds") < 1.0
+    assert ended == {"points": 230, "while_importing": 3}
+    assert projector.calls == [None, None, 1, 1]
+
+
+def test_a_due_compaction_can_be_the_last_stretch_and_none_without_the_size(monkeypatch):
+    monkeypatch.setattr(projector_module, "IMPORT_TAIL", 25)
+    projector = RecordingProjector({"points": 100, "seconds": 1.0})
+    compactions = ImportCompactions(projector, "acme", expected=120)  # type: ignore[arg-type]
+    compactions.indexed(100)  # due, and 20 left: the last stretch's, down to what is indexed
+    compactions._running.join()  # type: ignore[union-attr]
+    compactions.indexed(10)  # still under the tail: none more
+    assert projector.calls == [1]
+    unknown = ImportCompactions(RecordingProjector(), "acme")  # type: ignore[arg-type]
+    unknown.indexed(90)
+    assert unknown._running is None

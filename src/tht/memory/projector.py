@@ -54,6 +54,8 @@ BATCH = 256  # cards per locked transaction in drains and repairs: edits wait at
 # batch (32); an edit waits for at most one chunk's write (not its embedding).
 CHUNK = 512
 OPTIMIZE_EVERY = 20_000  # points written between two indexings of a rebuild's segments
+# An import's last stretch: compacted while the import writes it (``ImportCompactions``)
+IMPORT_TAIL = OPTIMIZE_EVERY // 4
 NO_REVISION = 0
 # Reads and embeddings outside the lock before the last round embeds under it.
 ROUNDS = 3
@@ -857,26 +859,49 @@ class ImportCompactions:
     workspace ends as indexed as one compaction after the last card would leave it.
     That single compaction made the import wait for the index build of all it wrote
     (41 s of a 157 s import of 100 000 cards at 1 000 cards/s); now only the last
-    stretch waits, as at the end of a rebuild."""
+    stretch waits, as at the end of a rebuild.
 
-    def __init__(self, projector: IndexProjector, workspace: str) -> None:
+    When the import says how many points it will index (``expected``), its last stretch
+    is compacted too while it writes: once the rest to index falls under
+    ``IMPORT_TAIL``, a compaction starts, which lasts about as long as that rest takes
+    to write, so the end usually finds fewer plain points than the engine indexes and
+    waits for nothing but the end of that compaction."""
+
+    def __init__(
+        self, projector: IndexProjector, workspace: str, expected: int | None = None
+    ) -> None:
         self.projector = projector
         self.workspace = workspace
         self._since = 0  # points indexed since the last compaction started
+        self._left = expected  # points still to index, when known
         self._running: Stage | None = None
         self._outcomes: list[dict[str, Any]] = []  # what each one in a thread returned
 
     def indexed(self, points: int) -> None:
         """The import indexed ``points`` more (called by one thread)."""
         self._since += points
-        if self._since < OPTIMIZE_EVERY or (self._running and self._running.running()):
+        left_before = self._left
+        if self._left is not None:
+            self._left -= points
+        if self._running and self._running.running():
+            return
+        tail = (
+            left_before is not None
+            and self._left is not None
+            and self._left <= IMPORT_TAIL < left_before
+            and self._since >= IMPORT_TAIL
+        )
+        if self._since < OPTIMIZE_EVERY and not tail:
             return
         self._since = 0
-        self._running = start_stage(self._compact, "import-compaction")
+        # the last stretch is compacted whatever the engine's threshold (down to what it
+        # indexes), as the end would
+        least = 1 if tail else None
+        self._running = start_stage(lambda: self._compact(least), "import-compaction")
 
-    def _compact(self) -> None:
+    def _compact(self, least: int | None) -> None:
         try:
-            outcome = self.projector.compact(self.workspace)
+            outcome = self.projector.compact(self.workspace, least=least)
         except ThothError as exc:  # the collection let go, say: the end tries again
             outcome = {"failed": exc.message}
         if outcome is not None:

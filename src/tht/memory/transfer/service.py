@@ -562,7 +562,15 @@ class CardTransfer:
         writing = threading.Lock()  # held by the writer for each batch
         unembedded: list[uuid.UUID] = []  # committed cards to project through sync
         statistics = _Statistics(self.archive, workspace)
-        compactions = ImportCompactions(self.projector, workspace) if self.projector else None
+        compactions = (
+            ImportCompactions(
+                self.projector,
+                workspace,
+                sum(1 for p in check.planned.values() if p.action in ("create", "update")),
+            )
+            if self.projector
+            else None
+        )
 
         def write_archive() -> None:
             pending_links: dict[uuid.UUID, list[tuple[uuid.UUID, str]]] = {}
