@@ -268,9 +268,9 @@ class IndexProjector:
         (default ``QUIET_SECONDS``), unless an import of it runs, and each workspace
         whose compaction failed once its retry is due; in its first round, also each
         workspace an earlier process wrote since its last compaction or left half
-        compacted (``owed_compactions``: the service was stopped meanwhile). Imports compact on their own; without this, what saves
-        write would stay searched by brute force until a rebuild. Returns what was
-        compacted, per workspace."""
+        compacted (``owed_compactions``: the service was stopped meanwhile). Imports
+        compact on their own; without this, what saves write would stay searched by
+        brute force until a rebuild. Returns what was compacted, per workspace."""
         settled = getattr(self.index, "settled_writes", None)
         if settled is None:  # an engine that indexes on its own
             return {}
@@ -880,15 +880,15 @@ class ImportCompactions:
     def indexed(self, points: int) -> None:
         """The import indexed ``points`` more (called by one thread)."""
         self._since += points
-        left_before = self._left
-        if self._left is not None:
-            self._left -= points
+        before = self._left
+        left = self._left = None if before is None else before - points
         if self._running and self._running.running():
             return
+        # the rest just fell under the tail, and enough is plain since the last one
         tail = (
-            left_before is not None
-            and self._left is not None
-            and self._left <= IMPORT_TAIL < left_before
+            before is not None
+            and left is not None
+            and left <= IMPORT_TAIL < before
             and self._since >= IMPORT_TAIL
         )
         if self._since < OPTIMIZE_EVERY and not tail:
