@@ -559,7 +559,7 @@ class EdgeIndex:
             self._owing.add(workspace)
             base = self._base_path(workspace)
             try:
-                base.with_name(base.name + _WRITTEN).touch()
+                base.with_name(base.name + _WRITTEN).touch(mode=0o600)
             except OSError as exc:  # the write is done; only a later process would miss it
                 log.warning("workspace %s: no record that it awaits compaction: %s", workspace, exc)
 
