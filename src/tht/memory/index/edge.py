@@ -1081,7 +1081,10 @@ def _point(p: IndexPoint) -> qe.Point:
 def _new_generation_path(base: Path) -> Path:
     """A new, empty folder for a generation of the shard at ``base``."""
     path = base.with_name(f"{base.name}.g{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}")
-    path.mkdir(mode=0o700, parents=True)
+    # the folder of every workspace's shards too, when a rebuild creates the first one
+    # (``mkdir(parents=True)`` gives parents the umask's mode)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.mkdir(mode=0o700)
     return path
 
 
