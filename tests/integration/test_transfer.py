@@ -667,9 +667,11 @@ def test_ctrl_c_during_the_check_pass_writes_nothing(database, runtime_file, tmp
 
 def test_ctrl_c_while_the_import_compacts_says_how_to_resume(database, runtime_file, tmp_path):
     """Ctrl-C while the import waits for its compaction (in the engine's child, held
-    here): the import ends as interrupted (exit 130, how to resume) once the compaction
-    it waits for is done. Before, the interrupted wait made Python 3.11 take the import's
-    thread for ended (python/cpython#90882) and the command failed with an IndexError."""
+    here): the import ends at once as interrupted (exit 130, how to resume), every card
+    written; the child dies with it and the rerun finds nothing to do. Before, the
+    import waited for the compaction to end; earlier still, the interrupted wait made
+    Python 3.11 take the import's thread for ended (python/cpython#90882) and the
+    command failed with an IndexError."""
     env = _own_process_with_acme(database, tmp_path)
     config = runtime_file("acme")
     path = tmp_path / "many.jsonl"
@@ -683,13 +685,30 @@ def test_ctrl_c_while_the_import_compacts_says_how_to_resume(database, runtime_f
     # held while the compaction's child indexes
     running = _paused_import(path, config, env, tmp_path, "edge.optimizing", ("-c", lowered))
     running.send_signal(signal.SIGINT)
-    time.sleep(0.5)  # the main thread takes the signal while it waits for the import
-    (tmp_path / "paused").unlink()  # the compaction goes on, and ends
-    out, _ = running.communicate(timeout=120)
+    out, _ = running.communicate(timeout=60)  # the compaction is still held
+    assert (tmp_path / "paused").exists()
     assert running.returncode == 130, out
     error = json.loads(out)["error"]
     assert (error["code"], error["details"]["written"]) == ("interrupted", 150), error
     assert error["details"]["resume"] == "rerun the same command"
+    rerun = subprocess.run(
+        [sys.executable, "-c", lowered, "memory", "import", str(path), "-c", config],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert rerun.returncode == 0, rerun.stdout
+    summary = json.loads(rerun.stdout)
+    assert (summary["skipped"], summary["index"]["pending"]) == (150, 0), summary
+    checked = subprocess.run(
+        [sys.executable, "-m", "tht", "memory", "check", "-c", config],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert checked.returncode == 0 and json.loads(checked.stdout)["points"] == 150, checked.stdout
 
 
 def test_killed_while_indexing_a_rerun_indexes_what_was_written(database, runtime_file, tmp_path):

@@ -127,3 +127,18 @@ def test_a_due_compaction_can_be_the_last_stretch_and_none_without_the_size(monk
     unknown = ImportCompactions(RecordingProjector(), "acme")  # type: ignore[arg-type]
     unknown.indexed(90)
     assert unknown._running is None
+
+
+@pytest.mark.parametrize("held", ["while-importing", "at-the-end"])
+def test_a_ctrl_c_ends_the_wait_for_a_compaction_not_the_compaction(held):
+    projector = RecordingProjector({"points": 100, "seconds": 1.0}, {"points": 150, "seconds": 1.0})
+    compactions = ImportCompactions(projector, "acme")  # type: ignore[arg-type]
+    projector.release.clear()  # every compaction is held
+    if held == "while-importing":
+        compactions.indexed(100)
+    interrupted = threading.Event()
+    threading.Timer(0.3, interrupted.set).start()
+    with pytest.raises(KeyboardInterrupt):
+        compactions.finish(interrupted=interrupted)
+    assert projector.calls == []  # the import stopped waiting; the compaction is still held
+    projector.release.set()

@@ -907,16 +907,43 @@ class ImportCompactions:
         if outcome is not None:
             self._outcomes.append(outcome)
 
-    def finish(self, starting: Callable[[int], None] | None = None) -> dict[str, Any] | None:
+    def finish(
+        self,
+        starting: Callable[[int], None] | None = None,
+        interrupted: threading.Event | None = None,
+    ) -> dict[str, Any] | None:
         """Once the import wrote its last card: wait for the compaction running, then
         compact what is left. Returns the last one's outcome (``IndexProjector.compact``),
         after compactions while the import went on with how many ran and, in
-        ``seconds``, how long the import waited here; None when none had anything to do."""
+        ``seconds``, how long the import waited here; None when none had anything to do.
+
+        Raises KeyboardInterrupt as soon as ``interrupted`` is set (a Ctrl-C): the
+        compaction is left to go on without the import (in a service), or to die with
+        the command's process, its copy discarded by the next one; every card is
+        written and searchable either way."""
+
+        def wait(stage: Stage) -> None:
+            while not stage.wait(0.1):
+                if interrupted is not None and interrupted.is_set():
+                    raise KeyboardInterrupt
+
         started = time.perf_counter()
         if self._running is not None:
-            self._running.wait()
+            wait(self._running)
         during = [o for o in self._outcomes if "failed" not in o]
-        last = self.projector.compact(self.workspace, starting, least=1 if during else None)
+        ended: list[dict[str, Any] | BaseException | None] = []
+
+        def compact() -> None:
+            try:
+                ended.append(
+                    self.projector.compact(self.workspace, starting, least=1 if during else None)
+                )
+            except BaseException as exc:
+                ended.append(exc)
+
+        wait(start_stage(compact, "import-compaction"))
+        if isinstance(last := ended[0], BaseException):
+            raise last
         if during:
             waited = round(time.perf_counter() - started, 3)
             return {**(last or during[-1]), "seconds": waited, "while_importing": len(during)}

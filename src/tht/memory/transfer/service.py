@@ -686,7 +686,8 @@ class CardTransfer:
                 starting = (
                     (lambda points: progress("compacting", points, None)) if progress else None
                 )
-                if (compacted := compactions.finish(starting)) is not None:
+                interrupted = ahead.interrupted if ahead is not None else None
+                if (compacted := compactions.finish(starting, interrupted)) is not None:
                     index["compaction_failed" if "failed" in compacted else "compacted"] = compacted
             failures += ahead.failures if ahead is not None else []
             if ahead is not None and ahead.interrupted.is_set():
