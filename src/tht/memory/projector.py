@@ -881,14 +881,14 @@ class ImportCompactions:
         """The import indexed ``points`` more (called by one thread)."""
         self._since += points
         before = self._left
-        left = self._left = None if before is None else before - points
+        if before is not None:
+            self._left = before - points
         if self._running and self._running.running():
             return
         # the rest just fell under the tail, and enough is plain since the last one
         tail = (
             before is not None
-            and left is not None
-            and left <= IMPORT_TAIL < before
+            and before - points <= IMPORT_TAIL < before
             and self._since >= IMPORT_TAIL
         )
         if self._since < OPTIMIZE_EVERY and not tail:

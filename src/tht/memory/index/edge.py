@@ -609,44 +609,44 @@ class EdgeIndex:
     def _compact(
         self, workspace: str, starting: Callable[[int], None] | None, least: int | None
     ) -> int:
-        with self.session():
-            plain = self.unindexed(workspace)
-            if least is None:
-                least = COMPACT_UNINDEXED
-            else:  # fewer than the engine indexes: a copy for nothing
-                least = max(least, ENGINE_INDEXES_FROM_BYTES // (4 * self._dimension()))
-            if plain < least:
-                return 0
-            if not self._discard_compaction(workspace):
-                log.warning(
-                    "workspace %s is not compacted: a rebuild's generation is being built or"
-                    " was left by an interrupted one (`tht memory index` finishes it)",
-                    workspace,
-                )
-                return 0
-            if starting is not None:
-                starting(plain)
-            generation = self._copy_serving(workspace)
-            try:
-                generation.optimize()
-            except IndexUnavailable:
-                if not generation.closed:  # it failed (a full disk, say), not interrupted:
-                    self._discard_compaction(workspace)  # its copy would only hold the disk
-                raise
-            with self._writes, self._serving(workspace) as shard:  # no save in between
-                assert shard is not None
-                with _engine_errors():
-                    exact = qe.CountRequest(exact=True)
-                    serving, copied = shard.count(exact), generation.shard.count(exact)
-            if copied != serving:  # never switch to a copy that lost points
-                self._discard_compaction(workspace)
-                raise IndexUnavailable(
-                    f"the copy of workspace {workspace}'s embedded index holds {copied} points,"
-                    f" the serving shard {serving}: not compacted",
-                    details={"workspace": workspace, "serving": serving, "copied": copied},
-                )
-            self._switch(generation)
-            return copied
+        """The body of ``compact``, run inside its session."""
+        plain = self.unindexed(workspace)
+        if least is None:
+            least = COMPACT_UNINDEXED
+        else:  # fewer than the engine indexes: a copy for nothing
+            least = max(least, ENGINE_INDEXES_FROM_BYTES // (4 * self._dimension()))
+        if plain < least:
+            return 0
+        if not self._discard_compaction(workspace):
+            log.warning(
+                "workspace %s is not compacted: a rebuild's generation is being built or"
+                " was left by an interrupted one (`tht memory index` finishes it)",
+                workspace,
+            )
+            return 0
+        if starting is not None:
+            starting(plain)
+        generation = self._copy_serving(workspace)
+        try:
+            generation.optimize()
+        except IndexUnavailable:
+            if not generation.closed:  # it failed (a full disk, say), not interrupted:
+                self._discard_compaction(workspace)  # its copy would only hold the disk
+            raise
+        with self._writes, self._serving(workspace) as shard:  # no save in between
+            assert shard is not None
+            with _engine_errors():
+                exact = qe.CountRequest(exact=True)
+                serving, copied = shard.count(exact), generation.shard.count(exact)
+        if copied != serving:  # never switch to a copy that lost points
+            self._discard_compaction(workspace)
+            raise IndexUnavailable(
+                f"the copy of workspace {workspace}'s embedded index holds {copied} points,"
+                f" the serving shard {serving}: not compacted",
+                details={"workspace": workspace, "serving": serving, "copied": copied},
+            )
+        self._switch(generation)
+        return copied
 
     def _discard_compaction(self, workspace: str) -> bool:
         """Remove the generation an interrupted compaction of the workspace left, in

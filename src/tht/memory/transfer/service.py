@@ -564,9 +564,7 @@ class CardTransfer:
         statistics = _Statistics(self.archive, workspace)
         compactions = (
             ImportCompactions(
-                self.projector,
-                workspace,
-                sum(1 for p in check.planned.values() if p.action in ("create", "update")),
+                self.projector, workspace, sum(_embeds(check, k) for k in check.planned)
             )
             if self.projector
             else None
