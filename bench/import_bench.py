@@ -34,11 +34,13 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import resource
 import shutil
 import statistics
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
@@ -54,9 +56,8 @@ from tht.memory.service import WorkspaceService
 from tht.memory.transfer.service import CardTransfer, ImportOptions
 
 
-def documents(count: int, rng: random.Random) -> list[dict]:
+def documents(count: int, rng: random.Random) -> Iterator[dict]:
     words = vocabulary(rng)
-    found = []
     for i in range(count):
         family = rng.choice(FAMILIES)
         text = " ".join(rng.choices(words, k=40))
@@ -74,8 +75,7 @@ def documents(count: int, rng: random.Random) -> list[dict]:
             document.update(content=text, scope=rng.choice(["Sales", "Accounting", "HR"]))
             if family == "sql_rule":
                 document["rationale"] = "because"
-        found.append(document)
-    return found
+        yield document
 
 
 def run_import(transfer: CardTransfer, workspace: str, path: Path) -> tuple[float, dict]:
@@ -140,7 +140,7 @@ def main() -> None:
         with open(path, "w") as out:
             for document in documents(args.cards, random.Random(7)):
                 out.write(json.dumps(document) + "\n")
-        imports, raws, compactions, unindexed = [], [], [], []
+        imports, raws, compactions, unindexed, peaks = [], [], [], [], []
         texts: list[str] = []
         for round_ in range(args.rounds):
             workspace = f"bench-{round_}"
@@ -149,8 +149,11 @@ def main() -> None:
             assert summary["created"] == args.cards, summary
             assert summary["index"]["pending"] == (args.cards if args.archive_only else 0), summary
             imports.append(args.cards / seconds)
+            # the process's peak so far: the imports' (the file is written as generated)
+            peaks.append(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
             compactions.append(summary["index"].get("compacted"))
-            unindexed.append(index.unindexed(workspace))  # searched by brute force
+            if projector is not None:  # dense vectors searched by brute force
+                unindexed.append(index.unindexed(workspace))
             if not texts:  # the indexed texts of the very cards imported
                 with archive.transaction(workspace) as tx:
                     ids = tx.card_ids_after(uuid.UUID(int=0), args.cards)
@@ -174,6 +177,7 @@ def main() -> None:
                     "compactions": compactions,
                     # dense vectors left in plain segments when the import returned
                     "unindexed_after": unindexed,
+                    "peak_rss_mb_after_import": peaks,
                 },
                 indent=2,
             )
@@ -218,7 +222,7 @@ def run_parts(args: argparse.Namespace) -> None:
         seen: set[uuid.UUID] = set()
         if args.prefill:
             seen = prefill(archive, index, home, args.prefill)
-        every = documents(args.cards, random.Random(7))
+        every = list(documents(args.cards, random.Random(7)))
         size = -(-args.cards // args.parts)
         parts = []
         for start in range(0, args.cards, size):

@@ -880,6 +880,31 @@ def test_a_large_import_refreshes_the_planners_statistics_as_it_grows_the_tables
     assert analyses() == doubled
 
 
+def test_a_refused_file_is_not_embedded_past_its_first_bad_record(
+    cli, run, runtime_file, tmp_path, monkeypatch
+):
+    """The embedder runs ahead of the check pass; once a bad record means the file will
+    be refused (no --continue), nothing more of it is embedded (a remote embedder is
+    paid per text)."""
+    good = [card_document(title=f"Card {i}", content=f"Content {i}.") for i in range(48)]
+    path = tmp_path / "refused.jsonl"
+    path.write_bytes(_jsonl(*good[:8]) + b"{not json\n" + _jsonl(*good[8:]))
+    monkeypatch.setattr(transfer_service, "BATCH", 4)
+    embed_inputs = projector_module.IndexProjector.embed_inputs
+    texts: list[str] = []
+
+    def embedded(self, inputs):
+        texts.extend(inputs.texts)
+        return embed_inputs(self, inputs)
+
+    monkeypatch.setattr(projector_module.IndexProjector, "embed_inputs", embedded)
+    refused = _import(cli, path, runtime_file("acme"))
+    assert refused.code == 2, refused.document
+    assert refused.document["error"]["details"]["line"] == 9
+    # the two batches classified before line 9, none after it
+    assert len(texts) == 8 and all(any(f"Card {i}" in t for t in texts) for i in range(8))
+
+
 def test_what_is_embedded_ahead_is_bounded_by_characters_too(
     cli, run, runtime_file, tmp_path, monkeypatch
 ):

@@ -75,8 +75,8 @@ class Prepared:
 
     text: str
     symptom: str | None
-    dense: list[float]
-    symptom_dense: list[float] | None
+    dense: Sequence[float]
+    symptom_dense: Sequence[float] | None
     sparse: SparseVector
     embedded_chars: int | None  # the dense input's length when the embedder cut the text
 

@@ -50,7 +50,7 @@ from tht.memory.archive.port import Archive, ArchiveTx
 from tht.memory.model import Card, card_id_to_uuid, uuid_to_card_id
 from tht.memory.projector import ImportCompactions, IndexProjector, Prepared
 from tht.memory.stages import hand_over, start_stage, take_over
-from tht.memory.transfer.embedding_ahead import AHEAD, EmbeddingAhead
+from tht.memory.transfer.embedding_ahead import EmbeddingAhead
 from tht.memory.transfer.formats import (
     CSV_COLUMNS,
     CSV_JSON_COLUMNS,
@@ -63,6 +63,7 @@ from tht.memory.transfer.formats import (
 )
 
 BATCH = 256  # records per archive transaction (and per embedding call)
+INDEX_QUEUE = 16  # committed batches waiting for the import's index writer
 # The planner's statistics are refreshed each time an import has written this many
 # cards, and as many as the cards' table held when they were last taken (below).
 STATISTICS_AFTER = 1000
@@ -375,6 +376,8 @@ class CardTransfer:
 
         def classify() -> None:
             self._classify(workspace, batch, options, check, resolver)
+            if check.invalid and not options.keep_going:
+                prefetching[0] = False  # the file is refused: nothing more to embed for it
             if ahead is not None and prefetching[0]:
                 # the embedder starts now, on the records to create or update, until
                 # the bounds ahead are reached (the archive writer feeds the rest)
@@ -557,7 +560,7 @@ class CardTransfer:
         index: dict[str, Any] = {"indexed": 0, "pending": 0}
         total = len(check.planned)
         written = [0]  # records in committed batches (the writer's count)
-        committed: queue.Queue[_Committed | None] = queue.Queue(maxsize=max(2, AHEAD // BATCH))
+        committed: queue.Queue[_Committed | None] = queue.Queue(maxsize=INDEX_QUEUE)
         failures: list[BaseException] = []
         writing = threading.Lock()  # held by the writer for each batch
         unembedded: list[uuid.UUID] = []  # committed cards to project through sync
