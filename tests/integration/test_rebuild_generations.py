@@ -633,6 +633,30 @@ def test_the_service_redoes_a_compaction_an_earlier_process_left(archive, tmp_pa
         index.close()
 
 
+def test_a_copy_left_by_an_interrupted_compaction_goes_even_with_too_little_to_compact(
+    archive, tmp_path, monkeypatch
+):
+    """Fewer plain points than the threshold: nothing to compact, but the copy an
+    interrupted compaction left is removed all the same. Before, it held its disk
+    space, and every later process listed the workspace as owed."""
+    embedder = GatedEmbedder()
+    index, _, serving, _ = _interrupted_compaction(
+        archive, tmp_path / "edge", monkeypatch, embedder
+    )
+    left = serving.parent / (serving.parent / "acme.building").read_text()
+    index.close()
+    monkeypatch.setattr("tht.memory.index.edge.COMPACT_UNINDEXED", 1_000)  # 40 are plain
+    index = EdgeIndex(tmp_path / "edge")
+    projector = IndexProjector(archive, index, embedder)
+    try:
+        assert index.owed_compactions() == ["acme"]
+        assert projector.compact_quiet() == {}  # nothing compacted
+        assert not left.exists() and index.owed_compactions() == []
+        assert index.count("acme") == 40 and embedder.rebuild_calls == 0
+    finally:
+        index.close()
+
+
 @pytest.mark.parametrize("left_by", ["a-stop-before-the-upkeep", "a-failed-compaction"])
 def test_the_next_service_compacts_what_the_stopped_one_left_unindexed(
     archive, tmp_path, monkeypatch, left_by

@@ -668,8 +668,10 @@ def test_ctrl_c_during_the_check_pass_writes_nothing(database, runtime_file, tmp
 def test_ctrl_c_while_the_import_compacts_says_how_to_resume(database, runtime_file, tmp_path):
     """Ctrl-C while the import waits for its compaction (in the engine's child, held
     here): the import ends at once as interrupted (exit 130, how to resume), every card
-    written; the child dies with it and the rerun finds nothing to do. Before, the
-    import waited for the compaction to end; earlier still, the interrupted wait made
+    written; the child dies with it, and the rerun, which writes nothing, discards the
+    copy left behind and does the compaction over. Before, the rerun left the copy on
+    disk and the cards unindexed; the import waited for the compaction to end; earlier
+    still, the interrupted wait made
     Python 3.11 take the import's thread for ended (python/cpython#90882) and the
     command failed with an IndexError."""
     env = _own_process_with_acme(database, tmp_path)
@@ -680,6 +682,7 @@ def test_ctrl_c_while_the_import_compacts_says_how_to_resume(database, runtime_f
     lowered = (
         "import runpy, tht.memory.index.edge as edge;"
         " edge.COMPACT_UNINDEXED = 100; edge.IN_PROCESS_OPTIMIZE_BYTES = 0;"
+        " edge.ENGINE_INDEXES_FROM_BYTES = 0;"
         " runpy.run_module('tht', run_name='__main__')"
     )
     # held while the compaction's child indexes
@@ -691,6 +694,8 @@ def test_ctrl_c_while_the_import_compacts_says_how_to_resume(database, runtime_f
     error = json.loads(out)["error"]
     assert (error["code"], error["details"]["written"]) == ("interrupted", 150), error
     assert error["details"]["resume"] == "rerun the same command"
+    left = list((tmp_path / "home").rglob("acme.compacting"))
+    assert len(left) == 1  # the interrupted compaction's copy
     rerun = subprocess.run(
         [sys.executable, "-c", lowered, "memory", "import", str(path), "-c", config],
         env=env,
@@ -701,6 +706,8 @@ def test_ctrl_c_while_the_import_compacts_says_how_to_resume(database, runtime_f
     assert rerun.returncode == 0, rerun.stdout
     summary = json.loads(rerun.stdout)
     assert (summary["skipped"], summary["index"]["pending"]) == (150, 0), summary
+    assert summary["index"]["compacted"]["points"] == 150, summary
+    assert not left[0].exists()
     checked = subprocess.run(
         [sys.executable, "-m", "tht", "memory", "check", "-c", config],
         env=env,

@@ -17,8 +17,9 @@ class RecordingProjector:
     """Answers each ``compact`` call with the next scripted outcome; a compaction
     started in a thread waits for ``release`` (the test decides when it ends)."""
 
-    def __init__(self, *outcomes: dict[str, Any] | None) -> None:
+    def __init__(self, *outcomes: dict[str, Any] | None, owed: bool = False) -> None:
         self.outcomes = list(outcomes)
+        self.owed = owed  # an earlier process left the workspace to compact
         self.calls: list[int | None] = []  # the ``least`` of each call
         self.release = threading.Event()
         self.release.set()
@@ -29,6 +30,9 @@ class RecordingProjector:
             assert self.release.wait(10)
         self.calls.append(least)
         return self.outcomes.pop(0)
+
+    def owes_compaction(self, workspace):
+        return self.owed
 
 
 @pytest.fixture(autouse=True)
@@ -63,6 +67,15 @@ def test_without_a_compaction_while_importing_the_end_keeps_the_engines_threshol
     assert compactions.finish() == {"points": 90, "seconds": 1.5}
     assert projector.calls == [None]
     assert ImportCompactions(RecordingProjector(None), "acme").finish() is None  # type: ignore[arg-type]
+
+
+def test_a_compaction_an_earlier_process_owed_is_done_to_the_end_even_if_nothing_was_indexed():
+    projector = RecordingProjector({"points": 150, "seconds": 0.5}, owed=True)
+    compactions = ImportCompactions(projector, "acme")  # type: ignore[arg-type]
+    assert compactions.owed  # the import's end compacts although it indexed nothing
+    assert compactions.finish() == {"points": 150, "seconds": 0.5}
+    assert projector.calls == [1]  # down to what the engine indexes, as its end would have
+    assert not ImportCompactions(RecordingProjector(), "acme").owed  # type: ignore[arg-type]
 
 
 def test_nothing_left_at_the_end_reports_the_last_one_and_that_the_import_waited_for_none():

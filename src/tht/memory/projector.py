@@ -247,6 +247,11 @@ class IndexProjector:
             return None
         return {"points": points, "seconds": round(time.perf_counter() - started, 3)}
 
+    def owes_compaction(self, workspace: str) -> bool:
+        """An earlier process left the workspace's index to compact (written since its
+        last compaction, or a compaction interrupted: ``EdgeIndex.owed_compactions``)."""
+        return workspace in getattr(self.index, "owed_compactions", list)()
+
     @contextmanager
     def importing(self, workspace: str) -> Iterator[None]:
         """An import of the workspace runs: ``compact_quiet`` leaves it alone (the
@@ -876,6 +881,9 @@ class ImportCompactions:
         self._left = expected  # points still to index, when known
         self._running: Stage | None = None
         self._outcomes: list[dict[str, Any]] = []  # what each one in a thread returned
+        # an earlier process's due (a rerun of an import interrupted while it compacted):
+        # the end compacts even if this run indexes nothing
+        self.owed = projector.owes_compaction(workspace)
 
     def indexed(self, points: int) -> None:
         """The import indexed ``points`` more (called by one thread)."""
@@ -936,7 +944,9 @@ class ImportCompactions:
         def compact() -> None:
             try:
                 ended.append(
-                    self.projector.compact(self.workspace, starting, least=1 if during else None)
+                    self.projector.compact(
+                        self.workspace, starting, least=1 if during or self.owed else None
+                    )
                 )
             except BaseException as exc:
                 ended.append(exc)

@@ -615,9 +615,12 @@ class EdgeIndex:
             least = COMPACT_UNINDEXED
         else:  # fewer than the engine indexes: a copy for nothing
             least = max(least, ENGINE_INDEXES_FROM_BYTES // (4 * self._dimension()))
+        # a copy an interrupted compaction left goes, even with too little to compact
+        # (it holds its disk space, and ``owed_compactions`` would list it at every start)
+        discarded = self._discard_compaction(workspace)
         if plain < least:
             return 0
-        if not self._discard_compaction(workspace):
+        if not discarded:
             log.warning(
                 "workspace %s is not compacted: a rebuild's generation is being built or"
                 " was left by an interrupted one (`tht memory index` finishes it)",

@@ -682,7 +682,7 @@ class CardTransfer:
             done = index["indexed"] + index["pending"]
             if progress and done:  # the last count, never left out by the meter's pace
                 progress("indexed", done, done)
-            if compactions is not None and index["indexed"]:
+            if compactions is not None and (index["indexed"] or compactions.owed):
                 # what it wrote is searched by brute force until the engine indexes it
                 starting = (
                     (lambda points: progress("compacting", points, None)) if progress else None
