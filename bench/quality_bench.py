@@ -84,6 +84,7 @@ VARIANTS: dict[str, RecallTuning] = {
     "ours+xlfeedback5": RecallTuning(feedback_across_languages=5),
     "ours+xlfeedbackw1": RecallTuning(feedback_weight=1.0),
     "ours+feedback3": RecallTuning(feedback=3),
+    "ours+seeds100": RecallTuning(seeds_at_least=100),
     "spec": RecallTuning.spec_only(),
 }
 MAX_DEPENDENCIES = 8

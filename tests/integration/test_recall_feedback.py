@@ -78,3 +78,22 @@ def test_a_question_in_the_workspaces_language_gets_no_feedback(italian):
     # effect is covered by tests/unit/test_seed_order.py: on these cards many ties are
     # ordered by the random card ids, so an order here would be a coin toss.
     assert _recalled(italian, on) != _recalled(italian, off)
+
+
+def test_a_tuning_can_search_more_seeds_than_the_spec_never_fewer(italian, monkeypatch):
+    """``seeds_at_least`` (the bench's rejected ``ours+seeds100``): the engine is asked
+    for that many seeds when the spec's count (3 x top, at least 20) is smaller."""
+    archive, index, projector, _ = italian
+    asked: list[int] = []
+    search = index.hybrid_search
+
+    def recorded(dense, sparse, filters, limit):
+        asked.append(limit)
+        return search(dense, sparse, filters, limit)
+
+    monkeypatch.setattr(index, "hybrid_search", recorded)
+    for tuning in (RecallTuning(), RecallTuning(seeds_at_least=60), RecallTuning(seeds_at_least=5)):
+        service = RecallService(archive, index, projector.embedder, projector, tuning)
+        found = service.recall("pista", QUESTION, "search", query=RecallQuery(top=10))
+        assert found
+    assert asked == [30, 60, 30]

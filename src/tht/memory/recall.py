@@ -157,6 +157,9 @@ class RecallTuning:
     feedback: int = 0
     feedback_across_languages: int = 3
     feedback_weight: float = 0.5
+    # search at least this many seeds (the spec's count, ``seed_count``, when larger):
+    # tried at 60 and 100, rejected (docs/quality.md)
+    seeds_at_least: int = 0
 
     @classmethod
     def spec_only(cls) -> RecallTuning:

@@ -209,7 +209,8 @@ class RecallService:
         # with other readers), so no mutation interleaves with verification; the index
         # is held first (one lock order with writers).
         with self.index.session():
-            hits = self.index.hybrid_search(dense, sparse, filters, limit=seed_count(query.top))
+            seeds = max(seed_count(query.top), self.tuning.seeds_at_least)
+            hits = self.index.hybrid_search(dense, sparse, filters, limit=seeds)
             if not hits:
                 self._raise_if_lost(workspace)
             return self._verified(
