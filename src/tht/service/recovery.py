@@ -43,6 +43,7 @@ import psycopg
 from tht.backoff import doubling_delay
 from tht.errors import ThothError
 from tht.memory.archive.postgres import PostgresArchive
+from tht.memory.stages import Stage, start_stage
 from tht.sqlfiles import named_queries
 
 if TYPE_CHECKING:
@@ -88,21 +89,20 @@ class PendingRetrier:
         self._schedules: dict[str, _Schedule] = {}
         self._stopped = threading.Event()
         self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread: Stage | None = None
         self._lock = threading.Lock()
 
     # --- life ----------------------------------------------------------------------
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="tht-pending-retry", daemon=True)
-        self._thread.start()
+        self._thread = start_stage(self._run, "tht-pending-retry")
 
     def stop(self, timeout: float = 30.0) -> None:
         """End the loop: a drain in progress finishes its batch, none starts."""
         self._stopped.set()
         self._wake.set()
         if self._thread is not None:
-            self._thread.join(timeout)
+            self._thread.wait(timeout)  # an event, not join (python/cpython#90882)
             self._thread = None
 
     def state(self) -> dict[str, Any]:
