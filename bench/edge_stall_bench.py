@@ -33,7 +33,6 @@ from pathlib import Path
 
 from tht.memory.embedding.sparse import SparseVector
 from tht.memory.index import EdgeIndex
-from tht.memory.index import edge as edge_engine
 from tht.memory.index.port import IndexPoint
 from tht.memory.model import FAMILIES
 from tht.memory.recall_filters import CardFacts, RecallFilters
@@ -43,8 +42,10 @@ WORKSPACE = "bench"
 WRITE_BATCH = 512
 
 
-def random_points(count: int, rng: random.Random) -> Iterator[list[IndexPoint]]:
-    facts = CardFacts(WORKSPACE, "sql_rule", None, (), ())
+def random_points(
+    count: int, rng: random.Random, workspace: str = WORKSPACE
+) -> Iterator[list[IndexPoint]]:
+    facts = CardFacts(workspace, "sql_rule", None, (), ())
     for start in range(0, count, WRITE_BATCH):
         yield [
             IndexPoint(
@@ -122,35 +123,31 @@ def main() -> None:
     try:
         index = EdgeIndex(home)
         index.ensure_collection(DIMENSION)
-        threshold = edge_engine.COMPACT_UNINDEXED
         if args.indexed:  # a workspace indexed before, which saves or an import then grew
             for batch in random_points(args.indexed, rng):
                 index.upsert(batch)
-            edge_engine.COMPACT_UNINDEXED = 1
-            index.compact(WORKSPACE)
-            edge_engine.COMPACT_UNINDEXED = threshold
+            index.compact(WORKSPACE, least=1)
         for batch in random_points(args.points, rng):
             index.upsert(batch)  # the serving shard, in place, as an import writes it
         runs: dict[str, list[tuple[float, float]]] = {"in_process": [], "child_process": []}
         for round_ in range(args.rounds):
             order = list(runs) if round_ % 2 == 0 else list(reversed(runs))
             for variant in order:
-                generation = index.begin_generation(WORKSPACE)
-                for batch in random_points(args.points, random.Random(round_)):
+                # a rebuild's generation of a workspace of its own, never switched: each
+                # variant indexes a new, plain one, while WORKSPACE serves beside it
+                built = f"{WORKSPACE}-{round_}-{variant}"
+                generation = index.begin_generation(built)
+                for batch in random_points(args.points, random.Random(round_), built):
                     generation.upsert(batch)
                 optimize = (
                     generation.shard.optimize if variant == "in_process" else generation.optimize
                 )
                 runs[variant].append(timed(optimize))
-                # not switched: the next variant starts from a new, plain generation
-                with index._lock:
-                    del index._building[WORKSPACE]
                 generation.close()
                 shutil.rmtree(generation.path)
-                (index.workspace_path(WORKSPACE).parent / f"{WORKSPACE}.building").unlink()
         plain = query_p50(index, rng)
-        edge_engine.COMPACT_UNINDEXED = 1  # whatever the size, for the figure
-        compact_seconds, compact_stall = timed(lambda: index.compact(WORKSPACE))
+        # whatever the size, for the figure
+        compact_seconds, compact_stall = timed(lambda: index.compact(WORKSPACE, least=1))
         indexed = query_p50(index, rng)
         index.close()
         print(
