@@ -411,6 +411,20 @@ def served(tht):
         server.wait(30)
 
 
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP])
+def test_serve_stopped_by_the_system_closes_the_service_and_exits_0(tht, served, stop):
+    # what `docker stop`, systemd and a closed terminal send: uvicorn re-raises the
+    # signal once shut down, which used to end the process before the service closed
+    server, ready, _url = served
+    assert tht.run("workspace", "create", "later", "--language", "en").code == 0
+    assert (tht.run_dir / "service.json").is_file()
+    server.send_signal(stop)
+    assert server.wait(30) == 0
+    assert not (tht.run_dir / "service.json").exists()
+    assert not os.path.exists(ready["socket"])
+    assert "Traceback" not in server.stderr.read()
+
+
 def test_serve_writes_the_first_admin_token_to_a_private_file_and_leaves_memberships_alone(
     tht, served
 ):

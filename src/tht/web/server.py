@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +26,7 @@ from tht.settings import default_home, find_credentials, load_yaml, require_dire
 from tht.validation import describe_validation_error
 
 if TYPE_CHECKING:
+    from tht.service.server import Service
     from tht.web.limits import ServerLimits
 
 ADMIN_USER = "admin"
@@ -133,6 +136,7 @@ def run_server(
         home, idle_timeout=idle_timeout, web=True, sessions_root=server_config.sessions_root
     )
     take_over(home, service)
+    previous_handlers = _stop_on_termination(service)
     try:
         service.start()
         services = service.open_engines().services(projection, server_config.sessions_root)
@@ -173,8 +177,39 @@ def run_server(
         )
         service.on_stop = lambda: setattr(server, "should_exit", True)
         server.run()
+    except _Terminated:
+        pass  # stopped by the system: as graceful as any other stop, exit 0
     finally:
-        service.close()
+        try:
+            service.close()
+        finally:
+            for signum, handler in previous_handlers.items():
+                signal.signal(signum, handler)
+
+
+class _Terminated(BaseException):
+    """SIGTERM or SIGHUP reached ``tht serve`` before it served."""
+
+
+def _stop_on_termination(service: Service) -> dict[int, Any]:
+    """SIGTERM and SIGHUP stop ``tht serve`` as gracefully as the service stops
+    itself (idle, or taken over): the commands running through the socket drain, the
+    engines close, the socket goes, and it exits 0; returns the handlers replaced.
+
+    Needed because uvicorn handles SIGTERM (not SIGHUP) while it serves and, once shut
+    down, raises it again under the handler it found: under the default one, the
+    process ended inside ``server.run()``, before ``service.close()`` (exit 143, the
+    engines left open, service.json left behind). Before uvicorn serves, the signal
+    stops the start-up (``_Terminated``)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}  # signals only reach the main thread
+
+    def stop(signum: int, _frame: object) -> None:
+        if service.on_stop is None:
+            raise _Terminated(signum)
+        service.request_stop()
+
+    return {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGHUP)}
 
 
 def _announce(document: dict[str, Any]) -> None:
