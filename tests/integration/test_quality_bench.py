@@ -57,10 +57,19 @@ def test_quality_bench_runs_on_a_tiny_subset(tmp_path):
             assert all(0 <= figures[k] <= 1 for k in ("recall@1", "recall@5", "recall@10", "mrr"))
             assert figures["recall@1"] <= figures["recall@5"] <= figures["recall@10"]
     groups = crosslingual["methods"]["ours"]["groups"]
-    assert {g for g in groups if ":" not in g} == {"cross test", "same test"}
+    halves = {g for g in groups if ":" not in g and not g.startswith("by command")}
+    assert halves == {"cross test", "same test"}
     assert groups["cross test"]["queries"] == groups["same test"]["queries"] == 6
     named = results["split"]["methods"]["ours"]["groups"]["named all"]
     assert 0 < named["queries"] <= results["split"]["queries"]
+    # every method, also as the agent asks: each expected card in its command's answer
+    for result in results.values():
+        for figures in result["methods"].values():
+            by_command = figures["groups"]["by command all"]
+            assert by_command["queries"] == result["queries"]
+            assert by_command["recall@1"] <= by_command["recall@5"] <= by_command["recall@10"]
+    split_parts = results["split"]["methods"]["ours"]["groups"]
+    assert split_parts["by command named all"]["queries"] == named["queries"]
     rows = sum(1 + len(m["groups"]) for r in results.values() for m in r["methods"].values())
     assert table.count("\n") == 2 + rows  # header, rule, a row per method and part
 
@@ -87,3 +96,22 @@ def test_a_sentence_is_named_when_a_word_of_its_title_is_in_the_question():
     assert named_keys("Which schools does Ricci Ulrich manage?", ["staff"], space, encoder) == [
         "staff"
     ]
+
+
+def test_by_command_counts_a_card_only_in_the_answer_of_the_command_serving_its_family():
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        from quality_bench import summarize_by_command
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+
+    command_of = {"rule": "rules", "clarification": "search"}
+    answers = {
+        # the rule is 2nd of `memory rules`; in `search` (widened) it would not count
+        "rules": ["other-rule", "rule"],
+        "search": ["rule", "a", "b", "c", "d", "e", "clarification"],
+    }
+    figures = summarize_by_command([(["rule", "clarification"], answers)], command_of)
+    assert figures == {"recall@1": 0.0, "recall@5": 0.5, "recall@10": 1.0, "mrr": 0.5}
+    missing = {"rules": [], "search": ["rule"]}
+    assert summarize_by_command([(["rule"], missing)], command_of)["recall@10"] == 0.0
