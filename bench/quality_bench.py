@@ -143,10 +143,14 @@ def _names(name: str, text: str) -> bool:
     return re.search(r"(?<![\w`])" + re.escape(name) + r"(?![\w`])", text, re.I) is not None
 
 
+BIRD_FILES = (
+    Path("raw", "bird_mini_dev", "mini_dev_sqlite.json"),
+    Path("raw", "bird_dev", "dev_tables_cleaned_arcwise.json"),
+)
+
+
 def load_bird(evalcases: Path) -> tuple[list[dict[str, Any]], dict[str, Catalog]]:
-    raw = evalcases / "raw"
-    questions = json.loads((raw / "bird_mini_dev" / "mini_dev_sqlite.json").read_text())
-    described = json.loads((raw / "bird_dev" / "dev_tables_cleaned_arcwise.json").read_text())
+    questions, described = (json.loads((evalcases / name).read_text()) for name in BIRD_FILES)
     catalogs = {
         db["name"]: Catalog(
             db["name"], [(t["name"], c) for t in db["tables"] for c in t["columns"]]
@@ -453,8 +457,13 @@ class CachedEmbedder:
         return self._get([text], "query", lambda ts: [self.inner.embed_query(t) for t in ts])[0]
 
     def save(self) -> None:
+        """Write the cache, its directory created if missing (``bench/out/`` is not in a
+        fresh checkout), through a temporary file: an interrupted save keeps the old one."""
         if self.path:
-            self.path.write_text(json.dumps(self.vectors))
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            partial = self.path.with_name(self.path.name + ".partial")
+            partial.write_text(json.dumps(self.vectors))
+            partial.replace(self.path)
 
 
 def branch_rankings(
@@ -770,6 +779,15 @@ def main(argv: list[str] | None = None) -> int:
     protocols = args.protocol.split(",")
     if not set(protocols) <= set(PROTOCOLS):
         parser.error(f"--protocol takes {', '.join(PROTOCOLS)}")
+    missing = [
+        str(args.evalcases / name) for name in BIRD_FILES if not (args.evalcases / name).is_file()
+    ]
+    if missing:
+        parser.error(
+            f"BIRD Mini-Dev is not there ({', '.join(missing)}): --evalcases names the folder"
+            " that holds raw/bird_mini_dev and raw/bird_dev (default: ../shared/evalcases"
+            " beside the repository)"
+        )
     questions, catalogs = load_bird(args.evalcases)
     databases = (
         args.databases.split(",") if args.databases else sorted({q["db_id"] for q in questions})

@@ -23,6 +23,8 @@ OUT = ROOT / "src" / "tht" / "demo_data" / "bird_demo.json"
 def main() -> None:
     evalcases = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT.parent / "shared" / "evalcases"
     raw = evalcases / "raw"
+    if not (raw / "bird_mini_dev").is_dir():
+        sys.exit(f"BIRD Mini-Dev is not in {evalcases}: give the folder holding raw/bird_mini_dev")
     schemas = {
         d["name"]: d
         for d in json.loads((raw / "bird_dev" / "dev_tables_cleaned_arcwise.json").read_text())

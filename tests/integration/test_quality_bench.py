@@ -27,6 +27,8 @@ def test_quality_bench_runs_on_a_tiny_subset(tmp_path):
             "--embedder",
             "hashing",
             "--misses",
+            "--cache",
+            "out/vectors.json",  # a directory a fresh checkout lacks
         ],
         capture_output=True,
         text=True,
@@ -34,6 +36,8 @@ def test_quality_bench_runs_on_a_tiny_subset(tmp_path):
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
+    cached = json.loads((tmp_path / "out" / "vectors.json").read_text())
+    assert cached and all(len(vector) == 384 for vector in cached.values())
     document, _, table = proc.stdout.partition("\n| protocol")
     results = {r["protocol"]: r for r in json.loads(document)["results"]}
     questions = sorted(
@@ -115,3 +119,15 @@ def test_by_command_counts_a_card_only_in_the_answer_of_the_command_serving_its_
     assert figures == {"recall@1": 0.0, "recall@5": 0.5, "recall@10": 1.0, "mrr": 0.5}
     missing = {"rules": [], "search": ["rule"]}
     assert summarize_by_command([(["rule"], missing)], command_of)["recall@10"] == 0.0
+
+
+def test_a_missing_bird_folder_is_a_usage_error_not_a_traceback(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "quality_bench.py"), "--evalcases", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "BIRD Mini-Dev is not there" in proc.stderr and "--evalcases" in proc.stderr
+    assert "Traceback" not in proc.stderr
