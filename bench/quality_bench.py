@@ -54,7 +54,7 @@ import qdrant_edge as qe
 from tht.db.embedded import MIGRATOR, RUNTIME, EmbeddedPostgres
 from tht.memory.archive.postgres import PostgresArchive
 from tht.memory.embedding import build_embedder
-from tht.memory.evaluation import KS, summarize
+from tht.memory.evaluation import KS, recall_at, reciprocal_rank, summarize
 from tht.memory.index import EdgeIndex
 from tht.memory.index import edge as edge_engine
 from tht.memory.index import filters as index_filters
@@ -523,24 +523,26 @@ def named_keys(question: str, keys: list[str], space: Workspace, encoder: Any) -
 def summarize_by_command(
     rows: list[tuple[list[str], dict[str, list[str]]]], command_of: dict[str, str]
 ) -> dict[str, float]:
-    """Over ``(expected, answers)`` rows, ``answers`` being each command's result list:
-    recall@k, the share of the expected cards in the top k of the command that serves
-    their family (``command_of``), and MRR, from the best rank an expected card reaches
-    in its own command's answer (a card in another command's answer does not count)."""
-
-    def rank(card_id: str, answers: dict[str, list[str]]) -> int | None:
-        answer = answers[command_of[card_id]]
-        return answer.index(card_id) + 1 if card_id in answer else None
-
-    ranked = [[rank(card_id, answers) for card_id in expected] for expected, answers in rows]
-    metrics = {
-        f"recall@{k}": sum(sum(1 for r in ranks if r and r <= k) / len(ranks) for ranks in ranked)
-        / len(ranked)
-        for k in KS
-    }
-    metrics["mrr"] = sum(
-        1 / min(r for r in ranks if r) if any(ranks) else 0.0 for ranks in ranked
-    ) / len(ranked)
+    """``summarize`` over ``(expected, answers)`` rows, ``answers`` being each command's
+    result list: an expected card counts only in the answer of the command that serves
+    its family (``command_of``). recall@k is the share of the expected cards in the top
+    k of their own command; the reciprocal rank is the best of the commands'."""
+    recalls: dict[int, float] = dict.fromkeys(KS, 0.0)
+    mrr = 0.0
+    for expected, answers in rows:
+        wanted = list(dict.fromkeys(expected))
+        parts = [
+            ([card_id for card_id in wanted if command_of[card_id] == command], answer)
+            for command, answer in answers.items()
+        ]
+        parts = [(part, answer) for part, answer in parts if part]
+        for k in KS:
+            recalls[k] += sum(
+                recall_at(part, answer, k) * len(part) for part, answer in parts
+            ) / len(wanted)
+        mrr += max(reciprocal_rank(part, answer) for part, answer in parts)
+    metrics = {f"recall@{k}": total / len(rows) for k, total in recalls.items()}
+    metrics["mrr"] = mrr / len(rows)
     return {name: round(value, 4) for name, value in metrics.items()}
 
 
