@@ -88,6 +88,8 @@ VARIANTS: dict[str, RecallTuning] = {
     "ours+xlfeedbackw1": RecallTuning(feedback_weight=1.0),
     "ours+feedback3": RecallTuning(feedback=3),
     "ours+seeds100": RecallTuning(seeds_at_least=100),
+    "ours-titles": RecallTuning(titles=False),
+    "ours+titlesw1": RecallTuning(title_weight=1.0),
     "spec": RecallTuning.spec_only(),
 }
 # every method is also measured as the agent asks (the ``by command`` parts): F2's

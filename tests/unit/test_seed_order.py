@@ -19,6 +19,8 @@ from tht.memory.recall import (
     coverage_shares,
     feedback_ranks,
     feedback_terms,
+    lift_named_titles,
+    named_title_weights,
     order_seeds,
 )
 
@@ -163,8 +165,70 @@ def test_feedback_lifts_a_card_sharing_the_dense_neighbours_words():
     ) == ["n", "g", "x"]
 
 
-def test_recall_tuning_defaults_feedback_across_languages_only():
+def test_recall_tuning_defaults_feedback_across_languages_only_and_titles():
     tuning = RecallTuning()
     assert (tuning.feedback, tuning.feedback_across_languages) == (0, 3)
+    assert (tuning.titles, tuning.title_weight) == (True, 0.25)
     spec = RecallTuning.spec_only()
     assert (spec.coverage, spec.language_aware, spec.feedback_across_languages) == (False, False, 0)
+    assert spec.titles is False
+
+
+def test_a_title_is_named_only_when_the_question_holds_all_its_terms():
+    a, b, c, d = (
+        seed("a", 1, 1, 1, 2, 9),
+        seed("b", 2, 2, 1, 3),
+        seed("c", 3, 3, 4),
+        seed("d", 4, 4),
+    )
+    titles = {"a": frozenset({1, 2}), "b": frozenset({1, 3}), "c": frozenset(), "d": frozenset({7})}
+    named = named_title_weights([1, 2, 7, 8], [a, b, c, d], titles)
+    # b lacks term 3, c's title has no term (all stop words): neither is named; d's
+    # title term is held by no candidate: the IDF of an unseen term
+    assert named == pytest.approx({"a": idf(4, 2) + idf(4, 1), "d": idf(4, 0)})
+    assert named_title_weights([1, 2], [a, b], {}) == {}  # a card without a known title
+
+
+def test_named_titles_follow_the_first_seed_which_stays_first():
+    order = ["top", "x", "y", "named", "z"]
+    # named, 4th, 1st among the named: 1/64 + 0.25/61 > x's 1/62
+    assert lift_named_titles(order, {"named": 1.0}, 0.25) == ["top", "named", "x", "y", "z"]
+    # two named: the heavier title ranks first among them (z: 1/65 + 0.25/61), the
+    # other second (named: 1/64 + 0.25/62); both pass x (1/62); the first seed stays
+    # first although it is not named
+    assert 1 / 64 + 0.25 / 62 > 1 / 65 + 0.25 / 61 > 1 / 62
+    assert lift_named_titles(order, {"z": 5.0, "named": 1.0}, 0.25) == [
+        "top",
+        "named",
+        "z",
+        "x",
+        "y",
+    ]
+    # weight 1: the heavier title's rank decides (1/65 + 1/61 > 1/64 + 1/62)
+    assert lift_named_titles(order, {"z": 5.0, "named": 1.0}, 1.0) == [
+        "top",
+        "z",
+        "named",
+        "x",
+        "y",
+    ]
+    # nothing named, weight 0, or a single seed: the order as it was
+    assert lift_named_titles(order, {}, 0.25) == order
+    assert lift_named_titles(order, {"named": 1.0}, 0.0) == order
+    assert lift_named_titles(["only"], {"only": 1.0}, 0.25) == ["only"]
+
+
+def test_order_seeds_lifts_a_named_title_only_when_titles_are_given():
+    # "n" is last by both branches and covers little of its long text, but the
+    # question names its title whole; "t" leads and stays first
+    t = seed("t", 1, 1, 1, 2)
+    x = seed("x", 2, 2, 1, 5)
+    y = seed("y", 3, 3, 2, 6)
+    n = seed("n", 4, 4, 3, 4, 7, 8, 9, 10, 11)
+    question = [1, 2, 3, 4]
+    plain = order_seeds(question, [t, x, y, n])
+    assert plain == ["t", "x", "y", "n"]
+    titles = {"t": frozenset({1}), "x": frozenset({5}), "y": frozenset({6}), "n": frozenset({3, 4})}
+    assert order_seeds(question, [t, x, y, n], titles=titles) == ["t", "n", "x", "y"]
+    # the weight is the caller's: 0 lifts nothing
+    assert order_seeds(question, [t, x, y, n], titles=titles, title_weight=0.0) == plain

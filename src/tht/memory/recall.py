@@ -45,6 +45,13 @@ The same feedback for questions in the workspace's language was measured too and
 off (``feedback`` 0), and so was schema-aware matching (removed): both cost on the dev
 half (docs/quality.md).
 
+Named titles (ours too, ``RecallTuning.titles``): a seed whose whole title (the phrase
+the card explains, through the workspace's analyzer) is in the question gets a further
+RRF term after the first seed, which stays first (``lift_named_titles``). Knowledge is
+written again in other words for every question that needs it; when a question names
+what several near-identical cards explain, the title says which ones it needs, and the
+fused first answer, where both branches agree, is still the best single one.
+
 Choices where the rules leave room:
 
 - Paths are simple: a path never visits a card twice, so no path leads back to its
@@ -160,10 +167,14 @@ class RecallTuning:
     # search at least this many seeds (the spec's count, ``seed_count``, when larger):
     # tried at 60 and 100, rejected (docs/quality.md)
     seeds_at_least: int = 0
+    # the seeds whose whole title the question names follow the first seed
+    # (``lift_named_titles``), their title rank fused with this weight
+    titles: bool = True
+    title_weight: float = 0.25
 
     @classmethod
     def spec_only(cls) -> RecallTuning:
-        return cls(coverage=False, language_aware=False, feedback_across_languages=0)
+        return cls(coverage=False, language_aware=False, feedback_across_languages=0, titles=False)
 
 
 @dataclass(frozen=True)
@@ -248,13 +259,16 @@ def order_seeds(
     bm25_weight: float = 1.0,
     feedback: int = 0,
     feedback_weight: float = 0.5,
+    titles: Mapping[str, frozenset[int]] | None = None,
+    title_weight: float = 0.25,
 ) -> list[str]:
     """The seeds, best first: RRF (k = 60) of dense rank, BM25 rank and coverage rank
     (among the candidates; equal coverage ordered by card id); equal scores by card id.
     Without ``coverage``: the spec's RRF of the dense and BM25 ranks alone; the BM25
     rank's term is multiplied by ``bm25_weight``. ``feedback`` > 0 adds the
     ``feedback_ranks`` of that many dense neighbours, its term multiplied by
-    ``feedback_weight``."""
+    ``feedback_weight``. ``titles`` (each candidate's title terms) then lifts the
+    candidates the question names (``lift_named_titles``)."""
     if len({c.card_id for c in candidates}) != len(candidates):
         raise ValueError("candidates must be distinct card ids")
     extra_ranks: list[tuple[dict[str, int], float]] = []  # (ranks, weight)
@@ -271,7 +285,49 @@ def order_seeds(
             score += weight / (RRF_K + rank) if rank is not None else 0.0
         return score
 
-    return [c.card_id for c in sorted(candidates, key=lambda c: (-fused(c), c.card_id))]
+    order = [c.card_id for c in sorted(candidates, key=lambda c: (-fused(c), c.card_id))]
+    if titles is None:
+        return order
+    return lift_named_titles(
+        order, named_title_weights(question_terms, candidates, titles), title_weight
+    )
+
+
+def named_title_weights(
+    question_terms: Collection[int],
+    candidates: Sequence[SeedSignals],
+    titles: Mapping[str, frozenset[int]],
+) -> dict[str, float]:
+    """The candidates whose title's BM25 terms are all terms of the question (the
+    question names what the card explains), each with the IDF of its title's terms
+    among the candidates: a rare name says more than a common word."""
+    idf, unseen = _candidate_idf(candidates)
+    asked = frozenset(question_terms)
+    return {
+        c.card_id: sum(idf.get(term, unseen) for term in title)
+        for c in candidates
+        if (title := titles.get(c.card_id)) and title <= asked
+    }
+
+
+def lift_named_titles(order: Sequence[str], named: Mapping[str, float], weight: float) -> list[str]:
+    """The seed order with the cards the question names lifted: after the first seed,
+    which stays first, the seeds are ordered by RRF of their place in ``order`` and,
+    with ``weight``, their rank among the named ones (heaviest title first, then by
+    place). The fused first seed is the best single answer when both branches agree on
+    it; a named title mostly tells which of its near-identical siblings the question
+    also needs, so it fills the rest of the short list."""
+    if not named or len(order) < 2:
+        return list(order)
+    place = {card_id: rank for rank, card_id in enumerate(order, start=1)}
+    by_weight = sorted(named, key=lambda card_id: (-named[card_id], place[card_id]))
+    title_rank = {card_id: rank for rank, card_id in enumerate(by_weight, start=1)}
+
+    def fused(card_id: str) -> float:
+        rank = title_rank.get(card_id)
+        return 1 / (RRF_K + place[card_id]) + (weight / (RRF_K + rank) if rank else 0.0)
+
+    return [order[0], *sorted(order[1:], key=lambda card_id: (-fused(card_id), place[card_id]))]
 
 
 @dataclass(frozen=True)

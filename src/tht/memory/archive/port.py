@@ -99,6 +99,7 @@ class SeedFacts:
     links: dict[uuid.UUID, list[tuple[uuid.UUID, str]]]  # outgoing links by source
     target_facts: dict[uuid.UUID, RecallFacts]
     terms: dict[uuid.UUID, frozenset[int]]  # BM25 terms recorded with each projection
+    titles: dict[uuid.UUID, str]
     fields: dict[uuid.UUID, IndexedFields]  # of projections recorded without terms
 
 

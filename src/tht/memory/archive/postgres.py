@@ -619,7 +619,7 @@ class ArchiveTransaction:
 
     def seed_facts(self, card_uuids: list[uuid.UUID]) -> SeedFacts:
         """What recall reads about its seeds, in one round trip: their ``recall_facts``
-        with the BM25 terms recorded with their projections, and their outgoing links
+        with the BM25 terms recorded with their projections and their titles, and their outgoing links
         with the targets' facts (the first hop is then already known). Projections
         recorded without terms (before migration 006) cost a second round trip, for the
         fields their indexed text is built from."""
@@ -641,6 +641,7 @@ class ArchiveTransaction:
             links=by_source,
             target_facts=target_facts,
             terms={r["id"]: frozenset(r["terms"]) for r in fact_rows if r["terms"] is not None},
+            titles={r["id"]: r["title"] for r in fact_rows},
             fields={
                 r["id"]: cast(IndexedFields, r)
                 for r in self._rows("indexed_fields", ids=without_terms)

@@ -220,9 +220,10 @@ SELECT c.id, c.revision, p.revision AS projected_revision, p.fingerprint, o.oper
 -- name: recall_facts
 -- Everything verification and the recall filters need about a card, in one query:
 -- its projection state and its filterable fields, dependencies included; and the
--- BM25 terms recorded with its projection (recall's coverage signal).
+-- BM25 terms recorded with its projection (recall's coverage signal) and its title
+-- (recall lifts the seeds whose title the question names).
 SELECT c.id, c.revision, p.revision AS projected_revision, p.fingerprint, o.operation, p.terms,
-       c.family, c.scope, c.concepts,
+       c.title, c.family, c.scope, c.concepts,
        coalesce((SELECT json_agg(json_build_array(d.database_name, d.schema_name, d.table_name, d.column_name)
                                  ORDER BY d.position)
                    FROM thoth_memory.card_dependencies d

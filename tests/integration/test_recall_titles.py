@@ -1,0 +1,63 @@
+"""Recall lifts the seeds whose whole title the question names (ours, measured by the
+quality bench: docs/quality.md), on the real engines: the titles are read with the
+seeds' facts, at the card's current revision, through the workspace's analyzer."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.factories import card
+from tht.memory.embedding import HashingEmbedder
+from tht.memory.index import EdgeIndex
+from tht.memory.projector import IndexProjector
+from tht.memory.recall import RecallTuning
+from tht.memory.recall_service import RecallQuery, RecallService
+from tht.memory.service import MemoryService, WorkspaceService
+
+QUESTION = "Which refunds fall inside the refund window?"
+CARDS = [
+    (
+        "Refunds inside an order",
+        "Refunds that fall inside one order are summed; a refund lowers revenue.",
+    ),
+    ("Refunds by month", "Refunds fall inside the month the refund was issued."),
+    ("Window functions", "Refunds per customer: a window function over the refund dates."),
+    ("Disputed refunds", "A refund that falls inside a dispute carries a reason code."),
+    ("Refund window", "Thirty days from delivery; later requests are exceptions for support."),
+]
+
+
+@pytest.fixture
+def recalls(archive, tmp_path):
+    WorkspaceService(archive).create("acme", "en")
+    index = EdgeIndex(tmp_path / "edge")
+    projector = IndexProjector(archive, index, HashingEmbedder(64))
+    memory = MemoryService(archive, projector)
+    ids = {
+        title: memory.create_card("acme", card(title=title, content=content)).card.id
+        for title, content in CARDS
+    }
+
+    def recall(tuning: RecallTuning) -> list[str]:
+        service = RecallService(archive, index, projector.embedder, projector, tuning)
+        results = service.recall("acme", QUESTION, "search", query=RecallQuery(top=5))
+        return [r.card.title for r in results]
+
+    yield memory, ids, recall
+    index.close()
+
+
+def test_a_named_title_follows_the_first_card(recalls):
+    _, _, recall = recalls
+    without = recall(RecallTuning(titles=False))
+    assert without[-1] == "Refund window"  # it shares only its title with the question
+    lifted = recall(RecallTuning())
+    assert lifted[0] == without[0]  # the first card stays first
+    assert lifted[1:] == ["Refund window", *without[1:-1]]
+
+
+def test_the_title_recall_matches_is_the_current_one(recalls):
+    memory, ids, recall = recalls
+    content = dict(CARDS)["Refund window"]
+    memory.update_card("acme", ids["Refund window"], card(title="Return period", content=content))
+    assert recall(RecallTuning())[-1] == "Return period"
