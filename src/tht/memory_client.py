@@ -354,9 +354,11 @@ class Memory:
         filters: Mapping[str, Any] | None = None,
         top: int | None = None,
         session: str | None = None,
+        explain: str | None = None,
     ) -> Recall:
         """SQL rules and explained errors for a question, or for a database ``error``
-        (exact error-signature matches first)."""
+        (exact error-signature matches first). ``explain``, with a question and no
+        ``error``: as ``search``'s."""
         return Recall.from_json(
             self._agent(
                 "rules",
@@ -364,15 +366,27 @@ class Memory:
                 error=error,
                 filters=_with_top(filters, top),
                 session=session,
+                explain=explain,
             )
         )
 
     def solved_search(
-        self, question: str, *, filters: Mapping[str, Any] | None = None, top: int | None = None
+        self,
+        question: str,
+        *,
+        filters: Mapping[str, Any] | None = None,
+        top: int | None = None,
+        explain: str | None = None,
     ) -> Recall:
-        """Solved questions like this one: consultative exemplars, never an approval."""
+        """Solved questions like this one: consultative exemplars, never an approval.
+        ``explain``: as ``search``'s."""
         return Recall.from_json(
-            self._agent("solved-search", question=question, filters=_with_top(filters, top))
+            self._agent(
+                "solved-search",
+                question=question,
+                filters=_with_top(filters, top),
+                explain=explain,
+            )
         )
 
     # --- the workflow's side -----------------------------------------------------------

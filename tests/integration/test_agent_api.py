@@ -202,7 +202,7 @@ def test_openapi_documents_the_agent_routes_with_their_models_and_errors(world):
         assert not {"database", "schema"} & set(
             components[model]["properties"]
         )  # the binding is not the caller's
-    assert {"session", "error"} <= set(components["RulesIn"]["properties"])
+    assert {"session", "error", "explain"} <= set(components["RulesIn"]["properties"])
 
 
 def _cards_for_recall(world) -> dict[str, str]:
@@ -310,6 +310,18 @@ def test_http_recall_answers_what_the_cli_answers(world, cli, runtime_file, tmp_
                 made["other_rule"],
             ],
         ),
+        # every recall command explains: a clarification is not `rules`' family, a solved
+        # question is returned by `solved-search`
+        (
+            "rules",
+            {"question": "order totals", "explain": made["note"]},
+            ["rules", "order totals", "--explain", made["note"]],
+        ),
+        (
+            "solved-search",
+            {"question": "orders per customer", "explain": made["solved"]},
+            ["solved-search", "orders per customer", "--explain", made["solved"]],
+        ),
     ]
     answers = []
     for route, body, _ in cases:
@@ -339,6 +351,10 @@ def test_http_recall_answers_what_the_cli_answers(world, cli, runtime_file, tmp_
             "bound": {"database": "dwh", "schema": "sales"},
         },
     }
+    assert answers[7]["explain"]["reason"] == "family"
+    assert answers[7]["explain"]["details"]["family"] == "domain_clarification"
+    assert answers[8]["explain"]["returned"] is True
+    assert answers[8]["explain"]["details"]["rank"] == 1
     assert answers[3]["exact"] == 1 and ids[3][0] == made["error"]
     assert ids[4] == [made["solved"]]
     assert (
@@ -414,6 +430,9 @@ def test_recall_requests_are_validated_like_the_cli(world):
     absent = "mem-00000000-0000-4000-8000-000000000000"
     missing = _http(world, "search", {"question": "x", "explain": absent})
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+    # an error's answer has no recall rank to explain
+    both = _http(world, "rules", {"question": "x", "error": "ERROR: x", "explain": absent})
+    assert both.status_code == 422 and "without the error" in both.json()["error"]["message"]
     shown = world.client.get(
         f"/api/workspaces/ws-a/memory/{absent}", headers=world.bearer("admin_a")
     )

@@ -118,6 +118,16 @@ async def exercise(session) -> list[tuple[tuple[str, ...], dict]]:
         answers.append((command, document(result)))
     found = document(await session.call_tool("memory_search", {"question": "shipped order"}))
     assert found["results"] and found["results"][0]["title"] == "Shipped order"
+    shipped = found["results"][0]["id"]
+    # explain, on every recall tool: returned by search, not rules' family
+    explained = document(
+        await session.call_tool("memory_search", {"question": "shipped order", "explain": shipped})
+    )
+    assert explained["explain"]["returned"] is True
+    explained = document(
+        await session.call_tool("memory_rules", {"question": "shipped order", "explain": shipped})
+    )
+    assert explained["explain"]["reason"] == "family"
     summary = document(await session.call_tool("memory_summary", {"session": "s-1"}))
     assert summary["proposals_digest"] == recorded["digest"]
     return answers

@@ -51,6 +51,13 @@ def check_against_the_cli(tht, memory, config, token=None, **env) -> None:
         first.card.title = "changed"  # type: ignore[misc]
     rules = memory.rules("join jobs on code", filters={"concepts": []})
     solved = memory.solved_search("orders per customer")
+    # explain on every recall method: a clarification is not rules' family
+    explained = memory.rules("shipped order", explain=first.card.id)
+    assert explained.raw["explain"]["reason"] == "family"
+    assert (
+        memory.solved_search("shipped order", explain=first.card.id).raw["explain"]["reason"]
+        == "family"
+    )
     summary = memory.summary("s-1")
     assert isinstance(summary, Summary) and summary.proposals_digest == proposed.digest
     assert summary.additions[0]["proposal"] == "p1"

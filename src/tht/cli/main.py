@@ -243,6 +243,13 @@ SessionFilter = Annotated[
         "--session", help="Workflow session: leave out Memory already decided in it (its ledger)"
     ),
 ]
+ExplainOption = Annotated[
+    str | None,
+    typer.Option(
+        "--explain",
+        help="A card id: say why it is or is not among the results (binding, scope, family, decided, pending, rank)",
+    ),
+]
 
 
 def _recall(
@@ -282,13 +289,7 @@ def memory_search(
     filters: FiltersOption = None,
     json_output: JsonFlag = False,
     session: SessionFilter = None,
-    explain: Annotated[
-        str | None,
-        typer.Option(
-            "--explain",
-            help="A card id: say why it is or is not among the results (binding, scope, family, decided, pending, rank)",
-        ),
-    ] = None,
+    explain: ExplainOption = None,
 ) -> None:
     """Recall domain clarifications for a question (F2). `--filters '{"families": [...]}'`
     widens it explicitly to SQL rules and explained errors (`memory rules` serves those).
@@ -303,9 +304,10 @@ def memory_solved_search(
     config: ConfigOption,
     filters: FiltersOption = None,
     json_output: JsonFlag = False,
+    explain: ExplainOption = None,
 ) -> None:
     """Recall solved questions (consultative exemplars: never an approval)."""
-    _recall("solved", question, config, filters)
+    _recall("solved", question, config, filters, explain=explain)
 
 
 @memory_app.command("rules")
@@ -324,9 +326,10 @@ def memory_rules(
             help="A database error text: exact error-signature matches first, then recall",
         ),
     ] = None,
+    explain: ExplainOption = None,
 ) -> None:
     """Recall SQL rules and explained errors that apply to a question (or to a database error)."""
-    _recall("rules", question, config, filters, session, error)
+    _recall("rules", question, config, filters, session, error, explain)
 
 
 memory_app.command("eval")(memory_eval)

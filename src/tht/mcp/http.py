@@ -99,6 +99,7 @@ class McpEndpoint:
                 arguments.filters_document(),
                 session=getattr(arguments, "session", None),
                 error=getattr(arguments, "error", None),
+                explain=arguments.explain,
             )
         principal.require(PROPOSE, workspace)  # before the session is looked at
         if tool.command == "propose":

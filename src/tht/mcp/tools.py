@@ -63,6 +63,12 @@ _LEDGER_SESSION = {
     **_SESSION,
     "description": "Workflow session (optional): leave out Memory already decided in it (its ledger)",
 }
+_EXPLAIN = {
+    "type": "string",
+    "pattern": CARD_ID_PATTERN,
+    "description": "A card id (optional): the answer also says why that card is or is not"
+    " among the results",
+}
 
 
 def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -134,12 +140,7 @@ TOOLS: dict[str, Tool] = {
                     "filters": _FILTERS,
                     "top": _TOP,
                     "session": _LEDGER_SESSION,
-                    "explain": {
-                        "type": "string",
-                        "pattern": CARD_ID_PATTERN,
-                        "description": "A card id (optional): the answer also says why that"
-                        " card is or is not among the results",
-                    },
+                    "explain": _EXPLAIN,
                 },
                 ["question"],
             ),
@@ -169,6 +170,10 @@ TOOLS: dict[str, Tool] = {
                     "filters": _FILTERS,
                     "top": _TOP,
                     "session": _LEDGER_SESSION,
+                    "explain": {
+                        **_EXPLAIN,
+                        "description": _EXPLAIN["description"] + " (not with error)",
+                    },
                 },
                 [],
             ),
@@ -184,7 +189,8 @@ TOOLS: dict[str, Tool] = {
                 ' SQL. Returns {"results": [card, ...]}.'
             ),
             input_schema=_object(
-                {"question": _QUESTION, "filters": _FILTERS, "top": _TOP}, ["question"]
+                {"question": _QUESTION, "filters": _FILTERS, "top": _TOP, "explain": _EXPLAIN},
+                ["question"],
             ),
             arguments=schemas.SolvedSearchIn,
         ),

@@ -99,6 +99,11 @@ def recall_command(
     _check(principal, RECALL, workspace)
     recall = _recall(services)
     exclude = services.sessions.decided_cards(session) if session is not None else frozenset()
+    if error is not None and explain is not None:
+        # an error's answer puts exact error-signature matches first: no recall rank to explain
+        raise InvalidInput(
+            "explain says why a question's recall left a card out; ask it without the error"
+        )
     if error is not None:
         return rules_for_error(
             recall,

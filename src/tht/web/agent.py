@@ -97,6 +97,7 @@ def agent_router(services: Services, principal: Callable[..., Awaitable[Principa
             question=request.question,
             session=request.session,
             error=request.error,
+            explain=request.explain,
         )
 
     @router.post(
@@ -108,7 +109,9 @@ def agent_router(services: Services, principal: Callable[..., Awaitable[Principa
     def solved_search(
         actor: Actor, workspace: WorkspaceId, request: Annotated[schemas.SolvedSearchIn, Body()]
     ) -> JSONResponse:
-        return recall(actor, workspace, "solved", request, question=request.question)
+        return recall(
+            actor, workspace, "solved", request, question=request.question, explain=request.explain
+        )
 
     @router.post(
         "/propose",

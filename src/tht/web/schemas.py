@@ -385,6 +385,13 @@ class RecallRequest(_Input):
     top: Annotated[int, Field(ge=1, le=100)] | None = Field(
         default=None, description="Results: the same as filters.top (give one of them)"
     )
+    explain: Annotated[str, Field(pattern=CARD_ID_PATTERN)] | None = Field(
+        default=None,
+        description=(
+            "A card id: the answer's `explain` says why it is or is not among the results"
+            " (`--explain` of the CLI command)"
+        ),
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -430,13 +437,6 @@ class SearchIn(_QuestionRequest):
     session: SessionId | None = Field(
         default=None,
         description="Workflow session: leave out Memory already decided in it (its ledger)",
-    )
-    explain: Annotated[str, Field(pattern=CARD_ID_PATTERN)] | None = Field(
-        default=None,
-        description=(
-            "A card id: the answer's `explain` says why it is or is not among the results"
-            " (`tht memory search --explain`)"
-        ),
     )
 
 
