@@ -203,6 +203,8 @@ def test_openapi_documents_the_agent_routes_with_their_models_and_errors(world):
             components[model]["properties"]
         )  # the binding is not the caller's
     assert {"session", "error", "explain"} <= set(components["RulesIn"]["properties"])
+    # explain and error together are refused (422), and the schema says so
+    assert components["RulesIn"]["allOf"][0]["not"]["required"] == ["error", "explain"]
 
 
 def _cards_for_recall(world) -> dict[str, str]:

@@ -449,6 +449,19 @@ class RulesIn(RecallRequest):
                 {"required": ["question"], "properties": {"question": {"type": "string"}}},
                 {"required": ["error"], "properties": {"error": {"type": "string"}}},
             ],
+            # explain says why a question's recall left a card out: not with an error,
+            # whose exact error-signature matches have no recall rank
+            "allOf": [
+                {
+                    "not": {
+                        "required": ["error", "explain"],
+                        "properties": {
+                            "error": {"type": "string"},
+                            "explain": {"type": "string"},
+                        },
+                    }
+                }
+            ],
         }
     )
 
