@@ -619,8 +619,8 @@ class ArchiveTransaction:
 
     def seed_facts(self, card_uuids: list[uuid.UUID]) -> SeedFacts:
         """What recall reads about its seeds, in one round trip: their ``recall_facts``
-        with the BM25 terms recorded with their projections and their titles, and their outgoing links
-        with the targets' facts (the first hop is then already known). Projections
+        with their titles and the BM25 terms recorded with their projections, and their
+        outgoing links with the targets' facts (the first hop is then already known). Projections
         recorded without terms (before migration 006) cost a second round trip, for the
         fields their indexed text is built from."""
         params = self._params(ids=list(card_uuids))
