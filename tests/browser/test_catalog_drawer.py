@@ -10,7 +10,7 @@ import urllib.error
 
 import pytest
 
-from tests.browser.conftest import PASSWORD, PROJECTION, USER, WORKSPACE, Server
+from tests.browser.conftest import PASSWORD, USER, WORKSPACE, Server
 from tests.integration.catalog_support import DWH_ENV, create_sqlite_dwh, sqlite_execute
 
 
@@ -24,12 +24,13 @@ def dwh_path(tmp_path, monkeypatch):
 
 @pytest.fixture
 def bound_server(dwh_path, server, database):
-    from tht.bootstrap import ProjectionSettings, build_services
+    from tests.factories import installation_of
+    from tht.bootstrap import build_services
     from tht.catalog.model import Binding
 
     services = build_services(
         env={**database.env(), "THT_HOME": str(server.home)},
-        projection=ProjectionSettings(**PROJECTION),
+        installation=installation_of(),
     )
     try:
         services.catalog.bind(Binding(WORKSPACE, "dwh", "main", DWH_ENV))

@@ -20,7 +20,6 @@ import pytest
 from tests.browser.conftest import (
     FOREIGN_WORKSPACE,
     PASSWORD,
-    PROJECTION,
     SERVER_CONFIG,
     USER,
     WORKSPACE,
@@ -41,12 +40,11 @@ LONG_SQL = (
 
 
 def _seed(env: dict[str, str], root: Path) -> None:
-    from tht.bootstrap import ProjectionSettings, build_services
+    from tests.factories import installation_of
+    from tht.bootstrap import build_services
     from tht.memory.model import parse_card_input
 
-    services = build_services(
-        env=env, projection=ProjectionSettings(**PROJECTION), sessions_root=root
-    )
+    services = build_services(env=env, installation=installation_of(sessions_root=root))
     from tht.catalog.model import Binding
 
     try:

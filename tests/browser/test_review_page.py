@@ -13,7 +13,6 @@ import pytest
 
 from tests.browser.conftest import (
     PASSWORD,
-    PROJECTION,
     USER,
     WORKSPACE,
     IndexBlocker,
@@ -35,12 +34,11 @@ DECLINED = "s-decline"
 
 
 def _seed(env: dict[str, str], root: Path) -> dict[str, str]:
-    from tht.bootstrap import ProjectionSettings, build_services
+    from tests.factories import installation_of
+    from tht.bootstrap import build_services
     from tht.memory.model import parse_card_input
 
-    services = build_services(
-        env=env, projection=ProjectionSettings(**PROJECTION), sessions_root=root
-    )
+    services = build_services(env=env, installation=installation_of(sessions_root=root))
     try:
         services.workspaces.create(WORKSPACE, "en", "Acme sales")
         services.accounts.create_user(USER, "admin", [WORKSPACE], password=PASSWORD)

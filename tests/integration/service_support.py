@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-RUNTIME = "workspace: {workspace}\nembedding: {{provider: hashing}}\nindex: {{path: {index}}}\n"
+from tests.factories import write_installation
+
+RUNTIME_KEYS = ("database", "schema")
 
 
 @dataclass
@@ -30,9 +32,16 @@ class Installation:
     env: dict[str, str]
 
     def runtime(self, workspace: str, **extra: Any) -> str:
+        """A runtime file for ``workspace`` (its database and schema from ``extra``); the
+        other keys of ``extra`` go to the installation's configuration."""
         path = self.home / f"{workspace}.yaml"
-        text = RUNTIME.format(workspace=workspace, index=self.home / "index")
-        text += "".join(f"{key}: {json.dumps(value)}\n" for key, value in extra.items())
+        text = f"workspace: {workspace}\n"
+        text += "".join(
+            f"{key}: {json.dumps(value)}\n" for key, value in extra.items() if key in RUNTIME_KEYS
+        )
+        installation = {k: v for k, v in extra.items() if k not in RUNTIME_KEYS}
+        if installation:
+            write_installation(self.home, **installation)
         path.write_text(text)
         return str(path)
 
@@ -122,4 +131,5 @@ def wait_for(condition, seconds: float) -> bool:
 def installation(database, home: Path) -> Installation:
     env = {k: v for k, v in os.environ.items() if not k.startswith("THT_")}
     env.update(database.env(), THT_HOME=str(home), THT_SERVICE="auto", THT_SERVICE_TIMEOUT="60")
+    write_installation(home, embedders={"default": {"provider": "hashing"}})
     return Installation(home, env)

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.factories import card, card_document
+from tests.factories import card, card_document, installation_of
 from tests.integration.service_support import installation
 from tests.integration.web_support import ORIGIN, build_world
 from tht.cli.main import main
@@ -522,17 +522,13 @@ def test_a_one_time_login_link_is_audited(world):
 
 def test_a_review_decision_is_audited_as_the_reviewers_via_review(database, tmp_path):
     from tests.integration.workflow_support import Session, add, decision, join_rule
-    from tht.bootstrap import ProjectionSettings, build_services
+    from tht.bootstrap import build_services
     from tht.web.app import WebSettings, create_app
 
     root = tmp_path / "sessions"
     services = build_services(
         env=database.env(),
-        sessions_root=root,
-        projection=ProjectionSettings(
-            index={"engine": "edge", "path": str(tmp_path / "index")},
-            embedding={"provider": "hashing", "dimension": 64},
-        ),
+        installation=installation_of(index=str(tmp_path / "index"), sessions_root=root),
     )
     try:
         services.workspaces.create("ws-a", "en")

@@ -9,7 +9,7 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.factories import card, card_document
+from tests.factories import card, card_document, installation_of
 from tests.integration.web_support import ORIGIN, build_world
 from tests.integration.workflow_support import (
     APPROVED_SQL,
@@ -20,7 +20,7 @@ from tests.integration.workflow_support import (
     solved,
 )
 from tht.accounts import MANAGE, PROPOSE, READ, RECALL, ROLE_PERMISSIONS, Principal
-from tht.bootstrap import ProjectionSettings, build_services
+from tht.bootstrap import build_services
 from tht.catalog.model import Binding
 from tht.memory.agent import DwhBinding, recall_command
 from tht.memory.recall_service import parse_recall_query
@@ -330,7 +330,9 @@ def test_http_recall_answers_what_the_cli_answers(world, cli, runtime_file, tmp_
         response = _http(world, route, body)
         assert response.status_code == 200, (route, response.json())
         answers.append(response.json())
-    world.services.projector.index.close()  # the CLI's own process would take the embedded index in turn
+    world.services.projector.of(
+        "ws-a"
+    ).index.close()  # the CLI's own process would take the embedded index in turn
     for (route, _body, args), answer in zip(cases, answers, strict=True):
         run = cli("memory", *args, "-c", config)
         assert run.code == 0, run.document
@@ -475,13 +477,10 @@ def test_sessions_come_from_the_service_configuration(world, database, tmp_path)
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
 
     # a service started without sessions_root: a clear 404, never a traceback
-    world.services.projector.index.close()
+    world.services.projector.of("ws-a").index.close()
     bare = build_services(
         env=database.env(),
-        projection=ProjectionSettings(
-            index={"engine": "edge", "path": str(tmp_path / "index")},
-            embedding={"provider": "hashing", "dimension": 64},
-        ),
+        installation=installation_of(index=str(tmp_path / "index")),
     )
     try:
         with TestClient(create_app(bare, WebSettings()), base_url=ORIGIN) as client:

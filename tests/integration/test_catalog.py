@@ -430,15 +430,13 @@ def test_index_failure_keeps_the_run_pending_until_retry(
 def test_cleanup_receipt_is_idempotent_and_refuses_other_removals(database, tmp_path):
     import uuid
 
-    from tests.factories import card
-    from tht.bootstrap import ProjectionSettings, build_services
+    from tests.factories import card, installation_of
+    from tht.bootstrap import build_services
     from tht.errors import Conflict
     from tht.memory.cleanup import PhysicalRemovals
 
     env = {**database.env(), "THT_HOME": str(tmp_path / "home")}
-    services = build_services(
-        env=env, projection=ProjectionSettings(embedding={"provider": "hashing", "dimension": 64})
-    )
+    services = build_services(env=env, installation=installation_of())
     try:
         services.workspaces.create("acme", "en")
         doomed = services.memory.create_card(

@@ -21,9 +21,9 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.factories import card, card_document
+from tests.factories import card, card_document, installation_of
 from tests.integration.service_support import Installation, wait_for
-from tht.bootstrap import ProjectionSettings, build_services
+from tht.bootstrap import build_services
 from tht.faults import CRASH_EXIT_CODE
 from tht.memory.model import card_id_to_uuid
 from tht.service.recovery import PendingRetrier, backoff_delay
@@ -35,10 +35,7 @@ PROJECTION = {"embedding": {"provider": "hashing", "dimension": 64}}
 def services_for(database, tmp_path):
     return build_services(
         env=database.env(),
-        projection=ProjectionSettings(
-            index={"engine": "edge", "path": str(tmp_path / "index")},
-            embedding=PROJECTION["embedding"],
-        ),
+        installation=installation_of(index=str(tmp_path / "index")),
     )
 
 
@@ -167,8 +164,14 @@ def test_pending_work_is_retried_with_backoff_until_the_index_returns(
             saved = services.memory.create_card("acme", card(title=f"Card {i}"))
             assert saved.status == "saved_index_incomplete"
         assert [attempts for _, attempts in outstanding(database)] == [1, 1, 1]
+        projector = services.projector.of("acme")
         retrier = PendingRetrier(
-            services.archive, lambda: [services.projector], base=0.2, cap=0.8, period=0.05
+            services.archive,
+            lambda: [projector],
+            services.projector.of,
+            base=0.2,
+            cap=0.8,
+            period=0.05,
         )
         retrier.start()
         try:
@@ -196,11 +199,14 @@ def test_the_retry_loop_compacts_the_points_saves_left_unindexed(database, tmp_p
     services = services_for(database, tmp_path)
     try:
         services.workspaces.create("acme", "en")
-        index = services.projector.index
+        projector = services.projector.of("acme")
+        index = projector.index
         for i in range(12):
             assert services.memory.create_card("acme", card(title=f"Card {i}")).status == "saved"
         serving = index.workspace_path("acme")
-        retrier = PendingRetrier(services.archive, lambda: [services.projector], period=0.05)
+        retrier = PendingRetrier(
+            services.archive, lambda: [projector], services.projector.of, period=0.05
+        )
         retrier.start()
         try:
             assert wait_for(lambda: index.workspace_path("acme") != serving, 20)
@@ -219,7 +225,7 @@ def test_two_service_instances_never_drain_one_workspace_at_once(database, tmp_p
         assert saved.status == "saved"
         with services.archive.transaction("acme", lock=True) as tx:  # pending again
             tx.enqueue(card_id_to_uuid(saved.card.id), "upsert", saved.card.revision)
-        projector = services.projector
+        projector = services.projector.of("acme")
         running, most = [0], [0]
         guard = threading.Lock()
 
@@ -235,8 +241,9 @@ def test_two_service_instances_never_drain_one_workspace_at_once(database, tmp_p
                     with guard:
                         running[0] -= 1
 
-        first = PendingRetrier(services.archive, lambda: [SlowDrain()])  # type: ignore[list-item]
-        second = PendingRetrier(services.archive, lambda: [SlowDrain()])  # type: ignore[list-item]
+        slow = SlowDrain()
+        first = PendingRetrier(services.archive, lambda: [slow], lambda _: slow)  # type: ignore[list-item,arg-type,return-value]
+        second = PendingRetrier(services.archive, lambda: [slow], lambda _: slow)  # type: ignore[list-item,arg-type,return-value]
         outcomes: list[dict | None] = []
         barrier = threading.Barrier(2)
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
+from tests.factories import installation_of
 from tests.integration.workflow_support import Session, add, decision, join_rule
-from tht.bootstrap import ProjectionSettings, build_services
+from tht.bootstrap import build_services
 from tht.web.app import WebSettings, create_app
 
 ORIGIN = "http://testserver"
@@ -18,11 +19,7 @@ def review_world(database, tmp_path):
     root = tmp_path / "sessions"
     services = build_services(
         env=database.env(),
-        sessions_root=root,
-        projection=ProjectionSettings(
-            index={"engine": "edge", "path": str(tmp_path / "index")},
-            embedding={"provider": "hashing", "dimension": 64},
-        ),
+        installation=installation_of(index=str(tmp_path / "index"), sessions_root=root),
     )
     services.workspaces.create("ws-a", "en")
     services.workspaces.create("ws-b", "en")

@@ -12,10 +12,10 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.factories import card_document
+from tests.factories import card_document, installation_of
 from tests.integration.web_support import ORIGIN, build_world, serving
 from tht import accounts
-from tht.bootstrap import ProjectionSettings, build_services
+from tht.bootstrap import build_services
 from tht.cli.main import main
 from tht.errors import ConfigurationError, TooManyRequests, Unauthenticated
 from tht.memory.model import MAX_DOCUMENT_BYTES
@@ -271,10 +271,7 @@ def test_wrong_passwords_meet_a_backoff_shared_through_postgresql(
     # another instance of the service on the same database counts the same failures
     other = build_services(
         env=database.env(),
-        projection=ProjectionSettings(
-            index={"engine": "edge", "path": str(tmp_path / "other-index")},
-            embedding={"provider": "hashing", "dimension": 64},
-        ),
+        installation=installation_of(index=str(tmp_path / "other-index")),
     )
     try:
         with pytest.raises(TooManyRequests):

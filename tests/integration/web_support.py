@@ -13,8 +13,8 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
-from tests.factories import card
-from tht.bootstrap import ProjectionSettings, Services, build_services
+from tests.factories import card, installation_of
+from tht.bootstrap import Services, build_services
 from tht.web.app import WebSettings, create_app
 from tht.web.limits import ServerLimits, uvicorn_options
 
@@ -52,11 +52,7 @@ class WebWorld:
 def build_world(database, tmp_path, *, sessions_root: Path | None = None) -> WebWorld:
     services = build_services(
         env=database.env(),
-        projection=ProjectionSettings(
-            index={"engine": "edge", "path": str(tmp_path / "index")},
-            embedding={"provider": "hashing", "dimension": 64},
-        ),
-        sessions_root=sessions_root,
+        installation=installation_of(index=str(tmp_path / "index"), sessions_root=sessions_root),
     )
     services.workspaces.create("ws-a", "en")
     services.workspaces.create("ws-b", "en")

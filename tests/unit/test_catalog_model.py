@@ -65,22 +65,11 @@ def runtime(**extra) -> RuntimeConfig:
     )
 
 
-def test_binding_names_the_variable_never_the_url():
-    binding = binding_from_runtime(runtime(dwh={"url_env": "SALES_DWH_URL"}))
-    assert (binding.database, binding.schema, binding.url_env) == ("dwh", "sales", "SALES_DWH_URL")
-    for bad in (
-        {"url": "sqlite:///x.db"},
-        {"url_env": "postgresql://h/db"},
-        {},
-        {"url_env": "X", "extra": 1},
-    ):
-        with pytest.raises(ConfigurationError):
-            binding_from_runtime(runtime(dwh=bad))
-    with pytest.raises(ConfigurationError, match="dwh"):
-        binding_from_runtime(runtime())
+def test_binding_names_a_connection_of_the_installation_never_a_url():
+    binding = binding_from_runtime(runtime(), "sales")
+    assert (binding.database, binding.schema, binding.connection) == ("dwh", "sales", "sales")
+    assert "url" not in binding.as_json()
     with pytest.raises(ConfigurationError, match="schema"):
         binding_from_runtime(
-            RuntimeConfig.model_validate(
-                {"workspace": "acme", "database": "dwh", "dwh": {"url_env": "X"}}
-            )
+            RuntimeConfig.model_validate({"workspace": "acme", "database": "dwh"}), "sales"
         )

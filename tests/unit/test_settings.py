@@ -15,7 +15,7 @@ from tht.settings import database_settings, load_runtime_config
 
 def test_runtime_file_round_trip(tmp_path):
     path = tmp_path / "rt.yaml"
-    path.write_text("workspace: acme\ndatabase: dwh\nschema: sales\nsessions_root: /tmp/s\n")
+    path.write_text("workspace: acme\ndatabase: dwh\nschema: sales\n")
     config = load_runtime_config(path)
     assert (config.workspace, config.database, config.schema_name) == ("acme", "dwh", "sales")
 
@@ -107,13 +107,13 @@ def test_yaml_aliases_are_refused_at_once(tmp_path):
     assert time.monotonic() - started < 1
 
 
-def test_server_configuration_refuses_yaml_aliases(tmp_path):
-    from tht.web.server import read_server_config
+def test_installation_configuration_refuses_yaml_aliases(tmp_path):
+    from tht.installation import load_installation
 
-    path = tmp_path / "server.yaml"
+    path = tmp_path / "config.yaml"
     path.write_text(_alias_bomb())
     with pytest.raises(ConfigurationError, match="aliases"):
-        read_server_config(path)
+        load_installation(path)
 
 
 @pytest.mark.parametrize(
@@ -149,8 +149,10 @@ def test_yaml_syntax_errors_do_not_quote_the_file(tmp_path):
 def test_an_unknown_setting_of_ours_is_still_named(tmp_path):
     path = tmp_path / "rt.yaml"
     path.write_text("workspace: acme\nworkspase: typo\n")
-    with pytest.raises(ConfigurationError, match="unknown field 'workspase'"):
+    with pytest.raises(ConfigurationError, match="`workspase` is not a runtime setting") as refused:
         load_runtime_config(path)
+    assert refused.value.code == "setting_not_allowed"
+    assert refused.value.details["allowed"] == ["workspace", "database", "schema"]
 
 
 @pytest.mark.parametrize("xdg", [None, "", "/srv/data"])

@@ -7,33 +7,23 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
 from tht.errors import ConfigurationError, InvalidInput
 from tht.settings import RuntimeConfig
-from tht.validation import describe_validation_error
 
 # table -> its columns (tables and views of one schema)
 Tables = dict[str, list[str]]
 RUN_PREFIX = "run-"
 
 
-class DwhSettings(BaseModel):
-    """The runtime file's `dwh` section: where the URL is, never the URL itself."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    url_env: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-    timeout: float = Field(default=10.0, gt=0, le=300)  # seconds to connect
-
-
 @dataclass(frozen=True)
 class Binding:
+    """A workspace's DWH binding: the database and schema its cards' dependencies name,
+    and the installation's DWH connection (by name) the Catalog scans them through."""
+
     workspace: str
     database: str
     schema: str
-    url_env: str
-    timeout: float = 10.0
+    connection: str
     updated_at: datetime | None = None
 
     def as_json(self) -> dict[str, Any]:
@@ -41,28 +31,18 @@ class Binding:
             "workspace": self.workspace,
             "database": self.database,
             "schema": self.schema,
-            "url_env": self.url_env,
+            "connection": self.connection,
             "updated_at": self.updated_at.isoformat() if self.updated_at else None,
         }
 
 
-def binding_from_runtime(runtime: RuntimeConfig) -> Binding:
+def binding_from_runtime(runtime: RuntimeConfig, connection: str) -> Binding:
+    """The binding a runtime file's database and schema make with ``connection``."""
     if not runtime.database or not runtime.schema_name:
         raise ConfigurationError(
-            "the runtime file needs `database` and `schema`: the DWH scope to synchronize"
+            "the runtime file needs `database` and `schema`: the DWH scope to bind"
         )
-    if not runtime.dwh:
-        raise ConfigurationError(
-            "the runtime file needs a `dwh` section naming the environment variable that holds the DWH's"
-            " SQLAlchemy URL, e.g. `dwh: {url_env: SALES_DWH_URL}` (the URL itself never goes in YAML)"
-        )
-    try:
-        dwh = DwhSettings.model_validate(runtime.dwh)
-    except ValidationError as exc:
-        raise ConfigurationError(f"dwh settings: {describe_validation_error(exc)}") from exc
-    return Binding(
-        runtime.workspace, runtime.database, runtime.schema_name, dwh.url_env, dwh.timeout
-    )
+    return Binding(runtime.workspace, runtime.database, runtime.schema_name, connection)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from tht.catalog.model import Binding, Tables
 from tht.errors import ConfigurationError, DwhUnavailable
+from tht.installation import DwhConnection
 
 log = logging.getLogger(__name__)
 
@@ -21,39 +22,43 @@ def _dwh_error_line(exc: BaseException) -> str:
     return (text.splitlines() or [type(exc).__name__])[0][:500]
 
 
-def dwh_url(binding: Binding, env: Mapping[str, str]) -> str:
-    url = env.get(binding.url_env)
+def dwh_url(connection: DwhConnection, env: Mapping[str, str]) -> str:
+    url = env.get(connection.url_env)
     if not url:
         raise ConfigurationError(
-            f"the environment variable {binding.url_env} (the DWH's SQLAlchemy URL) is not set",
-            details={"url_env": binding.url_env},
+            f"the environment variable {connection.url_env} (the DWH's SQLAlchemy URL) is not"
+            " set in the service's environment",
+            details={"url_env": connection.url_env},
         )
     return url
 
 
-def scan(binding: Binding, env: Mapping[str, str]) -> Tables:
-    """Every table and view of the bound schema with its columns."""
+def scan(binding: Binding, connection: DwhConnection, env: Mapping[str, str]) -> Tables:
+    """Every table and view of the bound schema with its columns, through the
+    installation's DWH connection the binding names."""
     from sqlalchemy import create_engine, inspect, text
     from sqlalchemy import exc as sa_exc
     from sqlalchemy.engine import make_url
     from sqlalchemy.engine.reflection import ObjectKind
 
-    raw = dwh_url(binding, env)
+    raw = dwh_url(connection, env)
     try:
         url = make_url(raw)
     except sa_exc.ArgumentError as exc:
-        raise ConfigurationError(f"{binding.url_env} does not hold a valid SQLAlchemy URL") from exc
+        raise ConfigurationError(
+            f"{connection.url_env} does not hold a valid SQLAlchemy URL"
+        ) from exc
     where = {
         "database": binding.database,
         "schema": binding.schema,
-        "url_env": binding.url_env,
+        "connection": binding.connection,
         "dialect": url.get_backend_name(),
     }
     kwargs: dict = {}
     if url.get_backend_name() == "sqlite":
         path = url.database
         if not path or path == ":memory:":
-            raise ConfigurationError(f"{binding.url_env}: a SQLite DWH must be a file")
+            raise ConfigurationError(f"{connection.url_env}: a SQLite DWH must be a file")
         if not Path(path).is_file():
             raise DwhUnavailable(f"the SQLite DWH file {path} does not exist", details=where)
         # read-only: scanning must never create or change the DWH
@@ -61,12 +66,12 @@ def scan(binding: Binding, env: Mapping[str, str]) -> Tables:
             f"file:{Path(path).resolve()}?mode=ro", uri=True
         )
     elif url.get_backend_name() == "postgresql":
-        kwargs["connect_args"] = {"connect_timeout": max(1, int(binding.timeout))}
+        kwargs["connect_args"] = {"connect_timeout": max(1, int(connection.timeout))}
     try:
         engine = create_engine(url, **kwargs)
     except (sa_exc.ArgumentError, sa_exc.NoSuchModuleError, ImportError) as exc:
         raise ConfigurationError(
-            f"{binding.url_env}: unsupported DWH URL ({_dwh_error_line(exc)})"
+            f"{connection.url_env}: unsupported DWH URL ({_dwh_error_line(exc)})"
         ) from exc
     try:
         with engine.connect() as conn:

@@ -22,12 +22,20 @@ from typing import Any, Protocol
 from tht.catalog.model import Binding, Removals, Tables, diff, run_id_to_uuid, uuid_to_run_id
 from tht.catalog.scan import scan as scan_dwh
 from tht.catalog.store import CatalogRun, CatalogStore, CatalogTransaction
-from tht.errors import CleanupPending, DwhUnavailable, InvalidInput, NotFound, ThothError
+from tht.errors import (
+    CleanupPending,
+    ConfigurationError,
+    DwhUnavailable,
+    InvalidInput,
+    NotFound,
+    ThothError,
+)
 from tht.faults import crash_point
+from tht.installation import DwhConnection
 from tht.memory.cleanup import CleanupReceipt, PhysicalRemovals
 
 log = logging.getLogger(__name__)
-Scanner = Callable[[Binding, Mapping[str, str]], Tables]
+Scanner = Callable[[Binding, DwhConnection, Mapping[str, str]], Tables]
 
 
 class MemoryCleanup(Protocol):
@@ -75,15 +83,34 @@ class Catalog:
         cleanup: MemoryCleanup,
         env: Mapping[str, str] | None = None,
         scanner: Scanner = scan_dwh,
+        *,
+        connections: Mapping[str, DwhConnection] | None = None,
     ) -> None:
         self.store = store
         self.cleanup = cleanup
-        self.env = os.environ if env is None else env
+        self.env = os.environ if env is None else env  # the installation's, never a caller's
         self.scanner = scanner
+        self.connections = dict(connections or {})  # the installation's DWH connections
 
     # --- bindings -------------------------------------------------------------------
 
+    def connection(self, name: str) -> DwhConnection:
+        if name not in self.connections:
+            defined = sorted(self.connections)
+            raise ConfigurationError(
+                f"DWH connection '{name}' is not defined by this installation"
+                + (
+                    f" (defined: {', '.join(defined)})"
+                    if defined
+                    else " (it defines none:"
+                    " `dwh: {NAME: {url_env: VARIABLE}}` in its configuration)"
+                ),
+                details={"connection": name, "defined": defined},
+            )
+        return self.connections[name]
+
     def bind(self, binding: Binding) -> dict[str, Any]:
+        self.connection(binding.connection)  # a binding names a connection that exists
         with self.store.transaction(binding.workspace, lock=True) as tx:
             tx.put_binding(binding)
             bound = tx.binding()
@@ -164,17 +191,18 @@ class Catalog:
             binding = self.binding(workspace)
             if binding is None:
                 raise NotFound(
-                    f"workspace '{workspace}' has no DWH binding: run `tht catalog sync -c runtime.yaml`"
-                    " (or `tht catalog bind`) with a runtime file naming database, schema and"
-                    " dwh.url_env",
-                    details={"workspace": workspace},
+                    f"workspace '{workspace}' has no DWH binding: bind it with `tht catalog bind"
+                    " -c runtime.yaml --connection NAME` (the runtime file's database and schema,"
+                    " one of the installation's DWH connections)",
+                    details={"workspace": workspace, "reason": "no_binding"},
                 )
         with self.store.transaction(workspace) as tx:
             self._refuse_if_pending(tx)  # before a possibly long scan
         run_id = uuid.uuid4()
-        say(f"scanning {binding.database}.{binding.schema} ({binding.url_env})")
+        connection = self.connection(binding.connection)
+        say(f"scanning {binding.database}.{binding.schema} (connection {binding.connection})")
         try:
-            tables = self.scanner(binding, self.env)
+            tables = self.scanner(binding, connection, self.env)
         except DwhUnavailable as exc:
             # recorded, but nothing else: a failed scan proves no removal
             with self.store.transaction(workspace, lock=True) as tx:

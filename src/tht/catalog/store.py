@@ -97,7 +97,7 @@ class CatalogTransaction:
             self.workspace,
             row["database_name"],
             row["schema_name"],
-            row["url_env"],
+            row["connection"],
             updated_at=row["updated_at"],
         )
 
@@ -106,7 +106,7 @@ class CatalogTransaction:
             "binding_upsert",
             database=binding.database,
             schema=binding.schema,
-            url_env=binding.url_env,
+            connection=binding.connection,
         )
 
     # --- snapshots --------------------------------------------------------------------

@@ -16,10 +16,10 @@ import typer
 
 from tht import audit
 from tht.cli.capabilities import SIGNED
-from tht.cli.invocation import current, read_bytes, resolve, write_stdout
+from tht.cli.invocation import current, read_bytes, write_stdout
 from tht.errors import InvalidInput
 from tht.memory.model import MAX_DOCUMENT_BYTES
-from tht.settings import RuntimeConfig, load_runtime_config, require_directory
+from tht.settings import RuntimeConfig, load_runtime_config
 
 ConfigOption = Annotated[
     Path,
@@ -52,17 +52,8 @@ def emit(document: Any) -> None:
 
 
 def load_runtime(config: Path) -> RuntimeConfig:
-    """The runtime file (the client's copy in the service), its paths taken relative to
-    the directory the command was typed in."""
-    runtime = load_runtime_config(config, read=read_bytes)
-    changes: dict[str, Any] = {}
-    if runtime.sessions_root is not None:
-        changes["sessions_root"] = require_directory(
-            Path(resolve(runtime.sessions_root)), "sessions_root", f"runtime file {config}"
-        )
-    if runtime.index and runtime.index.get("path"):
-        changes["index"] = {**runtime.index, "path": resolve(runtime.index["path"])}
-    return runtime.model_copy(update=changes) if changes else runtime
+    """The runtime file (the client's copy in the service)."""
+    return load_runtime_config(config, read=read_bytes)
 
 
 def read_text(path: str, limit: int) -> str:
@@ -89,14 +80,12 @@ def _read_document(path: str) -> Any:
 
 
 @contextmanager
-def _services(
-    runtime: Any = None, *, workspace: str | None = None, projection: Any = None
-) -> Iterator[Any]:
+def _services(runtime: Any = None, *, workspace: str | None = None) -> Iterator[Any]:
     """The engines for this command (the service's warm ones, or built for this process
     and closed after it), once the principal may run the command in ``workspace``
     (default: the runtime file's)."""
     invocation = current()
-    context = (invocation.services or _built_services)(runtime, projection)
+    context = (invocation.services or _built_services)()
     with context as services:
         authorize(
             services, workspace if workspace is not None else getattr(runtime, "workspace", None)
@@ -105,10 +94,10 @@ def _services(
 
 
 @contextmanager
-def _built_services(runtime: Any, projection: Any) -> Iterator[Any]:
+def _built_services() -> Iterator[Any]:
     from tht.bootstrap import build_services
 
-    services = build_services(runtime, projection=projection)
+    services = build_services()
     try:
         yield services
     finally:

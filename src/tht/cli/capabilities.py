@@ -37,6 +37,7 @@ CAPABILITIES: dict[tuple[str, ...], str] = {
     ("workspace", "list"): READ,
     ("workspace", "show"): READ,
     ("workspace", "create"): MANAGE,
+    ("workspace", "embedder"): MANAGE,
     ("user", "create"): MANAGE,
     ("user", "list"): MANAGE,
     ("user", "grant"): MANAGE,

@@ -20,35 +20,60 @@ catalog_app = typer.Typer(
 
 ConfigOption = Annotated[
     Path,
+    typer.Option("-c", "--config", help="Runtime file (YAML): workspace, database, schema"),
+]
+ConnectionOption = Annotated[
+    str,
     typer.Option(
-        "-c",
-        "--config",
-        help="Runtime file (YAML): workspace, database, schema, dwh: {url_env: VARIABLE}",
+        "--connection",
+        help="One of the installation's DWH connections (`dwh:` in its configuration), by name",
     ),
 ]
 
 
 @catalog_app.command("bind")
-def catalog_bind(config: ConfigOption) -> None:
-    """Record the workspace's DWH binding (database, schema, URL variable name) without syncing."""
+def catalog_bind(config: ConfigOption, connection: ConnectionOption) -> None:
+    """Record the workspace's DWH binding (the runtime file's database and schema, an
+    installation's DWH connection by name) without syncing."""
     from tht.catalog.model import binding_from_runtime
 
     runtime = load_runtime(config)
-    binding = binding_from_runtime(runtime)
+    binding = binding_from_runtime(runtime, connection)
     with _services(workspace=runtime.workspace) as services:
         emit(services.catalog.bind(binding))
 
 
 @catalog_app.command("sync")
-def catalog_sync(config: ConfigOption) -> None:
+def catalog_sync(
+    config: ConfigOption,
+    connection: Annotated[
+        str | None,
+        typer.Option(
+            "--connection",
+            help="Bind first: the runtime file's database and schema, through this installation's"
+            " DWH connection (default: the recorded binding)",
+        ),
+    ] = None,
+) -> None:
     """Scan the bound DWH schema; if the scan succeeded, diff it with the last snapshot and
     delete the Memory cards that depend on removed tables or columns."""
     from tht.catalog.model import binding_from_runtime
     from tht.cli.invocation import progress
 
     runtime = load_runtime(config)
-    binding = binding_from_runtime(runtime)
+    binding = binding_from_runtime(runtime, connection) if connection is not None else None
     with _services(runtime) as services:
+        recorded = services.catalog.binding(runtime.workspace) if binding is None else None
+        if recorded is not None and (runtime.database, runtime.schema_name) not in (
+            (None, None),
+            (recorded.database, recorded.schema),
+        ):
+            raise InvalidInput(
+                f"workspace '{runtime.workspace}' is bound to {recorded.database}.{recorded.schema},"
+                f" not {runtime.database}.{runtime.schema_name}: sync that, or bind again with"
+                " --connection",
+                details={"binding": recorded.as_json()},
+            )
         emit(services.catalog.sync(runtime.workspace, binding, progress=progress))
 
 

@@ -51,16 +51,22 @@ def memory_eval(
             ) from exc
         # at least MISS_K results, so recall@10 and the misses mean what they say
         queries.append(query.model_copy(update={"top": max(query.top, MISS_K)}))
+    from tht.memory.agent import DwhBinding, recall_binding
+
     returned = []
     with _services(runtime) as services:
+        binding = recall_binding(
+            services, runtime.workspace, DwhBinding(runtime.database, runtime.schema_name)
+        )
+        recall = services.recall.of(runtime.workspace)
         answers = []
         for case, query in zip(parsed, queries, strict=True):
-            results = services.recall.recall(
+            results = recall.recall(
                 runtime.workspace,
                 case.question,
                 case.command,
-                database=runtime.database,
-                schema=runtime.schema_name,
+                database=binding.database,
+                schema=binding.schema,
                 query=query,
             )
             answers.append(results)
@@ -74,14 +80,14 @@ def memory_eval(
         for miss in document["misses"]:
             case, query, results = by_line[miss["line"]]
             miss["reasons"] = {
-                card_id: services.recall.explain(
+                card_id: recall.explain(
                     runtime.workspace,
                     case.question,
                     case.command,
                     card_id,
                     results,
-                    database=runtime.database,
-                    schema=runtime.schema_name,
+                    database=binding.database,
+                    schema=binding.schema,
                     query=query.model_copy(update={"top": MISS_K}),
                     strict=False,
                 ).as_json()

@@ -16,10 +16,10 @@ import io
 import os
 import stat
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import IO, Any
 
 from tht.errors import InvalidInput
@@ -46,12 +46,9 @@ class Invocation:
     files: dict[str, dict[str, Any]] | None = (
         None  # what the client read or opened for it: path -> data, fd or error
     )
-    env: Mapping[str, str] = field(
-        default_factory=dict
-    )  # the client's variables that a runtime file names
     stdout: Sink = _write_stdout
     stderr: Sink = _write_stderr
-    # the service's engines (None: a command in its own process): (runtime, projection) -> Services
+    # the service's engines (None: a command in its own process): () -> Services
     services: Callable[..., AbstractContextManager[Any]] | None = None
     capability: str | None = None  # what the command needs (tht.cli.capabilities)
     # standard input's bytes when a long-lived face (MCP, the Python client) runs the

@@ -261,7 +261,7 @@ def _recall(
     error: str | None = None,
     explain: str | None = None,
 ) -> None:
-    from tht.memory.agent import DwhBinding, recall_command
+    from tht.memory.agent import DwhBinding, recall_binding, recall_command
     from tht.memory.recall_service import parse_recall_query
 
     runtime = load_runtime(config)
@@ -277,7 +277,9 @@ def _recall(
                 session=session,
                 error=error,
                 explain=explain,
-                binding=DwhBinding(runtime.database, runtime.schema_name),
+                binding=recall_binding(
+                    services, runtime.workspace, DwhBinding(runtime.database, runtime.schema_name)
+                ),
             )
         )
 
@@ -365,14 +367,37 @@ def workspace_create(
         str, typer.Option(help="Language of the cards: en or it (text search and BM25)")
     ],
     name: Annotated[str | None, typer.Option(help="Display name (default: the id)")] = None,
+    embedder: Annotated[
+        str,
+        typer.Option(
+            help="The installation's embedder profile the workspace's vectors come from"
+            " (`embedders:` in its configuration)"
+        ),
+    ] = "default",
 ) -> None:
-    """Create a workspace with its language."""
+    """Create a workspace with its language and embedder profile."""
     with _services() as services:
-        created = services.workspaces.create(workspace_id, language, name)
+        created = services.workspaces.create(workspace_id, language, name, embedder)
         principal = current().principal
         if principal is not None:  # a token's admin administers what it creates (audited)
             services.accounts.grant(principal.user, created.id)
         emit(created.model_dump(mode="json"))
+
+
+@workspace_app.command("embedder")
+def workspace_embedder(
+    workspace_id: Annotated[str, typer.Argument(help="Workspace id")],
+    profile: Annotated[
+        str, typer.Argument(help="One of the installation's embedder profiles (`embedders:`)")
+    ],
+) -> None:
+    """Switch the workspace to another embedder profile: every card is projected with it
+    beside the serving index, and the workspace switches when that is complete (recall
+    goes on meanwhile). Refused while the workspace is being rebuilt."""
+    from tht.cli.progress_rate import RateProgress
+
+    with _services(workspace=workspace_id) as services:
+        emit(services.projector.switch(workspace_id, profile, RateProgress(progress)))
 
 
 @workspace_app.command("list")
@@ -451,14 +476,13 @@ def memory_admin(
     ],
 ) -> None:
     """Execute an administrative operation from a signed protected request (backend use)."""
-    from tht.bootstrap import ProjectionSettings
     from tht.protected import load_key, verify
 
     key = load_key()
     principal, request, nonce, expires = verify(
         _read_document(str(config)), key, workspace=workspace
     )
-    with _services(projection=ProjectionSettings(), workspace=workspace) as services:
+    with _services(workspace=workspace) as services:
         services.accounts.use_nonce(nonce, expires)
         emit(services.admin.execute(principal, request))
 

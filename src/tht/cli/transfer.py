@@ -176,7 +176,7 @@ def memory_import(
             scope=scope or runtime.database,
         )
         with _services(runtime) as services:
-            transfer = CardTransfer(services.archive, services.projector)
+            transfer = CardTransfer(services.archive, services.projector.of(runtime.workspace))
             emit(
                 transfer.import_file(
                     runtime.workspace, open_source, options, progress=progress_meter()
@@ -196,7 +196,7 @@ def memory_export(
     if fmt not in ("jsonl", "csv"):
         raise InvalidInput(f"--format must be jsonl or csv, not '{fmt}'")
     with _services(runtime) as services:
-        summary = CardTransfer(services.archive, services.projector).export(
+        summary = CardTransfer(services.archive).export(
             runtime.workspace, fmt, write_stdout, progress=progress_meter()
         )
     progress(json.dumps(summary))

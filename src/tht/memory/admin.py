@@ -15,8 +15,8 @@ from tht.accounts import MANAGE, READ, Principal
 from tht.errors import InvalidInput
 from tht.memory.idempotency import IdempotencyKey
 from tht.memory.model import card_id_to_uuid, parse_card_input, parse_list_query, uuid_to_card_id
-from tht.memory.projector import IndexProjector
 from tht.memory.service import MemoryService
+from tht.memory.workspace_projection import Projection
 
 Operation = Literal["list", "show", "create", "update", "delete", "pending", "retry"]
 OPERATIONS: tuple[str, ...] = ("list", "show", "create", "update", "delete", "pending", "retry")
@@ -53,7 +53,7 @@ class AdminRequest:
 
 
 class MemoryAdmin:
-    def __init__(self, memory: MemoryService, projector: IndexProjector | None) -> None:
+    def __init__(self, memory: MemoryService, projector: Projection | None) -> None:
         self.memory = memory
         self.projector = projector
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tht.accounts import PROPOSE, RECALL, Principal
-from tht.errors import ConfigurationError, InvalidInput, NotFound
+from tht.errors import BindingRequired, BindingUnknown, InvalidInput, NotFound
 from tht.memory.idempotency import IdempotencyKey
 from tht.memory.recall_errors import rules_for_error
 from tht.memory.recall_service import RecallKind, RecallQuery, RecallService, parse_recall_query
@@ -47,10 +47,45 @@ NO_BINDING = DwhBinding()
 
 def workspace_binding(services: Services, workspace: str) -> DwhBinding:
     """The workspace's configured binding: the Catalog's recorded one, else none."""
-    recorded = services.catalog.binding(workspace) if services.catalog is not None else None
+    recorded = services.catalog.binding(workspace)
     if recorded is None:
         return NO_BINDING
     return DwhBinding(recorded.database, recorded.schema)
+
+
+def recall_binding(
+    services: Services, workspace: str, asked: DwhBinding | None = None
+) -> DwhBinding:
+    """The binding a recall runs with: ``asked`` (a runtime file's database and schema)
+    or, without it (the service's faces), the workspace's recorded one. Recall is never
+    unbound: a missing binding is ``binding_required``; one the workspace's recorded
+    binding contradicts (a typo) is ``binding_unknown``, naming what it knows."""
+    recorded = workspace_binding(services, workspace)
+    if asked is None:
+        if recorded.database is None:
+            raise BindingRequired(
+                f"workspace '{workspace}' has no DWH binding, and recall is always bound to one:"
+                " an admin binds it with `tht catalog bind -c runtime.yaml --connection NAME`",
+                details={"workspace": workspace},
+            )
+        return recorded
+    if asked.database is None or asked.schema is None:
+        raise BindingRequired(
+            "recall is bound to the DWH the agent queries: the runtime file needs `database`"
+            " and `schema`",
+            details={"workspace": workspace, "database": asked.database, "schema": asked.schema},
+        )
+    if recorded.database is not None and recorded != asked:
+        raise BindingUnknown(
+            f"workspace '{workspace}' is bound to {recorded.database}.{recorded.schema}, not"
+            f" {asked.database}.{asked.schema}",
+            details={
+                "workspace": workspace,
+                "known": {"database": recorded.database, "schema": recorded.schema},
+                "asked": {"database": asked.database, "schema": asked.schema},
+            },
+        )
+    return asked
 
 
 def _check(principal: Principal | None, permission: str, workspace: str) -> None:
@@ -58,11 +93,9 @@ def _check(principal: Principal | None, permission: str, workspace: str) -> None
         principal.require(permission, workspace)
 
 
-def _recall(services: Services) -> RecallService:
-    """Recall needs the projection, which every face that recalls configures."""
-    if services.recall is None:
-        raise ConfigurationError("no search index is configured: recall needs one")
-    return services.recall
+def _recall(services: Services, workspace: str) -> RecallService:
+    """The recall of the workspace's embedder profile."""
+    return services.recall.of(workspace)
 
 
 def require_sessions(services: Services, session: str) -> None:
@@ -97,7 +130,7 @@ def recall_command(
     results (tht.memory.recall_explain); an id that is not the workspace's card is
     refused as `memory show` refuses it."""
     _check(principal, RECALL, workspace)
-    recall = _recall(services)
+    recall = _recall(services, workspace)
     exclude = services.sessions.decided_cards(session) if session is not None else frozenset()
     if error is not None and explain is not None:
         # an error's answer puts exact error-signature matches first: no recall rank to explain
@@ -170,7 +203,7 @@ def service_recall(
         session=session,
         error=error,
         explain=explain,
-        binding=workspace_binding(services, workspace),
+        binding=recall_binding(services, workspace),
         principal=principal,
     )
 

@@ -487,8 +487,13 @@ class PendingOperation(BaseModel):
     updated_at: datetime | None = None
 
 
+# The embedder profile a workspace uses unless it names another of the installation's.
+DEFAULT_PROFILE = "default"
+
+
 class Workspace(BaseModel):
     id: str
     name: str
     language: Literal["en", "it"]
+    embedder: str = DEFAULT_PROFILE  # the installation's embedder profile its vectors come from
     created_at: datetime

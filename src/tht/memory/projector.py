@@ -132,6 +132,14 @@ class IndexProjector:
             self._encoders[language] = SparseEncoder(language)
         return self._encoders[language]
 
+    def of(self, workspace: str) -> IndexProjector:
+        """The projector of ``workspace``: this one serves every workspace it is given
+        (``WorkspaceProjector`` gives each workspace the projector of its profile)."""
+        return self
+
+    def fingerprint_of(self, workspace: str, language: str) -> str:
+        return self.fingerprint(language)
+
     def fingerprint(self, language: str) -> str:
         return fingerprint(
             self.embedder.model_id, self.embedder.dimension, self.encoder(language).settings_id
@@ -490,17 +498,24 @@ class IndexProjector:
     def rebuild(self, workspace: str, progress: Progress | None = None) -> dict[str, Any]:
         """See ``_rebuild``; one at a time per workspace (a second one would write the
         same generation and switch it twice)."""
+        with self.rebuilding(workspace):
+            return self._rebuild(workspace, progress)
+
+    @contextmanager
+    def rebuilding(self, workspace: str) -> Iterator[None]:
+        """Hold the workspace as being rebuilt by this projector: a rebuild, a
+        compaction or an embedder switch, one at a time (``Conflict`` otherwise)."""
         with self._rebuild_lock:
             if workspace in self._rebuilding:
                 raise Conflict(
                     f"a rebuild of workspace '{workspace}' (or a compaction of its index,"
-                    " which ends an import and follows many saves) is already running;"
-                    " wait for it",
+                    " which ends an import and follows many saves, or a switch of its"
+                    " embedder) is already running; wait for it",
                     details={"workspace": workspace},
                 )
             self._rebuilding.add(workspace)
         try:
-            return self._rebuild(workspace, progress)
+            yield
         finally:
             with self._rebuild_lock:
                 self._rebuilding.discard(workspace)
@@ -601,6 +616,7 @@ class IndexProjector:
         generation: IndexGeneration,
         todo: list[uuid.UUID],
         projected: Callable[[int], None],
+        unrecorded: dict[uuid.UUID, RecordedProjection] | None = None,
     ) -> SyncReport:
         """The rebuild's pipeline, three stages joined by bounded queues, so the embedder
         never waits for the archive or the index, nor for work that needs no embedder:
@@ -608,7 +624,9 @@ class IndexProjector:
         and BM25 vectors; this thread only embeds (a remote embedder gets the next
         chunk's batches as soon as the last ones are sent); a thread builds each chunk's
         points and writes them in one locked transaction (points in bulk, projections
-        and cleared operations in one statement each)."""
+        and cleared operations in one statement each). With ``unrecorded``, the points
+        are only written, and what the archive would record of them is kept there (an
+        embedder switch records them all at once, when it switches)."""
         report = SyncReport()
         current = self.fingerprint(language)
         stop = threading.Event()
@@ -644,9 +662,13 @@ class IndexProjector:
             try:
                 while (item := take_over(embedded, stop)) is not None:
                     cards, prepared = item
-                    report.add(
-                        self._write_chunk(workspace, generation, current, cards, prepared)[0]
-                    )
+                    if unrecorded is None:
+                        report.add(
+                            self._write_chunk(workspace, generation, current, cards, prepared)[0]
+                        )
+                    else:
+                        self._write_unrecorded(generation, current, cards, prepared, unrecorded)
+                        report.indexed += len(cards)
                     crash_point("index.after_batch")
                     projected(len(cards))
                     pause_point("index.after_batch")
@@ -708,6 +730,57 @@ class IndexProjector:
         crash_point("projector.after_archive_commit")
         left = [point.id for point in points if now.get(point.id) != point.revision]
         return SyncReport(indexed=len(ready)), left
+
+    def _write_unrecorded(
+        self,
+        generation: IndexGeneration,
+        current: str,
+        cards: list[Card],
+        prepared: list[Prepared],
+        unrecorded: dict[uuid.UUID, RecordedProjection],
+    ) -> None:
+        pairs = list(zip(cards, prepared, strict=True))
+        points = encode_points(self.index, _points(pairs, current))
+        with self.index.session():
+            generation.upsert(points)
+        unrecorded.update((r.card_uuid, r) for r in _recorded(pairs))
+
+    # --- a workspace's embedder switched -----------------------------------------------
+
+    def build_for_switch(
+        self, workspace: str, progress: Progress | None = None
+    ) -> tuple[str, dict[uuid.UUID, RecordedProjection]]:
+        """Project every card of the workspace into a new generation of this
+        projector's index (another profile's than the one serving its recall), switch
+        this index to it, and record nothing: the workspace's recall goes on with its
+        recorded profile meanwhile. Returns the fingerprint of these projections and
+        what the archive must record of each card written (``finish_switch`` does,
+        when the workspace switches to this profile). Held as a rebuild: one at a time
+        per workspace."""
+        with self.rebuilding(workspace):
+            self.ensure_collection()
+            self.index.discard_unreadable(workspace)
+            generation = begin_generation(self.index, workspace)
+            with self.archive.transaction(workspace) as tx:
+                language = tx.require_workspace().language
+                revisions = tx.card_revisions()
+            current = self.fingerprint(language)
+            todo = sorted(revisions)
+            done = [0]
+
+            def projected(count: int) -> None:
+                done[0] += count
+                if progress:
+                    progress(done[0], len(todo))
+
+            if progress:
+                progress(0, len(todo))
+            unrecorded: dict[uuid.UUID, RecordedProjection] = {}
+            self._project(workspace, language, generation, todo, projected, unrecorded)
+            stale = [record.id for record in generation.records() if record.id not in revisions]
+            generation.delete(stale)
+            generation.switch()
+            return current, unrecorded
 
     # --- projections embedded ahead (an import) ------------------------------------
 
@@ -994,21 +1067,22 @@ def _points(ready: list[tuple[Card, Prepared]], current: str) -> list[IndexPoint
     ]
 
 
+def _recorded(ready: list[tuple[Card, Prepared]]) -> list[RecordedProjection]:
+    return [
+        RecordedProjection(
+            card_id_to_uuid(card.id),
+            card.revision,
+            item.sparse.indices,
+            len(item.text),
+            item.embedded_chars,
+        )
+        for card, item in ready
+    ]
+
+
 def _record(tx: ArchiveTx, current: str, ready: list[tuple[Card, Prepared]]) -> None:
     """The projections just written, and the operations they complete, in bulk."""
-    tx.record_projections(
-        current,
-        [
-            RecordedProjection(
-                card_id_to_uuid(card.id),
-                card.revision,
-                item.sparse.indices,
-                len(item.text),
-                item.embedded_chars,
-            )
-            for card, item in ready
-        ],
-    )
+    tx.record_projections(current, _recorded(ready))
     tx.clear_operations({card_id_to_uuid(card.id): card.revision for card, _ in ready})
 
 

@@ -174,6 +174,10 @@ class RecallService:
         self.projector = projector
         self._languages: dict[str, str] = {}  # a workspace's language never changes
 
+    def of(self, workspace: str) -> RecallService:
+        """The recall of ``workspace``: this one serves every workspace it is given."""
+        return self
+
     def _language(self, workspace: str) -> str:
         if workspace not in self._languages:
             with self.archive.transaction(workspace) as tx:

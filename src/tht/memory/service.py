@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import re
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -26,6 +27,7 @@ from tht.faults import crash_point
 from tht.memory.archive.port import Archive, ArchiveTx
 from tht.memory.idempotency import IdempotencyKey, request_digest
 from tht.memory.model import (
+    DEFAULT_PROFILE,
     WORKSPACE_ID_PATTERN,
     Card,
     CardInput,
@@ -58,7 +60,7 @@ class Projector(Protocol):
 
     def propagate(self, workspace: str, card_uuid: uuid.UUID) -> IndexOutcome: ...
 
-    def fingerprint(self, language: str) -> str: ...
+    def fingerprint_of(self, workspace: str, language: str) -> str: ...
 
 
 @dataclass
@@ -146,21 +148,21 @@ class MemoryService:
             language = tx.require_workspace().language
             card = tx.card(card_uuid)
             if card is not None:
-                card.index = tx.card_index(card_uuid, self._fingerprint(language))
+                card.index = tx.card_index(card_uuid, self._fingerprint(workspace, language))
         if card is None:
             raise NotFound(
                 f"card {card_id} does not exist in workspace '{workspace}'", details={"id": card_id}
             )
         return card
 
-    def _fingerprint(self, language: str) -> str | None:
+    def _fingerprint(self, workspace: str, language: str) -> str | None:
         """The running projection format, None without an index. An embedder that must
         be asked its dimension and does not answer leaves it unknown: browsing never
         waits for the embedder (nothing then reads as current)."""
         if self.projector is None:
             return None
         try:
-            return self.projector.fingerprint(language)
+            return self.projector.fingerprint_of(workspace, language)
         except ThothError:
             return None
 
@@ -185,7 +187,9 @@ class MemoryService:
                             else "indexed in an older format or revision"
                         ),
                     )
-                    for stale in tx.stale_projections(self.projector.fingerprint(language))
+                    for stale in tx.stale_projections(
+                        self.projector.fingerprint_of(workspace, language)
+                    )
                 ]
             return items
 
@@ -391,10 +395,25 @@ class MemoryService:
 
 
 class WorkspaceService:
-    def __init__(self, archive: Archive) -> None:
+    def __init__(self, archive: Archive, profiles: Collection[str] = (DEFAULT_PROFILE,)) -> None:
         self.archive = archive
+        self.profiles = profiles  # the installation's embedder profiles
 
-    def create(self, workspace_id: str, language: str, name: str | None = None) -> Workspace:
+    def create(
+        self,
+        workspace_id: str,
+        language: str,
+        name: str | None = None,
+        embedder: str = DEFAULT_PROFILE,
+    ) -> Workspace:
+        """A new workspace with its language and the embedder profile its vectors come
+        from (one of the installation's)."""
+        if embedder not in self.profiles:
+            raise InvalidInput(
+                f"embedder profile '{embedder}' is not defined by this installation"
+                f" (defined: {', '.join(sorted(self.profiles))})",
+                details={"embedder": embedder, "defined": sorted(self.profiles)},
+            )
         if language not in ("en", "it"):
             raise InvalidInput(f"language must be 'en' or 'it', not '{language}'")
         if not re.match(WORKSPACE_ID_PATTERN, workspace_id):
@@ -406,7 +425,7 @@ class WorkspaceService:
         if not 1 <= len(name) <= 200:
             raise InvalidInput("a workspace name has 1 to 200 characters")
         with self.archive.transaction(workspace_id, lock=True) as tx:
-            created = tx.insert_workspace(name, language)
+            created = tx.insert_workspace(name, language, embedder)
         if created is None:
             raise Conflict(
                 f"workspace '{workspace_id}' already exists", details={"workspace": workspace_id}

@@ -31,7 +31,6 @@ import errno
 import fcntl
 import json
 import os
-import re
 import socket
 import stat
 import sys
@@ -82,7 +81,7 @@ SERVICE_COMMANDS = frozenset(
         ).split()
     }
     | {("user", name) for name in "create delete grant list revoke role token".split()}
-    | {("workspace", name) for name in "create list show".split()}
+    | {("workspace", name) for name in "create embedder list show".split()}
 )
 HELP_FLAGS = {"--help", "-h"}
 DEFAULT_IDLE_SECONDS = 900
@@ -92,7 +91,6 @@ START_TIMEOUT_SECONDS = 60.0
 _handed_over = False  # the command reached the service: Ctrl-C then detaches rather than cancels
 _ran_here = False  # the command runs in this process: Ctrl-C cancels it
 _HTTP_EXIT = {400: 2, 401: 5, 403: 5, 404: 3, 409: 10, 413: 2, 415: 2, 422: 2, 429: 10, 503: 10}
-_URL_ENV = re.compile(r"url_env\s*:\s*[\"']?([A-Za-z_][A-Za-z0-9_]{0,127})")
 
 
 Write = Callable[[str], None]
@@ -246,7 +244,7 @@ def build_request(
     args: list[str], token: str | None, *, stdin: bytes | None = None, pass_files: bool = False
 ) -> dict[str, Any]:
     """The command as the service runs it: arguments, working directory, the named
-    files' bytes, and the environment variables a runtime file names (``url_env``).
+    files' bytes (the service reads no variable of the client's environment).
     ``stdin``: the bytes a ``-`` file stands for (None: this process's standard input).
     ``pass_files`` (the Unix socket): the file an import names is opened and its
     descriptor listed under ``fds`` (not JSON: the socket passes it beside the request;
@@ -254,7 +252,6 @@ def build_request(
     cwd = os.getcwd()
     files: dict[str, SentFile] = {}
     stdin_data: list[bytes | None] = [stdin]
-    env: dict[str, str] = {}
     fds: list[int] = []
     argument = _file_argument(args)
     for i, arg in enumerate(args):
@@ -277,19 +274,12 @@ def build_request(
                 fds.append(fd)
             continue
         files[key] = _read(value, stdin_data)
-        data = files[key].get("data")
-        if data and (arg in ("-c", "--config") or arg.startswith("--config=")):
-            text = binascii.a2b_base64(data).decode("utf-8", "replace")
-            for name in _URL_ENV.findall(text):
-                if name in os.environ:
-                    env[name] = os.environ[name]
     request: dict[str, Any] = {
         "protocol": paths.PROTOCOL,
         "version": __version__,
         "argv": args,
         "cwd": cwd,
         "files": files,
-        "env": env,
         "token": token,
     }
     if fds:

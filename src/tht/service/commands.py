@@ -19,7 +19,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from typing import Any
 
 from tht.errors import ServiceUnavailable, ThothError
@@ -133,19 +133,15 @@ class CommandRunner:
             code = cli_main(argv)
         return code, ""
 
-    def _services(self, runtime: Any, projection: Any) -> AbstractContextManager[Any]:
-        return self._command_services(runtime, projection)
-
     @contextmanager
-    def _command_services(self, runtime: Any, projection: Any) -> Iterator[Any]:
+    def _services(self) -> Iterator[Any]:
         from tht.bootstrap import Engines
 
         with self._lock:
             if self._engines is None:
                 self._engines = Engines(self.env)
             engines = self._engines
-        with engines.command_services(runtime, projection, env=self.env) as services:
-            yield services
+        yield engines.services()
 
 
 def agent_command(

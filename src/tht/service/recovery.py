@@ -78,6 +78,7 @@ class PendingRetrier:
         self,
         archive: PostgresArchive,
         projectors: Callable[[], list[IndexProjector]],
+        projector_of: Callable[[str], IndexProjector],
         *,
         base: float = BASE_SECONDS,
         cap: float = CAP_SECONDS,
@@ -85,6 +86,7 @@ class PendingRetrier:
     ) -> None:
         self.archive = archive
         self.projectors = projectors  # the projections in use, asked anew each round
+        self.projector_of = projector_of  # a workspace's own (its embedder profile's)
         self.base, self.cap, self.period = base, cap, period
         self._schedules: dict[str, _Schedule] = {}
         self._stopped = threading.Event()
@@ -158,7 +160,7 @@ class PendingRetrier:
                 if not tx.operation_ids(limit=1):
                     schedule.failures, schedule.last_error = 0, None
                     continue
-            outcome[workspace.id] = self._drain(workspace.id, projectors)
+            outcome[workspace.id] = self._drain(workspace.id)
         return outcome
 
     def upkeep(self) -> None:
@@ -172,7 +174,7 @@ class PendingRetrier:
             except Exception as exc:
                 log.warning("the index was not compacted this round: %s", exc)
 
-    def _drain(self, workspace: str, projectors: list[IndexProjector]) -> str:
+    def _drain(self, workspace: str) -> str:
         schedule = self._schedules[workspace]
         with self.archive.connection() as conn:
             conn.autocommit = True
@@ -185,8 +187,7 @@ class PendingRetrier:
                 if not (taken and taken[0]):
                     return "skipped"
                 try:
-                    for projector in projectors:
-                        projector.drain(workspace)
+                    self.projector_of(workspace).drain(workspace)
                 finally:
                     conn.execute(_queries()["drain_unlock"], {"workspace": workspace})
             except ThothError as exc:

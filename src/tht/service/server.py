@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -52,10 +52,10 @@ from tht.service import paths
 from tht.service.client import MAX_PASSED_FILES, command_words, is_local
 
 if TYPE_CHECKING:  # imported when the service starts: the client's path stays light
-    from tht.bootstrap import Engines, ProjectionSettings, Services
+    from tht.bootstrap import Engines, Services
     from tht.db.embedded import EmbeddedPostgres
+    from tht.installation import Installation
     from tht.service.recovery import PendingRetrier
-    from tht.settings import RuntimeConfig
 
 log = logging.getLogger("tht.service")
 
@@ -85,16 +85,16 @@ class Service:
         idle_timeout: float = 0,
         auto_started: bool = False,
         web: bool = False,
-        sessions_root: Path | None = None,
+        installation: Installation | None = None,
     ) -> None:
         self.home = home
         self.run_dir = Path(paths.run_dir(home))
         self.idle_timeout = idle_timeout  # 0: never exit when idle
         self.auto_started = auto_started
         self.web = web
-        self.sessions_root = (
-            sessions_root  # the pages' (tht serve -c); a runtime file names its own
-        )
+        # the installation's configuration (`tht serve -c`, else $THT_CONFIG or
+        # $THT_HOME/config.yaml): read when the service starts, never from a request
+        self.installation = installation
         self.build = paths.build_stamp()
         self.build_changed = False
         self.engines: Engines | None = None
@@ -139,7 +139,9 @@ class Service:
         from tht.service.recovery import PendingRetrier
 
         self._embedded = embedded_database()
-        engines = self.engines = Engines(max_connections=POOL_CONNECTIONS, holder="service")
+        engines = self.engines = Engines(
+            installation=self.installation, max_connections=POOL_CONNECTIONS, holder="service"
+        )
         path = Path(paths.socket_path(self.home))
         path.unlink(missing_ok=True)
         service = self
@@ -165,7 +167,11 @@ class Service:
         threading.Thread(target=self._watch_build, name="tht-build", daemon=True).start()
         if self._embedded is not None:
             threading.Thread(target=self._watch_database, name="tht-database", daemon=True).start()
-        self.retrier = PendingRetrier(engines.archive, lambda: engines.in_use()[2])
+        self.retrier = PendingRetrier(
+            engines.archive,
+            lambda: engines.in_use()[2],
+            lambda workspace: engines.projection(engines.profile_of(workspace))[0],
+        )
         self.retrier.start()
         if self.idle_timeout > 0:
             threading.Thread(target=self._watch_idle, name="tht-idle", daemon=True).start()
@@ -379,15 +385,10 @@ class Service:
         except InvalidInput as exc:
             return _refusal(exc)
         self._ensure_database()
-        sent_env = request.get("env")
-        client_env = (
-            {str(k): str(v) for k, v in sent_env.items()} if isinstance(sent_env, dict) else {}
-        )
         invocation = Invocation(
             token=token or None,
             cwd=str(request.get("cwd") or "/"),
             files=files,
-            env=client_env,
             stdout=output.write,
             stderr=lambda text: send({"stderr": text}),
             services=self._services,
@@ -443,17 +444,9 @@ class Service:
         while not done.wait(HEARTBEAT_SECONDS):
             send({"alive": True})
 
-    def _services(
-        self, runtime: RuntimeConfig | None, projection: ProjectionSettings | None
-    ) -> AbstractContextManager[Services]:
-        from tht.cli.invocation import current
-
-        return self.open_engines().command_services(
-            runtime,
-            projection,
-            sessions_root=self.sessions_root,
-            env={**os.environ, **current().env},
-        )
+    @contextmanager
+    def _services(self) -> Iterator[Services]:
+        yield self.open_engines().services()
 
 
 class _Chunks:
@@ -591,8 +584,11 @@ def run_headless(
     idle_timeout: float,
     auto_started: bool = False,
     announce: Callable[[dict[str, Any]], None] | None = None,
+    installation: Installation | None = None,
 ) -> int:
-    service = Service(home, idle_timeout=idle_timeout, auto_started=auto_started)
+    service = Service(
+        home, idle_timeout=idle_timeout, auto_started=auto_started, installation=installation
+    )
     if not auto_started:
         take_over(home, service)
     else:

@@ -36,12 +36,20 @@ class WorkspaceIn(_Input):
     id: Annotated[str, Field(pattern=WORKSPACE_ID_PATTERN, description="lowercase id")]
     language: Literal["en", "it"]
     name: Annotated[str | None, Field(min_length=1, max_length=200, pattern=TEXT_PATTERN)] = None
+    embedder: Annotated[
+        str,
+        Field(
+            pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$",
+            description="The installation's embedder profile the workspace's vectors come from",
+        ),
+    ] = "default"
 
 
 class WorkspaceOut(BaseModel):
     id: str
     name: str
     language: Literal["en", "it"]
+    embedder: str
     created_at: datetime
 
 
@@ -185,7 +193,7 @@ def admin_router(
     )
     def create_workspace(actor: Actor, body: Annotated[WorkspaceIn, Body()]) -> dict[str, Any]:
         actor.require(MANAGE, None)
-        created = services.workspaces.create(body.id, body.language, body.name)
+        created = services.workspaces.create(body.id, body.language, body.name, body.embedder)
         accounts.grant(actor.user, created.id)  # the operator's right: its creator administers it
         return created.model_dump(mode="json")
 

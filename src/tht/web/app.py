@@ -105,11 +105,7 @@ def _services_health(services: Services) -> Callable[[], tuple[int, dict[str, An
     from tht.service.health import check_health
 
     def report() -> tuple[int, dict[str, Any]]:
-        projector = services.projector
-        indexes = {"index": projector.index} if projector else {}
-        embedders = (
-            {f"embedder:{projector.embedder.model_id}": projector.embedder} if projector else {}
-        )
+        indexes, embedders, _ = services.engines.in_use()
         return check_health(services.archive, indexes, embedders)
 
     return report

@@ -238,6 +238,7 @@ class WorkspaceOut(BaseModel):
     id: str
     name: str
     language: Literal["en", "it"]
+    embedder: str
     created_at: datetime
     manage: bool
 

@@ -17,13 +17,9 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
-
-from tht.bootstrap import ProjectionSettings
 from tht.errors import ConfigurationError, Conflict
-from tht.settings import default_home, find_credentials, load_yaml, require_directory
-from tht.validation import describe_validation_error
+from tht.installation import load_installation
+from tht.settings import default_home
 
 if TYPE_CHECKING:
     from tht.service.server import Service
@@ -31,45 +27,6 @@ if TYPE_CHECKING:
 
 ADMIN_USER = "admin"
 ADMIN_TOKEN_FILE = "admin-token"
-
-
-class ServerConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    index: dict[str, Any] | None = None
-    embedding: dict[str, Any] | None = None
-    sessions_root: Path | None = None  # the workflow's session directories (the reviewer's page)
-
-
-def load_server_config(path: Path | None) -> ProjectionSettings:
-    config = read_server_config(path)
-    return ProjectionSettings(config.index, config.embedding)
-
-
-def read_server_config(path: Path | None) -> ServerConfig:
-    if path is None:
-        return ServerConfig()
-    try:
-        document = load_yaml(Path(path).read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigurationError(f"cannot read server configuration {path}: {exc}") from exc
-    if not isinstance(document, dict):
-        raise ConfigurationError(f"server configuration {path} must be a mapping")
-    credentials = find_credentials(document)
-    if credentials:
-        raise ConfigurationError(
-            f"server configuration {path} contains what looks like a credential "
-            f"({', '.join(credentials)}); use the environment"
-        )
-    try:
-        config = ServerConfig.model_validate(document)
-    except ValidationError as exc:
-        raise ConfigurationError(
-            f"server configuration {path}: {describe_validation_error(exc)}"
-        ) from exc
-    if config.sessions_root is not None:
-        require_directory(config.sessions_root, "sessions_root", f"server configuration {path}")
-    return config
 
 
 def ensure_admin(services: Any, home: Path) -> Path | None:
@@ -114,14 +71,11 @@ def run_server(
     from tht.service.server import Service, run_headless, take_over
 
     home = default_home()
-    server_config = read_server_config(config)
+    installation = load_installation(config)
     if not web:
-        if demo or config:
-            raise ConfigurationError(
-                "--demo and -c need the web app (the headless service takes each command's"
-                " runtime file)"
-            )
-        run_headless(home, idle_timeout=idle_timeout, announce=_announce)
+        if demo:
+            raise ConfigurationError("--demo needs the web app")
+        run_headless(home, idle_timeout=idle_timeout, announce=_announce, installation=installation)
         return
     import uvicorn
 
@@ -131,15 +85,12 @@ def run_server(
     from tht.web.limits import ServerLimits, uvicorn_options
 
     _check_port_free(host, port)
-    projection = ProjectionSettings(server_config.index, server_config.embedding)
-    service = Service(
-        home, idle_timeout=idle_timeout, web=True, sessions_root=server_config.sessions_root
-    )
+    service = Service(home, idle_timeout=idle_timeout, web=True, installation=installation)
     take_over(home, service)
     previous_handlers = _stop_on_termination(service)
     try:
         service.start()
-        services = service.open_engines().services(projection, server_config.sessions_root)
+        services = service.open_engines().services()
         if demo:
             load_demo(services)
         token_file = ensure_admin(services, home)

@@ -37,7 +37,7 @@ from tht.errors import (
 from tht.faults import crash_point
 from tht.memory.archive.port import Archive, ArchiveTx
 from tht.memory.model import CardInput, Source, card_id_to_uuid, parse_card_input, uuid_to_card_id
-from tht.memory.projector import IndexProjector
+from tht.memory.workspace_projection import Projection
 from tht.workflow.contract import (
     MemorySummaryReviewedEvent,
     Proposal,
@@ -52,7 +52,7 @@ from tht.workflow.session import Ledger, SessionStore
 
 class ReviewService:
     def __init__(
-        self, archive: Archive, projector: IndexProjector | None, sessions: SessionStore
+        self, archive: Archive, projector: Projection | None, sessions: SessionStore
     ) -> None:
         self.archive = archive
         self.projector = projector

@@ -10,18 +10,18 @@ SELECT set_config('role', %(role)s, true),
             hashtextextended('thoth_catalog.workspace:' || %(workspace)s, 0))) END) AS locked);
 
 -- name: binding_get
-SELECT workspace_id, database_name, schema_name, url_env, updated_at
+SELECT workspace_id, database_name, schema_name, connection, updated_at
   FROM thoth_catalog.bindings
  WHERE workspace_id = %(workspace)s;
 
 -- name: binding_upsert
-INSERT INTO thoth_catalog.bindings (workspace_id, database_name, schema_name, url_env)
-VALUES (%(workspace)s, %(database)s, %(schema)s, %(url_env)s)
+INSERT INTO thoth_catalog.bindings (workspace_id, database_name, schema_name, connection)
+VALUES (%(workspace)s, %(database)s, %(schema)s, %(connection)s)
 ON CONFLICT (workspace_id) DO UPDATE
    SET database_name = EXCLUDED.database_name, schema_name = EXCLUDED.schema_name,
-       url_env = EXCLUDED.url_env, updated_at = now()
- WHERE (thoth_catalog.bindings.database_name, thoth_catalog.bindings.schema_name, thoth_catalog.bindings.url_env)
-       IS DISTINCT FROM (EXCLUDED.database_name, EXCLUDED.schema_name, EXCLUDED.url_env);
+       connection = EXCLUDED.connection, updated_at = now()
+ WHERE (thoth_catalog.bindings.database_name, thoth_catalog.bindings.schema_name, thoth_catalog.bindings.connection)
+       IS DISTINCT FROM (EXCLUDED.database_name, EXCLUDED.schema_name, EXCLUDED.connection);
 
 -- name: pending_run
 SELECT id FROM thoth_catalog.runs WHERE workspace_id = %(workspace)s AND status = 'pending';

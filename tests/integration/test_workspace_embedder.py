@@ -1,0 +1,173 @@
+"""A workspace's embedder is a fact of the workspace: recorded in the archive, one of the
+installation's profiles, used by every face, changed only by a switch that projects
+every card with the new profile before the workspace leaves the old one."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.factories import card, installation_of
+from tests.integration.service_support import wait_for
+from tht.bootstrap import build_services
+from tht.catalog.model import Binding
+from tht.errors import ConfigurationError, InvalidInput
+from tht.web.app import WebSettings, create_app
+
+ORIGIN = "http://testserver"
+SMALL = {"provider": "hashing", "dimension": 32}
+
+
+@pytest.fixture
+def services(database, tmp_path):
+    built = build_services(
+        env={**database.env(), "THT_HOME": str(tmp_path / "home")},
+        installation=installation_of(
+            index=tmp_path / "index",
+            embedders={"small": SMALL},
+            dwh={"acme": {"url_env": "ACME_DWH_URL"}},
+        ),
+    )
+    yield built
+    built.close()
+
+
+def dependency() -> dict:
+    return {"database": "dwh", "schema": "sales", "table": "orders", "column": "status"}
+
+
+def test_a_workspace_records_its_profile_and_an_unknown_one_is_refused(services):
+    created = services.workspaces.create("ws-small", "en", embedder="small")
+    assert created.embedder == "small"
+    assert services.workspaces.create("ws-default", "en").embedder == "default"
+    with pytest.raises(InvalidInput, match="defined: default, small") as refused:
+        services.workspaces.create("ws-typo", "en", embedder="smal")
+    assert refused.value.details["embedder"] == "smal"
+    with pytest.raises(ConfigurationError, match="not defined"):
+        services.projector.switch("ws-small", "large")
+
+
+def test_every_face_recalls_a_workspace_with_its_own_embedder(services):
+    """The workspace's vectors are 32-dimensional, the installation's default 64: the
+    CLI's recall and the HTTP route both use the workspace's profile (the HTTP route
+    used the server's and failed with a dimension error)."""
+    from tht.memory.agent import DwhBinding, recall_binding, recall_command
+    from tht.memory.recall_service import RecallQuery
+
+    services.workspaces.create("ws-small", "en", embedder="small")
+    services.workspaces.create("ws-default", "en")
+    for workspace in ("ws-small", "ws-default"):
+        services.catalog.bind(Binding(workspace, "dwh", "sales", "acme"))
+        saved = services.memory.create_card(
+            workspace, card(title="Order status", dependencies=[dependency()])
+        )
+        assert saved.status == "saved"
+    small_index = services.projector.of("ws-small").index
+    assert small_index is not services.projector.of("ws-default").index
+    assert services.projector.of("ws-small").embedder.dimension == 32
+
+    token = services.accounts.create_user("agent_s", "agent", ["ws-small"])["token"]
+    client = TestClient(
+        create_app(services, WebSettings(public_origins=(ORIGIN,))), base_url=ORIGIN
+    )
+    try:
+        answer = client.post(
+            "/api/workspaces/ws-small/memory/search",
+            json={"question": "what is an order status?"},
+            headers={"Authorization": f"Bearer {token}"},
+        )
+    finally:
+        client.close()
+    assert answer.status_code == 200, answer.text
+    cli_answer = recall_command(
+        services,
+        "ws-small",
+        "search",
+        "what is an order status?",
+        RecallQuery(),
+        binding=recall_binding(services, "ws-small", DwhBinding("dwh", "sales")),
+    )
+    assert [r["id"] for r in answer.json()["results"]] == [r["id"] for r in cli_answer["results"]]
+    assert len(cli_answer["results"]) == 1
+
+
+def test_recall_is_always_bound_and_a_typo_names_the_known_binding(services):
+    from tht.errors import BindingRequired, BindingUnknown
+    from tht.memory.agent import DwhBinding, recall_binding
+
+    services.workspaces.create("acme", "en")
+    with pytest.raises(BindingRequired):  # the service's faces: no recorded binding
+        recall_binding(services, "acme")
+    with pytest.raises(BindingRequired):  # a runtime file without database and schema
+        recall_binding(services, "acme", DwhBinding(None, None))
+    # without a recorded binding, the runtime file's is taken as it is
+    assert recall_binding(services, "acme", DwhBinding("dwh", "sales")) == DwhBinding(
+        "dwh", "sales"
+    )
+    services.catalog.bind(Binding("acme", "dwh", "sales", "acme"))
+    assert recall_binding(services, "acme") == DwhBinding("dwh", "sales")
+    with pytest.raises(BindingUnknown) as refused:
+        recall_binding(services, "acme", DwhBinding("dwh", "saels"))
+    assert refused.value.details["known"] == {"database": "dwh", "schema": "sales"}
+
+
+def test_switching_the_embedder_keeps_recall_until_the_new_projection_is_complete(
+    services, tmp_path, monkeypatch
+):
+    services.workspaces.create("acme", "en")
+    ids = [
+        services.memory.create_card("acme", card(title=f"Order status {i}")).card.id
+        for i in range(5)
+    ]
+    old = services.projector.of("acme")
+    old_fingerprint = old.fingerprint("en")
+    recall = services.recall.of("acme")
+
+    def found() -> set[str]:
+        results = services.recall.of("acme").recall(
+            "acme", "order status", "search", database="dwh", schema="sales"
+        )
+        return {r.card.id for r in results}
+
+    assert found() == set(ids)
+    marker = tmp_path / "paused"
+    monkeypatch.setenv("THT_PAUSE_AT", "index.after_batch")
+    monkeypatch.setenv("THT_PAUSE_FILE", str(marker))
+    outcome: list = []
+    switching = threading.Thread(
+        target=lambda: outcome.append(services.projector.switch("acme", "small"))
+    )
+    switching.start()
+    try:
+        assert wait_for(marker.exists, 30)
+        # half-way: the workspace still recalls with its recorded profile, every card
+        assert services.recall.of("acme") is recall and found() == set(ids)
+        # a save meanwhile goes through the old profile, and reaches the new one later
+        late = services.memory.create_card("acme", card(title="Order status late"))
+        assert late.status == "saved"
+        edited = services.memory.get_card("acme", ids[0])
+        # a second switch or a rebuild is refused while this one runs
+        from tht.errors import Conflict
+
+        with pytest.raises(Conflict):
+            services.projector.rebuild("acme")
+    finally:
+        monkeypatch.delenv("THT_PAUSE_AT")
+        marker.unlink(missing_ok=True)
+        switching.join(60)
+    assert outcome and outcome[0]["status"] == "switched", outcome
+    assert outcome[0]["previous"] == "default" and outcome[0]["embedder"] == "small"
+    with services.archive.transaction("acme") as tx:
+        assert tx.require_workspace().embedder == "small"
+    new = services.projector.of("acme")
+    assert new is not old and new.embedder.dimension == 32
+    assert services.memory.pending("acme") == []
+    assert found() == {*ids, late.card.id}
+    shown = services.memory.get_card("acme", edited.id).index
+    assert shown is not None and shown.current  # current in the new profile's format
+    assert new.fingerprint("en") != old_fingerprint
+    # the points left the collection of the profile the workspace left
+    with old.index.session():
+        assert old.index.count("acme") == 0
