@@ -221,20 +221,27 @@ class Stack:
         self.index.close()
 
 
-def runtime_file(directory: Path, workspace: str, index_path: Path, **extra: str) -> str:
-    """The trial's runtime file; ``extra`` sets (or overrides) top-level keys (schema,
-    sessions_root, dwh)."""
+def runtime_file(directory: Path, workspace: str, index_path: Path, **extra: Any) -> str:
+    """The trial's runtime file, and beside it its installation's configuration
+    (``config-<workspace>.yaml``, named by ``THT_CONFIG`` in ``trial_env``): ``extra``
+    sets the runtime file's schema, or the installation's sessions_root and dwh."""
     path = directory / f"runtime-{workspace}.yaml"
-    keys = {
-        "workspace": workspace,
-        "database": "dwh",
-        "schema": "sales",
-        "embedding": f"{{provider: hashing, dimension: {DIMENSION}}}",
-        "index": f"{{engine: edge, path: '{index_path}', open_timeout: 30}}",
-        **extra,
-    }
+    keys = {"workspace": workspace, "database": "dwh", "schema": "sales"}
+    keys.update({k: v for k, v in extra.items() if k in keys})
     path.write_text("".join(f"{k}: {v}\n" for k, v in keys.items()))
+    installation = {
+        "embedders": {"default": {"provider": "hashing", "dimension": DIMENSION}},
+        "index": {"engine": "edge", "path": str(index_path), "open_timeout": 30},
+        **{k: v for k, v in extra.items() if k not in keys},
+    }
+    (directory / f"config-{workspace}.yaml").write_text(json.dumps(installation))
     return str(path)
+
+
+def installation_file(config: str) -> str:
+    """The installation's configuration written beside the runtime file ``config``."""
+    runtime = Path(config)
+    return str(runtime.with_name(runtime.name.replace("runtime-", "config-", 1)))
 
 
 # --- the crash battery ----------------------------------------------------------------
@@ -496,6 +503,7 @@ def setup_catalog_sync(stack: Stack, trial: Trial, row: Row, data_dir: Path) -> 
     from tht.catalog.model import Binding
     from tht.catalog.service import Catalog
     from tht.catalog.store import CatalogStore
+    from tht.installation import DwhConnection
     from tht.memory.cleanup import PhysicalCleanup
 
     workspace = trial.workspace
@@ -530,13 +538,16 @@ def setup_catalog_sync(stack: Stack, trial: Trial, row: Row, data_dir: Path) -> 
     trial.expected[survivor.id] = (survivor.revision, survivor.content)
     trial.deleted.update({c.id: c.content for c in doomed})
     baseline = Catalog(
-        CatalogStore(stack.archive), PhysicalCleanup(stack.archive, stack.projector), {DWH_ENV: url}
+        CatalogStore(stack.archive),
+        PhysicalCleanup(stack.archive, stack.projector),
+        {DWH_ENV: url},
+        connections={DWH_ENV: DwhConnection(url_env=DWH_ENV)},
     ).sync(workspace, Binding(workspace, "dwh", "main", DWH_ENV))
     assert baseline["status"] == "completed", baseline
     sqlite_execute(path, "DROP TABLE customers;")
     trial.args = ["catalog", "sync"]
     trial.env[DWH_ENV] = url
-    trial.config.update(schema="main", dwh=f"{{url_env: {DWH_ENV}}}")
+    trial.config.update(schema="main", dwh={DWH_ENV: {"url_env": DWH_ENV}})
 
 
 Setup = Callable[[Stack, Trial, Row, Path], None]
@@ -893,6 +904,7 @@ def run_trial(
     finally:
         stack.release()
     config = runtime_file(data_dir, workspace, index_path, **trial.config)
+    trial.env["THT_CONFIG"] = installation_file(config)
     crashed = launch.run(
         [*trial.args, "-c", config], target.env(**trial.env, THT_CRASH_AT=row.point)
     )

@@ -39,7 +39,9 @@ def acme(cli, runtime_file, pg_dwh, monkeypatch):
     assert cli("workspace", "create", "acme", "--language", "en").code == 0
     assert cli("workspace", "create", "beta", "--language", "en").code == 0
     monkeypatch.setenv(DWH_ENV, pg_dwh.url)
-    return runtime_file("acme", dwh=f"{{url_env: {DWH_ENV}}}")
+    config = runtime_file("acme", dwh={"acme-dwh": {"url_env": DWH_ENV}})
+    assert cli("catalog", "bind", "-c", config, "--connection", "acme-dwh").code == 0
+    return config
 
 
 def sync(cli, config):
@@ -164,7 +166,8 @@ def test_drop_table_in_sqlite_deletes_cards_on_the_table_and_its_columns(
     path = tmp_path / "dwh.sqlite"
     monkeypatch.setenv(DWH_ENV, create_sqlite_dwh(path))
     assert cli("workspace", "create", "acme", "--language", "en").code == 0
-    config = runtime_file("acme", dwh=f"{{url_env: {DWH_ENV}}}", schema="main")
+    config = runtime_file("acme", dwh={"acme-dwh": {"url_env": DWH_ENV}}, schema="main")
+    assert cli("catalog", "bind", "-c", config, "--connection", "acme-dwh").code == 0
     main = lambda table=None, column=None: dep(table, column, schema="main")  # noqa: E731
     c = lambda *a, **k: make_card(cli, config, tmp_path, *a, **k)  # noqa: E731
     doomed = {
@@ -269,17 +272,24 @@ def test_missing_schema_or_permission_is_a_failed_scan_not_a_removal(
         pg_dwh.execute(f"DROP OWNED BY {role}; DROP ROLE {role}")
 
 
-def test_missing_dwh_variable_or_url_in_yaml_is_a_configuration_error(
-    cli, acme, runtime_file, monkeypatch, tmp_path
+def test_a_missing_variable_an_unknown_connection_or_a_dwh_in_the_runtime_file_is_refused(
+    cli, acme, monkeypatch, tmp_path
 ):
     monkeypatch.delenv(DWH_ENV)
     result = sync(cli, acme)
     assert result.code == 2 and DWH_ENV in result.document["error"]["message"]
-    in_yaml = runtime_file("acme", dwh="{url: 'postgresql+psycopg://u:secret@h/db'}")
-    refused = sync(cli, in_yaml)
-    assert refused.code == 2 and "credential" in refused.document["error"]["message"]
-    url_only = runtime_file("acme", dwh="{url: 'sqlite:///x.db'}")
-    assert sync(cli, url_only).code == 2
+    unknown = cli("catalog", "bind", "-c", acme, "--connection", "hr")
+    assert unknown.code == 2 and unknown.document["error"]["details"] == {
+        "connection": "hr",
+        "defined": ["acme-dwh"],
+    }
+    # a runtime file names no DWH: the URL, or the variable holding it, is the operator's
+    for section in ("{url: 'sqlite:///x.db'}", "{url_env: HOME}"):
+        config = tmp_path / "dwh-in-runtime.yaml"
+        config.write_text(f"workspace: acme\ndatabase: dwh\nschema: sales\ndwh: {section}\n")
+        refused = sync(cli, str(config))
+        assert refused.code == 2
+        assert refused.document["error"]["code"] == "setting_not_allowed", refused.document
     assert cli("catalog", "runs", "-c", acme).document["items"] == []
 
 
@@ -401,9 +411,10 @@ def test_index_failure_keeps_the_run_pending_until_retry(
     config, doomed, survivors, *_ = column_world
     assert sync(cli, config).code == 0
     pg_dwh.execute("ALTER TABLE sales.orders DROP COLUMN amount")
-    blocked = config.replace(".yaml", "-blocked.yaml")
-    with open(config) as source, open(blocked, "w") as target:
-        target.write(source.read() + "index: {engine: edge, open_timeout: 0.5}\n")
+    from tests.factories import write_installation
+
+    blocked = config  # while the installation waits half a second for a held index
+    write_installation(tmp_path / "home", index={"engine": "edge", "open_timeout": 0.5})
 
     with IndexBlocker(SimpleNamespace(home=tmp_path / "home")):
         failed = sync(cli, blocked)
@@ -419,6 +430,7 @@ def test_index_failure_keeps_the_run_pending_until_retry(
         assert still.code == 8
         assert len(cli("catalog", "show", run_id, "-c", config).document["errors"]) == 2
 
+    write_installation(tmp_path / "home", index={"engine": "edge"})
     done = cli("catalog", "retry", run_id, "-c", config)
     assert done.code == 0 and done.document["status"] == "completed", done.document
     assert done.document["removed"]["columns"] == [{"table": "orders", "column": "amount"}]
@@ -487,13 +499,13 @@ def test_catalog_tables_are_isolated_and_reference_nothing_in_memory(database):
         conn.execute("SET ROLE thoth_memory_runtime")
         conn.execute("SELECT set_config('thoth.workspace', 'acme', false)")
         conn.execute(
-            "INSERT INTO thoth_catalog.bindings (workspace_id, database_name, schema_name, url_env)"
+            "INSERT INTO thoth_catalog.bindings (workspace_id, database_name, schema_name, connection)"
             " VALUES ('acme', 'dwh', 'sales', 'X')"
         )
         conn.execute("SELECT set_config('thoth.workspace', 'beta', false)")
         assert conn.execute("SELECT count(*) FROM thoth_catalog.bindings").fetchone()[0] == 0
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute(
-                "INSERT INTO thoth_catalog.bindings (workspace_id, database_name, schema_name, url_env)"
+                "INSERT INTO thoth_catalog.bindings (workspace_id, database_name, schema_name, connection)"
                 " VALUES ('acme', 'dwh', 'sales', 'Y')"
             )

@@ -71,7 +71,7 @@ def test_sync_now_reports_deleted_cards_and_retry_is_a_noop(world):
     ).json()
     assert shown == body
     overview = world.client.get("/api/workspaces/ws-a/catalog", headers=headers).json()
-    assert overview["binding"]["url_env"] == DWH_ENV and overview["pending_run"] is None
+    assert overview["binding"]["connection"] == DWH_ENV and overview["pending_run"] is None
     assert [r["run_id"] for r in overview["runs"]] == [body["run_id"], baseline.json()["run_id"]]
     assert (
         world.client.get(f"/api/workspaces/ws-a/memory/{doomed}", headers=headers).status_code

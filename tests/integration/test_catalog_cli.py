@@ -26,12 +26,12 @@ def test_every_catalog_command_has_help(command, capsys):
 def bound(cli, runtime_file, tmp_path, monkeypatch):
     monkeypatch.setenv(DWH_ENV, create_sqlite_dwh(tmp_path / "dwh.sqlite"))
     assert cli("workspace", "create", "acme", "--language", "en").code == 0
-    return runtime_file("acme", dwh=f"{{url_env: {DWH_ENV}}}", schema="main")
+    return runtime_file("acme", dwh={"acme-dwh": {"url_env": DWH_ENV}}, schema="main")
 
 
 def test_every_catalog_command_succeeds_with_one_json_document(cli, bound):
     runs = {
-        "bind": cli("catalog", "bind", "-c", bound),
+        "bind": cli("catalog", "bind", "-c", bound, "--connection", "acme-dwh"),
         "sync": cli("catalog", "sync", "-c", bound),
     }
     run_id = runs["sync"].document["run_id"]
@@ -50,7 +50,7 @@ def test_every_catalog_command_succeeds_with_one_json_document(cli, bound):
         **runs["bind"].document,
         "database": "dwh",
         "schema": "main",
-        "url_env": DWH_ENV,
+        "connection": "acme-dwh",
     }
     assert runs["retry"].document == runs["show"].document == runs["sync"].document
     assert [r["run_id"] for r in runs["runs"].document["items"]] == [run_id]
@@ -60,9 +60,11 @@ def test_every_catalog_command_succeeds_with_one_json_document(cli, bound):
 
 def test_every_catalog_command_fails_with_a_json_error(cli, bound, tmp_path, monkeypatch):
     unbound = tmp_path / "unbound.yaml"
-    unbound.write_text("workspace: acme\ndatabase: dwh\nschema: main\n")  # no dwh section
+    unbound.write_text("workspace: acme\ndatabase: dwh\n")  # no schema
     failures = {
-        "bind": cli("catalog", "bind", "-c", str(unbound)),
+        "bind": cli("catalog", "bind", "-c", str(unbound), "--connection", "acme-dwh"),
+        "bind to an unknown connection": cli("catalog", "bind", "-c", bound, "--connection", "x"),
+        "sync without a binding": cli("catalog", "sync", "-c", bound),
         "sync": cli("catalog", "sync", "-c", "/nonexistent.yaml"),
         "retry": cli("catalog", "retry", RUN, "-c", bound),
         "runs": cli("catalog", "runs", "-c", bound, "--limit", "0"),
@@ -75,8 +77,10 @@ def test_every_catalog_command_fails_with_a_json_error(cli, bound, tmp_path, mon
         "usage": cli("catalog", "retry", "-c", bound),
     }
     monkeypatch.setenv(DWH_ENV, "sqlite:////nonexistent/dwh.sqlite")
-    failures["sync, DWH unavailable"] = cli("catalog", "sync", "-c", bound)
-    expected = {"retry": 3, "forget": 3, "sync, DWH unavailable": 9}
+    failures["sync, DWH unavailable"] = cli(
+        "catalog", "sync", "-c", bound, "--connection", "acme-dwh"
+    )
+    expected = {"retry": 3, "forget": 3, "sync without a binding": 3, "sync, DWH unavailable": 9}
     for name, run in failures.items():
         error = run.document.get("error")
         assert error and set(error) == {"code", "message", "details"}, (name, run.document)
@@ -94,7 +98,8 @@ def test_missing_catalog_schema_is_reported_and_memory_migrate_applies_it(cli, b
     assert "tht memory migrate" in missing.document["error"]["message"]
     assert cli("memory", "list", "-c", bound).code == 0  # Memory does not depend on the Catalog
     migrated = cli("memory", "migrate")
-    assert migrated.code == 0 and migrated.document["catalog"]["applied"] == ["001_catalog"], (
-        migrated.document
-    )
+    assert migrated.code == 0 and migrated.document["catalog"]["applied"] == [
+        "001_catalog",
+        "002_binding_connection",
+    ], migrated.document
     assert cli("catalog", "runs", "-c", bound).document == {"items": []}

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.factories import card_document
+from tests.factories import card_document, write_installation
 from tht.memory.index import EdgeIndex
 
 
@@ -36,12 +36,11 @@ def tht(env, *args, stdin=None):
 
 
 def write_config(tmp_path, open_timeout=10):
+    """The runtime file, and the installation's configuration of the home: the tests'
+    embedder, the embedded index waiting ``open_timeout`` seconds for another holder."""
+    write_installation(tmp_path / "home", index={"engine": "edge", "open_timeout": open_timeout})
     path = tmp_path / "rt.yaml"
-    path.write_text(
-        "workspace: acme\ndatabase: dwh\nschema: sales\n"
-        "embedding: {provider: hashing, dimension: 64}\n"
-        f"index: {{engine: edge, open_timeout: {open_timeout}}}\n"
-    )
+    path.write_text("workspace: acme\ndatabase: dwh\nschema: sales\n")
     return str(path)
 
 

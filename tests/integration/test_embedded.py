@@ -55,7 +55,7 @@ def test_first_use_prepares_everything_and_later_runs_reuse_it(home, tmp_path):
     assert code == 0 and not again["created"] and again["total"] == expected
 
     config = tmp_path / "runtime.yaml"
-    config.write_text("workspace: demo\n")
+    config.write_text("workspace: demo\ndatabase: california_schools\nschema: public\n")
     code, listing, _ = run(
         home, "memory", "list", "-c", str(config), "--filters", '{"q": "excellence rate"}'
     )

@@ -13,10 +13,12 @@ import pytest
 
 from tests.integration.web_support import build_world
 from tht.errors import ConfigurationError
-from tht.web.server import read_server_config
+from tht.installation import load_installation
 
 
-def test_a_runtime_file_whose_sessions_root_does_not_exist_is_refused(cli, runtime_file, tmp_path):
+def test_an_installation_whose_sessions_root_does_not_exist_is_refused(
+    cli, runtime_file, tmp_path
+):
     assert cli("workspace", "create", "acme", "--language", "en").code == 0
     missing = tmp_path / "sessions"
     refused = cli("memory", "list", "-c", runtime_file(sessions_root=str(missing)))
@@ -38,9 +40,9 @@ def test_a_server_file_whose_sessions_root_does_not_exist_is_refused(tmp_path):
     config = tmp_path / "server.yaml"
     config.write_text(f"sessions_root: {tmp_path / 'nowhere'}\n")
     with pytest.raises(ConfigurationError, match=r"sessions_root .*nowhere does not exist"):
-        read_server_config(config)
+        load_installation(config)
     (tmp_path / "nowhere").mkdir()
-    assert read_server_config(config).sessions_root == tmp_path / "nowhere"
+    assert load_installation(config).sessions_root == tmp_path / "nowhere"
 
 
 def test_an_inverted_date_range_is_refused_by_the_cli_and_the_api(

@@ -858,8 +858,8 @@ def test_the_pgvector_pack_is_its_own_ledger_and_a_second_run_is_a_noop(database
     assert archive == (0,)
 
 
-def test_engine_pgvector_in_the_runtime_file(cli, runtime_file, tmp_path):
-    from tht.bootstrap import build_index
+def test_engine_pgvector_in_the_installation(cli, runtime_file, tmp_path):
+    from tht.installation import load_installation
 
     assert cli("workspace", "create", "acme", "--language", "en").code == 0
     migrated = cli("memory", "migrate", "--engine", "pgvector")
@@ -883,8 +883,10 @@ def test_engine_pgvector_in_the_runtime_file(cli, runtime_file, tmp_path):
         result["id"] == created.document["card"]["id"]
         and result["retrieval"]["matched_kind"] == "symptom"
     )
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("index: {engine: pgvector, url: 'http://localhost:6333'}\n")
     with pytest.raises(ConfigurationError, match="pgvector"):
-        build_index({"engine": "pgvector", "url": "http://localhost:6333"})
+        load_installation(bad)
 
 
 def test_the_embedded_server_prepares_pgvector_when_asked(tmp_path):

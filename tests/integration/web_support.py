@@ -19,6 +19,8 @@ from tht.web.app import WebSettings, create_app
 from tht.web.limits import ServerLimits, uvicorn_options
 
 ORIGIN = "http://testserver"
+# the DWH connections of the world's installation, each named after its URL's variable
+DWH_CONNECTIONS = ("ACME_DWH_URL", "DWH_URL")
 
 
 @dataclass
@@ -52,7 +54,11 @@ class WebWorld:
 def build_world(database, tmp_path, *, sessions_root: Path | None = None) -> WebWorld:
     services = build_services(
         env=database.env(),
-        installation=installation_of(index=str(tmp_path / "index"), sessions_root=sessions_root),
+        installation=installation_of(
+            index=str(tmp_path / "index"),
+            sessions_root=sessions_root,
+            dwh={name: {"url_env": name} for name in DWH_CONNECTIONS},
+        ),
     )
     services.workspaces.create("ws-a", "en")
     services.workspaces.create("ws-b", "en")
