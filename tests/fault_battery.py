@@ -445,7 +445,7 @@ def setup_review_apply(stack: Stack, trial: Trial, row: Row, data_dir: Path) -> 
 
     workspace, ids = trial.workspace, trial.ids
     root = data_dir / "sessions"
-    session = Session(root, f"s-{workspace}").log(
+    session = Session(root, workspace, f"s-{workspace}").log(
         decision("d1", "sql_corrected", explanation="A job code repeats across fiscal years."),
         decision("d2", "concept_clarified", text="B, as the reviewer explained it"),
     )

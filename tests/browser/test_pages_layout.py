@@ -71,7 +71,7 @@ def _seed(env: dict[str, str], root: Path) -> None:
                 )
             ),
         ).card
-        Session(root, SESSION).log(
+        Session(root, WORKSPACE, SESSION).log(
             decision("d1", "sql_corrected", explanation="A job code repeats across fiscal years."),
             decision("d2", "concept_clarified", text="a commessa is a job"),
             decision("d3", "sql_approved", sql=solved()["sql"]),

@@ -59,7 +59,7 @@ def _seed(env: dict[str, str], root: Path) -> dict[str, str]:
                 }
             ),
         ).card
-        Session(root, SESSION).log(
+        Session(root, WORKSPACE, SESSION).log(
             decision("d1", "sql_corrected", explanation="A job code repeats across fiscal years."),
             decision("d2", "concept_clarified", text="a commessa is a job"),
             decision("d3", "sql_approved", sql=APPROVED_SQL),
@@ -93,7 +93,7 @@ def _seed(env: dict[str, str], root: Path) -> dict[str, str]:
                 ]
             },
         )
-        Session(root, DECLINED).log(decision("d1", "concept_clarified", text="x"))
+        Session(root, WORKSPACE, DECLINED).log(decision("d1", "concept_clarified", text="x"))
         services.proposals.propose(
             WORKSPACE,
             DECLINED,
@@ -264,7 +264,7 @@ def test_reviewer_page_chooses_edits_applies_and_declines(review_server, chromiu
         expect(page.get_by_test_id("result-card")).to_have_count(0)
         expect(page.locator(f'[data-session="{DECLINED}"]')).to_contain_text("reviewed (declined)")
         assert server.api("GET", f"/api/workspaces/{WORKSPACE}/memory?q=Backlog")["total"] == 0
-        ledger = (root / DECLINED / "ledger.jsonl").read_text().splitlines()
+        ledger = (root / WORKSPACE / DECLINED / "ledger.jsonl").read_text().splitlines()
         assert json.loads(ledger[-1])["outcome"] == "declined"
         shot("declined")
         assert problems == []

@@ -37,7 +37,7 @@ def acme(tht, tmp_path):
     for document in (card_document(), card_document("sql_rule")):
         saved = tht.run("memory", "create", "-c", config, "--data", "-", stdin=json.dumps(document))
         assert saved.code == 0, saved.document
-    Session(sessions, "s-1").log(
+    Session(sessions, "acme", "s-1").log(
         decision(
             "d1",
             "sql_corrected",

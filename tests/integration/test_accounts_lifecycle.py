@@ -533,7 +533,9 @@ def test_a_review_decision_is_audited_as_the_reviewers_via_review(database, tmp_
     try:
         services.workspaces.create("ws-a", "en")
         token = services.accounts.create_user("reviewer", "admin", ["ws-a"])["token"]
-        Session(root, "s-1").log(decision("d1", "sql_corrected", explanation="code repeats"))
+        Session(root, "ws-a", "s-1").log(
+            decision("d1", "sql_corrected", explanation="code repeats")
+        )
         services.proposals.propose("ws-a", "s-1", {"proposals": [add("p1", ["d1"], join_rule())]})
         with TestClient(
             create_app(services, WebSettings(public_origins=(ORIGIN,))), base_url=ORIGIN

@@ -18,6 +18,7 @@ from tests.integration.workflow_support import (
     decision,
     join_rule,
     solved,
+    tree,
 )
 from tht.accounts import MANAGE, PROPOSE, READ, RECALL, ROLE_PERMISSIONS, Principal
 from tht.bootstrap import build_services
@@ -51,7 +52,7 @@ def proposals() -> dict:
 def prepare_sessions(world) -> None:
     """s-propose: a corrected join to propose; s-solved: a reviewed solved question
     (its receipt is what solved-index retries)."""
-    Session(world.root, "s-propose").log(
+    Session(world.root, "ws-a", "s-propose").log(
         decision(
             "d1",
             "sql_corrected",
@@ -60,7 +61,7 @@ def prepare_sessions(world) -> None:
             after="... AND j.fiscal_year = m.fiscal_year",
         )
     )
-    Session(world.root, "s-solved").log(decision("d1", "sql_approved", sql=APPROVED_SQL))
+    Session(world.root, "ws-a", "s-solved").log(decision("d1", "sql_approved", sql=APPROVED_SQL))
     services = world.services
     services.proposals.propose(
         "ws-a", "s-solved", {"version": 1, "proposals": [add("q", ["d1"], solved())]}
@@ -113,7 +114,7 @@ def memory_routes(world) -> list[tuple[str, str, str, dict | None, str, int]]:
 def test_capability_matrix_over_every_memory_route(world):
     prepare_sessions(world)
     world.tokens["bad"] = "tht_not-a-token"
-    proposals_file = world.root / "s-propose" / "memory_proposals.json"
+    proposals_file = world.root / "ws-a" / "s-propose" / "memory_proposals.json"
     actors = [None, "bad", "user_a", "agent_a", "admin_a", "admin_b"]
     allowed_by_role: dict[str, set[str]] = {}
     for actor in actors:
@@ -451,7 +452,7 @@ def test_recall_requests_are_validated_like_the_cli(world):
 
 def test_sessions_come_from_the_service_configuration(world, database, tmp_path):
     prepare_sessions(world)
-    Session(world.root, "s-propose").log(  # decided in the session: left out of its recall
+    Session(world.root, "ws-a", "s-propose").log(  # decided in the session: left out of its recall
         {
             "event": "memory_decided",
             "card": world.cards["ws-a"][0],
@@ -505,6 +506,73 @@ def test_sessions_come_from_the_service_configuration(world, database, tmp_path)
         bare.close()
 
 
+def test_an_agent_and_an_admin_of_one_workspace_never_reach_another_workspaces_session(world):
+    """ws-b's session s-b, named by ws-a's agent on every agent route and by ws-a's
+    admin on the reviewer's routes: not found, nothing of ws-b's read or written; ws-b's
+    own agent and admin work with it, and its review receipt stays ws-b's."""
+    world.tokens["agent_b"] = world.services.accounts.create_user("agent_b", "agent", ["ws-b"])[
+        "token"
+    ]
+    theirs = Session(world.root, "ws-b", "s-b").log(
+        decision("d1", "sql_corrected", explanation="A job code repeats across fiscal years."),
+        decision("d2", "sql_approved", question="Total of the 2024 orders", sql=APPROVED_SQL),
+        {"event": "memory_decided", "card": world.cards["ws-b"][0], "status": "approved"},
+    )
+    own = world.client.post(
+        "/api/workspaces/ws-b/memory/propose",
+        json={"session": "s-b", "data": proposals()},
+        headers=world.bearer("agent_b"),
+    )
+    assert own.status_code == 200, own.json()
+    digest = own.json()["digest"]
+    before = tree(world.root), world.snapshot()
+
+    for route, body in [
+        ("propose", {"session": "s-b", "data": proposals()}),
+        ("propose", {"session": "s-b", "data": {"version": 1, "proposals": []}}),
+        ("summary", {"session": "s-b"}),
+        ("search", {"question": "ws-a card", "session": "s-b"}),
+        ("rules", {"question": "join jobs", "session": "s-b"}),
+        ("solved-index", {"session": "s-b"}),
+    ]:
+        refused = _http(world, route, body)
+        assert (refused.status_code, refused.json()["error"]["code"]) == (404, "not_found"), route
+        assert "ws-b" not in refused.text, route
+    reviewer = "/api/workspaces/ws-a/review/sessions"
+    admin = world.bearer("admin_a")
+    assert world.client.get(reviewer, headers=admin).json() == {"items": []}
+    assert world.client.get(reviewer + "/s-b", headers=admin).status_code == 404
+    review = {
+        "decision": "apply",
+        "proposals_digest": digest,
+        "selected": [{"proposal": "p1"}, {"proposal": "approved-sql"}],
+    }
+    applied = world.client.post(reviewer + "/s-b/apply", json=review, headers=admin)
+    assert applied.status_code == 404, applied.json()
+    assert (tree(world.root), world.snapshot()) == before
+
+    # ws-b's own admin reviews it; solved-index answers ws-b's agent only
+    listed = world.client.get(
+        "/api/workspaces/ws-b/review/sessions", headers=world.bearer("admin_b")
+    ).json()
+    assert [i["session"] for i in listed["items"]] == ["s-b"]
+    done = world.client.post(
+        "/api/workspaces/ws-b/review/sessions/s-b/apply",
+        json=review,
+        headers=world.bearer("admin_b"),
+    )
+    assert done.status_code == 200 and done.json()["status"] == "applied", done.json()
+    assert len(theirs.reviewed_events()) == 1
+    indexed = world.client.post(
+        "/api/workspaces/ws-b/memory/solved-index",
+        json={"session": "s-b"},
+        headers=world.bearer("agent_b"),
+    )
+    assert indexed.status_code == 200, indexed.json()
+    assert _http(world, "solved-index", {"session": "s-b"}).status_code == 404
+    assert world.snapshot()["ws-a"] == before[1]["ws-a"]
+
+
 def test_the_service_checks_the_principal_again(world):
     from tht.errors import Forbidden
 
@@ -551,7 +619,7 @@ def test_http_propose_retried_under_its_idempotency_key_answers_the_first_result
     url = "/api/workspaces/ws-a/memory/propose"
     first = world.client.post(url, json=body, headers=headers)
     assert first.status_code == 200, first.json()
-    proposals_file = world.root / "s-propose" / "memory_proposals.json"
+    proposals_file = world.root / "ws-a" / "s-propose" / "memory_proposals.json"
     written = proposals_file.read_text()
     again = world.client.post(url, json=body, headers=headers)
     assert again.status_code == 200 and again.json() == first.json()

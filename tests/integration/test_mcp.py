@@ -187,7 +187,7 @@ def test_stdio_refuses_what_the_token_may_not_do_and_keeps_serving(tht, acme):
             assert bogus.is_error and document(bogus)["error"]["code"] == "unauthenticated"
 
     in_a_thread(run)
-    assert not (sessions / "s-1" / "memory_proposals.json").exists()
+    assert not (sessions / "acme" / "s-1" / "memory_proposals.json").exists()
 
 
 BAD_ARGUMENTS = [
@@ -298,7 +298,7 @@ def test_http_refuses_a_mutation_without_the_capability_and_bad_arguments(tht, a
             await refuse_bad_arguments(session)
 
     in_a_thread(run)
-    assert not (sessions / "s-1" / "memory_proposals.json").exists()
+    assert not (sessions / "acme" / "s-1" / "memory_proposals.json").exists()
 
 
 def test_http_needs_a_token_of_the_workspace_in_the_path(tht, acme, served):

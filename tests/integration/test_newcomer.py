@@ -16,9 +16,7 @@ from tht.errors import ConfigurationError
 from tht.installation import load_installation
 
 
-def test_an_installation_whose_sessions_root_does_not_exist_is_refused(
-    cli, runtime_file, tmp_path
-):
+def test_an_installation_whose_sessions_root_does_not_exist_is_refused(cli, runtime_file, tmp_path):
     assert cli("workspace", "create", "acme", "--language", "en").code == 0
     missing = tmp_path / "sessions"
     refused = cli("memory", "list", "-c", runtime_file(sessions_root=str(missing)))

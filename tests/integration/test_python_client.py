@@ -96,7 +96,7 @@ def test_errors_are_raised_as_their_classes(tht, acme, client_env):
     with pytest.raises(Forbidden) as refused:
         user.propose("s-1", PROPOSALS)
     assert refused.value.exit_code == 5 and refused.value.details["permission"] == "memory.propose"
-    assert not (sessions / "s-1" / "memory_proposals.json").exists()
+    assert not (sessions / "acme" / "s-1" / "memory_proposals.json").exists()
     agent = Memory.connect(config, token=tokens["agent"])
     with pytest.raises(NotFound):
         agent.summary("no-such-session")

@@ -30,7 +30,7 @@ def review_world(database, tmp_path):
         "admin_b": services.accounts.create_user("admin_b", "admin", ["ws-b"])["token"],
         "user_a": services.accounts.create_user("user_a", "user", ["ws-a"])["token"],
     }
-    Session(root, "s-1").log(
+    Session(root, "ws-a", "s-1").log(
         decision("d1", "sql_corrected", explanation="code repeats across years")
     )
     services.proposals.propose("ws-a", "s-1", {"proposals": [add("p1", ["d1"], join_rule())]})
@@ -95,10 +95,47 @@ def test_the_page_applies_once_with_cookie_and_csrf(review_world):
     again = client.post(url, json=review, headers=headers)
     assert again.json()["replayed"] is True and again.json()["cards"] == first.json()["cards"]
     assert services.workspaces.show("ws-a").cards == {"sql_rule": 1}
-    assert len(Session(root, "s-1").reviewed_events()) == 1
+    assert len(Session(root, "ws-a", "s-1").reviewed_events()) == 1
     other = client.post(
         url, json={**review, "decision": "decline_all", "selected": []}, headers=headers
     )
     assert other.status_code == 409 and other.json()["error"]["code"] == "receipt_conflict"
     client.cookies.clear()
     assert client.get("/admin/review", follow_redirects=False).status_code == 303
+
+
+def test_the_reviewers_routes_see_only_their_workspaces_sessions(review_world):
+    """ws-b's sessions, one with the id of ws-a's: each admin lists, reads and applies
+    its own workspace's sessions only."""
+    services, client, tokens, root = review_world
+    for session in ("s-1", "s-2"):
+        Session(root, "ws-b", session).log(decision("d1", "sql_corrected", explanation="b's own"))
+        services.proposals.propose(
+            "ws-b", session, {"proposals": [add("p1", ["d1"], join_rule(title=f"b {session}"))]}
+        )
+    mine, theirs = bearer(tokens, "admin_a"), bearer(tokens, "admin_b")
+    base, other = "/api/workspaces/ws-a/review/sessions", "/api/workspaces/ws-b/review/sessions"
+
+    def titles(url, headers):
+        return [a["card"]["title"] for a in client.get(url, headers=headers).json()["additions"]]
+
+    assert [i["session"] for i in client.get(base, headers=mine).json()["items"]] == ["s-1"]
+    assert sorted(i["session"] for i in client.get(other, headers=theirs).json()["items"]) == [
+        "s-1",
+        "s-2",
+    ]
+    assert titles(base + "/s-1", mine) == [join_rule()["title"]]
+    assert titles(other + "/s-1", theirs) == ["b s-1"]
+    assert client.get(base + "/s-2", headers=mine).status_code == 404
+    digest = client.get(other + "/s-2", headers=theirs).json()["proposals_digest"]
+    review = {"decision": "apply", "proposals_digest": digest, "selected": [{"proposal": "p1"}]}
+    assert client.post(base + "/s-2/apply", json=review, headers=mine).status_code == 404
+    assert services.workspaces.show("ws-a").cards == {}
+    # applying ws-a's s-1 touches neither ws-b's s-1 nor its receipt
+    digest = client.get(base + "/s-1", headers=mine).json()["proposals_digest"]
+    review = {"decision": "apply", "proposals_digest": digest, "selected": [{"proposal": "p1"}]}
+    assert client.post(base + "/s-1/apply", json=review, headers=mine).status_code == 200
+    assert len(Session(root, "ws-a", "s-1").reviewed_events()) == 1
+    assert Session(root, "ws-b", "s-1").reviewed_events() == []
+    assert client.get(other + "/s-1", headers=theirs).json()["reviewed"] is None
+    assert services.workspaces.show("ws-b").cards == {}

@@ -616,3 +616,75 @@ def test_health_asks_the_running_service_and_never_starts_one(tht):
         served.terminate()
         served.wait(30)
     assert tht.run("health").code == 10
+
+
+def test_through_the_service_a_workspace_never_reaches_another_workspaces_session(tht, tmp_path):
+    """`tht` commands with an agent token of workspace other, through the service, name
+    acme's session s-1: propose, summary, recall with --session, solved-index and a
+    signed review-apply of other's admin find nothing and leave acme's files as they are."""
+    from tests.integration.workflow_support import (
+        Session,
+        add,
+        decision,
+        gate_document,
+        join_rule,
+        new_key,
+        tree,
+    )
+    from tht.accounts import Principal
+
+    key_path, key = new_key(tmp_path)
+    tht.env["THT_PROTECTED_REQUEST_KEY_FILE"] = str(key_path)
+    sessions = tmp_path / "sessions"
+    for workspace in ("acme", "other"):
+        assert tht.run("workspace", "create", workspace, "--language", "en").code == 0
+    acme = tht.runtime("acme", sessions_root=str(sessions))
+    other = tht.runtime("other", sessions_root=str(sessions))
+    tokens = {
+        name: tht.run("user", "create", name, "--role", "agent", "--workspace", workspace).document[
+            "token"
+        ]
+        for name, workspace in (("agent-acme", "acme"), ("agent-other", "other"))
+    }
+    Session(sessions, "acme", "s-1").log(
+        decision("d1", "sql_corrected", explanation="A job code repeats across fiscal years.")
+    )
+    data = tmp_path / "proposals.json"
+    data.write_text(json.dumps({"version": 1, "proposals": [add("p1", ["d1"], join_rule())]}))
+    propose = ["memory", "propose", "--session", "s-1", "--data", str(data)]
+    proposed = tht.run(*propose, "-c", acme, token=tokens["agent-acme"])
+    assert proposed.code == 0, proposed.document
+    assert proposed.document["recorded"] == "acme/s-1/memory_proposals.json"
+    assert tht.service_pid() is not None  # these commands ran in the service
+    before = tree(sessions)
+
+    review = {
+        "decision": "apply",
+        "proposals_digest": proposed.document["digest"],
+        "selected": [{"proposal": "p1"}],
+    }
+    request = tmp_path / "request.json"
+    request.write_text(
+        json.dumps(
+            gate_document(
+                key,
+                "s-1",
+                review,
+                workspace="other",
+                principal=Principal("reviewer", "admin", frozenset({"other"})),
+            )
+        )
+    )
+    for command in (
+        ["propose", "--session", "s-1", "--data", str(data)],
+        ["summary", "--session", "s-1"],
+        ["search", "join jobs", "--session", "s-1"],
+        ["rules", "join jobs", "--session", "s-1"],
+        ["solved-index", "s-1"],
+        ["review-apply", "--request", str(request)],
+    ):
+        refused = tht.run("memory", *command, "-c", other, token=tokens["agent-other"])
+        assert (refused.code, refused.document["error"]["code"]) == (3, "not_found"), command
+    assert tree(sessions) == before
+    listed = tht.run("memory", "list", "-c", other)
+    assert listed.code == 0 and listed.document["items"] == []

@@ -21,6 +21,7 @@ from tests.integration.workflow_support import (
     join_rule,
     new_key,
     solved,
+    tree,
     update,
 )
 from tht.accounts import Principal
@@ -50,7 +51,7 @@ class Flow:
         self._files = 0
 
     def session(self, id: str = "s-001", *events: dict) -> Session:
-        session = Session(self.root, id)
+        session = Session(self.root, "acme", id)
         session.path.mkdir(parents=True, exist_ok=True)
         session.ledger.touch()
         return session.log(*events) if events else session
@@ -798,7 +799,7 @@ def test_propose_validates_sessions_sources_updates_and_links(flow, runtime_file
     accepted = flow.propose(session, [add("a", ["d4"], join_rule())])
     assert accepted.code == 0
     # where it was written, under sessions_root: never the service's absolute path
-    assert accepted.document["recorded"] == f"{session.id}/memory_proposals.json"
+    assert accepted.document["recorded"] == f"acme/{session.id}/memory_proposals.json"
 
     bad_ids = ("../etc", "a/b", ".hidden", "x" * 200)
     for bad in bad_ids:
@@ -1100,6 +1101,108 @@ def test_review_receipts_are_isolated_by_workspace_and_never_deleted_by_the_runt
             )
     finally:
         archive.close()
+
+
+# --- sessions belong to a workspace --------------------------------------------------------
+
+
+def test_a_workspace_never_reaches_another_workspaces_session(flow, runtime_file):
+    """Workspace beta's session s-shared, named by acme's commands: propose, summary,
+    recall with --session, review-apply and solved-index find nothing of beta's, read
+    nothing and write nothing; acme's own session of the same id is its own."""
+    assert flow.cli("workspace", "create", "beta", "--language", "en").code == 0
+    beta = runtime_file("beta", sessions_root=str(flow.root))
+    theirs = Session(flow.root, "beta", "s-shared").log(
+        decision("d1", "sql_corrected", explanation="code repeats"),
+        decision("d2", "sql_approved", question="Total of the 2024 orders", sql=APPROVED_SQL),
+    )
+    proposals = flow.file({"version": 1, "proposals": [add("p1", ["d1"], join_rule())]})
+    recorded = flow.cli(
+        "memory", "propose", "--session", "s-shared", "--data", proposals, "-c", beta
+    )
+    assert recorded.code == 0, recorded.document
+    assert recorded.document["recorded"] == "beta/s-shared/memory_proposals.json"
+    digest = recorded.document["digest"]
+    before = tree(flow.root)
+
+    empty = flow.file({"version": 1, "proposals": []})
+    for command in (
+        ["propose", "--session", "s-shared", "--data", empty],
+        ["propose", "--session", "s-shared", "--data", proposals],
+        ["summary", "--session", "s-shared"],
+        ["search", "orders per customer", "--session", "s-shared"],
+        ["rules", "join jobs", "--session", "s-shared"],
+        ["solved-index", "s-shared"],
+    ):
+        refused = flow.cli("memory", *command, "-c", flow.config)
+        assert (refused.code, refused.document["error"]["code"]) == (3, "not_found"), command
+        assert "beta" not in json.dumps(refused.document), command
+    # acme's admin applying beta's session with beta's own digest
+    review = {
+        "decision": "apply",
+        "proposals_digest": digest,
+        "selected": [{"proposal": "p1"}, {"proposal": "approved-sql"}],
+    }
+    applied = flow.apply(theirs, review)
+    assert (applied.code, applied.document["error"]["code"]) == (3, "not_found")
+    assert tree(flow.root) == before and flow.cards() == []
+
+    # beta reviews its session; the receipt stays beta's
+    beta_reviewer = Principal("reviewer", "admin", frozenset({"beta"}))
+    request = flow.request_file(theirs, review, workspace="beta", principal=beta_reviewer)
+    assert flow.cli("memory", "review-apply", "-c", beta, "--request", request).code == 0
+    assert len(theirs.reviewed_events()) == 1
+    assert flow.cli("memory", "solved-index", "s-shared", "-c", beta).code == 0
+    assert flow.cli("memory", "solved-index", "s-shared", "-c", flow.config).code == 3
+    assert flow.cards() == []
+
+    # acme's own s-shared: its ledger, its proposals, its recall exclusion
+    mine = flow.create(card_document(title="acme's shipped order"))
+    ours = flow.session(
+        "s-shared",
+        decision("d1", "sql_corrected", explanation="acme's own correction"),
+        {"event": "memory_decided", "card": mine["id"], "status": "approved", "gate": "F2"},
+    )
+    theirs_before = tree(theirs.path)
+    proposed = flow.propose(ours, [add("p1", ["d1"], join_rule(title="acme's join"))])
+    assert proposed.code == 0, proposed.document
+    assert proposed.document["recorded"] == "acme/s-shared/memory_proposals.json"
+    assert [p["id"] for p in proposed.document["proposals"]] == ["p1"]  # no approved SQL here
+    summary = flow.summary(ours)
+    assert [a["card"]["title"] for a in summary["additions"]] == ["acme's join"]
+    assert summary["solved_question"] is None and summary["reviewed"] is None
+    scoped = flow.cli(
+        "memory", "search", "shipped order", "--session", "s-shared", "-c", flow.config
+    )
+    assert scoped.code == 0 and mine["id"] not in [r["id"] for r in scoped.document["results"]]
+    assert tree(theirs.path) == theirs_before
+
+
+def test_a_session_directory_that_is_a_symbolic_link_is_refused(flow):
+    """A link in acme's sessions to another workspace's session, or out of the root, is
+    refused on every command; nothing is read or written through it."""
+    theirs = Session(flow.root, "beta", "s-b").log(
+        decision("d1", "sql_corrected", explanation="code repeats")
+    )
+    outside = flow.tmp / "outside"
+    outside.mkdir()
+    (outside / "ledger.jsonl").write_text(theirs.ledger.read_text())
+    (flow.root / "acme").mkdir(exist_ok=True)
+    (flow.root / "acme" / "s-b").symlink_to(theirs.path)
+    (flow.root / "acme" / "s-out").symlink_to(outside)
+    before = tree(flow.root / "beta"), tree(outside)
+    data = flow.file({"version": 1, "proposals": [add("p1", ["d1"], join_rule())]})
+    for session in ("s-b", "s-out"):
+        for command in (
+            ["propose", "--session", session, "--data", data],
+            ["summary", "--session", session],
+            ["search", "orders", "--session", session],
+        ):
+            refused = flow.cli("memory", *command, "-c", flow.config)
+            assert refused.code == 2, (command, refused.document)
+            assert refused.document["error"]["details"]["reason"] == "symbolic_link"
+            assert str(flow.tmp) not in refused.document["error"]["message"]
+    assert (tree(flow.root / "beta"), tree(outside)) == before
 
 
 @pytest.mark.parametrize(

@@ -37,13 +37,16 @@ def decision(
 
 @dataclass
 class Session:
+    """A session of ``workspace``: the directory ``<root>/<workspace>/<id>/``."""
+
     root: Path
+    workspace: str
     id: str
     events: list[dict] = field(default_factory=list)
 
     @property
     def path(self) -> Path:
-        return self.root / self.id
+        return self.root / self.workspace / self.id
 
     @property
     def ledger(self) -> Path:
@@ -66,9 +69,18 @@ class Session:
         self, proposals: list[dict], name: str = "proposals.json", **extra: Any
     ) -> str:
         self.path.mkdir(parents=True, exist_ok=True)
-        target = self.root.parent / f"{self.id}-{name}"
+        target = self.root.parent / f"{self.workspace}-{self.id}-{name}"
         target.write_text(json.dumps({"version": 1, "proposals": proposals, **extra}))
         return str(target)
+
+
+def tree(path: Path) -> dict[str, bytes]:
+    """Every file under ``path`` with its bytes: what a refused request must leave as it was."""
+    return {
+        str(f.relative_to(path)): f.read_bytes()
+        for f in sorted(path.rglob("*"))
+        if f.is_file() and not f.is_symlink()
+    }
 
 
 def add(id: str, sources: list[str], card: dict, links: list[dict] | None = None) -> dict:

@@ -10,7 +10,7 @@ import pytest
 
 from tht.errors import InvalidInput
 from tht.memory.error_signature import normalize_error
-from tht.workflow.contract import Review, check_session_id, json_schemas
+from tht.workflow.contract import Review, check_session_id, check_workspace_id, json_schemas
 from tht.workflow.session import Ledger, _parse_ledger
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
@@ -23,11 +23,34 @@ def test_committed_json_schemas_are_the_contract_models():
 
 
 @pytest.mark.parametrize(
-    "session", ["..", "../x", "a/b", "/abs", ".hidden", "", "x" * 129, "a\\b", "a..b", "s 1"]
+    "session",
+    [
+        "..",
+        "../x",
+        "a/b",
+        "/abs",
+        ".hidden",
+        "",
+        "x" * 129,
+        "a\\b",
+        "a..b",
+        "s 1",
+        "s-1\n",  # a line break after the id: Python's `$` matches before it
+        "s-1\x00",
+        "\x00",
+        "s\n1",
+    ],
 )
 def test_session_ids_are_one_plain_path_segment(session):
     with pytest.raises(InvalidInput):
         check_session_id(session)
+
+
+@pytest.mark.parametrize("workspace", ["..", "../acme", "a/b", "Acme", "", "acme\n", "a\x00", "_a"])
+def test_workspace_ids_name_one_directory_of_the_sessions_root(workspace):
+    with pytest.raises(InvalidInput):
+        check_workspace_id(workspace)
+    assert check_workspace_id("acme-2_b") == "acme-2_b"
 
 
 def test_valid_session_ids():

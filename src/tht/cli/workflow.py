@@ -1,7 +1,7 @@
 """Workflow commands on `tht memory`: propose, summary, review-apply, solved-index.
 
-The session directory is `<sessions_root>/<session-id>` (sessions_root comes from the
-runtime file). `review-apply` belongs to the reviewer gate: it takes a signed gate
+The session directory is `<sessions_root>/<workspace>/<session-id>` (sessions_root
+comes from the runtime file, the workspace is the runtime file's). `review-apply` belongs to the reviewer gate: it takes a signed gate
 request (see tht.workflow.gate) and refuses anything else.
 """
 
@@ -23,7 +23,8 @@ from tht.cli._common import (
 )
 
 SessionOption = Annotated[
-    str, typer.Option("--session", help="The workflow session id (a directory of sessions_root)")
+    str,
+    typer.Option("--session", help="The workflow session id (in <sessions_root>/<workspace>/)"),
 ]
 
 

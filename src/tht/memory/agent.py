@@ -99,9 +99,9 @@ def _recall(services: Services, workspace: str) -> RecallService:
 
 
 def require_sessions(services: Services, session: str) -> None:
-    """A session is a directory of the workflow's sessions_root. A service started
-    without one knows no session: a clear 404, where the CLI (whose runtime file
-    names the root) reports its configuration."""
+    """A session is a directory of its workspace's directory under the workflow's
+    sessions_root. A service started without one knows no session: a clear 404, where
+    the CLI (whose runtime file names the root) reports its configuration."""
     check_session_id(session)
     if services.sessions.root is None:
         raise NotFound(
@@ -131,7 +131,11 @@ def recall_command(
     refused as `memory show` refuses it."""
     _check(principal, RECALL, workspace)
     recall = _recall(services, workspace)
-    exclude = services.sessions.decided_cards(session) if session is not None else frozenset()
+    exclude = (
+        services.sessions.session(workspace, session).decided_cards()
+        if session is not None
+        else frozenset()
+    )
     if error is not None and explain is not None:
         # an error's answer puts exact error-signature matches first: no recall rank to explain
         raise InvalidInput(

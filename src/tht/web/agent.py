@@ -5,8 +5,8 @@ Each route answers the same JSON document as its CLI command (`tht memory search
 ...), through the same functions (tht.memory.agent). The route checks the capability
 in the path's workspace (memory.recall, memory.propose); the function checks the
 principal again. The DWH binding is the workspace's configuration (the Catalog's
-recorded binding), never the request's. Sessions are directories of the service's
-sessions_root (`tht serve -c`: sessions_root).
+recorded binding), never the request's. Sessions are directories of the path's
+workspace under the service's sessions_root (`tht serve -c`: sessions_root).
 No `from __future__ import annotations`: FastAPI must resolve the local Annotated aliases.
 """
 

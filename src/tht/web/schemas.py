@@ -490,7 +490,7 @@ class RulesIn(RecallRequest):
 
 class ProposeIn(_Input):
     session: SessionId = Field(
-        description="The workflow session id (a directory of the service's sessions_root)"
+        description="The workflow session id (a directory of the workspace's sessions)"
     )
     data: dict[str, Any] = Field(
         description="memory_proposals.json: schemas/memory-proposals.schema.json"

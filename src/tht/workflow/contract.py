@@ -1,6 +1,6 @@
 """The contract between the agent workflow and Memory: files in the session directory.
 
-``<sessions_root>/<session-id>/ledger.jsonl`` is the workflow's append-only ledger, one
+``<sessions_root>/<workspace>/<session-id>/ledger.jsonl`` is the workflow's append-only ledger, one
 JSON event a line. Memory reads three kinds of event and writes one:
 
 - ``decision``: a decision of a gate (id, type, status approved / rejected /
@@ -12,7 +12,7 @@ JSON event a line. Memory reads three kinds of event and writes one:
 
 Other event kinds belong to the workflow and are carried through untouched.
 
-``<sessions_root>/<session-id>/memory_proposals.json`` holds the proposals Pi prepares
+``<sessions_root>/<workspace>/<session-id>/memory_proposals.json`` holds the proposals Pi prepares
 and ``tht memory propose`` validates and records. The JSON Schemas in ``schemas/`` are
 generated from these models (a test keeps them equal).
 """
@@ -25,13 +25,14 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tht.errors import InvalidInput
-from tht.memory.model import MAX_MEANING, MAX_TEXT, CardId
+from tht.memory.model import MAX_MEANING, MAX_TEXT, WORKSPACE_ID_PATTERN, CardId
 
 SESSION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 DECISION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 PROPOSAL_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 MAX_PROPOSALS = 100
 _SESSION_ID = re.compile(SESSION_ID_PATTERN)
+_WORKSPACE_ID = re.compile(WORKSPACE_ID_PATTERN)
 
 # Which decision types may found knowledge of each family. Everything else never does:
 # simple table selections (tables_selected), failures without an explanation
@@ -54,14 +55,26 @@ GATE: Final = "reviewer_memory_promote"
 
 
 def check_session_id(session: str) -> str:
-    """A session id is one path segment: never '..', a separator or an absolute path."""
-    if not isinstance(session, str) or not _SESSION_ID.match(session) or ".." in session:
+    """A session id is one path segment: never '..', a separator, a NUL, a leading dot
+    or a line break (the whole id must match, up to its last character)."""
+    if not isinstance(session, str) or not _SESSION_ID.fullmatch(session) or ".." in session:
         raise InvalidInput(
-            f"'{session}' is not a session id (letters, digits, '.', '_' and '-', starting with a letter or"
-            " digit, at most 128 characters, no '..')",
+            f"{session!r} is not a session id (letters, digits, '.', '_' and '-', starting with a"
+            " letter or digit, at most 128 characters, no '..')",
             details={"session": session},
         )
     return session
+
+
+def check_workspace_id(workspace: str) -> str:
+    """A workspace id names the workspace's directory under the sessions root."""
+    if not isinstance(workspace, str) or not _WORKSPACE_ID.fullmatch(workspace):
+        raise InvalidInput(
+            f"{workspace!r} is not a workspace id (lower case letters, digits, '_' and '-',"
+            " starting with a letter or digit, at most 63 characters)",
+            details={"workspace": workspace},
+        )
+    return workspace
 
 
 class _Strict(BaseModel):
@@ -223,9 +236,12 @@ class Review(_Strict):
 
 
 SCHEMAS: dict[str, tuple[str, Any]] = {  # file name -> (title, model or union type)
-    "ledger-event.schema.json": ("Thoth Memory: one event of <session>/ledger.jsonl", LedgerEvent),
+    "ledger-event.schema.json": (
+        "Thoth Memory: one event of <workspace>/<session>/ledger.jsonl",
+        LedgerEvent,
+    ),
     "memory-proposals.schema.json": (
-        "Thoth Memory: <session>/memory_proposals.json",
+        "Thoth Memory: <workspace>/<session>/memory_proposals.json",
         ProposalsFile,
     ),
     "memory-review.schema.json": (

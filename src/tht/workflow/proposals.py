@@ -26,7 +26,6 @@ from tht.workflow.contract import (
     DecisionEvent,
     Proposal,
     ProposalsFile,
-    check_session_id,
 )
 from tht.workflow.recorded import parse_card, proposals_digest
 from tht.workflow.session import SessionStore
@@ -72,10 +71,10 @@ class ProposalService:
         return result
 
     def _propose(self, workspace: str, session: str, document: Any) -> dict[str, Any]:
-        check_session_id(session)
-        self.sessions.directory(session)
+        files = self.sessions.session(workspace, session)
+        files.require()
         parsed = _parse_proposals(workspace, session, document)
-        decisions = self.sessions.ledger(session).decisions()
+        decisions = files.ledger().decisions()
         problems: list[dict[str, Any]] = []
 
         def refuse(proposal: str, reason: str, message: str) -> None:
@@ -110,13 +109,13 @@ class ProposalService:
             digest=proposals_digest(workspace, session, recorded),
             recorded_at=datetime.now(UTC).isoformat(),
         )
-        path = self.sessions.write_proposals(session, result)
+        recorded_file = files.write_proposals(result)
         return {
             "session": session,
             "workspace": workspace,
-            # under the runtime file's sessions_root: an agent on another host (HTTP, MCP)
-            # learns nothing of the service's file system
-            "recorded": f"{path.parent.name}/{path.name}",
+            # relative to the sessions root: an agent on another host (HTTP, MCP) learns
+            # nothing of the service's file system
+            "recorded": recorded_file,
             "digest": result.digest,
             "proposals": [
                 {

@@ -16,7 +16,7 @@ from typing import Any
 from tht.errors import Conflict, InvalidInput, ThothError
 from tht.memory.model import CardInput, parse_card_input
 from tht.workflow.contract import Proposal, ProposalsFile
-from tht.workflow.session import SessionStore
+from tht.workflow.session import SessionFiles
 
 
 def digest(document: Any) -> str:
@@ -52,10 +52,11 @@ def parse_card(document: Any, where: str) -> CardInput:
         raise type(exc)(f"{where}: {exc.message}", details=exc.details) from exc
 
 
-def recorded_proposals(sessions: SessionStore, workspace: str, session: str) -> ProposalsFile:
+def recorded_proposals(files: SessionFiles) -> ProposalsFile:
     """The session's recorded proposals (none recorded: an empty summary), refused when
     they were not recorded by `propose`, belong to another workspace or changed since."""
-    recorded = sessions.proposals(session)
+    workspace, session = files.workspace, files.id
+    recorded = files.proposals()
     if recorded is None:
         return ProposalsFile(
             session=session,

@@ -47,7 +47,7 @@ from tht.workflow.contract import (
     check_session_id,
 )
 from tht.workflow.recorded import digest, parse_card, receipt_json, recorded_proposals
-from tht.workflow.session import Ledger, SessionStore
+from tht.workflow.session import Ledger, SessionFiles, SessionStore
 
 
 class ReviewService:
@@ -70,13 +70,13 @@ class ReviewService:
     ) -> dict[str, Any]:
         """Apply the reviewer's choice once; a redelivery returns the same result."""
         principal.require_manage(workspace)
-        check_session_id(session)
-        self.sessions.directory(session)
+        files = self.sessions.session(workspace, session)
+        files.require()
         receipt, replayed = self._save(
-            principal, workspace, session, review, nonce=nonce, nonce_expires=nonce_expires
+            principal, files, review, nonce=nonce, nonce_expires=nonce_expires
         )
         crash_point("review_apply.after_memory_commit")
-        appended = self._append_reviewed(session, receipt)
+        appended = self._append_reviewed(files, receipt)
         crash_point("review_apply.after_ledger_append")
         if receipt["ledger_appended_at"] is None:
             with self.archive.transaction(workspace) as tx:
@@ -106,8 +106,7 @@ class ReviewService:
     def _save(
         self,
         principal: Principal,
-        workspace: str,
-        session: str,
+        files: SessionFiles,
         review: Review,
         *,
         nonce: str | None,
@@ -115,6 +114,7 @@ class ReviewService:
     ) -> tuple[dict[str, Any], bool]:
         """Step 1: the session's receipt, and whether it was there already (the same
         review delivered again); a new review is saved with its receipt first."""
+        workspace, session = files.workspace, files.id
         request_digest = digest(
             {
                 "workspace": workspace,
@@ -137,7 +137,7 @@ class ReviewService:
                 return receipt, True
             if nonce is not None and not tx.use_nonce(nonce, nonce_expires):
                 raise PermissionDenied("this gate request was already used (replay refused)")
-            recorded = recorded_proposals(self.sessions, workspace, session)
+            recorded = recorded_proposals(files)
             if review.proposals_digest != recorded.digest:
                 raise Conflict(
                     "the proposals changed since the summary was shown: review the new summary",
@@ -154,10 +154,10 @@ class ReviewService:
             )
             return receipt, False
 
-    def _append_reviewed(self, session: str, receipt: dict[str, Any]) -> bool:
+    def _append_reviewed(self, files: SessionFiles, receipt: dict[str, Any]) -> bool:
         event = MemorySummaryReviewedEvent(
             event="memory_summary_reviewed",
-            session=session,
+            session=files.id,
             outcome=receipt["outcome"],
             reviewer=receipt["reviewer"],
             request_digest=receipt["request_digest"],
@@ -176,7 +176,7 @@ class ReviewService:
                 for e in ledger.events
             )
 
-        return self.sessions.append_once(session, event, present)
+        return files.append_once(event, present)
 
     def _index(self, workspace: str, card_uuids: list[uuid.UUID]) -> dict[str, Any]:
         error = None

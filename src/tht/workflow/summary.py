@@ -12,7 +12,7 @@ from tht.accounts import Principal
 from tht.errors import ThothError
 from tht.memory.archive.port import Archive
 from tht.memory.model import Card, CardInput, card_id_to_uuid, parse_card_input, uuid_to_card_id
-from tht.workflow.contract import GATE, check_session_id
+from tht.workflow.contract import GATE
 from tht.workflow.recorded import receipt_json, recorded_proposals
 from tht.workflow.session import SessionStore
 
@@ -39,9 +39,9 @@ class SummaryService:
         they were reviewed."""
         principal.require_manage(workspace)
         found: list[dict[str, Any]] = []
-        for session in self.sessions.sessions():
+        for session in self.sessions.sessions(workspace):
             try:
-                recorded = self.sessions.proposals(session)
+                recorded = self.sessions.session(workspace, session).proposals()
             except ThothError:
                 continue
             if recorded is not None and recorded.workspace == workspace and recorded.digest:
@@ -66,9 +66,9 @@ class SummaryService:
         solved question (its SQL read-only), links, reused cards."""
         if principal is not None:
             principal.require_manage(workspace)
-        check_session_id(session)
-        self.sessions.directory(session)
-        recorded = recorded_proposals(self.sessions, workspace, session)
+        files = self.sessions.session(workspace, session)
+        files.require()
+        recorded = recorded_proposals(files)
         with self.archive.transaction(workspace) as tx:
             tx.require_workspace()
             receipt = tx.reviews.receipt(session)
