@@ -41,6 +41,8 @@ def world(database, tmp_path):
     root.mkdir()
     world = build_world(database, tmp_path, sessions_root=root)
     world.root = root
+    # recall is always bound: ws-a to dwh.sales (ws-b has no binding)
+    world.services.catalog.bind(Binding("ws-a", "dwh", "sales", "DWH_URL"))
     yield world
     world.close()
 
@@ -259,8 +261,7 @@ def _http(world, route: str, body: dict, actor: str = "agent_a"):
 
 def test_http_recall_answers_what_the_cli_answers(world, cli, runtime_file, tmp_path):
     made = _cards_for_recall(world)
-    world.services.catalog.bind(Binding("ws-a", "dwh", "sales", "DWH_URL"))
-    config = runtime_file("ws-a", index=f"{{engine: edge, path: '{tmp_path / 'index'}'}}")
+    config = runtime_file("ws-a", index={"engine": "edge", "path": str(tmp_path / "index")})
     cases = [
         (
             "search",
@@ -370,11 +371,11 @@ def test_http_recall_answers_what_the_cli_answers(world, cli, runtime_file, tmp_
 def test_recall_is_bound_by_the_workspace_configuration_never_the_request(world):
     made = _cards_for_recall(world)
     question = {"question": "order totals cancelled", "filters": {"top": 20, "families": WIDENED}}
-    unbound = [r["id"] for r in _http(world, "search", question).json()["results"]]
-    assert {made["sales_rule"], made["other_rule"]} <= set(
-        unbound
-    )  # no binding: the whole workspace
-    world.services.catalog.bind(Binding("ws-a", "dwh", "sales", "DWH_URL"))
+    # a workspace without a recorded binding gets an error, never the whole workspace
+    unbound = world.client.post(
+        "/api/workspaces/ws-b/memory/search", json=question, headers=world.bearer("admin_b")
+    )
+    assert unbound.status_code == 422 and unbound.json()["error"]["code"] == "binding_required"
     bound = _http(world, "search", question).json()
     assert made["sales_rule"] in [r["id"] for r in bound["results"]]
     assert made["other_rule"] not in [r["id"] for r in bound["results"]]

@@ -8,8 +8,12 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import pytest
+import yaml
 
 from tests.factories import card_document
 from tests.integration.workflow_support import (
@@ -36,6 +40,10 @@ def flow(cli, runtime_file, tmp_path, monkeypatch, database):
     key_path, key = new_key(tmp_path)
     monkeypatch.setenv("THT_PROTECTED_REQUEST_KEY_FILE", str(key_path))
     return Flow(cli, config, root, key, tmp_path, database)
+
+
+# an index engine nobody answers for: a Qdrant server on a closed local port
+INDEX_DOWN = {"engine": "qdrant", "url": "http://127.0.0.1:9", "timeout": 1}
 
 
 class Flow:
@@ -122,22 +130,23 @@ class Flow:
         assert result.code == 0, result.document
         return result.document["items"]
 
-    def runtime(self, name: str, *lines: str) -> str:
-        """Another runtime file for workspace acme (the fixture's file is left as it is)."""
-        path = self.tmp / f"{name}.yaml"
-        path.write_text(
-            "\n".join(
-                [
-                    "workspace: acme",
-                    "database: dwh",
-                    "schema: sales",
-                    "embedding: {provider: hashing, dimension: 64}",
-                    *lines,
-                ]
-            )
-            + "\n"
-        )
-        return str(path)
+    @contextmanager
+    def installation(self, **sections: Any) -> Iterator[str]:
+        """Commands of the block run with these sections of the installation's
+        configuration (None: without the section); yields the runtime file."""
+        path = self.tmp / "home" / "config.yaml"
+        saved = path.read_text()
+        document = yaml.safe_load(saved)
+        for key, value in sections.items():
+            if value is None:
+                document.pop(key, None)
+            else:
+                document[key] = value
+        path.write_text(yaml.safe_dump(document))
+        try:
+            yield self.config
+        finally:
+            path.write_text(saved)
 
     def show(self, card_id: str):
         return self.cli("memory", "show", card_id, "-c", self.config)
@@ -838,9 +847,9 @@ def test_propose_validates_sessions_sources_updates_and_links(flow, runtime_file
         flow.config,
     )
     assert other.code == 2
-    no_root = flow.runtime("no-root")
-    unconfigured = flow.cli("memory", "summary", "--session", "s-valid", "-c", no_root)
-    assert unconfigured.code == 2 and "sessions_root" in unconfigured.document["error"]["message"]
+    with flow.installation(sessions_root=None) as no_root:
+        unconfigured = flow.cli("memory", "summary", "--session", "s-valid", "-c", no_root)
+    assert unconfigured.code == 3 and "sessions_root" in unconfigured.document["error"]["message"]
 
 
 def test_a_malformed_ledger_is_a_clear_error_and_a_torn_last_line_is_ignored(flow):
@@ -938,15 +947,11 @@ def test_solved_index_only_retries_the_receipt_of_a_reviewed_session(flow, runti
     )  # no receipt
     assert flow.propose(session, [add("q", ["d1"], solved())]).code == 0
     # the index is down while the reviewer applies: saved, index update pending
-    down = flow.runtime(
-        "down",
-        f"sessions_root: {flow.root}",
-        "index: {engine: qdrant, url: 'http://127.0.0.1:9', timeout: 1}",
-    )
     review = flow.review(session, [selected("q")])
-    applied = flow.cli(
-        "memory", "review-apply", "-c", down, "--request", flow.request_file(session, review)
-    )
+    with flow.installation(index=INDEX_DOWN) as down:
+        applied = flow.cli(
+            "memory", "review-apply", "-c", down, "--request", flow.request_file(session, review)
+        )
     assert applied.code == 0, applied.document
     card_id = applied.document["cards"][0]["card"]
     assert applied.document["index"]["status"] == "pending" and applied.document["index"][
@@ -1003,8 +1008,8 @@ def test_rules_for_a_database_error_answer_first_from_the_exact_signature(flow, 
     assert answer.document["results"][0]["retrieval"]["via"] == "error_signature"
     assert similar["id"] in [r["id"] for r in answer.document["results"][1:]]  # then hybrid recall
     # no vector involved: with the index down the exact match still answers
-    down = flow.runtime("down", "index: {engine: qdrant, url: 'http://127.0.0.1:9', timeout: 1}")
-    offline = flow.cli("memory", "rules", "why?", "--error", text, "-c", down)
+    with flow.installation(index=INDEX_DOWN) as down:
+        offline = flow.cli("memory", "rules", "why?", "--error", text, "-c", down)
     assert offline.code == 0 and [r["id"] for r in offline.document["results"]] == [exact["id"]]
     assert offline.document["recall_error"]["code"] == "index_unavailable"
     # an edit that does not mention the signature keeps it; another family cannot have one
@@ -1046,15 +1051,12 @@ def test_concurrent_deliveries_of_one_review_apply_it_once(flow):
     from concurrent.futures import ThreadPoolExecutor
 
     from tht.bootstrap import build_services
-    from tht.settings import load_runtime_config
     from tht.workflow.contract import Review
 
     session = flow.session("s-race", decision("d1", "sql_corrected", explanation="code repeats"))
     assert flow.propose(session, [add("p1", ["d1"], join_rule())]).code == 0
     review = Review.model_validate(flow.review(session, [selected("p1")]))
-    services = build_services(
-        load_runtime_config(flow.config)
-    )  # the environment the cli fixture set
+    services = build_services()  # the environment the cli fixture set
     reviewer = Principal("reviewer", "admin", frozenset({"acme"}))
     try:
         with ThreadPoolExecutor(4) as pool:

@@ -18,11 +18,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tht.accounts import PROPOSE, RECALL, Principal
-from tht.errors import BindingRequired, BindingUnknown, InvalidInput, NotFound
+from tht.errors import BindingRequired, BindingUnknown, InvalidInput
 from tht.memory.idempotency import IdempotencyKey
 from tht.memory.recall_errors import rules_for_error
 from tht.memory.recall_service import RecallKind, RecallQuery, RecallService, parse_recall_query
-from tht.workflow.contract import check_session_id
 
 if TYPE_CHECKING:
     from tht.bootstrap import Services
@@ -98,17 +97,10 @@ def _recall(services: Services, workspace: str) -> RecallService:
     return services.recall.of(workspace)
 
 
-def require_sessions(services: Services, session: str) -> None:
-    """A session is a directory of its workspace's directory under the workflow's
-    sessions_root. A service started without one knows no session: a clear 404, where
-    the CLI (whose runtime file names the root) reports its configuration."""
-    check_session_id(session)
-    if services.sessions.root is None:
-        raise NotFound(
-            f"session {session} does not exist: this service has no sessions_root"
-            " (start it with `tht serve -c` naming sessions_root)",
-            details={"session": session, "reason": "no_sessions_root"},
-        )
+def require_sessions(services: Services, workspace: str, session: str) -> None:
+    """A session is a directory of its workspace's directory under the installation's
+    sessions_root; an installation without one knows no session (a clear 404)."""
+    services.sessions.session(workspace, session)
 
 
 def recall_command(
@@ -197,7 +189,7 @@ def service_recall(
     principal.require(RECALL, workspace)  # before reading anything; recall_command checks again
     query = parse_recall_query(filters)
     if session is not None:
-        require_sessions(services, session)
+        require_sessions(services, workspace, session)
     return recall_command(
         services,
         workspace,
@@ -223,7 +215,7 @@ def propose_command(
 ) -> dict[str, Any]:
     """The answer of `tht memory propose`: the proposals validated and recorded."""
     _check(principal, PROPOSE, workspace)
-    require_sessions(services, session)
+    require_sessions(services, workspace, session)
     key = IdempotencyKey.given(idempotency_key, principal.user if principal else None)
     return services.proposals.propose(workspace, session, document, idempotency=key)
 
@@ -233,7 +225,7 @@ def summary_command(
 ) -> dict[str, Any]:
     """The answer of `tht memory summary`: the reviewer's editable summary."""
     _check(principal, PROPOSE, workspace)
-    require_sessions(services, session)
+    require_sessions(services, workspace, session)
     return services.summaries.summary(workspace, session)
 
 

@@ -88,8 +88,8 @@ class BindingOut(_Out):
     workspace: str
     database: str
     schema_name: str = Field(alias="schema")
-    url_env: str = Field(
-        description="The environment variable (of the server) holding the DWH's URL"
+    connection: str = Field(
+        description="The installation's DWH connection (by name) the Catalog scans through"
     )
     updated_at: str | None
 

@@ -41,7 +41,7 @@ def review_router(
         actor.require_manage(workspace)  # the route's check; the service checks again
         if session is not None and services.sessions.root is None:
             raise NotFound(
-                f"session {session} does not exist: this server has no sessions_root",
+                f"session {session} does not exist: this installation has no sessions_root",
                 details={"session": session},
             )
 

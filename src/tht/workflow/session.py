@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from tht.errors import ConfigurationError, InvalidInput, NotFound, ThothError
+from tht.errors import InvalidInput, NotFound, ThothError
 from tht.memory.model import MAX_DOCUMENT_BYTES, card_id_to_uuid
 from tht.validation import describe_validation_error, validation_details
 from tht.workflow.contract import (
@@ -90,8 +90,10 @@ class SessionStore:
         check_workspace_id(workspace)
         check_session_id(session)
         if self.root is None:
-            raise ConfigurationError(
-                "the runtime file has no sessions_root: the session directory is unknown"
+            raise NotFound(
+                f"session {session} does not exist: this installation has no sessions_root"
+                " (`sessions_root:` in its configuration)",
+                details={"session": session, "reason": "no_sessions_root"},
             )
         return SessionFiles(Path(self.root).expanduser(), workspace, session)
 

@@ -83,7 +83,7 @@
     clear(binding);
     if (data.binding) {
       [["Database", data.binding.database], ["Schema", data.binding.schema],
-       ["URL variable", data.binding.url_env],
+       ["Connection", data.binding.connection],
        ["Last snapshot", data.snapshot ? when(data.snapshot.taken_at) + " · " + data.snapshot.tables +
          " tables, " + data.snapshot.columns + " columns" : "none"]].forEach(function (pair) {
         binding.appendChild(h("dt", { text: pair[0] }));
@@ -91,7 +91,7 @@
       });
     } else {
       binding.appendChild(h("dt", { text: "Binding" }));
-      binding.appendChild(h("dd", { class: "muted", text: "No DWH binding yet: run `tht catalog bind -c runtime.yaml` (database, schema, dwh.url_env)." }));
+      binding.appendChild(h("dd", { class: "muted", text: "No DWH binding yet: an admin runs tht catalog bind -c runtime.yaml --connection NAME (the runtime file's database and schema, one of the installation's DWH connections)." }));
     }
     this.syncButton.disabled = !data.binding;
     var pending = this.article.querySelector('[data-role="pending"]');
