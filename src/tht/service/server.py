@@ -54,6 +54,7 @@ from tht.service.client import MAX_PASSED_FILES, command_words, is_local
 if TYPE_CHECKING:  # imported when the service starts: the client's path stays light
     from tht.bootstrap import Engines, ProjectionSettings, Services
     from tht.db.embedded import EmbeddedPostgres
+    from tht.service.health import Dependency, HealthCheck
     from tht.service.recovery import PendingRetrier
     from tht.settings import RuntimeConfig
 
@@ -107,6 +108,7 @@ class Service:
         # the embedded PostgreSQL, when the archive is the embedded one
         self._embedded: EmbeddedPostgres | None = None
         self.retrier: PendingRetrier | None = None  # retries pending index work
+        self._health_check: HealthCheck | None = None
         self.stopped = threading.Event()
 
     # --- life --------------------------------------------------------------------------
@@ -177,18 +179,32 @@ class Service:
             raise ServiceUnavailable("the service has not started: its engines are not open")
         return self.engines
 
-    def health(self) -> tuple[int, dict[str, Any]]:
-        """``/healthz``: the archive (its embedded server started again first, if it
-        stopped), each index and embedder in use; the pending work being retried."""
-        from tht.service.health import check_health
+    @property
+    def health_check(self) -> HealthCheck:
+        """``/healthz`` and ``tht health``: the archive (its embedded server started again
+        first, if it stopped: on the probe's thread), each index and embedder in use;
+        the detailed report adds the pending work being retried."""
+        if self._health_check is None:
+            from tht.service.health import HealthCheck
 
-        self._ensure_database()
+            self._health_check = HealthCheck(self._dependencies, extra=self._retries)
+        return self._health_check
+
+    def health(self, *, detailed: bool = True) -> tuple[int, dict[str, Any]]:
+        report = self.health_check.report()
+        return report.http_status, report.document(detailed=detailed)
+
+    def _dependencies(self) -> list[Dependency]:
+        from tht.service.health import dependencies_of
+
         engines = self.open_engines()
         indexes, embedders, _ = engines.in_use()
-        code, document = check_health(engines.archive, indexes, embedders)
-        if self.retrier is not None:
-            document["pending_retries"] = self.retrier.state()
-        return code, document
+        return dependencies_of(
+            engines.archive, indexes, embedders, before_archive=self._ensure_database
+        )
+
+    def _retries(self) -> dict[str, Any]:
+        return {"pending_retries": self.retrier.state()} if self.retrier is not None else {}
 
     def status(self) -> dict[str, Any]:
         return {
@@ -294,7 +310,7 @@ class Service:
         if op == "status":
             send({"status": self.status()})
         elif op == "health":  # what /healthz answers, for a service without the web face
-            http_status, document = self.health()
+            http_status, document = self.health(detailed=operator)
             send({"health": document, "http_status": http_status})
         elif op == "shutdown":
             if operator and not request.get("token"):
