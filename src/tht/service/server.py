@@ -42,6 +42,9 @@ from tht import __version__
 from tht.errors import (
     Conflict,
     InvalidInput,
+    PayloadTooLarge,
+    RequestTimeout,
+    ServiceBusy,
     ServiceUnavailable,
     ServiceVersionMismatch,
     ThothError,
@@ -61,6 +64,12 @@ if TYPE_CHECKING:  # imported when the service starts: the client's path stays l
 log = logging.getLogger("tht.service")
 
 MAX_REQUEST_BYTES = 64 * 1024 * 1024  # a command's small files travel base64-encoded inside
+# A peer of another user sends no more before its token is checked: what HTTP admits
+# (tht.memory.model.MAX_DOCUMENT_BYTES, said here so the client's path stays light).
+MAX_PEER_REQUEST_BYTES = 1_048_576
+PEER_REQUEST_SECONDS = 30.0  # a peer of another user sends its whole request within this
+MAX_CONNECTIONS = 128  # connections at once; beyond: service_busy at once, nothing read
+MAX_PEER_CONNECTIONS = 64  # of which peers of other users: the operator keeps room
 CHUNK_CHARS = 64 * 1024  # stdout is sent in pieces of this size (the last one shorter)
 HEARTBEAT_SECONDS = 5.0
 POOL_CONNECTIONS = 16  # concurrent commands that reach PostgreSQL at once
@@ -87,8 +96,14 @@ class Service:
         auto_started: bool = False,
         web: bool = False,
         sessions_root: Path | None = None,
+        max_connections: int = MAX_CONNECTIONS,
+        max_peer_connections: int = MAX_PEER_CONNECTIONS,
+        peer_request_seconds: float = PEER_REQUEST_SECONDS,
     ) -> None:
         self.home = home
+        self.max_connections = max_connections
+        self.max_peer_connections = max_peer_connections
+        self.peer_request_seconds = peer_request_seconds
         self.run_dir = Path(paths.run_dir(home))
         self.idle_timeout = idle_timeout  # 0: never exit when idle
         self.auto_started = auto_started
@@ -103,6 +118,10 @@ class Service:
         self._lock_file: IO[str] | None = None
         self._server: socketserver.ThreadingUnixStreamServer | None = None
         self._active = 0
+        self._connections: dict[
+            int, bool
+        ] = {}  # id of each open connection: its peer is the operator?
+        self._connections_lock = threading.Lock()
         self._last_activity = time.monotonic()
         self._state = threading.Condition()
         # the embedded PostgreSQL, when the archive is the embedded one
@@ -153,6 +172,23 @@ class Service:
         class Server(socketserver.ThreadingUnixStreamServer):
             daemon_threads = True
             request_queue_size = 128
+
+            def process_request(self, request: Any, client_address: Any) -> None:
+                # on the accepting thread: a refused connection costs no thread
+                if not service.admit(request):
+                    self.shutdown_request(request)
+                    return
+                try:
+                    super().process_request(request, client_address)
+                except BaseException:
+                    service.release(request)
+                    raise
+
+            def process_request_thread(self, request: Any, client_address: Any) -> None:
+                try:
+                    super().process_request_thread(request, client_address)
+                finally:
+                    service.release(request)
 
         old_umask = os.umask(0o177)  # the socket is born 0600
         try:
@@ -273,11 +309,41 @@ class Service:
 
     # --- requests ------------------------------------------------------------------------
 
+    def admit(self, connection: socket.socket) -> bool:
+        """Count ``connection`` in, or answer it ``service_busy`` at once (nothing read):
+        beyond ``max_connections``, or for a peer of another user beyond
+        ``max_peer_connections``, so that such peers never fill the operator's room."""
+        operator = _peer_is_operator(connection)
+        with self._connections_lock:
+            total = len(self._connections)
+            peers = sum(1 for is_operator in self._connections.values() if not is_operator)
+            if total < self.max_connections and (operator or peers < self.max_peer_connections):
+                self._connections[id(connection)] = operator
+                return True
+        limit = self.max_connections if operator else self.max_peer_connections
+        busy = ServiceBusy(
+            f"the service holds {limit} connections{'' if operator else ' of other users'},"
+            " its limit: retry later",
+            details={"limit": limit},
+        )
+        try:
+            connection.settimeout(1.0)  # an empty buffer takes one line at once
+            connection.sendall(
+                _event_line({"exit": busy.exit_code, "stdout": json.dumps(busy.to_dict())})
+            )
+        except OSError:
+            pass
+        return False
+
+    def release(self, connection: socket.socket) -> None:
+        with self._connections_lock:
+            self._connections.pop(id(connection), None)
+
     def handle_connection(self, connection: socket.socket) -> None:
         write_lock = threading.Lock()
 
         def send(event: dict[str, Any]) -> None:
-            data = json.dumps(event, ensure_ascii=False).encode() + b"\n"
+            data = _event_line(event)
             with write_lock:
                 try:
                     connection.sendall(data)
@@ -292,8 +358,17 @@ class Service:
                 os.close(fd)
 
     def _answer(self, connection: socket.socket, send: Send, fds: list[int]) -> None:
+        # A peer of another user must send a token: until it is checked, it may send no
+        # more than an HTTP client, nor take longer. The operator's own commands are not
+        # timed: the client reads the files it sends (standard input too) once connected.
+        operator = _peer_is_operator(connection)
         try:
-            line = _receive_request(connection, fds)
+            line = _receive_request(
+                connection,
+                fds,
+                max_bytes=MAX_REQUEST_BYTES if operator else MAX_PEER_REQUEST_BYTES,
+                seconds=None if operator else self.peer_request_seconds,
+            )
             if not line:
                 return
             request = json.loads(line)
@@ -305,7 +380,6 @@ class Service:
             return
         except OSError:
             return  # the client went away while sending
-        operator = _peer_is_operator(connection)
         op = request.get("op", "run")
         if op == "status":
             send({"status": self.status()})
@@ -499,22 +573,51 @@ class _Chunks:
             return rest
 
 
-def _receive_request(connection: socket.socket, fds: list[int]) -> bytes:
-    """The request's line, and (into ``fds``) the descriptors passed with it."""
+def _receive_request(
+    connection: socket.socket,
+    fds: list[int],
+    *,
+    max_bytes: int = MAX_REQUEST_BYTES,
+    seconds: float | None = None,
+) -> bytes:
+    """The request's line, and (into ``fds``) the descriptors passed with it; at most
+    ``max_bytes``, received whole within ``seconds`` (None: no limit)."""
     received = bytearray()
-    while True:
-        data, passed, flags, _ = socket.recv_fds(connection, 1 << 16, MAX_PASSED_FILES)
-        fds.extend(passed)
-        if flags & socket.MSG_CTRUNC:
-            raise InvalidInput(f"a request passes at most {MAX_PASSED_FILES} files")
-        if not data:
-            return bytes(received)
-        end = data.find(b"\n")
-        received += data if end < 0 else data[: end + 1]
-        if len(received) > MAX_REQUEST_BYTES:
-            raise InvalidInput(f"the request is larger than {MAX_REQUEST_BYTES} bytes")
-        if end >= 0:
-            return bytes(received)
+    deadline = None if seconds is None else time.monotonic() + seconds
+    try:
+        while True:
+            if deadline is not None:
+                connection.settimeout(max(0.001, deadline - time.monotonic()))
+            try:
+                data, passed, flags, _ = socket.recv_fds(
+                    connection, min(1 << 16, max_bytes + 1), MAX_PASSED_FILES
+                )
+            except TimeoutError:
+                raise RequestTimeout(
+                    f"the request did not arrive whole within {seconds:g} s",
+                    details={"seconds": seconds, "received_bytes": len(received)},
+                ) from None
+            fds.extend(passed)
+            if flags & socket.MSG_CTRUNC:
+                raise InvalidInput(f"a request passes at most {MAX_PASSED_FILES} files")
+            if not data:
+                return bytes(received)
+            end = data.find(b"\n")
+            received += data if end < 0 else data[: end + 1]
+            if len(received) > max_bytes:
+                raise PayloadTooLarge(
+                    f"the request is larger than {max_bytes} bytes",
+                    details={"limit": max_bytes},
+                )
+            if end >= 0:
+                return bytes(received)
+    finally:
+        if deadline is not None:
+            connection.settimeout(None)  # the answer may wait for a slow reader
+
+
+def _event_line(event: dict[str, Any]) -> bytes:
+    return json.dumps(event, ensure_ascii=False).encode() + b"\n"
 
 
 def _passed_files(sent: Any, fds: list[int] | None) -> dict[str, dict[str, Any]]:
