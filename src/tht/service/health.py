@@ -199,19 +199,25 @@ class HealthCheck:
         self.prober = prober or HealthProber()
 
     def report(self) -> HealthReport:
-        """Waits (this thread) at most the probes' timeout."""
+        """Waits (this thread) for each probe until its deadline at most."""
         probes = self.prober.start(self._dependencies())
-        pending = [p.future for p in probes if not p.future.done()]
-        if pending:
-            concurrent.futures.wait(pending, timeout=_remaining(probes))
+        while waiting := _waiting(probes):
+            concurrent.futures.wait(
+                [p.future for p in waiting],
+                timeout=_until_first_deadline(waiting),
+                return_when=concurrent.futures.FIRST_COMPLETED,
+            )
         return self._report(probes)
 
     async def report_async(self) -> HealthReport:
-        """Waits (this task, holding no thread) at most the probes' timeout."""
+        """Waits (this task, holding no thread) for each probe until its deadline at most."""
         probes = self.prober.start(self._dependencies())
-        pending = [asyncio.wrap_future(p.future) for p in probes if not p.future.done()]
-        if pending:
-            await asyncio.wait(pending, timeout=_remaining(probes))
+        while waiting := _waiting(probes):
+            await asyncio.wait(
+                [asyncio.wrap_future(p.future) for p in waiting],
+                timeout=_until_first_deadline(waiting),
+                return_when=asyncio.FIRST_COMPLETED,
+            )
         return self._report(probes)
 
     def _report(self, probes: list[_Probe]) -> HealthReport:
@@ -226,8 +232,16 @@ def _public(check: dict[str, Any]) -> dict[str, Any]:
     return shown
 
 
-def _remaining(probes: list[_Probe]) -> float:
-    return max(0.0, max(p.deadline for p in probes) - time.monotonic())
+def _waiting(probes: list[_Probe]) -> list[_Probe]:
+    """The probes still running before their deadline: a probe past it is reported
+    down at once (a hung dependency costs a request nothing once its first probe
+    timed out)."""
+    now = time.monotonic()
+    return [p for p in probes if not p.future.done() and p.deadline > now]
+
+
+def _until_first_deadline(probes: list[_Probe]) -> float:
+    return max(0.0, min(p.deadline for p in probes) - time.monotonic())
 
 
 def index_dependency(name: str, index: SearchIndex) -> Dependency:
