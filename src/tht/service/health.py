@@ -91,9 +91,8 @@ class _Probe:
 
     def run(self) -> None:
         self.future.set_running_or_notify_cancel()  # a waiter giving up cannot cancel it
-        result = _outcome(self.dependency.check)
-        self.finished = time.monotonic()
-        self.future.set_result(result)
+        self.future.set_result(_outcome(self.dependency.check))
+        self.finished = time.monotonic()  # fresh from now; until then, reused as in flight
 
     def result(self) -> dict[str, Any]:
         """The probe's answer, or (still running) the dependency reported down."""
