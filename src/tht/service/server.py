@@ -118,9 +118,8 @@ class Service:
         self._lock_file: IO[str] | None = None
         self._server: socketserver.ThreadingUnixStreamServer | None = None
         self._active = 0
-        self._connections: dict[
-            int, bool
-        ] = {}  # id of each open connection: its peer is the operator?
+        # the open connections (by id): whether each one's peer is the operator
+        self._connections: dict[int, bool] = {}
         self._connections_lock = threading.Lock()
         self._last_activity = time.monotonic()
         self._state = threading.Condition()
