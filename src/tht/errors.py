@@ -299,6 +299,13 @@ class ServiceTimeout(ServiceUnavailable):
     default_message = "the service did not answer in time"
 
 
+class ServiceBusy(ServiceUnavailable):
+    """The service holds as many connections as it admits: nothing ran; retry."""
+
+    code = "service_busy"
+    default_message = "the service has too many connections open: retry later"
+
+
 class ServiceUntrusted(ServiceUnavailable):
     """The socket or its directory could be someone else's: nothing is sent to it."""
 

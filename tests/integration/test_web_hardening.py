@@ -5,14 +5,18 @@ connection floods."""
 from __future__ import annotations
 
 import hashlib
+import json
+import selectors
 import socket
 import threading
+import time
 
 import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
 from tests.factories import card_document, installation_of
+from tests.integration.service_support import wait_for
 from tests.integration.web_support import ORIGIN, build_world, serving
 from tht import accounts
 from tht.bootstrap import build_services
@@ -209,6 +213,106 @@ def test_connections_beyond_the_cap_get_503(world):
         for client in [*idle, extra]:
             client.close()
     assert extra.status() == 503
+
+
+def connect_from(source: str, host: str, port: int) -> socket.socket:
+    """A TCP connection from ``source`` (another loopback address: another client)."""
+    sock = socket.socket()
+    sock.bind((source, 0))
+    sock.settimeout(30)
+    sock.connect((host, port))
+    return sock
+
+
+def answer_of(sock: socket.socket) -> bytes:
+    """What the server sends until it closes (a reset ends it too)."""
+    received = bytearray()
+    try:
+        while data := sock.recv(65536):
+            received.extend(data)
+    except OSError:
+        pass
+    return bytes(received)
+
+
+def get_from(source: str, host: str, port: int, *extra: str) -> int | None:
+    with connect_from(source, host, port) as sock:
+        sock.sendall(head("GET", "/healthz", host, port, "Connection: close", *extra))
+        line = answer_of(sock).split(b"\r\n", 1)[0].split()
+    return int(line[1]) if len(line) > 1 else None
+
+
+def test_half_sent_heads_from_one_address_do_not_hold_the_server_for_the_others(world):
+    """230 half-sent request heads from one address used to fill the 200 connections
+    of the global cap: every other client got 503 until the head deadline."""
+    limits = ServerLimits(header_timeout=60)  # the held ones stay held while the test looks
+    share = limits.max_connections_per_client
+    with serving(world.client.app, limits) as (host, port):
+        flood = [connect_from("127.0.0.2", host, port) for _ in range(230)]
+        for sock in flood:
+            try:
+                sock.sendall(b"GET /healthz HTTP/1.1\r\n")
+            except OSError:
+                pass  # refused and closed already
+        closed: set[int] = set()
+        selector = selectors.DefaultSelector()
+        for i, sock in enumerate(flood):
+            selector.register(sock, selectors.EVENT_READ, i)
+        deadline = time.monotonic() + 30
+        while len(closed) < 230 - share and time.monotonic() < deadline:
+            for key, _ in selector.select(timeout=1):
+                answer_of(flood[key.data])  # the refused ones are answered and closed
+                selector.unregister(key.fileobj)
+                closed.add(key.data)
+        assert len(closed) == 230 - share
+        assert closed == set(range(share, 230))  # the first ones are held, the rest refused
+        # another client is served; the flooding address is refused at once, answered 429
+        assert get_from("127.0.0.1", host, port) == 200
+        with connect_from("127.0.0.2", host, port) as refused:
+            answer = answer_of(refused)
+        assert answer.startswith(b"HTTP/1.1 429 ")
+        assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]["code"] == "too_many_requests"
+        # a connection the address closes gives its slot back
+        flood[0].close()
+        assert wait_for(lambda: get_from("127.0.0.2", host, port) == 200, 30)
+        for sock in flood:
+            sock.close()
+
+
+def test_a_trusted_proxy_is_not_one_client_each_client_it_forwards_is(world):
+    """The proxy's connections are not counted against its address (it speaks for
+    many clients); each forwarded request counts, while in progress, against the client
+    its X-Forwarded-For names."""
+    limits = ServerLimits(max_connections_per_client=2)
+    with serving(world.client.app, limits, ("127.0.0.1",)) as (host, port):
+        held = []
+        for _ in range(2):  # two requests in progress for 203.0.113.9: half-sent bodies
+            client = connect_from("127.0.0.1", host, port)
+            client.sendall(
+                head(
+                    "POST",
+                    "/api/session",
+                    host,
+                    port,
+                    "Content-Type: application/json",
+                    "Content-Length: 100",
+                    "X-Forwarded-For: 203.0.113.9",
+                )
+                + b'{"name": '
+            )
+            held.append(client)
+        forwarded = "X-Forwarded-For: 203.0.113.9"
+        assert wait_for(lambda: get_from("127.0.0.1", host, port, forwarded) == 429, 30)
+        # the proxy holds more than two connections; another client it forwards is served
+        assert get_from("127.0.0.1", host, port, "X-Forwarded-For: 203.0.113.10") == 200
+        # a client that is no proxy is counted by its connections, whatever it forwards
+        direct = [connect_from("127.0.0.2", host, port) for _ in range(2)]
+        assert get_from("127.0.0.2", host, port, "X-Forwarded-For: 203.0.113.11") == 429
+        for client in held:
+            client.close()
+        assert wait_for(lambda: get_from("127.0.0.1", host, port, forwarded) == 200, 30)
+        for sock in direct:
+            sock.close()
 
 
 def test_request_head_growing_past_the_limit_is_refused(world):
@@ -528,11 +632,15 @@ def test_serve_passes_public_origins_and_limits(monkeypatch, capsys):
             "3",
             "--max-connections",
             "50",
+            "--max-connections-per-client",
+            "8",
         ]
     )
     assert code in (0, None)
     assert seen["public_origins"] == ("https://thoth.example", "https://b.example:8443")
-    assert seen["limits"] == ServerLimits(header_timeout=2, body_timeout=3, max_connections=50)
+    assert seen["limits"] == ServerLimits(
+        header_timeout=2, body_timeout=3, max_connections=50, max_connections_per_client=8
+    )
     assert main(["serve", "--public-origin", "thoth.example"]) != 0
     assert "invalid_configuration" in capsys.readouterr().out
 

@@ -531,6 +531,14 @@ def serve(
             min=1, help="Open connections (or requests) beyond which new requests get 503"
         ),
     ] = 200,
+    max_connections_per_client: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Open connections one client address may hold (through a --trusted-proxy:"
+            " requests in progress of the client it names); beyond them 429 and closed",
+        ),
+    ] = 50,
     public_origin: Annotated[
         list[str] | None,
         typer.Option(
@@ -564,7 +572,10 @@ def serve(
     except ValueError as exc:
         raise ConfigurationError(f"--trusted-proxy: {exc}") from exc
     limits = ServerLimits(
-        header_timeout=header_timeout, body_timeout=body_timeout, max_connections=max_connections
+        header_timeout=header_timeout,
+        body_timeout=body_timeout,
+        max_connections=max_connections,
+        max_connections_per_client=max_connections_per_client,
     )
     run_server(
         host=host,

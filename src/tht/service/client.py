@@ -333,6 +333,9 @@ def _exchange(sock: socket.socket, request: dict[str, Any], write: Write) -> tup
             else:
                 sock.sendall(line)
         except OSError as exc:
+            refused = _early_answer(sock)
+            if refused is not None:  # answered before reading: service_busy
+                return refused
             raise ServiceLost(f"the service connection broke: {exc.strerror}") from exc
         _handed_over = True
         reader = sock.makefile("rb")
@@ -354,6 +357,42 @@ def _exchange(sock: socket.socket, request: dict[str, Any], write: Write) -> tup
             answer = _event(line, write)
             if answer is not None:
                 return answer
+
+
+def _early_answer(sock: socket.socket) -> tuple[int, str] | None:
+    """The answer the service sent before it read the request (a refusal), if any."""
+    try:
+        sock.settimeout(1.0)
+        line = sock.makefile("rb").readline()
+        event = json.loads(line) if line else None
+    except (OSError, ValueError):
+        return None
+    if isinstance(event, dict) and "exit" in event:
+        return int(event["exit"]), str(event.get("stdout", ""))
+    return None
+
+
+def _operation(sock: socket.socket, request: dict[str, Any]) -> dict[str, Any]:
+    """The service's one-line answer to an operation (``status``, ``health``,
+    ``shutdown``); its refusal of the connection (``service_busy``, sent before it read
+    anything) raised as the error it names."""
+    with sock:
+        try:
+            sock.sendall(json.dumps(request).encode() + b"\n")
+        except OSError:
+            pass  # refused before reading: the answer waits in the socket
+        try:
+            answer = sock.makefile("rb").readline()
+        except OSError as exc:
+            raise ServiceLost(f"the service connection broke: {exc.strerror}") from exc
+    reply = json.loads(answer) if answer else {}
+    if "exit" in reply:
+        try:
+            document = json.loads(reply.get("stdout") or "")
+        except ValueError:
+            document = None
+        raise ThothError.from_dict(document, exit_code=int(reply["exit"]))
+    return reply if isinstance(reply, dict) else {}
 
 
 def _event(line: bytes, write: Write) -> tuple[int, str] | None:
@@ -394,10 +433,7 @@ def stop_service(home: str, token: str | None = None, timeout: float = 30.0) -> 
     sock = _connect(home, timeout)
     if sock is None:
         return False
-    with sock:
-        sock.sendall(json.dumps({"op": "shutdown", "token": token}).encode() + b"\n")
-        answer = sock.makefile("rb").readline()
-    reply = json.loads(answer) if answer else {}
+    reply = _operation(sock, {"op": "shutdown", "token": token})
     if "error" in reply:
         raise ThothError.from_dict(reply, exit_code=5)
     _wait_gone(home, timeout)
@@ -410,10 +446,7 @@ def service_health(home: str, timeout: float = 30.0) -> tuple[int, dict[str, Any
     sock = _connect(home, timeout)
     if sock is None:
         return None
-    with sock:
-        sock.sendall(json.dumps({"op": "health"}).encode() + b"\n")
-        answer = sock.makefile("rb").readline()
-    reply = json.loads(answer) if answer else {}
+    reply = _operation(sock, {"op": "health"})
     if not isinstance(reply.get("health"), dict):
         raise ServiceLost("the service closed the connection without answering")
     return int(reply["http_status"]), reply["health"]

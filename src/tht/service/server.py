@@ -42,6 +42,9 @@ from tht import __version__
 from tht.errors import (
     Conflict,
     InvalidInput,
+    PayloadTooLarge,
+    RequestTimeout,
+    ServiceBusy,
     ServiceUnavailable,
     ServiceVersionMismatch,
     ThothError,
@@ -55,11 +58,18 @@ if TYPE_CHECKING:  # imported when the service starts: the client's path stays l
     from tht.bootstrap import Engines, Services
     from tht.db.embedded import EmbeddedPostgres
     from tht.installation import Installation
+    from tht.service.health import Dependency, HealthCheck
     from tht.service.recovery import PendingRetrier
 
 log = logging.getLogger("tht.service")
 
 MAX_REQUEST_BYTES = 64 * 1024 * 1024  # a command's small files travel base64-encoded inside
+# A peer of another user sends no more before its token is checked: what HTTP admits
+# (tht.memory.model.MAX_DOCUMENT_BYTES, said here so the client's path stays light).
+MAX_PEER_REQUEST_BYTES = 1_048_576
+PEER_REQUEST_SECONDS = 30.0  # a peer of another user sends its whole request within this
+MAX_CONNECTIONS = 128  # connections at once; beyond: service_busy at once, nothing read
+MAX_PEER_CONNECTIONS = 64  # of which peers of other users: the operator keeps room
 CHUNK_CHARS = 64 * 1024  # stdout is sent in pieces of this size (the last one shorter)
 HEARTBEAT_SECONDS = 5.0
 POOL_CONNECTIONS = 16  # concurrent commands that reach PostgreSQL at once
@@ -86,8 +96,14 @@ class Service:
         auto_started: bool = False,
         web: bool = False,
         installation: Installation | None = None,
+        max_connections: int = MAX_CONNECTIONS,
+        max_peer_connections: int = MAX_PEER_CONNECTIONS,
+        peer_request_seconds: float = PEER_REQUEST_SECONDS,
     ) -> None:
         self.home = home
+        self.max_connections = max_connections
+        self.max_peer_connections = max_peer_connections
+        self.peer_request_seconds = peer_request_seconds
         self.run_dir = Path(paths.run_dir(home))
         self.idle_timeout = idle_timeout  # 0: never exit when idle
         self.auto_started = auto_started
@@ -102,11 +118,15 @@ class Service:
         self._lock_file: IO[str] | None = None
         self._server: socketserver.ThreadingUnixStreamServer | None = None
         self._active = 0
+        # the open connections (by id): whether each one's peer is the operator
+        self._connections: dict[int, bool] = {}
+        self._connections_lock = threading.Lock()
         self._last_activity = time.monotonic()
         self._state = threading.Condition()
         # the embedded PostgreSQL, when the archive is the embedded one
         self._embedded: EmbeddedPostgres | None = None
         self.retrier: PendingRetrier | None = None  # retries pending index work
+        self._health_check: HealthCheck | None = None
         self.stopped = threading.Event()
 
     # --- life --------------------------------------------------------------------------
@@ -154,6 +174,23 @@ class Service:
             daemon_threads = True
             request_queue_size = 128
 
+            def process_request(self, request: Any, client_address: Any) -> None:
+                # on the accepting thread: a refused connection costs no thread
+                if not service.admit(request):
+                    self.shutdown_request(request)
+                    return
+                try:
+                    super().process_request(request, client_address)
+                except BaseException:
+                    service.release(request)
+                    raise
+
+            def process_request_thread(self, request: Any, client_address: Any) -> None:
+                try:
+                    super().process_request_thread(request, client_address)
+                finally:
+                    service.release(request)
+
         old_umask = os.umask(0o177)  # the socket is born 0600
         try:
             self._server = Server(str(path), Handler)
@@ -183,18 +220,32 @@ class Service:
             raise ServiceUnavailable("the service has not started: its engines are not open")
         return self.engines
 
-    def health(self) -> tuple[int, dict[str, Any]]:
-        """``/healthz``: the archive (its embedded server started again first, if it
-        stopped), each index and embedder in use; the pending work being retried."""
-        from tht.service.health import check_health
+    @property
+    def health_check(self) -> HealthCheck:
+        """``/healthz`` and ``tht health``: the archive (its embedded server started again
+        first, if it stopped: on the probe's thread), each index and embedder in use;
+        the detailed report adds the pending work being retried."""
+        if self._health_check is None:
+            from tht.service.health import HealthCheck
 
-        self._ensure_database()
+            self._health_check = HealthCheck(self._dependencies, extra=self._retries)
+        return self._health_check
+
+    def health(self, *, detailed: bool = True) -> tuple[int, dict[str, Any]]:
+        report = self.health_check.report()
+        return report.http_status, report.document(detailed=detailed)
+
+    def _dependencies(self) -> list[Dependency]:
+        from tht.service.health import dependencies_of
+
         engines = self.open_engines()
         indexes, embedders, _ = engines.in_use()
-        code, document = check_health(engines.archive, indexes, embedders)
-        if self.retrier is not None:
-            document["pending_retries"] = self.retrier.state()
-        return code, document
+        return dependencies_of(
+            engines.archive, indexes, embedders, before_archive=self._ensure_database
+        )
+
+    def _retries(self) -> dict[str, Any]:
+        return {"pending_retries": self.retrier.state()} if self.retrier is not None else {}
 
     def status(self) -> dict[str, Any]:
         return {
@@ -263,11 +314,41 @@ class Service:
 
     # --- requests ------------------------------------------------------------------------
 
+    def admit(self, connection: socket.socket) -> bool:
+        """Count ``connection`` in, or answer it ``service_busy`` at once (nothing read):
+        beyond ``max_connections``, or for a peer of another user beyond
+        ``max_peer_connections``, so that such peers never fill the operator's room."""
+        operator = _peer_is_operator(connection)
+        with self._connections_lock:
+            total = len(self._connections)
+            peers = sum(1 for is_operator in self._connections.values() if not is_operator)
+            if total < self.max_connections and (operator or peers < self.max_peer_connections):
+                self._connections[id(connection)] = operator
+                return True
+        limit = self.max_connections if operator else self.max_peer_connections
+        busy = ServiceBusy(
+            f"the service holds {limit} connections{'' if operator else ' of other users'},"
+            " its limit: retry later",
+            details={"limit": limit},
+        )
+        try:
+            connection.settimeout(1.0)  # an empty buffer takes one line at once
+            connection.sendall(
+                _event_line({"exit": busy.exit_code, "stdout": json.dumps(busy.to_dict())})
+            )
+        except OSError:
+            pass
+        return False
+
+    def release(self, connection: socket.socket) -> None:
+        with self._connections_lock:
+            self._connections.pop(id(connection), None)
+
     def handle_connection(self, connection: socket.socket) -> None:
         write_lock = threading.Lock()
 
         def send(event: dict[str, Any]) -> None:
-            data = json.dumps(event, ensure_ascii=False).encode() + b"\n"
+            data = _event_line(event)
             with write_lock:
                 try:
                     connection.sendall(data)
@@ -282,8 +363,17 @@ class Service:
                 os.close(fd)
 
     def _answer(self, connection: socket.socket, send: Send, fds: list[int]) -> None:
+        # A peer of another user must send a token: until it is checked, it may send no
+        # more than an HTTP client, nor take longer. The operator's own commands are not
+        # timed: the client reads the files it sends (standard input too) once connected.
+        operator = _peer_is_operator(connection)
         try:
-            line = _receive_request(connection, fds)
+            line = _receive_request(
+                connection,
+                fds,
+                max_bytes=MAX_REQUEST_BYTES if operator else MAX_PEER_REQUEST_BYTES,
+                seconds=None if operator else self.peer_request_seconds,
+            )
             if not line:
                 return
             request = json.loads(line)
@@ -295,12 +385,11 @@ class Service:
             return
         except OSError:
             return  # the client went away while sending
-        operator = _peer_is_operator(connection)
         op = request.get("op", "run")
         if op == "status":
             send({"status": self.status()})
         elif op == "health":  # what /healthz answers, for a service without the web face
-            http_status, document = self.health()
+            http_status, document = self.health(detailed=operator)
             send({"health": document, "http_status": http_status})
         elif op == "shutdown":
             if operator and not request.get("token"):
@@ -476,22 +565,51 @@ class _Chunks:
             return rest
 
 
-def _receive_request(connection: socket.socket, fds: list[int]) -> bytes:
-    """The request's line, and (into ``fds``) the descriptors passed with it."""
+def _receive_request(
+    connection: socket.socket,
+    fds: list[int],
+    *,
+    max_bytes: int = MAX_REQUEST_BYTES,
+    seconds: float | None = None,
+) -> bytes:
+    """The request's line, and (into ``fds``) the descriptors passed with it; at most
+    ``max_bytes``, received whole within ``seconds`` (None: no limit)."""
     received = bytearray()
-    while True:
-        data, passed, flags, _ = socket.recv_fds(connection, 1 << 16, MAX_PASSED_FILES)
-        fds.extend(passed)
-        if flags & socket.MSG_CTRUNC:
-            raise InvalidInput(f"a request passes at most {MAX_PASSED_FILES} files")
-        if not data:
-            return bytes(received)
-        end = data.find(b"\n")
-        received += data if end < 0 else data[: end + 1]
-        if len(received) > MAX_REQUEST_BYTES:
-            raise InvalidInput(f"the request is larger than {MAX_REQUEST_BYTES} bytes")
-        if end >= 0:
-            return bytes(received)
+    deadline = None if seconds is None else time.monotonic() + seconds
+    try:
+        while True:
+            if deadline is not None:
+                connection.settimeout(max(0.001, deadline - time.monotonic()))
+            try:
+                data, passed, flags, _ = socket.recv_fds(
+                    connection, min(1 << 16, max_bytes + 1), MAX_PASSED_FILES
+                )
+            except TimeoutError:
+                raise RequestTimeout(
+                    f"the request did not arrive whole within {seconds:g} s",
+                    details={"seconds": seconds, "received_bytes": len(received)},
+                ) from None
+            fds.extend(passed)
+            if flags & socket.MSG_CTRUNC:
+                raise InvalidInput(f"a request passes at most {MAX_PASSED_FILES} files")
+            if not data:
+                return bytes(received)
+            end = data.find(b"\n")
+            received += data if end < 0 else data[: end + 1]
+            if len(received) > max_bytes:
+                raise PayloadTooLarge(
+                    f"the request is larger than {max_bytes} bytes",
+                    details={"limit": max_bytes},
+                )
+            if end >= 0:
+                return bytes(received)
+    finally:
+        if deadline is not None:
+            connection.settimeout(None)  # the answer may wait for a slow reader
+
+
+def _event_line(event: dict[str, Any]) -> bytes:
+    return json.dumps(event, ensure_ascii=False).encode() + b"\n"
 
 
 def _passed_files(sent: Any, fds: list[int] | None) -> dict[str, dict[str, Any]]:

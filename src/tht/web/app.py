@@ -32,7 +32,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 
 from tht import audit
-from tht.accounts import Principal
+from tht.accounts import MANAGE, Principal
 from tht.bootstrap import Services
 from tht.errors import (
     InvalidInput,
@@ -43,6 +43,7 @@ from tht.errors import (
 )
 from tht.memory.admin import AdminRequest, required_permission
 from tht.memory.model import CARD_ID_PATTERN, FAMILIES, MAX_DOCUMENT_BYTES, WORKSPACE_ID_PATTERN
+from tht.service.health import Dependency, HealthCheck, dependencies_of
 from tht.web import schemas
 from tht.web.admin_api import admin_router
 from tht.web.agent import agent_router
@@ -100,26 +101,26 @@ class LazyMcpEndpoint:
         await self.endpoint(scope, receive, send)
 
 
-def _services_health(services: Services) -> Callable[[], tuple[int, dict[str, Any]]]:
+def _services_health(services: Services) -> HealthCheck:
     """``/healthz`` of an app built on its own services: their archive, index, embedder."""
-    from tht.service.health import check_health
 
-    def report() -> tuple[int, dict[str, Any]]:
+    def dependencies() -> list[Dependency]:
         indexes, embedders, _ = services.engines.in_use()
-        return check_health(services.archive, indexes, embedders)
+        return dependencies_of(services.archive, indexes, embedders)
 
-    return report
+    return HealthCheck(dependencies)
 
 
 def create_app(
     services: Services,
     settings: WebSettings | None = None,
     run_command: Callable[..., None] | None = None,
-    health: Callable[[], tuple[int, dict[str, Any]]] | None = None,
+    health: HealthCheck | None = None,
 ) -> FastAPI:
     """``run_command``: the service's command runner, served as ``POST /api/cli``;
     ``health``: the service's dependency report (default: these services' own)."""
     settings = settings or WebSettings()
+    health_check = health or _services_health(services)
     app = FastAPI(
         title="Thoth Memory administration API",
         version="1",
@@ -583,9 +584,26 @@ def create_app(
         )
     )
 
+    def sees_health_details(request: Request) -> bool:
+        """An administrator (``memory.manage`` in a workspace) sees the error messages
+        and latencies; a caller without credentials, or with wrong ones, the statuses."""
+        if not request.headers.get("authorization") and not request.cookies.get(
+            settings.cookie_name
+        ):
+            return False
+        try:
+            found = resolve_principal(request)
+        except ThothError:
+            return False
+        return MANAGE in found.permissions and bool(found.workspaces)
+
     @app.get("/healthz", include_in_schema=False)
-    def health_route() -> JSONResponse:
-        code, document = (health or _services_health(services))()
-        return JSONResponse(document, status_code=code)
+    async def health_route(request: Request) -> JSONResponse:
+        # Waits for the probes on the event loop (no worker thread held), then looks at
+        # the credentials only when the archive answered: a hung archive would hold
+        # the thread that asks it.
+        report = await health_check.report_async()
+        detailed = report.archive_ok and await run_in_threadpool(sees_health_details, request)
+        return JSONResponse(report.document(detailed=detailed), status_code=report.http_status)
 
     return app

@@ -120,7 +120,9 @@ def run_server(
             body_timeout=limits.body_timeout,
             public_origins=public_origins or served_origins(scheme, host, port),
         )
-        app = create_app(services, settings, run_command=service.run_command, health=service.health)
+        app = create_app(
+            services, settings, run_command=service.run_command, health=service.health_check
+        )
         server = AnnouncingServer(
             uvicorn.Config(
                 app, host=host, port=port, log_level="warning", **uvicorn_options(limits, proxies)
