@@ -242,10 +242,13 @@ class Engines:
     def in_use(
         self,
     ) -> tuple[dict[str, SearchIndex], dict[str, Embedder], list[IndexProjector]]:
-        """The index adapters and embedders built so far, named for a health report (the
-        engine and collection, or the profile and model: never a path, URL or key), and
-        the projectors that combine them."""
+        """The index adapter and the embedder of every profile of the installation,
+        named for a health report (the engine and collection, or the profile and model:
+        never a path, URL or key), and the projectors that combine them. Building them
+        connects to nothing and loads no model."""
         engine = self.installation.index.engine
+        for profile in self.installation.embedders:
+            self.projection(profile)
         with self._lock:
             built = list(self._projections.items())
         indexes = {

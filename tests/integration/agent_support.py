@@ -31,9 +31,15 @@ def acme(tht, tmp_path):
     stranger, an agent of workspace other)."""
     sessions = tmp_path / "sessions"
     sessions.mkdir()
+    # the installation's sessions root and a DWH connection, before its service starts
+    config = tht.runtime(
+        "acme", sessions_root=str(sessions), dwh={"acme-dwh": {"url_env": "ACME_DWH_URL"}}
+    )
     assert tht.run("workspace", "create", "acme", "--language", "en").code == 0
     assert tht.run("workspace", "create", "other", "--language", "en").code == 0
-    config = tht.runtime("acme", sessions_root=str(sessions))
+    # recall through the service's faces is bound to the workspace's recorded binding
+    bound = tht.run("catalog", "bind", "-c", config, "--connection", "acme-dwh")
+    assert bound.code == 0, bound.document
     for document in (card_document(), card_document("sql_rule")):
         saved = tht.run("memory", "create", "-c", config, "--data", "-", stdin=json.dumps(document))
         assert saved.code == 0, saved.document

@@ -32,13 +32,14 @@ class Installation:
     env: dict[str, str]
 
     def runtime(self, workspace: str, **extra: Any) -> str:
-        """A runtime file for ``workspace`` (its database and schema from ``extra``); the
-        other keys of ``extra`` go to the installation's configuration."""
+        """A runtime file for ``workspace`` (database dwh and schema sales unless
+        ``extra`` says otherwise); the other keys of ``extra`` go to the installation's
+        configuration."""
         path = self.home / f"{workspace}.yaml"
+        binding = {"database": "dwh", "schema": "sales"}  # recall is always bound
+        binding.update({k: v for k, v in extra.items() if k in RUNTIME_KEYS})
         text = f"workspace: {workspace}\n"
-        text += "".join(
-            f"{key}: {json.dumps(value)}\n" for key, value in extra.items() if key in RUNTIME_KEYS
-        )
+        text += "".join(f"{key}: {json.dumps(value)}\n" for key, value in binding.items())
         installation = {k: v for k, v in extra.items() if k not in RUNTIME_KEYS}
         if installation:
             write_installation(self.home, **installation)

@@ -210,7 +210,7 @@ def test_an_expired_token_is_refused_on_the_socket_and_over_api_cli(database, tm
     )
     token = made.document["token"]
     (home / "server.yaml").write_text(
-        f"embedding: {{provider: hashing}}\nindex: {{path: {home / 'index'}}}\n"
+        f"embedders: {{default: {{provider: hashing}}}}\nindex: {{path: {home / 'index'}}}\n"
     )
     server = tht.start("serve", "--port", str(port), "-c", str(home / "server.yaml"))
     try:

@@ -21,8 +21,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.embedding_server import EmbeddingServer
+from tests.factories import installation_of
 from tests.integration.service_support import Installation, installation, wait_for
-from tht.bootstrap import ProjectionSettings, build_services
+from tht.bootstrap import build_services
 from tht.web.app import WebSettings, create_app
 
 # A client that waits longer than this saw a hang (the probes' bound is 2 s; the hung
@@ -79,7 +80,7 @@ def serve(tht: Installation, embedding: str) -> tuple[object, str, str]:
     """`tht serve` with ``embedding`` (YAML); returns the process, its URL and the
     first admin's token."""
     (tht.home / "server.yaml").write_text(
-        f"embedding: {embedding}\nindex: {{path: {tht.home / 'index'}}}\n"
+        f"embedders: {{default: {embedding}}}\nindex: {{path: {tht.home / 'index'}}}\n"
     )
     port = free_port()
     server = tht.start("serve", "--port", str(port), "-c", str(tht.home / "server.yaml"))
@@ -100,9 +101,9 @@ def test_healthz_shows_anonymous_callers_statuses_and_administrators_the_details
     embedder.start()
     services = build_services(
         env=database.env(),
-        projection=ProjectionSettings(
-            index={"engine": "edge", "path": str(tmp_path / "index")},
-            embedding={"provider": "openai", "url": embedder.url, "model": "m", "dimension": 3},
+        installation=installation_of(
+            index=tmp_path / "index",
+            embedder={"provider": "openai", "url": embedder.url, "model": "m", "dimension": 3},
         ),
     )
     try:

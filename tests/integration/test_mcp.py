@@ -257,17 +257,13 @@ def test_the_stdio_server_imports_no_engine():
 
 @pytest.fixture
 def served(tht, acme):
-    """`tht serve` on a free port, its sessions root the runtime file's."""
-    _config, sessions, _tokens = acme
+    """`tht serve` on a free port, on the installation's configuration."""
     tht.stop()
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    (tht.home / "server.yaml").write_text(
-        f"embedding: {{provider: hashing}}\nindex: {{path: {tht.home / 'index'}}}\n"
-        f"sessions_root: {sessions}\n"
-    )
-    server = tht.start("serve", "--port", str(port), "-c", str(tht.home / "server.yaml"))
+    # the installation's configuration of the home (sessions root, DWH connection)
+    server = tht.start("serve", "--port", str(port))
     try:
         json.loads(server.stdout.readline())
         yield f"http://127.0.0.1:{port}"

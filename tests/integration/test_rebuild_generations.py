@@ -21,9 +21,10 @@ from typing import Any
 
 import psycopg
 import pytest
+import yaml
 from qdrant_client import QdrantClient
 
-from tests.factories import card
+from tests.factories import card, write_installation
 from tests.full_disk import copies_run_out_of_space
 from tht.errors import Conflict
 from tht.memory.embedding import HashingEmbedder
@@ -64,7 +65,7 @@ class Engine:
     building: Callable[[Any], object]
     # what is stored for generations that neither serve nor are being built
     leftovers: Callable[[Any], list]
-    config: str | None  # the `index:` line of a runtime file (None: no command can use it)
+    config: str | None  # the installation's `index:` section (None: no command can use it)
     # whether a save of any process writes the generation being built (the state of the
     # generations is in the engine), not only a save of the rebuilding process (Edge)
     saves_reach_building: bool = True
@@ -336,10 +337,8 @@ def command(database, tmp_path, archive, engine):
     env = {k: v for k, v in os.environ.items() if not k.startswith("THT_")}
     env.update(database.env(), THT_HOME=str(tmp_path / "home"), THT_SERVICE="off")
     config = tmp_path / "rt.yaml"
-    config.write_text(
-        "workspace: acme\ndatabase: dwh\nschema: sales\n"
-        f"embedding: {{provider: hashing, dimension: 64}}\nindex: {engine.config}\n"
-    )
+    config.write_text("workspace: acme\ndatabase: dwh\nschema: sales\n")
+    write_installation(tmp_path / "home", index=yaml.safe_load(engine.config))
     WorkspaceService(archive).create("acme", "en")
     offline = MemoryService(archive)  # saved, index work pending: the rebuild projects it
     for i in range(600):

@@ -135,7 +135,7 @@ def test_serve_starts_its_stopped_embedded_postgres_again_and_health_says_so():
     env = {k: v for k, v in os.environ.items() if not k.startswith("THT_")}  # the embedded engines
     tht = Installation(home, {**env, "THT_HOME": str(home), "THT_SERVICE": "off"})
     (home / "server.yaml").write_text(
-        f"embedding: {{provider: hashing}}\nindex: {{path: {home / 'index'}}}\n"
+        f"embedders: {{default: {{provider: hashing}}}}\nindex: {{path: {home / 'index'}}}\n"
     )
     port = free_port()
     assert tht.run("workspace", "create", "acme", "--language", "en").code == 0
@@ -297,7 +297,7 @@ def test_serve_retries_the_work_a_killed_command_left_pending(database, tmp_path
     assert killed.returncode == CRASH_EXIT_CODE
     assert [a for _, a in outstanding(database)] == [0]  # nothing tried it
     (home / "server.yaml").write_text(
-        f"embedding: {{provider: hashing}}\nindex: {{path: {home / 'index'}}}\n"
+        f"embedders: {{default: {{provider: hashing}}}}\nindex: {{path: {home / 'index'}}}\n"
     )
     server = tht.start("serve", "--port", str(free_port()), "-c", str(home / "server.yaml"))
     try:

@@ -227,11 +227,16 @@ def test_ctrl_c_detaches_the_command_which_completes_in_the_service(tht, tmp_pat
     server = slow_embeddings()
     server.start()
     try:
-        assert tht.run("workspace", "create", "acme", "--language", "en").code == 0
-        config = tht.home / "slow.yaml"
-        config.write_text(
-            f"workspace: acme\nindex: {{path: {tht.home / 'slow-index'}}}\nembedding: {{provider:"
-            f" openai, url: '{server.url}', model: m, dimension: 8}}\n"
+        # the workspace's embedder is the installation's profile "slow": this server
+        config = tht.runtime(
+            "acme",
+            embedders={
+                "slow": {"provider": "openai", "url": server.url, "model": "m", "dimension": 8}
+            },
+        )
+        assert (
+            tht.run("workspace", "create", "acme", "--language", "en", "--embedder", "slow").code
+            == 0
         )
         (tmp_path / "card.json").write_text(json.dumps(card_document()))
         command = tht.start(
@@ -400,7 +405,7 @@ def served(tht):
         port = probe.getsockname()[1]
     assert tht.run("workspace", "create", "acme", "--language", "en", THT_SERVICE="off").code == 0
     (tht.home / "server.yaml").write_text(
-        f"embedding: {{provider: hashing}}\nindex: {{path: {tht.home / 'index'}}}\n"
+        f"embedders: {{default: {{provider: hashing}}}}\nindex: {{path: {tht.home / 'index'}}}\n"
     )
     server = tht.start("serve", "--port", str(port), "-c", str(tht.home / "server.yaml"))
     try:
@@ -610,6 +615,8 @@ def test_health_asks_the_running_service_and_never_starts_one(tht):
         assert {"archive", "index", "embedder"} <= set(kinds)
         assert kinds["archive"]["status"] == "ok" and kinds["archive"]["latency_ms"] >= 0
         outage.write_text("index")  # an index outage degrades; only the archive is required
+        # the probes' answers are shared for a second: the outage shows at the next probe
+        assert wait_for(lambda: tht.run("health").document["status"] == "degraded", 10)
         degraded = tht.run("health")
         assert (degraded.code, degraded.document["status"]) == (0, "degraded")
     finally:
@@ -636,10 +643,12 @@ def test_through_the_service_a_workspace_never_reaches_another_workspaces_sessio
     key_path, key = new_key(tmp_path)
     tht.env["THT_PROTECTED_REQUEST_KEY_FILE"] = str(key_path)
     sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    # the installation's sessions root, before the service that reads it starts
+    acme = tht.runtime("acme", sessions_root=str(sessions))
+    other = tht.runtime("other")
     for workspace in ("acme", "other"):
         assert tht.run("workspace", "create", workspace, "--language", "en").code == 0
-    acme = tht.runtime("acme", sessions_root=str(sessions))
-    other = tht.runtime("other", sessions_root=str(sessions))
     tokens = {
         name: tht.run("user", "create", name, "--role", "agent", "--workspace", workspace).document[
             "token"

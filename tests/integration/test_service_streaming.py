@@ -205,7 +205,7 @@ def served(tht, tmp_path):
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     (tht.home / "server.yaml").write_text(
-        f"embedding: {{provider: hashing}}\nindex: {{path: {tht.home / 'index'}}}\n"
+        f"embedders: {{default: {{provider: hashing}}}}\nindex: {{path: {tht.home / 'index'}}}\n"
     )
     marker = tmp_path / "held"
     server = tht.start(
