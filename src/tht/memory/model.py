@@ -276,6 +276,7 @@ READ_ONLY_KEYS = (
     "updated_at",
     "incoming_links",
     "index",
+    "imported",
 )
 
 

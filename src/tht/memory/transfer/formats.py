@@ -370,7 +370,7 @@ def neutralized_cell(cell: str) -> str:
     before a quote that the import would otherwise read as that protection, so that
     ``restored_cell`` gives back exactly ``cell``."""
     if cell.startswith(FORMULA_STARTS) or (
-        cell.startswith("'") and cell[1:2] != "" and cell[1:].startswith((*FORMULA_STARTS, "'"))
+        cell.startswith("'") and cell[1:].startswith((*FORMULA_STARTS, "'"))
     ):
         return "'" + cell
     return cell

@@ -60,6 +60,7 @@ from tht.memory.transfer.formats import (
     Skipped,
     card_id_key,
     derived_uuid,
+    neutralized_cell,
     read_records,
 )
 
@@ -1085,5 +1086,6 @@ def _csv_row(document: dict[str, Any]) -> str:
         elif column in CSV_JSON_COLUMNS:
             cells.append(json.dumps(value, ensure_ascii=False))
         else:
-            cells.append(str(value))
+            # a spreadsheet must not run a card's text as a formula; import restores it
+            cells.append(neutralized_cell(str(value)))
     return _csv_line(cells)
