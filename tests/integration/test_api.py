@@ -479,7 +479,7 @@ def test_the_list_filters_cards_by_the_import_that_wrote_them(world, tmp_path):
     )
     imported = CardTransfer(world.services.archive, world.services.projector).import_file(
         "ws-a",
-        lambda: open(path, "rb"),  # noqa: SIM115 (the import closes it)
+        lambda: open(path, "rb"),  # each pass opens and closes it
         ImportOptions(fmt="jsonl", file_name="cards.jsonl"),
     )
     base, admin = "/api/workspaces/ws-a/memory", world.bearer("admin_a")
