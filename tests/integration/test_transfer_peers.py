@@ -245,6 +245,29 @@ def test_bird_sql_that_does_not_parse_is_refused_on_its_line(cli, acme, tmp_path
     assert _cards(cli, acme) == []
 
 
+def test_a_refused_rows_shared_evidence_is_written_with_the_next_row_that_has_it(
+    cli, acme, tmp_path
+):
+    rows = json.loads((DATA / "bird_dev.json").read_text())
+    rows[1]["SQL"] = "Sorry, I cannot write that query."  # shares evidence with rows[2]
+    path = tmp_path / "dev.json"
+    path.write_text(json.dumps(rows, indent=2))
+    imported = _import(cli, path, acme, "--format", "bird", "--continue")
+    assert imported.code == 0, imported.document
+    assert imported.document["invalid"] == 1
+    cards = {c["title"]: c for c in _cards(cli, acme)}
+    shared = "The first 4 strings of the Date values in the yearmonth table can represent year."
+    monthly = _show(
+        cli,
+        acme,
+        cards["What was the average monthly consumption of customers in SME for the year 2013?"][
+            "id"
+        ],
+    )
+    assert shared in {link["target_title"] for link in monthly["links"]}
+    assert cards[shared]["family"] == "domain_clarification"
+
+
 # --- bad input -----------------------------------------------------------------------------
 
 

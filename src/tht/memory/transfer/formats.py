@@ -448,14 +448,35 @@ def _card(
     return ImportCard(line, key, data, links or [])
 
 
-def _checked_sql(sql: str, line: int, name: str, check: bool) -> str:
-    """The record's SQL, refused on its line when it does not parse (the check pass
-    parses; the write pass reads only records the check accepted)."""
-    if check and (problem := sql_problem(sql)) is not None:
+class SqlCheck:
+    """The SQL check of one import: the check pass parses each record's SQL and keeps
+    the lines it refused; the write pass reads the file again and gets the same verdicts
+    without parsing again (``parsing`` False). The two passes must agree: a BIRD row
+    refused in one and not in the other would move the line its shared evidence cards
+    are first read on, and the write pass would never write them."""
+
+    def __init__(self) -> None:
+        self.parsing = True
+        self.refused: set[int] = set()
+
+    def problem(self, text: str, line: int) -> str | None:
+        if not self.parsing:
+            return "was refused by the check pass" if line in self.refused else None
+        problem = sql_problem(text)
+        if problem is not None:
+            self.refused.add(line)
+        return problem
+
+
+def _checked_sql(text: str, line: int, name: str, check: SqlCheck | None) -> str:
+    """The record's SQL, refused on its line when it does not parse (``check`` None:
+    parsed here)."""
+    problem = sql_problem(text) if check is None else check.problem(text, line)
+    if problem is not None:
         raise RecordError(
-            line, f"{name} on line {line} {problem}", {"field": name, "sql": _excerpt(sql)}
+            line, f"{name} on line {line} {problem}", {"field": name, "sql": _excerpt(text)}
         )
-    return sql
+    return text
 
 
 def _excerpt(text: str, limit: int = 80) -> str:
@@ -463,7 +484,9 @@ def _excerpt(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def vanna_card(record: RawRecord, scope: str, *, check_sql: bool = True) -> ImportCard | Skipped:
+def vanna_card(
+    record: RawRecord, scope: str, *, sql_check: SqlCheck | None = None
+) -> ImportCard | Skipped:
     document = record.document or {}
     line = record.line
     if "answer" in document and "training_data_type" not in document:
@@ -473,7 +496,7 @@ def vanna_card(record: RawRecord, scope: str, *, check_sql: bool = True) -> Impo
         answer = _text(document.get("answer"), line, "answer")
         assert question is not None and answer is not None
         key = content_key("vanna", "sql", question, answer)
-        return _solved(line, key, question, _checked_sql(answer, line, "answer", check_sql), scope)
+        return _solved(line, key, question, _checked_sql(answer, line, "answer", sql_check), scope)
     document = _checked_keys(record, VANNA_KEYS | {"index"}, "Vanna training data row")
     kind = _text(document.get("training_data_type"), line, "training_data_type")
     content = _text(document.get("content"), line, "content")
@@ -490,7 +513,7 @@ def vanna_card(record: RawRecord, scope: str, *, check_sql: bool = True) -> Impo
         question = _text(document.get("question"), line, "question")
         assert question is not None
         return _solved(
-            line, key, question, _checked_sql(content, line, "content", check_sql), scope
+            line, key, question, _checked_sql(content, line, "content", sql_check), scope
         )
     if kind == "documentation":
         return _card(
@@ -541,7 +564,9 @@ def wrenai_kind(record: RawRecord) -> str | None:
     return None if label is not None else "unknown"
 
 
-def wrenai_card(record: RawRecord, scope: str, *, check_sql: bool = True) -> ImportCard | Skipped:
+def wrenai_card(
+    record: RawRecord, scope: str, *, sql_check: SqlCheck | None = None
+) -> ImportCard | Skipped:
     document = record.document or {}
     line = record.line
     kind = wrenai_kind(record)
@@ -565,7 +590,7 @@ def wrenai_card(record: RawRecord, scope: str, *, check_sql: bool = True) -> Imp
                 "family": "solved_question",
                 "title": title_from(question),
                 "question": question,
-                "sql": _checked_sql(sql, line, "sql", check_sql),
+                "sql": _checked_sql(sql, line, "sql", sql_check),
                 "context": f"A question-SQL pair of WrenAI's knowledge ({key}).",
                 "scope": scope,
             },
@@ -608,7 +633,7 @@ def evidence_parts(evidence: str) -> list[str]:
     return [part.strip() for part in evidence.split(";") if part.strip()]
 
 
-def bird_cards(record: RawRecord, *, check_sql: bool = True) -> list[ImportCard]:
+def bird_cards(record: RawRecord, *, sql_check: SqlCheck | None = None) -> list[ImportCard]:
     """A BIRD row: its evidence cards first, then the solved question linking to them."""
     document = _checked_keys(record, BIRD_KEYS, "BIRD dev.json row")
     line = record.line
@@ -617,7 +642,7 @@ def bird_cards(record: RawRecord, *, check_sql: bool = True) -> list[ImportCard]
     sql = _text(document.get("SQL"), line, "SQL")
     evidence = _text(document.get("evidence"), line, "evidence", required=False) or ""
     assert db_id is not None and question is not None and sql is not None
-    _checked_sql(sql, line, "SQL", check_sql)
+    _checked_sql(sql, line, "SQL", sql_check)
     question_id = document.get("question_id")
     difficulty = document.get("difficulty")
     dependency = [{"database": db_id}]
@@ -672,11 +697,11 @@ def bird_cards(record: RawRecord, *, check_sql: bool = True) -> list[ImportCard]
 
 
 def read_records(
-    stream: IO[bytes], fmt: str, *, scope: str | None, check_sql: bool = True
+    stream: IO[bytes], fmt: str, *, scope: str | None, sql_check: SqlCheck | None = None
 ) -> Iterator[ImportCard | RecordError | Skipped]:
     """The file's records, validated, in file order. A BIRD evidence card shared by
-    several questions comes once (with the first question's line). ``check_sql``: parse
-    the SQL of peers' records (the check pass does; the write pass need not again)."""
+    several questions comes once (with the first question's line). ``sql_check``: the
+    import's verdicts on peers' SQL (None: parse each)."""
     if fmt == "jsonl":
         for record in iter_json_lines(stream, LINE_LIMIT):
             yield _one(record, lambda r: parse_card_document(r.document or {}, r.line))
@@ -684,14 +709,14 @@ def read_records(
         yield from _card_csv(stream)
     elif fmt == "vanna":
         for record in _vanna_records(stream):
-            yield _one(record, lambda r: vanna_card(r, _scope(scope, r.line), check_sql=check_sql))
+            yield _one(record, lambda r: vanna_card(r, _scope(scope, r.line), sql_check=sql_check))
     elif fmt == "wrenai":
         for record in _json_or_lines(stream):
             if record.error is not None and record.details.get("not_an_object"):
                 if record.label is not None and wrenai_kind(record) is None:
                     yield Skipped(record.line, "section", record.label)  # e.g. a list of names
                     continue
-            yield _one(record, lambda r: wrenai_card(r, _scope(scope, r.line), check_sql=check_sql))
+            yield _one(record, lambda r: wrenai_card(r, _scope(scope, r.line), sql_check=sql_check))
     elif fmt == "bird":
         seen: set[str] = set()
         for record in _json_or_lines(stream):
@@ -699,7 +724,7 @@ def read_records(
                 yield RecordError(record.line, record.error, record.details)
                 continue
             try:
-                cards = bird_cards(record, check_sql=check_sql)
+                cards = bird_cards(record, sql_check=sql_check)
             except RecordError as exc:
                 yield exc
                 continue

@@ -58,6 +58,7 @@ from tht.memory.transfer.formats import (
     ImportCard,
     RecordError,
     Skipped,
+    SqlCheck,
     card_id_key,
     derived_uuid,
     neutralized_cell,
@@ -111,6 +112,7 @@ class _Check:
     ignored_sections: dict[str, int] = field(default_factory=dict)  # WrenAI's MDL models...
     digests: dict[str, bytes] = field(default_factory=dict)  # key -> its first record's content
     folded: int = 0  # records repeating an earlier one of the file exactly
+    sql: SqlCheck = field(default_factory=SqlCheck)  # its verdicts serve the write pass
     lines: list[dict[str, Any]] = field(default_factory=list)  # the dry run's report
     records: int = 0
     report_lines: bool = False  # a dry run: keep ``lines``
@@ -411,10 +413,10 @@ class CardTransfer:
             # the archive failing is why the import stopped: its record stays 'running'
 
     def _records(
-        self, open_source: Opener, options: ImportOptions, *, check_sql: bool = False
+        self, open_source: Opener, options: ImportOptions, sql_check: SqlCheck
     ) -> Iterator[ImportCard | RecordError | Skipped]:
         with open_source() as stream:
-            yield from read_records(stream, options.fmt, scope=options.scope, check_sql=check_sql)
+            yield from read_records(stream, options.fmt, scope=options.scope, sql_check=sql_check)
 
     def _check(
         self,
@@ -439,7 +441,7 @@ class CardTransfer:
                 prefetching[0] = ahead.feed([i for i in batch if _embeds(check, i)], wait=False)
             pause_point("import.checked_batch")
 
-        for item in self._records(open_source, options, check_sql=True):
+        for item in self._records(open_source, options, check.sql):
             if ahead is not None and ahead.interrupted.is_set():
                 raise Interrupted(
                     "interrupted during the check pass: nothing was written. Rerun the same"
@@ -673,7 +675,8 @@ class CardTransfer:
                 return hand_over(committed, _Committed(last_line, to_project), stop)
 
             try:
-                for item in self._records(open_source, options):
+                check.sql.parsing = False  # the check pass's verdicts, not parsed again
+                for item in self._records(open_source, options, check.sql):
                     if not isinstance(item, ImportCard):
                         continue
                     planned = check.planned.get(item.key)
