@@ -69,6 +69,7 @@ def test_imported_cards_read_as_imported(server, database, chromium, screenshots
     rows = page.get_by_test_id("card-row")
     expect(rows).to_have_count(2)
     expect(rows.locator('[data-origin="imported"]')).to_have_text(["Imported", "Imported"])
+    rows.last.scroll_into_view_if_needed()
     page.screenshot(path=str(screenshots / "imported-list.png"))
 
     rows.filter(has_text="Always filter on the tenant").locator("a.card-link").click()
