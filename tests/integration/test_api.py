@@ -468,3 +468,29 @@ def test_a_backend_retry_signed_again_under_its_idempotency_key_creates_one_card
     again_code, again = run(signed())
     assert first_code == again_code == 0 and again == first
     assert len(world.snapshot()["ws-a"]) == len(before) + 1
+
+
+def test_the_list_filters_cards_by_the_import_that_wrote_them(world, tmp_path):
+    from tht.memory.transfer.service import CardTransfer, ImportOptions
+
+    path = tmp_path / "cards.jsonl"
+    path.write_text(
+        "\n".join(json.dumps(card_document(title=f"Imported {i}")) for i in range(2)) + "\n"
+    )
+    imported = CardTransfer(world.services.archive, world.services.projector).import_file(
+        "ws-a",
+        lambda: open(path, "rb"),  # each pass opens and closes it
+        ImportOptions(fmt="jsonl", file_name="cards.jsonl"),
+    )
+    base, admin = "/api/workspaces/ws-a/memory", world.bearer("admin_a")
+    listed = world.client.get(base, params={"import": imported["import"]}, headers=admin)
+    assert listed.status_code == 200, listed.json()
+    items = listed.json()["items"]
+    assert sorted(i["title"] for i in items) == ["Imported 0", "Imported 1"]
+    assert {i["import_id"] for i in items} == {imported["import"]}
+    by_origin = world.client.get(base, params={"origin": "imported"}, headers=admin).json()
+    assert by_origin["total"] == 2
+    manual = world.client.get(base, params={"origin": "manual"}, headers=admin).json()
+    assert "Imported 0" not in {i["title"] for i in manual["items"]}
+    bad = world.client.get(base, params={"import": "imp-x"}, headers=admin)
+    assert bad.status_code == 422

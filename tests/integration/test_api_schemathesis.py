@@ -53,6 +53,14 @@ def test_api_conforms_to_its_schema(world):
                 case.path_parameters["workspaceId"] = "ws-a"
             if (case.path_parameters or {}).get("cardId", "").startswith("mem-"):
                 case.path_parameters["cardId"] = world.cards["ws-a"][0]
+            query = case.query or {}
+            if str(query.get("updated_from", "")) > str(query.get("updated_to", "~")):
+                # the list refuses an inverted range on purpose (422, "nothing could
+                # match"): a rule across two parameters, which OpenAPI cannot state
+                query["updated_from"], query["updated_to"] = (
+                    query["updated_to"],
+                    query["updated_from"],
+                )
             case.call_and_validate(
                 headers={"Authorization": f"Bearer {world.tokens['admin_a']}"}, checks=all_checks
             )

@@ -475,10 +475,19 @@ def test_an_interrupted_import_says_how_to_resume_and_a_rerun_finishes_it(
     assert stopped.document["error"]["details"]["resume"] == "rerun the same command"
     assert stopped.document["error"]["details"]["written"] == 2
     assert _count(cli) == 2
+    [record] = cli("memory", "imports", "list", "-c", config).document["imports"]
+    assert (record["status"], record["cards"], record["finished_at"] is not None) == (
+        "interrupted",
+        2,
+        True,
+    )
     monkeypatch.setattr(transfer_service.CardTransfer, "_write_batch", original)
     finished = _import(cli, path, config)
     assert finished.code == 0, finished.document
     assert (finished.document["created"], finished.document["skipped"]) == (3, 2)
+    # the rerun is an import of its own: the cards the first run wrote keep naming it
+    records = cli("memory", "imports", "list", "-c", config).document["imports"]
+    assert [(r["status"], r["cards"]) for r in records] == [("completed", 3), ("interrupted", 2)]
     exported = {d["title"]: d for d in map(json.loads, _export(run, config)[0])}
     assert len(exported) == 5
     assert [link["target_title"] for link in exported["Card 0"]["links"]] == ["Card 4"]
@@ -797,6 +806,14 @@ def test_import_and_export_through_the_service_respect_capabilities(database, tm
         assert len(exported.stdout.splitlines()) == 11
         denied = tht.run("memory", "export", "-c", config, token=tokens["agent"])
         assert denied.code == 5, denied.document
+        # the imports' records: read access lists them, only management undoes one
+        listed = tht.run("memory", "imports", "list", "-c", config, token=tokens["user"])
+        assert listed.code == 0, listed.document
+        [record] = listed.document["imports"]
+        assert record["id"] == imported.document["import"] and record["by"] == "operator"
+        undo = ("memory", "imports", "undo", record["id"], "-c", config)
+        assert tht.run(*undo, token=tokens["user"]).code == 5
+        assert tht.run(*undo).document["deleted"] == 11
         # files of any size: tests/integration/test_service_streaming.py
     finally:
         tht.stop()

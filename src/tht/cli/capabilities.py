@@ -25,6 +25,7 @@ CAPABILITIES: dict[tuple[str, ...], str] = {
     ("memory", "index"): MANAGE,
     ("memory", "import"): MANAGE,
     ("memory", "export"): READ,
+    ("memory", "imports"): READ,  # imports undo: MANAGE (see required)
     ("memory", "search"): RECALL,
     ("memory", "rules"): RECALL,
     ("memory", "solved-search"): RECALL,
@@ -72,5 +73,7 @@ def required(args: list[str]) -> str:
     path = command_path(args)
     capability = CAPABILITIES.get(path, OPERATOR_ONLY)
     if path == ("memory", "check") and "--repair" in args:
+        return MANAGE
+    if path == ("memory", "imports") and "undo" in args[2:3]:
         return MANAGE
     return capability

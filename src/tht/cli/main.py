@@ -87,8 +87,8 @@ def memory_list(
         str | None,
         typer.Option(
             help=(
-                "JSON object: q (text or card id), family, concepts, database, schema, table, column, origin,"
-                " updated_from, updated_to, sort (updated_at|created_at|title|family|relevance), order (asc|desc),"
+                "JSON object: q (text or card id), family, concepts, database, schema, table, column,"
+                " origin (manual|workflow: made here; imported), import (imp-<uuid>), updated_from, updated_to, sort (updated_at|created_at|title|family|relevance), order (asc|desc),"
                 " page, page_size (1-100, default 20)"
             )
         ),

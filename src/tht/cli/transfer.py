@@ -1,4 +1,5 @@
-"""`tht memory import` and `tht memory export`: cards in and out in bulk.
+"""`tht memory import`, `tht memory export` and `tht memory imports`: cards in and out
+in bulk, and the imports' records (list one or all, undo one).
 
 Import prints one JSON summary on stdout, progress (count, rate, ETA) on stderr.
 Export prints the card documents on stdout (one a line, or CSV rows) and its summary
@@ -169,6 +170,7 @@ def memory_import(
         chosen = detect_format(file, head, fmt)
         options = ImportOptions(
             fmt=chosen,
+            file_name=file,
             dry_run=dry_run,
             on_conflict=on_conflict,
             keep_going=keep_going,
@@ -182,6 +184,55 @@ def memory_import(
                     runtime.workspace, open_source, options, progress=progress_meter()
                 )
             )
+
+
+imports_app = typer.Typer(
+    help="The imports' records: where imported cards came from; undo an import.",
+    no_args_is_help=True,
+)
+memory_app.add_typer(imports_app, name="imports")
+
+
+@imports_app.command("list")
+def imports_list(
+    config: ConfigOption,
+    import_id: Annotated[
+        str | None, typer.Option("--import", help="One import (imp-<uuid>) instead of all")
+    ] = None,
+) -> None:
+    """List the workspace's imports, newest first (at most 100): file, format, who, when,
+    how it ended, its summary, the cards that still name it, and its undo if undone.
+    `tht memory list --filters '{"import": "imp-..."}'` lists an import's cards."""
+    runtime = load_runtime(config)
+    with _services(runtime) as services:
+        emit(
+            CardTransfer(services.archive, services.projector).imports(runtime.workspace, import_id)
+        )
+
+
+@imports_app.command("undo")
+def imports_undo(
+    import_id: Annotated[str, typer.Argument(help="The import to undo (imp-<uuid>)")],
+    config: ConfigOption,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Undo an import recorded as still running (its process died before it ended)",
+        ),
+    ] = False,
+) -> None:
+    """Delete the cards an import created that nobody changed since; keep and report the
+    cards edited since and those it replaced (--on-conflict update: nothing to restore).
+    The deletions leave the search index as `memory delete`'s do. Rerun to finish an
+    interrupted undo."""
+    runtime = load_runtime(config)
+    with _services(runtime) as services:
+        emit(
+            CardTransfer(services.archive, services.projector).undo_import(
+                runtime.workspace, import_id, force=force, progress=progress_meter()
+            )
+        )
 
 
 @memory_app.command("export")

@@ -36,6 +36,10 @@ FAMILIES: tuple[str, ...] = (
     "explained_error",
 )
 Origin = Literal["manual", "workflow"]
+IMPORT_PREFIX = "imp-"
+IMPORT_ID_PATTERN = (
+    r"^imp-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+)
 
 MAX_TITLE = 300
 MAX_SCOPE = 300
@@ -272,6 +276,7 @@ READ_ONLY_KEYS = (
     "updated_at",
     "incoming_links",
     "index",
+    "imported",
 )
 
 
@@ -330,6 +335,20 @@ class Source(BaseModel):
     decisions: list[str] = Field(default_factory=list)
 
 
+class ImportRef(BaseModel):
+    """The import that wrote a card (``tht memory imports``): its file, format, time
+    and who ran it. ``action``: it created the card, or replaced one that was there. A
+    card an import wrote was not reviewed in this installation, whatever ``origin`` and
+    ``source`` its file recorded (they are kept, so that export -> import is lossless)."""
+
+    id: str
+    file: str | None
+    format: str | None
+    at: datetime | None
+    by: str | None
+    action: Literal["create", "update"]
+
+
 class Link(BaseModel):
     target: str
     meaning: str
@@ -381,11 +400,11 @@ class Card(BaseModel):
     created_at: datetime
     updated_at: datetime
     index: CardIndex | None = None  # read with the card by `show` only
+    imported: ImportRef | None = None  # the import that wrote the card, if one did
 
     def as_json(self) -> dict[str, Any]:
-        data = self.model_dump(
-            mode="json", by_alias=True, exclude={"index"} if self.index is None else None
-        )
+        absent = {name for name in ("index", "imported") if getattr(self, name) is None}
+        data = self.model_dump(mode="json", by_alias=True, exclude=absent or None)
         return data
 
 
@@ -402,6 +421,7 @@ class CardSummary(BaseModel):
     created_at: datetime
     updated_at: datetime
     pending: str | None = None  # the outstanding projection operation, if any
+    import_id: str | None = None  # the import that wrote the card (ImportRef), if one did
 
 
 SortKey = Literal["updated_at", "created_at", "title", "family", "relevance"]
@@ -434,7 +454,9 @@ class ListQuery(_Strict):
     schema_name: Name | None = Field(default=None, alias="schema")
     table: Name | None = None
     column: Name | None = None
-    origin: Origin | None = None
+    # manual, workflow: made here; imported: written by an import (ImportRef)
+    origin: Literal["manual", "workflow", "imported"] | None = None
+    import_id: str | None = Field(default=None, alias="import", pattern=IMPORT_ID_PATTERN)
     updated_from: DayOrInstant | None = None
     updated_to: DayOrInstant | None = None
     sort: SortKey | None = None
@@ -497,3 +519,21 @@ class Workspace(BaseModel):
     language: Literal["en", "it"]
     embedder: str = DEFAULT_PROFILE  # the installation's embedder profile its vectors come from
     created_at: datetime
+
+
+def import_to_id(value: uuid.UUID) -> str:
+    return f"{IMPORT_PREFIX}{value}"
+
+
+def import_uuid(import_id: str) -> uuid.UUID:
+    """The uuid an import id (imp-<uuid>) names; InvalidInput when it names none."""
+    text = import_id.strip().lower()
+    try:
+        if not text.startswith(IMPORT_PREFIX):
+            raise ValueError
+        return uuid.UUID(text[len(IMPORT_PREFIX) :])
+    except ValueError:
+        raise InvalidInput(
+            f"'{import_id}' is not an import id (imp-<uuid>, as tht memory imports list prints)",
+            details={"import": import_id},
+        ) from None

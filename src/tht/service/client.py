@@ -76,7 +76,7 @@ SERVICE_COMMANDS = frozenset(
     | {
         ("memory", name)
         for name in (
-            "admin check create delete eval export import index list pending propose retry"
+            "admin check create delete eval export import imports index list pending propose retry"
             " review-apply rules search show solved-index solved-search summary update"
         ).split()
     }

@@ -42,7 +42,13 @@ from tht.errors import (
     Unauthenticated,
 )
 from tht.memory.admin import AdminRequest, required_permission
-from tht.memory.model import CARD_ID_PATTERN, FAMILIES, MAX_DOCUMENT_BYTES, WORKSPACE_ID_PATTERN
+from tht.memory.model import (
+    CARD_ID_PATTERN,
+    FAMILIES,
+    IMPORT_ID_PATTERN,
+    MAX_DOCUMENT_BYTES,
+    WORKSPACE_ID_PATTERN,
+)
 from tht.service.health import Dependency, HealthCheck, dependencies_of
 from tht.web import schemas
 from tht.web.admin_api import admin_router
@@ -363,7 +369,18 @@ def create_app(
         schema: Annotated[str | None, Query(max_length=128, pattern=schemas.PRINTABLE_WORD)] = None,
         table: Annotated[str | None, Query(max_length=128, pattern=schemas.PRINTABLE_WORD)] = None,
         column: Annotated[str | None, Query(max_length=128, pattern=schemas.PRINTABLE_WORD)] = None,
-        origin: Literal["manual", "workflow"] | None = None,
+        origin: Annotated[
+            Literal["manual", "workflow", "imported"] | None,
+            Query(description="manual, workflow: made here; imported: written by an import"),
+        ] = None,
+        import_id: Annotated[
+            str | None,
+            Query(
+                alias="import",
+                pattern=IMPORT_ID_PATTERN,
+                description="The cards an import wrote (`tht memory imports list`)",
+            ),
+        ] = None,
         updated_from: Annotated[
             date | None, Query(description="First day (UTC), inclusive")
         ] = None,
@@ -384,6 +401,7 @@ def create_app(
                 "table": table,
                 "column": column,
                 "origin": origin,
+                "import": import_id,
                 "updated_from": updated_from.isoformat() if updated_from else None,
                 "updated_to": updated_to.isoformat() if updated_to else None,
                 "sort": sort,

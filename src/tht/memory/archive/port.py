@@ -272,10 +272,39 @@ class IdempotencyStore(Protocol):
 
 
 class TransferStore(Protocol):
-    """Bulk import's batches and export's count."""
+    """Bulk import's batches, the imports' records (list, undo) and export's count."""
 
     def insert_cards(
-        self, language: str, created: Sequence[tuple[uuid.UUID, ImportedCard]]
+        self,
+        language: str,
+        created: Sequence[tuple[uuid.UUID, ImportedCard]],
+        import_id: uuid.UUID,
+    ) -> None: ...
+
+    def mark_replaced(self, import_id: uuid.UUID, card_uuids: Sequence[uuid.UUID]) -> None: ...
+
+    def record_import(
+        self, import_id: uuid.UUID, file_name: str, fmt: str, principal: str | None
+    ) -> None: ...
+
+    def finish_import(self, import_id: uuid.UUID, status: str, summary: dict[str, Any]) -> None: ...
+
+    def imports(
+        self, import_id: uuid.UUID | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]: ...
+
+    def lock_import(self, import_id: uuid.UUID) -> dict[str, Any] | None: ...
+
+    def cards_of_import(
+        self, import_id: uuid.UUID, after: uuid.UUID, limit: int
+    ) -> list[dict[str, Any]]: ...
+
+    def delete_imported(
+        self, import_id: uuid.UUID, card_uuids: Sequence[uuid.UUID]
+    ) -> tuple[list[uuid.UUID], int]: ...
+
+    def mark_undone(
+        self, import_id: uuid.UUID, principal: str | None, undo: dict[str, Any]
     ) -> None: ...
 
     def add_links(self, links: Sequence[tuple[uuid.UUID, uuid.UUID, str]]) -> None: ...

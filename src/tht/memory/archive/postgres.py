@@ -53,12 +53,15 @@ from tht.memory.model import (
     CardInput,
     CardSummary,
     Dependency,
+    ImportRef,
     IncomingLink,
     Link,
     ListQuery,
     PendingOperation,
     Source,
     Workspace,
+    import_to_id,
+    import_uuid,
     uuid_to_card_id,
 )
 from tht.memory.recall_filters import CardFacts
@@ -490,6 +493,7 @@ class ArchiveTransaction:
                 revision=row["revision"],
                 created_at=row["created_at"],
                 updated_at=row["updated_at"],
+                imported=_import_ref(row),
             )
         return cards
 
@@ -810,6 +814,7 @@ class ArchiveTransaction:
             candidates=candidates,
             families=query.family,
             origin=query.origin,
+            import_id=import_uuid(query.import_id) if query.import_id else None,
             updated_from=_day_start(query.updated_from) if query.updated_from else None,
             updated_before=(
                 None
@@ -852,7 +857,21 @@ class ArchiveTransaction:
                 created_at=r["created_at"],
                 updated_at=r["updated_at"],
                 pending=r["pending"],
+                import_id=import_to_id(r["import_id"]) if r["import_id"] else None,
             )
             for r in rows
         ]
         return items, total
+
+
+def _import_ref(row: dict[str, Any]) -> ImportRef | None:
+    if row.get("import_id") is None:
+        return None
+    return ImportRef(
+        id=import_to_id(row["import_id"]),
+        file=row.get("import_file"),
+        format=row.get("import_format"),
+        at=row.get("import_at"),
+        by=row.get("import_by"),
+        action=row["import_action"],
+    )

@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from psycopg.types.json import Jsonb
+
 from tht.memory.model import CardInput
 from tht.sqlfiles import named_queries
 
@@ -48,11 +50,68 @@ class TransferRecords:
         self._tx = tx._using(_queries())
 
     def insert_cards(
-        self, language: str, created: Sequence[tuple[uuid.UUID, ImportedCard]]
+        self,
+        language: str,
+        created: Sequence[tuple[uuid.UUID, ImportedCard]],
+        import_id: uuid.UUID,
     ) -> None:
-        """New cards, with their dependencies (their links: ``add_links``)."""
-        self._tx._execute("import_cards_insert", language=language, **_new_cards(created))
+        """New cards, with their dependencies (their links: ``add_links``), naming
+        the import that creates them."""
+        self._tx._execute(
+            "import_cards_insert", language=language, import_id=import_id, **_new_cards(created)
+        )
         self._tx._execute("import_dependencies_add", **_dependencies(created))
+
+    def mark_replaced(self, import_id: uuid.UUID, card_uuids: Sequence[uuid.UUID]) -> None:
+        """Cards the import replaced (--on-conflict update) name it, at their revision."""
+        self._tx._execute("import_cards_replaced", import_id=import_id, ids=list(card_uuids))
+
+    # --- the imports' records -------------------------------------------------------
+
+    def record_import(
+        self, import_id: uuid.UUID, file_name: str, fmt: str, principal: str | None
+    ) -> None:
+        self._tx._execute(
+            "import_insert", id=import_id, file_name=file_name, format=fmt, principal=principal
+        )
+
+    def finish_import(self, import_id: uuid.UUID, status: str, summary: dict[str, Any]) -> None:
+        self._tx._execute("import_finish", id=import_id, status=status, summary=Jsonb(summary))
+
+    def imports(self, import_id: uuid.UUID | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        """The workspace's imports, newest first (one, when ``import_id`` is given)."""
+        rows: list[dict[str, Any]] = self._tx._rows("import_list", id=import_id, limit=limit)
+        return rows
+
+    def lock_import(self, import_id: uuid.UUID) -> dict[str, Any] | None:
+        row: dict[str, Any] | None = self._tx._row("import_lock", id=import_id)
+        return row
+
+    def cards_of_import(
+        self, import_id: uuid.UUID, after: uuid.UUID, limit: int
+    ) -> list[dict[str, Any]]:
+        """(id, revision, import_revision, import_action) of the import's cards after
+        ``after``, in id order."""
+        rows: list[dict[str, Any]] = self._tx._rows(
+            "import_cards_after", import_id=import_id, after=after, limit=limit
+        )
+        return rows
+
+    def delete_imported(
+        self, import_id: uuid.UUID, card_uuids: Sequence[uuid.UUID]
+    ) -> tuple[list[uuid.UUID], int]:
+        """Delete those of ``card_uuids`` the import created and nobody changed since,
+        with their deletions' projection operations: (deleted ids, links removed)."""
+        row = self._tx._one("import_cards_delete", import_id=import_id, ids=list(card_uuids))
+        deleted, revisions = list(row["ids"]), list(row["revisions"])
+        if deleted:
+            self._tx._execute("import_deletions_enqueue", ids=deleted, revisions=revisions)
+        return deleted, int(row["links"] or 0) if deleted else 0
+
+    def mark_undone(
+        self, import_id: uuid.UUID, principal: str | None, undo: dict[str, Any]
+    ) -> None:
+        self._tx._execute("import_undone", id=import_id, principal=principal, undo=Jsonb(undo))
 
     def add_links(self, links: Sequence[tuple[uuid.UUID, uuid.UUID, str]]) -> None:
         """(source, target, meaning); a link already there is left as it is."""

@@ -6,15 +6,21 @@ stable key, validated like every other card input. Pure: no I/O but the stream.
 - ``vanna``: Vanna's training data (``get_training_data()``: id, question, content,
   training_data_type) as CSV, a JSON array of records or JSON Lines: ``sql`` rows
   become solved questions, ``documentation`` rows domain clarifications; ``ddl`` rows
-  are counted and skipped (the Catalog owns the physical schema);
-- ``wrenai``: WrenAI's knowledge, ``{"sql_pairs": [...], "instructions": [...]}`` or an
-  array of both shapes: SQL pairs become solved questions, instructions SQL rules;
+  are counted and skipped (the Catalog owns the physical schema). Vanna's question
+  files (``training_data/*/questions.json``: question, answer) are question-SQL pairs;
+- ``wrenai``: WrenAI's knowledge as its UI, its REST API and its AI service hold it
+  (``{"sql_pairs": [...], "instructions": [...]}``, GraphQL's ``{"data": {...}}``, an
+  array of both shapes, the service's pairs file keyed by project): SQL pairs become
+  solved questions, instructions SQL rules; other sections (an MDL's models...) are
+  counted as ignored;
 - ``bird``: BIRD's dev.json rows (question_id, db_id, question, evidence, SQL,
   difficulty): each piece of evidence becomes a domain clarification (one card per
   distinct piece in a database), each question a solved question linked to it.
 
 The key of a record is what makes a rerun idempotent: the exported card id, the
-source system's own id, or a hash of the content when the record has none.
+source system's own id, or a hash of the content when the record has none. The SQL of
+a peer's record must parse (``sql_check``); a card document's is the workspace's own,
+accepted when the card was made, and is not parsed again (a round trip stays lossless).
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from tht.memory.model import (
     card_id_to_uuid,
     uuid_to_card_id,
 )
+from tht.memory.transfer.sql_check import sql_problem
 from tht.memory.transfer.streams import (
     RawRecord,
     iter_csv_rows,
@@ -57,7 +64,7 @@ LINE_LIMIT = MAX_DOCUMENT_BYTES
 # writes and import keeps (meta) or ignores (derived: the workspace, incoming links,
 # the index state `show` adds).
 META_KEYS = ("id", "origin", "source", "revision", "created_at", "updated_at")
-IGNORED_KEYS = ("workspace", "incoming_links", "index")
+IGNORED_KEYS = ("workspace", "incoming_links", "index", "imported")
 CARD_KEYS = tuple(CardInput.model_fields)
 CSV_COLUMNS = (
     "id",
@@ -82,16 +89,21 @@ CSV_COLUMNS = (
 CSV_JSON_COLUMNS = ("concepts", "dependencies", "links", "source")
 VANNA_COLUMNS = ("id", "question", "content", "training_data_type")
 VANNA_KEYS = set(VANNA_COLUMNS)
-WRENAI_SQL_PAIR_KEYS = {"id", "projectId", "question", "sql", "createdAt", "updatedAt"}
-WRENAI_INSTRUCTION_KEYS = {
-    "id",
-    "projectId",
+# vanna-ai/vanna training_data/*/questions.json: [{"question": ..., "answer": SQL}]
+VANNA_QUESTION_KEYS = {"question", "answer"}
+# The UI's records (GraphQL adds __typename), the REST API's, the AI service's
+# (snake case: project_id, is_default).
+WRENAI_COMMON_KEYS = {"id", "projectId", "project_id", "createdAt", "updatedAt", "__typename"}
+WRENAI_SQL_PAIR_KEYS = WRENAI_COMMON_KEYS | {"question", "sql"}
+WRENAI_INSTRUCTION_KEYS = WRENAI_COMMON_KEYS | {
     "instruction",
     "questions",
     "isDefault",
-    "createdAt",
-    "updatedAt",
+    "isGlobal",
+    "is_default",
 }
+WRENAI_PAIR_SECTIONS = ("sql_pairs", "sqlPairs")
+WRENAI_INSTRUCTION_SECTIONS = ("instructions",)
 BIRD_KEYS = {"question_id", "db_id", "question", "evidence", "SQL", "difficulty"}
 # the namespace of the ids derived from import keys (uuid5 of workspace and key)
 _ANY_CARD = "mem-00000000-0000-0000-0000-000000000000"
@@ -168,12 +180,14 @@ class _Link(BaseModel):
 class ImportCard:
     """A validated record: the card, its outgoing links by reference (the key of a
     record in the file, or a card id of the workspace), and what it keeps of its
-    origin."""
+    origin. ``digest`` identifies the record's content: a later record with the same
+    key and digest repeats it (folded), with another digest contradicts it."""
 
     line: int
     key: str
     data: CardInput
     links: list[tuple[str, str]]
+    digest: bytes = b""
     origin: str = "manual"
     source_session: str | None = None
     source_decisions: list[str] | None = None
@@ -184,10 +198,12 @@ class ImportCard:
 
 @dataclass
 class Skipped:
-    """A record counted and left out on purpose (Vanna's DDL)."""
+    """A record counted and left out on purpose: Vanna's DDL, or an element of a
+    section of a WrenAI file that holds no knowledge (``section``: an MDL's models...)."""
 
     line: int
     kind: str
+    section: str | None = None
 
 
 @dataclass
@@ -210,6 +226,12 @@ def card_id_key(key: str) -> uuid.UUID | None:
         return card_id_to_uuid(key)
     except InvalidInput:
         return None
+
+
+def record_digest(document: Any) -> bytes:
+    """The content of a raw record, whatever the white space or key order around it."""
+    text = json.dumps(document, ensure_ascii=False, sort_keys=True, default=str)
+    return hashlib.blake2b(text.encode(), digest_size=16).digest()
 
 
 def content_key(prefix: str, *parts: Any) -> str:
@@ -247,11 +269,13 @@ def detect_format(name: str, head: bytes, requested: str | None) -> str:
 
     looks = (
         "vanna"
-        if key("training_data_type") or re.match(r"[^\n{]*\btraining_data_type\b", text)
+        if key("training_data_type")
+        or re.match(r"[^\n{]*\btraining_data_type\b", text)
+        or (key("question") and key("answer"))
         else "bird"
         if key("db_id") and key("SQL")
         else "wrenai"
-        if key("sql_pairs") or key("instructions") or key("isDefault")
+        if any(key(k) for k in ("sql_pairs", "sqlPairs", "instructions", "isDefault", "isGlobal"))
         else None
     )
     by_extension = (
@@ -336,15 +360,43 @@ def _normalized_target(target: str) -> str:
     return uuid_to_card_id(uuid_) if uuid_ is not None else target
 
 
+# OWASP's CSV injection rule: a cell a spreadsheet would read as a formula starts with
+# one of these. Export writes such a cell with a quote before it; import removes it.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def neutralized_cell(cell: str) -> str:
+    """The cell as export writes it: a quote before a formula's first character, and
+    before a quote that the import would otherwise read as that protection, so that
+    ``restored_cell`` gives back exactly ``cell``."""
+    if cell.startswith(FORMULA_STARTS) or (
+        cell.startswith("'") and cell[1:].startswith((*FORMULA_STARTS, "'"))
+    ):
+        return "'" + cell
+    return cell
+
+
+def restored_cell(cell: str) -> str:
+    """The cell a CSV file means: one protecting quote removed (see ``neutralized_cell``)."""
+    if cell.startswith("'") and cell[1:].startswith((*FORMULA_STARTS, "'")):
+        return cell[1:]
+    return cell
+
+
 def _csv_document(row: dict[str, str], line: int) -> dict[str, Any]:
     document: dict[str, Any] = {}
-    for name, cell in row.items():
+    for name, raw in row.items():
+        cell = restored_cell(raw)
         if name in CSV_JSON_COLUMNS:
             try:
                 document[name] = json.loads(cell)
             except json.JSONDecodeError as exc:
                 raise RecordError(
                     line, f"column {name} on line {line} is not JSON: {exc.msg}", {"column": name}
+                ) from None
+            except RecursionError:
+                raise RecordError(
+                    line, f"column {name} on line {line} is JSON nested too deeply to read"
                 ) from None
         elif name == "revision":
             if not cell.strip().isdigit():
@@ -396,9 +448,56 @@ def _card(
     return ImportCard(line, key, data, links or [])
 
 
-def vanna_card(record: RawRecord, scope: str) -> ImportCard | Skipped:
-    document = _checked_keys(record, VANNA_KEYS | {"index"}, "Vanna training data row")
+class SqlCheck:
+    """The SQL check of one import: the check pass parses each record's SQL and keeps
+    the lines it refused; the write pass reads the file again and gets the same verdicts
+    without parsing again (``parsing`` False). The two passes must agree: a BIRD row
+    refused in one and not in the other would move the line its shared evidence cards
+    are first read on, and the write pass would never write them."""
+
+    def __init__(self) -> None:
+        self.parsing = True
+        self.refused: set[int] = set()
+
+    def problem(self, text: str, line: int) -> str | None:
+        if not self.parsing:
+            return "was refused by the check pass" if line in self.refused else None
+        problem = sql_problem(text)
+        if problem is not None:
+            self.refused.add(line)
+        return problem
+
+
+def _checked_sql(text: str, line: int, name: str, check: SqlCheck | None) -> str:
+    """The record's SQL, refused on its line when it does not parse (``check`` None:
+    parsed here)."""
+    problem = sql_problem(text) if check is None else check.problem(text, line)
+    if problem is not None:
+        raise RecordError(
+            line, f"{name} on line {line} {problem}", {"field": name, "sql": _excerpt(text)}
+        )
+    return text
+
+
+def _excerpt(text: str, limit: int = 80) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def vanna_card(
+    record: RawRecord, scope: str, *, sql_check: SqlCheck | None = None
+) -> ImportCard | Skipped:
+    document = record.document or {}
     line = record.line
+    if "answer" in document and "training_data_type" not in document:
+        # a question file of Vanna's training data: every record is a question-SQL pair
+        document = _checked_keys(record, VANNA_QUESTION_KEYS, "Vanna question-SQL pair")
+        question = _text(document.get("question"), line, "question")
+        answer = _text(document.get("answer"), line, "answer")
+        assert question is not None and answer is not None
+        key = content_key("vanna", "sql", question, answer)
+        return _solved(line, key, question, _checked_sql(answer, line, "answer", sql_check), scope)
+    document = _checked_keys(record, VANNA_KEYS | {"index"}, "Vanna training data row")
     kind = _text(document.get("training_data_type"), line, "training_data_type")
     content = _text(document.get("content"), line, "content")
     source_id = _text(document.get("id"), line, "id", required=False)
@@ -413,17 +512,8 @@ def vanna_card(record: RawRecord, scope: str) -> ImportCard | Skipped:
     if kind == "sql":
         question = _text(document.get("question"), line, "question")
         assert question is not None
-        return _card(
-            line,
-            key,
-            {
-                "family": "solved_question",
-                "title": title_from(question),
-                "question": question,
-                "sql": content,
-                "context": f"A question-SQL pair of Vanna's training data ({key}).",
-                "scope": scope,
-            },
+        return _solved(
+            line, key, question, _checked_sql(content, line, "content", sql_check), scope
         )
     if kind == "documentation":
         return _card(
@@ -443,17 +533,46 @@ def vanna_card(record: RawRecord, scope: str) -> ImportCard | Skipped:
     )
 
 
-def wrenai_card(record: RawRecord, scope: str) -> ImportCard:
+def _solved(line: int, key: str, question: str, sql: str, scope: str) -> ImportCard:
+    return _card(
+        line,
+        key,
+        {
+            "family": "solved_question",
+            "title": title_from(question),
+            "question": question,
+            "sql": sql,
+            "context": f"A question-SQL pair of Vanna's training data ({key}).",
+            "scope": scope,
+        },
+    )
+
+
+def wrenai_kind(record: RawRecord) -> str | None:
+    """ "pair", "instruction", or None (an element of a section that holds neither)."""
+    document = record.document or {}
+    label = record.label
+    if label in WRENAI_PAIR_SECTIONS:
+        return "pair"
+    if label in WRENAI_INSTRUCTION_SECTIONS:
+        return "instruction"
+    if "instruction" in document:
+        return "instruction"
+    if "sql" in document and "question" in document:
+        # the AI service's pairs file is keyed by project ("boilerplate"), not by kind
+        return "pair"
+    return None if label is not None else "unknown"
+
+
+def wrenai_card(
+    record: RawRecord, scope: str, *, sql_check: SqlCheck | None = None
+) -> ImportCard | Skipped:
     document = record.document or {}
     line = record.line
-    label = record.label
-    is_pair = label == "sql_pairs" or (label is None and "sql" in document)
-    is_instruction = label == "instructions" or (label is None and "instruction" in document)
-    if label is not None and label not in ("sql_pairs", "instructions"):
-        raise RecordError(
-            line, f"unknown WrenAI section '{label}' (expected sql_pairs or instructions)"
-        )
-    if is_pair:
+    kind = wrenai_kind(record)
+    if kind is None:
+        return Skipped(line, "section", record.label)
+    if kind == "pair":
         document = _checked_keys(record, WRENAI_SQL_PAIR_KEYS, "WrenAI SQL pair")
         question = _text(document.get("question"), line, "question")
         sql = _text(document.get("sql"), line, "sql")
@@ -471,12 +590,12 @@ def wrenai_card(record: RawRecord, scope: str) -> ImportCard:
                 "family": "solved_question",
                 "title": title_from(question),
                 "question": question,
-                "sql": sql,
+                "sql": _checked_sql(sql, line, "sql", sql_check),
                 "context": f"A question-SQL pair of WrenAI's knowledge ({key}).",
                 "scope": scope,
             },
         )
-    if is_instruction:
+    if kind == "instruction":
         document = _checked_keys(record, WRENAI_INSTRUCTION_KEYS, "WrenAI instruction")
         text = _text(document.get("instruction"), line, "instruction")
         assert text is not None
@@ -489,7 +608,8 @@ def wrenai_card(record: RawRecord, scope: str) -> ImportCard:
             if source_id is not None
             else content_key("wrenai:instruction", text, questions)
         )
-        default = bool(document.get("isDefault"))
+        # the UI's isDefault, the REST API's isGlobal, the AI service's is_default
+        default = any(bool(document.get(k)) for k in ("isDefault", "isGlobal", "is_default"))
         return _card(
             line,
             key,
@@ -513,7 +633,7 @@ def evidence_parts(evidence: str) -> list[str]:
     return [part.strip() for part in evidence.split(";") if part.strip()]
 
 
-def bird_cards(record: RawRecord) -> list[ImportCard]:
+def bird_cards(record: RawRecord, *, sql_check: SqlCheck | None = None) -> list[ImportCard]:
     """A BIRD row: its evidence cards first, then the solved question linking to them."""
     document = _checked_keys(record, BIRD_KEYS, "BIRD dev.json row")
     line = record.line
@@ -522,6 +642,7 @@ def bird_cards(record: RawRecord) -> list[ImportCard]:
     sql = _text(document.get("SQL"), line, "SQL")
     evidence = _text(document.get("evidence"), line, "evidence", required=False) or ""
     assert db_id is not None and question is not None and sql is not None
+    _checked_sql(sql, line, "SQL", sql_check)
     question_id = document.get("question_id")
     difficulty = document.get("difficulty")
     dependency = [{"database": db_id}]
@@ -576,10 +697,11 @@ def bird_cards(record: RawRecord) -> list[ImportCard]:
 
 
 def read_records(
-    stream: IO[bytes], fmt: str, *, scope: str | None
+    stream: IO[bytes], fmt: str, *, scope: str | None, sql_check: SqlCheck | None = None
 ) -> Iterator[ImportCard | RecordError | Skipped]:
     """The file's records, validated, in file order. A BIRD evidence card shared by
-    several questions comes once (with the first question's line)."""
+    several questions comes once (with the first question's line). ``sql_check``: the
+    import's verdicts on peers' SQL (None: parse each)."""
     if fmt == "jsonl":
         for record in iter_json_lines(stream, LINE_LIMIT):
             yield _one(record, lambda r: parse_card_document(r.document or {}, r.line))
@@ -587,10 +709,14 @@ def read_records(
         yield from _card_csv(stream)
     elif fmt == "vanna":
         for record in _vanna_records(stream):
-            yield _one(record, lambda r: vanna_card(r, _scope(scope, r.line)))
+            yield _one(record, lambda r: vanna_card(r, _scope(scope, r.line), sql_check=sql_check))
     elif fmt == "wrenai":
         for record in _json_or_lines(stream):
-            yield _one(record, lambda r: wrenai_card(r, _scope(scope, r.line)))
+            if record.error is not None and record.details.get("not_an_object"):
+                if record.label is not None and wrenai_kind(record) is None:
+                    yield Skipped(record.line, "section", record.label)  # e.g. a list of names
+                    continue
+            yield _one(record, lambda r: wrenai_card(r, _scope(scope, r.line), sql_check=sql_check))
     elif fmt == "bird":
         seen: set[str] = set()
         for record in _json_or_lines(stream):
@@ -598,15 +724,17 @@ def read_records(
                 yield RecordError(record.line, record.error, record.details)
                 continue
             try:
-                cards = bird_cards(record)
+                cards = bird_cards(record, sql_check=sql_check)
             except RecordError as exc:
                 yield exc
                 continue
+            digest = record_digest(record.document)
             for card in cards:
                 if card.key.startswith("bird:evidence:"):
                     if card.key in seen:
                         continue
                     seen.add(card.key)
+                card.digest = digest
                 yield card
     else:  # detect_format refused it already
         raise InvalidInput(f"unknown format '{fmt}'")
@@ -627,9 +755,11 @@ def _one(record: RawRecord, convert: Any) -> ImportCard | RecordError | Skipped:
         return RecordError(record.line, record.error, record.details)
     try:
         result: ImportCard | Skipped = convert(record)
-        return result
     except RecordError as exc:
         return exc
+    if isinstance(result, ImportCard):
+        result.digest = record_digest(record.document)
+    return result
 
 
 def _first_byte(stream: IO[bytes]) -> bytes:
@@ -640,20 +770,26 @@ def _first_byte(stream: IO[bytes]) -> bytes:
     return head
 
 
+def _holds_records(document: dict[str, Any], depth: int = 2) -> bool:
+    """Whether an object holds arrays of objects (records), at most ``depth`` deep."""
+    return any(
+        (isinstance(value, list) and any(isinstance(item, dict) for item in value))
+        or (depth > 1 and isinstance(value, dict) and _holds_records(value, depth - 1))
+        for value in document.values()
+    )
+
+
 def _json_or_lines(stream: IO[bytes]) -> Iterator[RawRecord]:
     """A JSON array or object of records, or JSON Lines (one object a line: a first
-    line that is a whole object without arrays of objects)."""
+    line that is a whole object holding no arrays of objects)."""
     if _first_byte(stream) == b"{":
         peek = getattr(stream, "peek", None)
         first_line = (peek(LINE_LIMIT) if peek else b"").lstrip().split(b"\n", 1)[0]
         try:
             document = json.loads(first_line)
-        except ValueError:
+        except (ValueError, RecursionError):
             document = None
-        if isinstance(document, dict) and not any(
-            isinstance(value, list) and any(isinstance(item, dict) for item in value)
-            for value in document.values()
-        ):
+        if isinstance(document, dict) and not _holds_records(document):
             return iter_json_lines(stream, LINE_LIMIT)
     return iter_json_records(stream, LINE_LIMIT)
 

@@ -43,11 +43,12 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from tht import audit
 from tht.errors import Conflict, Interrupted, InvalidInput, NotFound, ThothError
 from tht.faults import pause_point
 from tht.memory import projector as projector_module
 from tht.memory.archive.port import Archive, ArchiveTx
-from tht.memory.model import Card, card_id_to_uuid, uuid_to_card_id
+from tht.memory.model import Card, card_id_to_uuid, import_to_id, import_uuid, uuid_to_card_id
 from tht.memory.projector import ImportCompactions, IndexProjector, Prepared
 from tht.memory.stages import hand_over, start_stage, take_over
 from tht.memory.transfer.embedding_ahead import EmbeddingAhead
@@ -57,8 +58,10 @@ from tht.memory.transfer.formats import (
     ImportCard,
     RecordError,
     Skipped,
+    SqlCheck,
     card_id_key,
     derived_uuid,
+    neutralized_cell,
     read_records,
 )
 
@@ -68,6 +71,7 @@ INDEX_QUEUE = 16  # committed batches waiting for the import's index writer
 # cards, and as many as the cards' table held when they were last taken (below).
 STATISTICS_AFTER = 1000
 MAX_REPORTED_ERRORS = 100
+MAX_LISTED_IMPORTS = 100  # the newest imports `tht memory imports list` shows
 CONFLICT_POLICIES = ("skip", "update", "fail")
 
 Opener = Callable[[], AbstractContextManager[IO[bytes]]]
@@ -78,6 +82,7 @@ Progress = Callable[[str, int, int | None], None]
 @dataclass(frozen=True)
 class ImportOptions:
     fmt: str
+    file_name: str = "-"  # what the import record names (the file as the caller gave it)
     dry_run: bool = False
     on_conflict: str = "skip"
     keep_going: bool = False
@@ -104,6 +109,10 @@ class _Check:
     conflicts: int = 0  # of the invalid: conflicts with the archive (--on-conflict fail)
     invalid_keys: set[str] = field(default_factory=set)
     skipped_kinds: dict[str, int] = field(default_factory=dict)
+    ignored_sections: dict[str, int] = field(default_factory=dict)  # WrenAI's MDL models...
+    digests: dict[str, bytes] = field(default_factory=dict)  # key -> its first record's content
+    folded: int = 0  # records repeating an earlier one of the file exactly
+    sql: SqlCheck = field(default_factory=SqlCheck)  # its verdicts serve the write pass
     lines: list[dict[str, Any]] = field(default_factory=list)  # the dry run's report
     records: int = 0
     report_lines: bool = False  # a dry run: keep ``lines``
@@ -317,6 +326,10 @@ class CardTransfer:
         }
         if check.skipped_kinds:
             summary["not_imported"] = dict(check.skipped_kinds)
+        if check.folded:
+            summary["duplicates_folded"] = check.folded
+        if check.ignored_sections:
+            summary["ignored_sections"] = dict(check.ignored_sections)
         errors = sorted(check.errors, key=lambda e: e.line)[:MAX_REPORTED_ERRORS]
         reported = [e.as_json() for e in errors]
         if errors and not options.keep_going:
@@ -339,9 +352,28 @@ class CardTransfer:
             summary["lines"] = sorted(check.lines, key=lambda entry: entry["line"])
             summary["seconds"] = round(time.perf_counter() - started, 3)
             return summary
-        written = self._write(
-            workspace, open_source, options, check, resolver, progress, stop, ahead
-        )
+        # recorded before the first card that names it (a rerun that writes nothing,
+        # finishing an interrupted one's index entries, leaves no record)
+        recorded: list[uuid.UUID] = []
+
+        def import_id() -> uuid.UUID:
+            if not recorded:
+                recorded.append(self._record_import(workspace, options))
+            return recorded[0]
+
+        if any(p.action in ("create", "update") for p in check.planned.values()):
+            import_id()
+        try:
+            written = self._write(
+                workspace, open_source, options, check, resolver, progress, stop, ahead, import_id
+            )
+        except BaseException as exc:
+            if recorded:
+                status = "interrupted" if isinstance(exc, Interrupted) else "failed"
+                details = exc.details if isinstance(exc, ThothError) else {}
+                summary["import"] = import_to_id(recorded[0])
+                self._finish_import(workspace, recorded[0], status, {**summary, **details})
+            raise
         seconds = time.perf_counter() - started
         summary.update(
             {
@@ -353,13 +385,38 @@ class CardTransfer:
                 "records_per_second": round(check.records / seconds, 1) if seconds else None,
             }
         )
+        summary["import"] = import_to_id(recorded[0]) if recorded else None
+        if recorded:
+            self._finish_import(workspace, recorded[0], "completed", summary)
         return summary
 
+    def _record_import(self, workspace: str, options: ImportOptions) -> uuid.UUID:
+        """The import's record, which every card it writes names (``tht memory imports``)."""
+        import_id = uuid.uuid4()
+        with self.archive.transaction(workspace) as tx:
+            tx.transfer.record_import(
+                import_id, options.file_name[:1000] or "-", options.fmt, _principal()
+            )
+        return import_id
+
+    def _finish_import(
+        self, workspace: str, import_id: uuid.UUID, status: str, summary: dict[str, Any]
+    ) -> None:
+        try:
+            with self.archive.transaction(workspace) as tx:
+                tx.transfer.finish_import(
+                    import_id, status, json.loads(json.dumps(summary, default=str))
+                )
+        except ThothError:
+            if status == "completed":
+                raise
+            # the archive failing is why the import stopped: its record stays 'running'
+
     def _records(
-        self, open_source: Opener, options: ImportOptions
+        self, open_source: Opener, options: ImportOptions, sql_check: SqlCheck
     ) -> Iterator[ImportCard | RecordError | Skipped]:
         with open_source() as stream:
-            yield from read_records(stream, options.fmt, scope=options.scope)
+            yield from read_records(stream, options.fmt, scope=options.scope, sql_check=sql_check)
 
     def _check(
         self,
@@ -384,20 +441,28 @@ class CardTransfer:
                 prefetching[0] = ahead.feed([i for i in batch if _embeds(check, i)], wait=False)
             pause_point("import.checked_batch")
 
-        for item in self._records(open_source, options):
+        for item in self._records(open_source, options, check.sql):
             if ahead is not None and ahead.interrupted.is_set():
                 raise Interrupted(
                     "interrupted during the check pass: nothing was written. Rerun the same"
                     " command",
                     details={"written": 0, "resume": "rerun the same command"},
                 )
+            if isinstance(item, Skipped) and item.section is not None:
+                # not a record: an element of a section that holds no knowledge
+                count = check.ignored_sections.get(item.section, 0) + 1
+                check.ignored_sections[item.section] = count
+                continue
             check.records += 1
             if isinstance(item, Skipped):
                 check.skipped_kinds[item.kind] = check.skipped_kinds.get(item.kind, 0) + 1
                 check.line({"line": item.line, "action": f"not_imported ({item.kind})"})
                 continue
             if isinstance(item, ImportCard):
-                item = self._admissible(item, options, check)
+                admitted = self._admissible(item, options, check)
+                if admitted is None:
+                    continue  # folded into an identical earlier record
+                item = admitted
             if isinstance(item, RecordError):
                 self._invalid(check, item)
                 continue
@@ -417,7 +482,9 @@ class CardTransfer:
     @staticmethod
     def _admissible(
         item: ImportCard, options: ImportOptions, check: _Check
-    ) -> ImportCard | RecordError:
+    ) -> ImportCard | RecordError | None:
+        """The record, an error, or None: a record identical to an earlier one of the
+        file with the same key (a published file may repeat a row) counts once."""
         if options.family is not None and item.data.family != options.family:
             return RecordError(
                 item.line,
@@ -426,12 +493,20 @@ class CardTransfer:
             )
         first = check.seen.get(item.key)
         if first is not None:
+            if item.digest and check.digests.get(item.key) == item.digest:
+                check.folded += 1
+                check.line(
+                    {"line": item.line, "key": item.key, "action": "folded", "duplicate_of": first}
+                )
+                return None
             return RecordError(
                 item.line,
-                f"duplicate of the record on line {first} (key {item.key})",
+                f"duplicate of the record on line {first} (key {item.key}) with other content",
                 {"duplicate_of": first},
             )
         check.seen[item.key] = item.line
+        if item.digest:
+            check.digests[item.key] = item.digest
         return item
 
     @staticmethod
@@ -546,6 +621,7 @@ class CardTransfer:
         progress: Progress | None,
         stop: threading.Event,
         ahead: EmbeddingAhead | None,
+        import_id: Callable[[], uuid.UUID],
     ) -> dict[str, Any]:
         """Three stages: a thread reads the file again, hands each batch's records to
         the embedding stage (records to create or update, unless the check pass already
@@ -587,7 +663,7 @@ class CardTransfer:
                     if stop.is_set():
                         return False
                     actions, to_project = self._write_batch(
-                        workspace, batch, options, resolver, pending_links
+                        workspace, batch, options, resolver, pending_links, import_id
                     )
                     for action in actions:
                         counts[action] += 1
@@ -599,7 +675,8 @@ class CardTransfer:
                 return hand_over(committed, _Committed(last_line, to_project), stop)
 
             try:
-                for item in self._records(open_source, options):
+                check.sql.parsing = False  # the check pass's verdicts, not parsed again
+                for item in self._records(open_source, options, check.sql):
                     if not isinstance(item, ImportCard):
                         continue
                     planned = check.planned.get(item.key)
@@ -725,6 +802,7 @@ class CardTransfer:
         options: ImportOptions,
         resolver: _Resolver,
         pending_links: dict[uuid.UUID, list[tuple[uuid.UUID, str]]],
+        import_id: Callable[[], uuid.UUID],
     ) -> tuple[list[str], list[tuple[uuid.UUID, str]]]:
         """Under the workspace's lock: the batch's cards, links and projection
         operations. Returns each record's action and the cards to index (card, key):
@@ -756,7 +834,10 @@ class CardTransfer:
                 elif found == "update":
                     revisions[card_uuid] = tx.update_card(card_uuid, item.data)
             if created:
-                tx.transfer.insert_cards(workspace_row.language, created)
+                tx.transfer.insert_cards(workspace_row.language, created, import_id())
+            new_ids = {card_uuid for card_uuid, _ in created}
+            if replaced := [card_uuid for card_uuid in revisions if card_uuid not in new_ids]:
+                tx.transfer.mark_replaced(import_id(), replaced)
             new = {card_uuid for card_uuid, _ in created}
             links: list[tuple[uuid.UUID, uuid.UUID, str]] = []
             for item, card_uuid, targets in zip(batch, uuids, targets_of, strict=True):
@@ -794,6 +875,115 @@ class CardTransfer:
         except ThothError:
             return 0, len(card_uuids)
         return report.indexed, len(report.failed)
+
+    # --- the imports' records: list and undo -------------------------------------------
+
+    def imports(self, workspace: str, import_id: str | None = None) -> dict[str, Any]:
+        """The workspace's imports, newest first (at most ``MAX_LISTED_IMPORTS``), or
+        the one ``import_id`` names: file, format, who, when, how it ended, its summary,
+        the cards that still name it, and its undo if it was undone."""
+        wanted = import_uuid(import_id) if import_id is not None else None
+        with self.archive.transaction(workspace) as tx:
+            if tx.workspace() is None:
+                raise NotFound(
+                    f"workspace '{workspace}' does not exist", details={"workspace": workspace}
+                )
+            rows = tx.transfer.imports(wanted, limit=MAX_LISTED_IMPORTS)
+        if wanted is not None and not rows:
+            raise NotFound(
+                f"import {import_id} does not exist in workspace '{workspace}'",
+                details={"import": import_id},
+            )
+        listed = [_import_document(row) for row in rows]
+        return {"workspace": workspace, "imports": listed}
+
+    def undo_import(
+        self,
+        workspace: str,
+        import_id: str,
+        *,
+        force: bool = False,
+        progress: Progress | None = None,
+    ) -> dict[str, Any]:
+        """Delete the cards the import created that nobody changed since (still at the
+        revision it wrote), in batches of ``BATCH`` under the workspace's lock, each
+        with its deletion's projection operation (the outbox, as ``memory delete``),
+        then project the deletions. Kept and reported: a card edited since (a newer
+        revision) and a card the import replaced (--on-conflict update: its earlier
+        content is not kept, so there is nothing to restore). An interrupted undo is
+        finished by running it again; the import is marked undone at the end."""
+        wanted = import_uuid(import_id)
+        name = import_to_id(wanted)
+        with self.archive.transaction(workspace) as tx:
+            if tx.workspace() is None:
+                raise NotFound(
+                    f"workspace '{workspace}' does not exist", details={"workspace": workspace}
+                )
+            row = tx.transfer.lock_import(wanted)
+        if row is None:
+            raise NotFound(
+                f"import {name} does not exist in workspace '{workspace}'", details={"import": name}
+            )
+        if row["undone_at"] is not None:
+            raise Conflict(
+                f"import {name} was undone at {row['undone_at'].isoformat()}",
+                details={"import": name, "undone_at": row["undone_at"].isoformat()},
+            )
+        if row["status"] == "running" and not force:
+            raise Conflict(
+                f"import {name} is still running, or its process died before it ended: undo"
+                " it once it has ended, or with --force if its process is gone",
+                details={"import": name, "status": "running"},
+            )
+        deleted: list[uuid.UUID] = []
+        edited: list[str] = []
+        replaced: list[str] = []
+        links_removed = 0
+        after = uuid.UUID(int=0)
+        while True:
+            with self.archive.transaction(workspace, lock=True) as tx:
+                batch = tx.transfer.cards_of_import(wanted, after, BATCH)
+                if not batch:
+                    break
+                after = batch[-1]["id"]
+                gone, links = tx.transfer.delete_imported(wanted, [r["id"] for r in batch])
+            deleted += gone
+            links_removed += links
+            for r in batch:
+                if r["id"] in gone:
+                    continue
+                (replaced if r["import_action"] == "update" else edited).append(
+                    uuid_to_card_id(r["id"])
+                )
+            if progress:
+                progress("undone", len(deleted), None)
+        index = {"removed": 0, "pending": 0}
+        if deleted:
+            index["pending"] = len(deleted)
+            if self.projector is not None:
+                try:
+                    report = self.projector.sync(workspace, deleted)
+                    index = {"removed": report.deleted, "pending": len(report.failed)}
+                except ThothError:  # the operations stay pending, as after `memory delete`
+                    pass
+        undo = {
+            "deleted": len(deleted),
+            "kept_edited": len(edited),
+            "kept_replaced": len(replaced),
+            "links_removed": links_removed,
+        }
+        with self.archive.transaction(workspace) as tx:
+            tx.transfer.mark_undone(wanted, _principal(), undo)
+        return {
+            "workspace": workspace,
+            "import": name,
+            "file": row.get("file_name"),
+            **undo,
+            # cards kept: edited since the import, or replaced by it (nothing to restore)
+            "edited": edited[:MAX_REPORTED_ERRORS],
+            "replaced": replaced[:MAX_REPORTED_ERRORS],
+            "index": index,
+        }
 
     # --- export ---------------------------------------------------------------------
 
@@ -851,11 +1041,35 @@ class CardTransfer:
 
 def export_document(card: Card) -> dict[str, Any]:
     """The card as ``show`` prints it, without what is not the card's own: the links
-    of other cards to it (each is exported with its source) and the index state."""
+    of other cards to it (each is exported with its source), the index state and the
+    import that wrote it here (an import elsewhere records its own)."""
     document = card.as_json()
     document.pop("incoming_links", None)
     document.pop("index", None)
+    document.pop("imported", None)
     return document
+
+
+def _principal() -> str | None:
+    principal = audit.actor()
+    return principal[:100] if principal else None
+
+
+def _import_document(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": import_to_id(row["id"]),
+        "file": row["file_name"],
+        "format": row["format"],
+        "by": row["principal"],
+        "status": row["status"],
+        "started_at": row["started_at"].isoformat(),
+        "finished_at": row["finished_at"].isoformat() if row["finished_at"] else None,
+        "cards": row["cards"],  # cards that still name it
+        "summary": row["summary"],
+        "undone": None
+        if row["undone_at"] is None
+        else {"at": row["undone_at"].isoformat(), "by": row["undone_by"], **(row["undo"] or {})},
+    }
 
 
 def _csv_line(cells: list[str]) -> str:
@@ -875,5 +1089,6 @@ def _csv_row(document: dict[str, Any]) -> str:
         elif column in CSV_JSON_COLUMNS:
             cells.append(json.dumps(value, ensure_ascii=False))
         else:
-            cells.append(str(value))
+            # a spreadsheet must not run a card's text as a formula; import restores it
+            cells.append(neutralized_cell(str(value)))
     return _csv_line(cells)

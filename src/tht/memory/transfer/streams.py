@@ -81,6 +81,8 @@ def _object(line: int, text: str | bytes, label: str | None = None) -> RawRecord
         return RawRecord(at, error=f"line {at} is not JSON: {exc.msg} (column {exc.colno})")
     except UnicodeDecodeError as exc:
         return RawRecord(line, error=f"the record on line {line} is not UTF-8 text ({exc.reason})")
+    except RecursionError:
+        return RawRecord(line, error=nested_too_deeply(line))
     if not isinstance(document, dict):
         return RawRecord(line, error=f"line {line} is not a JSON object")
     return RawRecord(line, document, label=label)
@@ -157,8 +159,23 @@ def iter_csv_rows(
             )
 
 
+def nested_too_deeply(line: int) -> str:
+    """Python's JSON parser recurses once per nesting level: past about a thousand
+    levels it raises RecursionError, which no card needs."""
+    return f"the record on line {line} is JSON nested too deeply to read"
+
+
 _STRUCTURE = re.compile(rb'["\\\[\]{}\n]')
 _IN_STRING = re.compile(rb'["\\\n]')
+
+
+_OBJECT, _ARRAY = 0x7B, 0x5B
+# Where records are: the elements of a top-level array, of an array that is a value of
+# the top-level object (a WrenAI export: {"sql_pairs": [...], "instructions": [...]}),
+# or of an array one object deeper (a GraphQL answer: {"data": {"sqlPairs": [...]}}).
+_RECORD_LEVELS = ([_ARRAY], [_OBJECT, _ARRAY], [_OBJECT, _OBJECT, _ARRAY])
+# The objects whose keys label the arrays of records they hold.
+_SECTION_LEVELS = ([_OBJECT], [_OBJECT, _OBJECT])
 
 
 class _Scanner:
@@ -186,7 +203,7 @@ class _Scanner:
         self.foreign_line = 0  # the last line a non-object element was reported on
 
     def _record_level(self) -> bool:
-        return self.stack == [ord("[")] or self.stack == [ord("{"), ord("[")]
+        return self.stack in _RECORD_LEVELS
 
     def feed(self, chunk: bytes) -> Iterator[RawRecord]:
         pos = 0
@@ -235,9 +252,9 @@ class _Scanner:
                     self.element = []
                     self.element_size = 0
                     self.element_line = self.line
-                    self.element_label = self.label if self.stack[0] == 0x7B else None
+                    self.element_label = self.label if self.stack[0] == _OBJECT else None
                     self.element_start = match.start()
-                if char == 0x5B and self.stack == [0x7B]:
+                if char == _ARRAY and self.element is None and self.stack in _SECTION_LEVELS:
                     self.label = b"".join(self.key_parts).decode("utf-8", "replace")
                 self.stack.append(char)
             elif char in (0x5D, 0x7D):  # ] }
@@ -261,13 +278,16 @@ class _Scanner:
         if self.foreign_line != self.line:
             self.foreign_line = self.line
             yield RawRecord(
-                self.line, error=f"line {self.line}: an element is not a JSON object (a card)"
+                self.line,
+                error=f"line {self.line}: an element is not a JSON object (a card)",
+                label=self.label if self.stack[0] == _OBJECT else None,
+                details={"not_an_object": True},
             )
 
     def _quote(self, chunk: bytes, at: int) -> None:
         if not self.in_string:
             self.in_string = True
-            if self.stack == [0x7B] and self.element is None:
+            if self.element is None and self.stack in _SECTION_LEVELS:
                 self.string_start = at + 1
                 self.key_parts = []
             return

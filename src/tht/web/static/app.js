@@ -444,7 +444,7 @@
           h("td", { "data-label": "Card" }, summary),
           h("td", { "data-label": "Family", class: "badge-cell" },
             h("span", { class: "badge family-" + item.family, text: familyLabel(item.family) }),
-            h("div", { class: "muted small", "data-origin": item.origin, text: item.origin === "workflow" ? "Workflow" : "Manual" })),
+            h("div", { class: "muted small", "data-origin": item.import_id ? "imported" : item.origin, text: item.import_id ? "Imported" : item.origin === "workflow" ? "Workflow" : "Manual" })),
           h("td", { "data-label": "Updated" }, shortTime(item.updated_at), h("div", { class: "muted small", text: "rev. " + item.revision })),
           h("td", { "data-label": "Index" }, index));
         if (state.card && state.card.id === item.id) row.setAttribute("aria-current", "true");
@@ -656,14 +656,23 @@
         source = h("div", null,
           h("div", null, "Session: ", h("span", { class: "mono", text: card.source.session || "—" })),
           h("div", null, "Decisions: ", h("span", { class: "mono", text: card.source.decisions && card.source.decisions.length ? card.source.decisions.join(", ") : "—" })));
-      } else if (card.origin === "manual") {
+      } else if (card.origin === "manual" && !card.imported) {
         source = h("span", { class: "muted", text: "None: created manually" });
       }
+      // an imported card was not reviewed here, whatever origin its file recorded
+      var origin = card.origin === "workflow" ? "Workflow" : "Manual";
+      var imported = card.imported
+        ? h("div", null,
+            h("div", null, "File: ", h("span", { class: "mono", text: card.imported.file || "—" }), " (" + card.imported.format + ")"),
+            h("div", null, "At: ", timeEl(card.imported.at), card.imported.by ? " by " + card.imported.by : ""),
+            h("div", null, "Import: ", h("code", { class: "mono", text: card.imported.id })))
+        : null;
       var indexStatus = h("div", { id: "detail-index", "data-testid": "detail-index" });
       var meta = h("dl", { class: "fields meta", "data-testid": "detail-meta" },
         term("ID", h("code", { class: "mono", text: card.id }), { "data-detail": "id" }),
-        term("Origin", card.origin === "workflow" ? "Workflow" : "Manual", { "data-detail": "origin" }),
+        term("Origin", card.imported ? "Imported (recorded as " + origin.toLowerCase() + ")" : origin, { "data-detail": "origin" }),
         term("Source", source, { "data-detail": "source" }),
+        imported ? term("Imported", imported, { "data-detail": "imported" }) : null,
         term("Revision", String(card.revision), { "data-detail": "revision", "data-testid": "detail-revision" }),
         term("Created", timeEl(card.created_at), { "data-detail": "created_at" }),
         term("Updated", timeEl(card.updated_at), { "data-detail": "updated_at" }),

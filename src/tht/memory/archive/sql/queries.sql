@@ -61,10 +61,15 @@ SELECT family, count(*) AS cards
 SELECT count(*) FROM thoth_memory.projection_ops WHERE workspace_id = %(workspace)s;
 
 -- name: card_get
-SELECT id, workspace_id, family, title, content, scope, rationale, question, sql, context,
-       error_signature, concepts, origin, source_session, source_decisions, revision, created_at, updated_at
-  FROM thoth_memory.cards
- WHERE workspace_id = %(workspace)s AND id = %(id)s;
+-- With the import that wrote the card, if one did (015).
+SELECT c.id, c.workspace_id, c.family, c.title, c.content, c.scope, c.rationale, c.question,
+       c.sql, c.context, c.error_signature, c.concepts, c.origin, c.source_session,
+       c.source_decisions, c.revision, c.created_at, c.updated_at, c.import_id,
+       c.import_action, i.file_name AS import_file, i.format AS import_format,
+       i.started_at AS import_at, i.principal AS import_by
+  FROM thoth_memory.cards c
+  LEFT JOIN thoth_memory.imports i ON i.workspace_id = c.workspace_id AND i.id = c.import_id
+ WHERE c.workspace_id = %(workspace)s AND c.id = %(id)s;
 
 -- name: card_lock
 SELECT revision, family
@@ -171,7 +176,12 @@ c.workspace_id = %(workspace)s
    AND (%(candidates)s::uuid[] IS NULL OR c.id = ANY(%(candidates)s))
    AND (%(id_prefix)s::text IS NULL OR c.id::text LIKE %(id_prefix)s || '%%')
    AND (%(families)s::text[] IS NULL OR c.family = ANY(%(families)s))
-   AND (%(origin)s::text IS NULL OR c.origin = %(origin)s)
+   -- manual and workflow: made here (by hand, by a review); imported: by an import,
+   -- whatever origin its file recorded (015)
+   AND (%(origin)s::text IS NULL
+        OR (%(origin)s = 'imported' AND c.import_id IS NOT NULL)
+        OR (c.origin = %(origin)s AND c.import_id IS NULL))
+   AND (%(import_id)s::uuid IS NULL OR c.import_id = %(import_id)s)
    AND (%(updated_from)s::timestamptz IS NULL OR c.updated_at >= %(updated_from)s)
    AND (%(updated_before)s::timestamptz IS NULL OR c.updated_at < %(updated_before)s)
    AND (NOT %(by_dependency)s OR EXISTS (
@@ -188,7 +198,7 @@ SELECT count(*) FROM thoth_memory.cards c WHERE {filters};
 -- name: list_page
 -- {order_by} comes from a fixed whitelist; the card id is always the tie-breaker.
 SELECT c.id, c.family, c.title, c.scope, c.concepts, c.origin, c.revision,
-       c.created_at, c.updated_at, o.operation AS pending
+       c.created_at, c.updated_at, o.operation AS pending, c.import_id
   FROM thoth_memory.cards c
   LEFT JOIN thoth_memory.projection_ops o ON o.card_id = c.id
  WHERE {filters}
@@ -196,10 +206,14 @@ SELECT c.id, c.family, c.title, c.scope, c.concepts, c.origin, c.revision,
  LIMIT %(limit)s OFFSET %(offset)s;
 
 -- name: cards_rows
-SELECT id, workspace_id, family, title, content, scope, rationale, question, sql, context,
-       error_signature, concepts, origin, source_session, source_decisions, revision, created_at, updated_at
-  FROM thoth_memory.cards
- WHERE workspace_id = %(workspace)s AND id = ANY(%(ids)s);
+SELECT c.id, c.workspace_id, c.family, c.title, c.content, c.scope, c.rationale, c.question,
+       c.sql, c.context, c.error_signature, c.concepts, c.origin, c.source_session,
+       c.source_decisions, c.revision, c.created_at, c.updated_at, c.import_id,
+       c.import_action, i.file_name AS import_file, i.format AS import_format,
+       i.started_at AS import_at, i.principal AS import_by
+  FROM thoth_memory.cards c
+  LEFT JOIN thoth_memory.imports i ON i.workspace_id = c.workspace_id AND i.id = c.import_id
+ WHERE c.workspace_id = %(workspace)s AND c.id = ANY(%(ids)s);
 
 -- name: dependencies_of
 SELECT card_id, database_name, schema_name, table_name, column_name

@@ -10,7 +10,7 @@
 INSERT INTO thoth_memory.cards
        (workspace_id, id, family, language, title, content, scope, rationale, question, sql,
         context, error_signature, concepts, origin, source_session, source_decisions,
-        revision, created_at, updated_at)
+        revision, created_at, updated_at, import_id, import_revision, import_action)
 SELECT %(workspace)s, c.id, c.family, %(language)s, c.title, c.content, c.scope, c.rationale,
        c.question, c.sql, c.context, c.error_signature,
        ARRAY(SELECT jsonb_array_elements_text(c.concepts::jsonb)),
@@ -19,7 +19,8 @@ SELECT %(workspace)s, c.id, c.family, %(language)s, c.title, c.content, c.scope,
             ELSE ARRAY(SELECT jsonb_array_elements_text(c.source_decisions::jsonb)) END,
        coalesce(c.revision, 1),
        coalesce(c.created_at, now()),
-       coalesce(c.updated_at, c.created_at, now())
+       coalesce(c.updated_at, c.created_at, now()),
+       %(import_id)s, coalesce(c.revision, 1), 'create'
   FROM unnest(%(ids)s::uuid[], %(families)s::text[], %(titles)s::text[], %(contents)s::text[],
               %(scopes)s::text[], %(rationales)s::text[], %(questions)s::text[], %(sqls)s::text[],
               %(contexts)s::text[], %(error_signatures)s::text[], %(concepts)s::text[],
@@ -54,6 +55,83 @@ SELECT %(workspace)s, o.card_id, 'upsert', o.revision
 ON CONFLICT (card_id) DO UPDATE
    SET operation = EXCLUDED.operation, revision = EXCLUDED.revision,
        attempts = 0, last_error = NULL, updated_at = now();
+
+-- name: import_cards_replaced
+-- Cards an import replaced (--on-conflict update), at the revision it wrote.
+UPDATE thoth_memory.cards
+   SET import_id = %(import_id)s, import_revision = revision, import_action = 'update'
+ WHERE workspace_id = %(workspace)s AND id = ANY(%(ids)s);
+
+-- name: import_insert
+INSERT INTO thoth_memory.imports (workspace_id, id, file_name, format, principal)
+VALUES (%(workspace)s, %(id)s, %(file_name)s, %(format)s, %(principal)s);
+
+-- name: import_finish
+UPDATE thoth_memory.imports
+   SET status = %(status)s, finished_at = now(), summary = %(summary)s
+ WHERE workspace_id = %(workspace)s AND id = %(id)s;
+
+-- name: import_list
+SELECT i.id, i.file_name, i.format, i.principal, i.status, i.started_at, i.finished_at,
+       i.summary, i.undone_at, i.undone_by, i.undo,
+       (SELECT count(*) FROM thoth_memory.cards c
+         WHERE c.workspace_id = i.workspace_id AND c.import_id = i.id) AS cards
+  FROM thoth_memory.imports i
+ WHERE i.workspace_id = %(workspace)s AND (%(id)s::uuid IS NULL OR i.id = %(id)s)
+ ORDER BY i.started_at DESC, i.id
+ LIMIT %(limit)s;
+
+-- name: import_lock
+SELECT id, status, undone_at FROM thoth_memory.imports
+ WHERE workspace_id = %(workspace)s AND id = %(id)s
+   FOR UPDATE;
+
+-- name: import_cards_after
+-- The cards that name an import, a batch at a time in id order (an undo's pass).
+SELECT id, revision, import_revision, import_action
+  FROM thoth_memory.cards
+ WHERE workspace_id = %(workspace)s AND import_id = %(import_id)s AND id > %(after)s
+ ORDER BY id
+ LIMIT %(limit)s;
+
+-- name: import_cards_delete
+-- The cards an import created and nobody changed since; their dependencies and
+-- links cascade. Returns each with its last revision and the links it had.
+WITH doomed AS (
+    SELECT c.id, c.revision
+      FROM thoth_memory.cards c
+     WHERE c.workspace_id = %(workspace)s AND c.id = ANY(%(ids)s)
+       AND c.import_id = %(import_id)s AND c.import_action = 'create'
+       AND c.revision = c.import_revision
+       FOR UPDATE
+), links AS (
+    SELECT count(*) AS n
+      FROM thoth_memory.card_links l
+     WHERE l.workspace_id = %(workspace)s
+       AND (l.source_id IN (SELECT id FROM doomed) OR l.target_id IN (SELECT id FROM doomed))
+), deleted AS (
+    DELETE FROM thoth_memory.cards c
+     USING doomed d
+     WHERE c.workspace_id = %(workspace)s AND c.id = d.id
+    RETURNING c.id, c.revision
+)
+SELECT (SELECT n FROM links) AS links, coalesce(array_agg(id), '{}') AS ids,
+       coalesce(array_agg(revision), '{}') AS revisions
+  FROM deleted;
+
+-- name: import_deletions_enqueue
+-- The deletions' projection operations (one past each card's last revision).
+INSERT INTO thoth_memory.projection_ops (workspace_id, card_id, operation, revision)
+SELECT %(workspace)s, o.card_id, 'delete', o.revision + 1
+  FROM unnest(%(ids)s::uuid[], %(revisions)s::bigint[]) AS o(card_id, revision)
+ON CONFLICT (card_id) DO UPDATE
+   SET operation = EXCLUDED.operation, revision = EXCLUDED.revision,
+       attempts = 0, last_error = NULL, updated_at = now();
+
+-- name: import_undone
+UPDATE thoth_memory.imports
+   SET undone_at = now(), undone_by = %(principal)s, undo = %(undo)s
+ WHERE workspace_id = %(workspace)s AND id = %(id)s;
 
 -- name: export_count
 SELECT count(*) AS cards FROM thoth_memory.cards WHERE workspace_id = %(workspace)s;
