@@ -234,6 +234,7 @@ class BindingRequired(ConfigurationError):
     this, never a wider answer."""
 
     code = "binding_required"
+    http_status = 409  # a valid request; the workspace's configuration lacks the binding
     default_message = "recall needs a DWH binding (database and schema)"
 
 

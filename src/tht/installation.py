@@ -27,7 +27,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from tht.errors import ConfigurationError
+from tht.errors import ConfigurationError, NotFound
 from tht.memory.model import DEFAULT_PROFILE
 from tht.settings import default_home, find_credentials, load_yaml, require_directory
 from tht.validation import describe_validation_error, validation_details
@@ -120,10 +120,10 @@ class Installation(_Section):
         return connections
 
     def profile(self, name: str) -> dict[str, Any]:
-        """An embedder profile's settings; an unknown name is a configuration error that
-        names the profiles there are."""
+        """An embedder profile's settings; an unknown name is ``not_found``, naming the
+        profiles there are."""
         if name not in self.embedders:
-            raise ConfigurationError(
+            raise NotFound(
                 f"embedder profile '{name}' is not defined by this installation"
                 f" (defined: {', '.join(sorted(self.embedders))})",
                 details={"embedder": name, "defined": sorted(self.embedders)},

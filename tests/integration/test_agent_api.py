@@ -375,7 +375,7 @@ def test_recall_is_bound_by_the_workspace_configuration_never_the_request(world)
     unbound = world.client.post(
         "/api/workspaces/ws-b/memory/search", json=question, headers=world.bearer("admin_b")
     )
-    assert unbound.status_code == 422 and unbound.json()["error"]["code"] == "binding_required"
+    assert unbound.status_code == 409 and unbound.json()["error"]["code"] == "binding_required"
     bound = _http(world, "search", question).json()
     assert made["sales_rule"] in [r["id"] for r in bound["results"]]
     assert made["other_rule"] not in [r["id"] for r in bound["results"]]

@@ -477,7 +477,9 @@ def test_the_list_filters_cards_by_the_import_that_wrote_them(world, tmp_path):
     path.write_text(
         "\n".join(json.dumps(card_document(title=f"Imported {i}")) for i in range(2)) + "\n"
     )
-    imported = CardTransfer(world.services.archive, world.services.projector).import_file(
+    imported = CardTransfer(
+        world.services.archive, world.services.projector.of("ws-a")
+    ).import_file(
         "ws-a",
         lambda: open(path, "rb"),  # each pass opens and closes it
         ImportOptions(fmt="jsonl", file_name="cards.jsonl"),

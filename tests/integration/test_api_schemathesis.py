@@ -12,7 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import CHECKS
 
 from tests.conftest import drop_database, new_database
+from tests.integration.catalog_support import create_sqlite_dwh
 from tests.integration.web_support import build_world
+from tht.catalog.model import Binding
 
 pytestmark = pytest.mark.slow
 
@@ -20,7 +22,13 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def world(cluster, tmp_path_factory):
     database = new_database(cluster)
-    world = build_world(database, tmp_path_factory.mktemp("schemathesis"))
+    folder = tmp_path_factory.mktemp("schemathesis")
+    world = build_world(database, folder)
+    # recall is always bound: ws-a to a real (SQLite) DWH, whose URL the service's
+    # environment holds (a recall of ws-b, which has no binding, answers 409)
+    url = create_sqlite_dwh(folder / "dwh.sqlite")
+    world.services.catalog.env = {**world.services.catalog.env, "DWH_URL": url}
+    world.services.catalog.bind(Binding("ws-a", "dwh", "main", "DWH_URL"))
     yield world
     world.close()
     drop_database(database)

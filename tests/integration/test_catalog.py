@@ -276,8 +276,8 @@ def test_a_missing_variable_an_unknown_connection_or_a_dwh_in_the_runtime_file_i
     cli, acme, monkeypatch, tmp_path
 ):
     monkeypatch.delenv(DWH_ENV)
-    result = sync(cli, acme)
-    assert result.code == 2 and DWH_ENV in result.document["error"]["message"]
+    result = sync(cli, acme)  # the installation's variable is missing: a failed scan
+    assert result.code == 9 and DWH_ENV in result.document["error"]["message"]
     unknown = cli("catalog", "bind", "-c", acme, "--connection", "hr")
     assert unknown.code == 2 and unknown.document["error"]["details"] == {
         "connection": "hr",
@@ -290,7 +290,8 @@ def test_a_missing_variable_an_unknown_connection_or_a_dwh_in_the_runtime_file_i
         refused = sync(cli, str(config))
         assert refused.code == 2
         assert refused.document["error"]["code"] == "setting_not_allowed", refused.document
-    assert cli("catalog", "runs", "-c", acme).document["items"] == []
+    runs = cli("catalog", "runs", "-c", acme).document["items"]
+    assert [(r["status"], r["phase"]) for r in runs] == [("failed", "scan")]
 
 
 def test_manual_forget_deletes_no_memory(cli, column_world, pg_dwh):

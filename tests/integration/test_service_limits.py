@@ -228,8 +228,13 @@ def test_connections_beyond_the_cap_are_answered_service_busy_at_once(start_serv
 
 
 def _status_answers(service: Service) -> bool:
-    with operator_connection(service) as sock:
-        return "status" in ask(sock, {"op": "status"})
+    """The service answers a new connection (False while it still refuses one: the
+    slots of closed connections come back once the service has seen them close)."""
+    try:
+        with operator_connection(service) as sock:
+            return "status" in ask(sock, {"op": "status"})
+    except (OSError, ValueError):
+        return False
 
 
 def test_health_on_the_socket_gives_the_details_to_the_operator_only(start_service):
@@ -239,7 +244,14 @@ def test_health_on_the_socket_gives_the_details_to_the_operator_only(start_servi
     assert mine["http_status"] == 200 and "latency_ms" in mine["health"]["dependencies"][0]
     theirs = peer.run("health")["answer"]
     assert theirs["http_status"] == 200
-    assert theirs["health"] == {
+    assert theirs["health"]["status"] == "ok"
+    # statuses only: no latency, no message, no URL
+    assert [set(d) for d in theirs["health"]["dependencies"]] == [
+        {"name", "kind", "required", "status"}
+    ] * len(mine["health"]["dependencies"])
+    assert theirs["health"]["dependencies"][0] == {
+        "name": "archive",
+        "kind": "archive",
+        "required": True,
         "status": "ok",
-        "dependencies": [{"name": "archive", "kind": "archive", "required": True, "status": "ok"}],
     }

@@ -13,7 +13,7 @@ from tests.factories import card, installation_of
 from tests.integration.service_support import wait_for
 from tht.bootstrap import build_services
 from tht.catalog.model import Binding
-from tht.errors import ConfigurationError, InvalidInput
+from tht.errors import NotFound
 from tht.web.app import WebSettings, create_app
 
 ORIGIN = "http://testserver"
@@ -42,10 +42,10 @@ def test_a_workspace_records_its_profile_and_an_unknown_one_is_refused(services)
     created = services.workspaces.create("ws-small", "en", embedder="small")
     assert created.embedder == "small"
     assert services.workspaces.create("ws-default", "en").embedder == "default"
-    with pytest.raises(InvalidInput, match="defined: default, small") as refused:
+    with pytest.raises(NotFound, match="defined: default, small") as refused:
         services.workspaces.create("ws-typo", "en", embedder="smal")
     assert refused.value.details["embedder"] == "smal"
-    with pytest.raises(ConfigurationError, match="not defined"):
+    with pytest.raises(NotFound, match="not defined"):
         services.projector.switch("ws-small", "large")
 
 
@@ -171,3 +171,87 @@ def test_switching_the_embedder_keeps_recall_until_the_new_projection_is_complet
     # the points left the collection of the profile the workspace left
     with old.index.session():
         assert old.index.count("acme") == 0
+
+
+def test_every_face_answers_the_same_on_a_workspace_with_its_own_embedder(database, tmp_path):
+    """A workspace indexed with a profile that is not the installation's default: the
+    CLI through the service, the HTTP route, the MCP tool over HTTP and the Python client
+    give the same answer (each recalls with the workspace's recorded profile)."""
+    import json
+    import socket
+
+    from tests.integration.service_support import installation
+    from tests.integration.test_mcp import document, http_session, in_a_thread
+    from tht.memory_client import Memory
+    from tht.service.commands import CommandRunner
+
+    home = tmp_path / "home"
+    home.mkdir()
+    tht = installation(database, home)
+    config = tht.runtime(
+        "acme", embedders={"small": SMALL}, dwh={"acme-dwh": {"url_env": "ACME_DWH_URL"}}
+    )
+    try:
+        created = tht.run("workspace", "create", "acme", "--language", "en", "--embedder", "small")
+        assert created.code == 0 and created.document["embedder"] == "small", created.document
+        assert tht.run("catalog", "bind", "-c", config, "--connection", "acme-dwh").code == 0
+        for title in ("Order status", "Shipped order", "Carrier codes"):
+            saved = tht.run(
+                "memory",
+                "create",
+                "-c",
+                config,
+                "--data",
+                "-",
+                stdin=json.dumps(
+                    {
+                        "family": "domain_clarification",
+                        "title": title,
+                        "content": f"{title}: what it means for an order.",
+                        "scope": "Sales",
+                    }
+                ),
+            )
+            assert saved.document["status"] == "saved", saved.document
+        token = tht.run("user", "create", "agent-1", "--role", "agent", "--workspace", "acme")
+        token = token.document["token"]
+        question = "what is the status of an order"
+        cli = tht.run("memory", "search", question, "-c", config, token=token)
+        assert cli.code == 0, cli.document
+        expected = [r["id"] for r in cli.document["results"]]
+        assert len(expected) == 3
+
+        tht.stop()
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        server = tht.start("serve", "--port", str(port))
+        try:
+            assert "error" not in json.loads(server.stdout.readline())
+            url = f"http://127.0.0.1:{port}"
+            import httpx
+
+            http = httpx.post(
+                f"{url}/api/workspaces/acme/memory/search",
+                json={"question": question},
+                headers={"Authorization": f"Bearer {token}"},
+                timeout=60,
+            )
+            assert http.status_code == 200, http.text
+            assert [r["id"] for r in http.json()["results"]] == expected
+
+            async def mcp() -> dict:
+                async with http_session(f"{url}/mcp/acme", token) as session:
+                    return document(
+                        await session.call_tool("memory_search", {"question": question})
+                    )
+
+            assert [r["id"] for r in in_a_thread(mcp)["results"]] == expected
+            runner = CommandRunner(token=token, env=tht.env)  # the installation's socket
+            with Memory(config, runner) as client:
+                assert [hit.card.id for hit in client.search(question)] == expected
+        finally:
+            server.terminate()
+            server.wait(30)
+    finally:
+        tht.stop()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tht.errors import ConfigurationError
+from tht.errors import ConfigurationError, NotFound
 from tht.installation import MAX_TIMEOUT_SECONDS, Installation, load_installation
 from tht.settings import MOVED_SETTINGS, RUNTIME_KEYS, load_runtime_config
 
@@ -103,7 +103,7 @@ def test_every_timeout_is_bounded():
 
 def test_an_unknown_profile_or_connection_names_the_defined_ones():
     installation = Installation.model_validate({"dwh": {"sales": {"url_env": "X"}}})
-    with pytest.raises(ConfigurationError, match=r"defined: default") as refused:
+    with pytest.raises(NotFound, match=r"defined: default") as refused:
         installation.profile("small")
     assert refused.value.details == {"embedder": "small", "defined": ["default"]}
     with pytest.raises(ConfigurationError, match="defined: sales"):

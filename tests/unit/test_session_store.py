@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tht.errors import ConfigurationError, InvalidInput, NotFound
+from tht.errors import InvalidInput, NotFound
 from tht.workflow.contract import ProposalsFile
 from tht.workflow.session import SessionFiles, SessionStore
 
@@ -100,8 +100,9 @@ def test_ids_are_checked_before_the_file_system_is_touched(root, workspace, sess
 
 
 def test_without_a_root_no_session_is_known(root):
-    with pytest.raises(ConfigurationError, match="sessions_root"):
+    with pytest.raises(NotFound, match="sessions_root") as unknown:
         SessionStore(None).session("acme", "s-1")
+    assert unknown.value.details["reason"] == "no_sessions_root"
     assert SessionStore(None).sessions("acme") == []
 
 

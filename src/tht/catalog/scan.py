@@ -25,7 +25,8 @@ def _dwh_error_line(exc: BaseException) -> str:
 def dwh_url(connection: DwhConnection, env: Mapping[str, str]) -> str:
     url = env.get(connection.url_env)
     if not url:
-        raise ConfigurationError(
+        # the installation's fault, not the request's: the scan fails and proves nothing
+        raise DwhUnavailable(
             f"the environment variable {connection.url_env} (the DWH's SQLAlchemy URL) is not"
             " set in the service's environment",
             details={"url_env": connection.url_env},

@@ -205,9 +205,7 @@ def imports_list(
     `tht memory list --filters '{"import": "imp-..."}'` lists an import's cards."""
     runtime = load_runtime(config)
     with _services(runtime) as services:
-        emit(
-            CardTransfer(services.archive, services.projector).imports(runtime.workspace, import_id)
-        )
+        emit(CardTransfer(services.archive).imports(runtime.workspace, import_id))
 
 
 @imports_app.command("undo")
@@ -229,7 +227,7 @@ def imports_undo(
     runtime = load_runtime(config)
     with _services(runtime) as services:
         emit(
-            CardTransfer(services.archive, services.projector).undo_import(
+            CardTransfer(services.archive, services.projector.of(runtime.workspace)).undo_import(
                 runtime.workspace, import_id, force=force, progress=progress_meter()
             )
         )

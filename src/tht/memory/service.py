@@ -409,7 +409,7 @@ class WorkspaceService:
         """A new workspace with its language and the embedder profile its vectors come
         from (one of the installation's)."""
         if embedder not in self.profiles:
-            raise InvalidInput(
+            raise NotFound(
                 f"embedder profile '{embedder}' is not defined by this installation"
                 f" (defined: {', '.join(sorted(self.profiles))})",
                 details={"embedder": embedder, "defined": sorted(self.profiles)},

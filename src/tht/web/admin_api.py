@@ -188,8 +188,9 @@ def admin_router(
         "/api/admin/workspaces",
         status_code=201,
         response_model=WorkspaceOut,
-        responses=errors(401, 403, 409, 415, 422, 503),
-        summary="Create a workspace; its creator becomes a member",
+        responses=errors(401, 403, 404, 409, 415, 422, 503),
+        summary="Create a workspace; its creator becomes a member (404: an embedder profile"
+        " the installation does not define)",
     )
     def create_workspace(actor: Actor, body: Annotated[WorkspaceIn, Body()]) -> dict[str, Any]:
         actor.require(MANAGE, None)

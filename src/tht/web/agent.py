@@ -64,7 +64,7 @@ def agent_router(services: Services, principal: Callable[..., Awaitable[Principa
     @router.post(
         "/search",
         response_model=schemas.SearchOut,
-        responses=errors(401, 403, 404, 413, 415, 422, 503),
+        responses=errors(401, 403, 404, 409, 413, 415, 422, 503),
         summary="Recall domain clarifications (filters.families widens it): `tht memory search`",
     )
     def search(
@@ -83,7 +83,7 @@ def agent_router(services: Services, principal: Callable[..., Awaitable[Principa
     @router.post(
         "/rules",
         response_model=schemas.RulesOut,
-        responses=errors(401, 403, 404, 413, 415, 422, 503),
+        responses=errors(401, 403, 404, 409, 413, 415, 422, 503),
         summary="Recall SQL rules and explained errors for a question or an error: `tht memory rules`",
     )
     def rules(
@@ -103,7 +103,7 @@ def agent_router(services: Services, principal: Callable[..., Awaitable[Principa
     @router.post(
         "/solved-search",
         response_model=schemas.RecallOut,
-        responses=errors(401, 403, 404, 413, 415, 422, 503),
+        responses=errors(401, 403, 404, 409, 413, 415, 422, 503),
         summary="Recall solved questions (consultative exemplars): `tht memory solved-search`",
     )
     def solved_search(
@@ -152,7 +152,7 @@ def agent_router(services: Services, principal: Callable[..., Awaitable[Principa
     @router.post(
         "/solved-index",
         response_model=schemas.SolvedIndexOut,
-        responses=errors(401, 403, 404, 413, 415, 422, 503),
+        responses=errors(401, 403, 404, 409, 413, 415, 422, 503),
         summary="Retry the projection of a session's reviewed solved question: `tht memory solved-index`",
     )
     def solved_index(
