@@ -450,7 +450,12 @@ def test_every_account_event_and_card_mutation_is_audited_with_its_actor(world, 
     assert [event for event in reversed(seen) if event in expected] == expected
     by_action = {e["action"]: e for e in events}
     assert by_action["card.delete"]["details"]["card"] == card["id"]
-    assert by_action["user.role"]["details"] == {"from": "user", "to": "agent"}
+    assert by_action["user.role"]["details"] == {
+        "from": "user",
+        "to": "agent",
+        "workspaces": ["ws-a"],  # newbie's, when its role changed
+        "other_workspaces": 0,
+    }
     assert by_action["login.failure"]["client"] == "testclient"
     assert "token" not in json.dumps(by_action["token.rotate"]["details"]).replace(
         "token_expires_at", ""
@@ -466,9 +471,10 @@ def test_every_account_event_and_card_mutation_is_audited_with_its_actor(world, 
     future = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
     assert run(None, "audit", "--since", future)[1] == {"items": []}
     assert run(None, "audit", "--since", "yesterday")[0] == 2
-    # admin_b reads the account events, not ws-a's card mutations
+    # admin_b reads ws-b's events, none of ws-a's (its users' events included)
     theirs = client.get("/api/admin/audit", headers=world.bearer("admin_b")).json()["items"]
     assert theirs and not [e for e in theirs if e["workspace"] == "ws-a"]
+    assert not [e for e in theirs if e["user"] in ("user_a", "newbie", "admin_a")]
     page.close()
 
 
@@ -516,7 +522,7 @@ def test_a_one_time_login_link_is_audited(world):
     assert (latest["actor"], latest["action"], latest["details"]) == (
         "user_a",
         "login.success",
-        {"method": "one_time_link"},
+        {"method": "one_time_link", "workspaces": ["ws-a"]},
     )
 
 
@@ -583,3 +589,64 @@ def test_an_admin_lists_the_users_of_its_workspaces_only(world, run):
     code, everyone = run(None, "user", "list")  # the operator sees every membership
     assert code == 0
     assert {u["user"]: u["workspaces"] for u in everyone["items"]}["user_a"] == ["ws-a", "ws-b"]
+
+
+def test_an_admin_reads_the_events_of_the_users_and_workspaces_it_administers_only(world, run):
+    """An event belongs to the workspaces it concerns: a card's or a membership's
+    workspace, or the workspaces the user acted upon belonged to at the time. An admin of
+    ws-b reads none of ws-a's user, login and token events; the operator reads them all."""
+    assert (
+        world.client.post(
+            "/api/session",
+            json={"name": "user_a", "password": "wrong password!"},
+            headers={"Origin": ORIGIN},
+        ).status_code
+        == 401
+    )
+    reader, _ = session_client(world, "user_a")  # login.success of user_a
+    reader.close()
+    assert world.client.post(
+        "/api/admin/users/user_a/token", headers=world.bearer("admin_a")
+    ).json()["token"]
+    assert run(world.tokens["admin_a"], "user", "role", "agent_a", "user")[0] == 0
+    code, _ = run(None, "user", "create", "both", "--role", "user", "--workspace", "ws-a")
+    assert code == 0
+    assert run(None, "user", "grant", "both", "--workspace", "ws-b")[0] == 0
+    assert run(None, "user", "token", "rotate", "both")[0] == 0  # ws-a's and ws-b's
+
+    ws_a_users = {"admin_a", "user_a", "agent_a"}
+    http = world.client.get("/api/admin/audit?limit=1000", headers=world.bearer("admin_b"))
+    assert http.status_code == 200, http.text
+    code, cli = run(world.tokens["admin_b"], "audit", "--limit", "1000")
+    assert code == 0
+    for events in (http.json()["items"], cli["items"]):
+        seen = {(e["action"], e["user"]) for e in events}
+        assert not [e for e in events if e["user"] in ws_a_users], "ws-a's users leaked"
+        assert not [e for e in events if e["workspace"] == "ws-a"]
+        assert ("user.create", "admin_b") in seen  # ws-b's own user
+        assert ("membership.grant", "both") in seen  # into ws-b
+        assert ("token.rotate", "both") in seen  # a user of ws-b (and of ws-a)
+        assert ("user.create", "both") not in seen  # it was ws-a's only then
+        rotated = next(e for e in events if e["action"] == "token.rotate")
+        assert rotated["details"]["workspaces"] == ["ws-b"]  # not which others it has
+        assert rotated["details"]["other_workspaces"] == 1
+    # ws-a's admin reads ws-a's events, the operator everything
+    code, mine = run(world.tokens["admin_a"], "audit", "--user", "user_a")
+    assert code == 0 and {e["action"] for e in mine["items"]} >= {
+        "login.failure",
+        "login.success",
+        "token.rotate",
+        "user.create",
+    }
+    code, everything = run(None, "audit", "--limit", "1000")
+    assert code == 0 and {e["user"] for e in everything["items"]} >= ws_a_users | {"admin_b"}
+    # a failed login of a name nobody has belongs to no workspace: the operator's alone
+    world.client.post(
+        "/api/session",
+        json={"name": "ghost", "password": "wrong password!"},
+        headers={"Origin": ORIGIN},
+    )
+    for admin in ("admin_a", "admin_b"):
+        code, theirs = run(world.tokens[admin], "audit", "--user", "ghost")
+        assert code == 0 and theirs["items"] == []
+    assert run(None, "audit", "--user", "ghost")[1]["items"][0]["action"] == "login.failure"
