@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tht.accounts import MANAGE, READ, Principal
+from tht.accounts import MANAGE, Principal
 from tht.errors import InvalidInput
 from tht.memory.idempotency import IdempotencyKey
 from tht.memory.model import card_id_to_uuid, parse_card_input, parse_list_query, uuid_to_card_id
@@ -20,17 +20,9 @@ from tht.memory.service import MemoryService
 
 Operation = Literal["list", "show", "create", "update", "delete", "pending", "retry"]
 OPERATIONS: tuple[str, ...] = ("list", "show", "create", "update", "delete", "pending", "retry")
-# Reading the archive is memory.read (a user's role has it); everything that changes
-# the archive or the index is memory.manage.
-REQUIRED: dict[str, str] = {
-    "list": READ,
-    "show": READ,
-    "pending": READ,
-    "create": MANAGE,
-    "update": MANAGE,
-    "delete": MANAGE,
-    "retry": MANAGE,
-}
+# The administrative surface needs memory.manage, its reads included: a member without
+# it (a user, an agent) reads memory through recall, not by browsing the archive here.
+REQUIRED: dict[str, str] = dict.fromkeys(OPERATIONS, MANAGE)
 
 
 def required_permission(operation: str) -> str:
