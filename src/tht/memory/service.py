@@ -37,6 +37,7 @@ from tht.memory.model import (
     card_id_to_uuid,
     uuid_to_card_id,
 )
+from tht.memory.projection import KnownFormat
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,8 @@ class Projector(Protocol):
     def propagate(self, workspace: str, card_uuid: uuid.UUID) -> IndexOutcome: ...
 
     def fingerprint(self, language: str) -> str: ...
+
+    def known_format(self, language: str) -> KnownFormat: ...
 
 
 @dataclass
@@ -146,31 +149,27 @@ class MemoryService:
             language = tx.require_workspace().language
             card = tx.card(card_uuid)
             if card is not None:
-                card.index = tx.card_index(card_uuid, self._fingerprint(language))
+                card.index = tx.card_index(card_uuid, self._known_format(language))
         if card is None:
             raise NotFound(
                 f"card {card_id} does not exist in workspace '{workspace}'", details={"id": card_id}
             )
         return card
 
-    def _fingerprint(self, language: str) -> str | None:
-        """The running projection format, None without an index. An embedder that must
-        be asked its dimension and does not answer leaves it unknown: browsing never
-        waits for the embedder (nothing then reads as current)."""
-        if self.projector is None:
-            return None
-        try:
-            return self.projector.fingerprint(language)
-        except ThothError:
-            return None
+    def _known_format(self, language: str) -> KnownFormat | None:
+        """The running projection format, None without an index; never a call to the
+        embedder: browsing and pending work need neither the embedder nor the index."""
+        return None if self.projector is None else self.projector.known_format(language)
 
     def pending(self, workspace: str) -> list[PendingOperation]:
         """Outstanding operations, plus cards whose projection is missing or of an older
-        format (after a model change or migration 002): both are excluded from recall."""
+        format (after a model change or migration 002): both are excluded from recall.
+        Read from the archive alone, as browsing is: no embedder or index is asked."""
         with self.archive.transaction(workspace) as tx:
             language = tx.require_workspace().language
             items = tx.pending_operations()
-            if self.projector is not None:
+            running = self._known_format(language)
+            if running is not None:
                 items += [
                     PendingOperation(
                         card_id=uuid_to_card_id(stale.id),
@@ -185,7 +184,7 @@ class MemoryService:
                             else "indexed in an older format or revision"
                         ),
                     )
-                    for stale in tx.stale_projections(self.projector.fingerprint(language))
+                    for stale in tx.stale_projections(running)
                 ]
             return items
 

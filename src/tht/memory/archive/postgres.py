@@ -61,6 +61,7 @@ from tht.memory.model import (
     Workspace,
     uuid_to_card_id,
 )
+from tht.memory.projection import KnownFormat
 from tht.memory.recall_filters import CardFacts
 from tht.sqlfiles import named_queries
 
@@ -727,8 +728,8 @@ class ArchiveTransaction:
     def revisions_of(self, card_uuids: list[uuid.UUID]) -> dict[uuid.UUID, int]:
         return {r["id"]: r["revision"] for r in self._rows("revisions_of", ids=list(card_uuids))}
 
-    def card_index(self, card_uuid: uuid.UUID, fingerprint: str | None) -> CardIndex | None:
-        """The card's projection as `show` reports it; ``fingerprint``: the running
+    def card_index(self, card_uuid: uuid.UUID, running: KnownFormat | None) -> CardIndex | None:
+        """The card's projection as `show` reports it; ``running``: the running
         projection format (None when no index is configured: nothing is current)."""
         row = self._row("projection_detail", id=card_uuid)
         if row is None:
@@ -738,7 +739,10 @@ class ArchiveTransaction:
         )
         return CardIndex(
             revision=row["projected_revision"],
-            current=fingerprint is not None and state.current(fingerprint),
+            current=running is not None
+            and state.operation is None
+            and state.projected_revision == state.revision
+            and running.matches(state.fingerprint),
             indexed_chars=row["indexed_chars"],
             embedded_chars=row["embedded_chars"],
         )
@@ -757,10 +761,10 @@ class ArchiveTransaction:
     def card_ids_after(self, after: uuid.UUID, limit: int) -> list[uuid.UUID]:
         return [r["id"] for r in self._rows("card_ids_after", after=after, limit=limit)]
 
-    def stale_projections(self, fingerprint: str) -> list[StaleProjection]:
+    def stale_projections(self, running: KnownFormat) -> list[StaleProjection]:
         return [
             StaleProjection(r["id"], r["title"], r["revision"], r["fingerprint"])
-            for r in self._rows("stale_projection_ids", fingerprint=fingerprint)
+            for r in self._rows("stale_projection_ids", format=running.pattern)
         ]
 
     # --- the admin list -------------------------------------------------------
