@@ -133,6 +133,30 @@ def test_memory_retry_with_the_index_down_exits_8(cli, runtime_file, tmp_path, m
     assert done.code == 0 and done.document["index"]["status"] == "current"
 
 
+def test_memory_retry_with_the_index_down_is_one_error_on_every_face(
+    world, cli, runtime_file, tmp_path, monkeypatch
+):
+    """HTTP answers what the CLI exits with: 503 index_unavailable, the same details."""
+    outage = tmp_path / "outage"
+    outage.write_text("index\n")
+    monkeypatch.setenv("THT_OUTAGE_FILE", str(outage))
+    headers = world.bearer("admin_a")
+    saved = world.client.post(BASE, json=card_document(title="During the outage"), headers=headers)
+    assert saved.status_code == 201 and saved.json()["status"] == "saved_index_incomplete"
+    card_id = saved.json()["card"]["id"]
+    over_http = world.client.post(f"{BASE}/{card_id}/retry", headers=headers)
+    on_the_cli = cli("memory", "retry", card_id, "-c", runtime_file("ws-a"))
+    assert on_the_cli.code == 8
+    assert over_http.status_code == 503, over_http.text
+    assert over_http.json() == on_the_cli.document
+    error = over_http.json()["error"]
+    assert error["code"] == "index_unavailable"
+    assert error["details"]["id"] == card_id and error["details"]["index"]["status"] == "pending"
+    outage.write_text("")
+    done = world.client.post(f"{BASE}/{card_id}/retry", headers=headers)
+    assert done.status_code == 200 and done.json()["index"]["status"] == "current"
+
+
 @pytest.fixture
 def embedder():
     """An OpenAI-compatible embedder of this machine, configured without its dimension
