@@ -22,7 +22,7 @@ from tht.errors import (
     StaleRevision,
     ThothError,
 )
-from tht.faults import crash_point
+from tht.faults import crash_point, pause_point
 from tht.memory.archive.port import Archive, ArchiveTx
 from tht.memory.idempotency import IdempotencyKey, request_digest
 from tht.memory.model import (
@@ -216,10 +216,13 @@ class MemoryService:
             tx.replace_dependencies(card_uuid, data.dependencies)
             tx.replace_outgoing_links(card_uuid, links)
             tx.enqueue(card_uuid, "upsert", revision)
-            self._record(tx, idempotency, digest, card_uuid, "upsert")
+            saved = tx.card(card_uuid)
+            self._record(tx, idempotency, digest, saved, "upsert")
             crash_point("save.before_archive_commit")
+            pause_point("save.before_archive_commit")  # a test stops the server here
         crash_point("save.after_archive_commit")
-        return self._after_commit(workspace, card_uuid, "upsert", idempotency, digest)
+        pause_point("save.after_archive_commit")
+        return self._after_commit(workspace, card_uuid, "upsert", saved, idempotency, digest)
 
     def update_card(
         self,
@@ -259,10 +262,13 @@ class MemoryService:
             tx.replace_dependencies(card_uuid, data.dependencies)
             tx.replace_outgoing_links(card_uuid, links)
             tx.enqueue(card_uuid, "upsert", revision)
-            self._record(tx, idempotency, digest, card_uuid, "upsert")
+            saved = tx.card(card_uuid)
+            self._record(tx, idempotency, digest, saved, "upsert")
             crash_point("save.before_archive_commit")
+            pause_point("save.before_archive_commit")  # a test stops the server here
         crash_point("save.after_archive_commit")
-        return self._after_commit(workspace, card_uuid, "upsert", idempotency, digest)
+        pause_point("save.after_archive_commit")
+        return self._after_commit(workspace, card_uuid, "upsert", saved, idempotency, digest)
 
     def delete_card(
         self,
@@ -289,11 +295,11 @@ class MemoryService:
             # the deletion is one revision past the card's last one
             tx.enqueue(card_uuid, "delete", revision + 1)
             self._record(
-                tx, idempotency, digest, card_uuid, "delete", card_id, links_removed=links_removed
+                tx, idempotency, digest, None, "delete", card_id, links_removed=links_removed
             )
             crash_point("delete.before_archive_commit")
         crash_point("delete.after_archive_commit")
-        result = self._after_commit(workspace, card_uuid, "delete")
+        result = self._after_commit(workspace, card_uuid, "delete", None)
         result.deleted = card_id
         result.links_removed = links_removed
         self._answer(workspace, idempotency, digest, result)
@@ -328,7 +334,7 @@ class MemoryService:
         tx: ArchiveTx,
         idempotency: IdempotencyKey | None,
         digest: str,
-        card_uuid: uuid.UUID,
+        card: Card | None,
         operation: str,
         deleted: str | None = None,
         links_removed: int = 0,
@@ -338,7 +344,7 @@ class MemoryService:
         if idempotency is None:
             return
         answer = MutationResult(
-            card=tx.card(card_uuid) if operation == "upsert" else None,
+            card=card,
             index=IndexOutcome("pending", operation, "the index update had not run yet"),
             deleted=deleted,
             links_removed=links_removed,
@@ -366,9 +372,13 @@ class MemoryService:
         workspace: str,
         card_uuid: uuid.UUID,
         operation: str,
+        card: Card | None,
         idempotency: IdempotencyKey | None = None,
         digest: str = "",
     ) -> MutationResult:
+        """The answer of a committed mutation. ``card``: the card as committed, read in
+        the mutation's transaction, so that nothing after the commit can turn a saved
+        card into a failure (an archive lost now leaves the index update pending)."""
         if self.projector is None:
             outcome = IndexOutcome("pending", operation, "no search index is configured")
         else:
@@ -379,10 +389,6 @@ class MemoryService:
         crash_point(
             "save.after_index_update" if operation == "upsert" else "delete.after_index_update"
         )
-        card = None
-        if operation == "upsert":
-            with self.archive.transaction(workspace) as tx:
-                card = tx.card(card_uuid)
         result = MutationResult(card=card, index=outcome)
         if operation == "upsert":
             self._answer(workspace, idempotency, digest, result)

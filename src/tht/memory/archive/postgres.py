@@ -22,7 +22,13 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from tht import audit
-from tht.db.connector import PostgresConnector, StoreErrors, translate
+from tht.db.connector import (
+    PostgresConnector,
+    StoreErrors,
+    commit_outcome_unknown,
+    connection_lost,
+    translate,
+)
 from tht.errors import (
     ArchiveUnavailable,
     Conflict,
@@ -241,6 +247,7 @@ class PostgresArchive:
         archive as it was at the first one (an export's consistent copy, read in
         many batches); writers go on meanwhile, and a write in it is refused.
         """
+        committing = False
         try:
             if lock and not workspace:
                 raise ValueError("a locked transaction needs a workspace")
@@ -266,7 +273,12 @@ class PostgresArchive:
                     },
                 )
                 yield ArchiveTransaction(conn, workspace)
+                # The body is done: leaving the blocks sends COMMIT. A connection lost from
+                # here on may have committed or not, which a plain outage would misstate.
+                committing = True
         except psycopg.Error as exc:
+            if committing and connection_lost(exc):
+                raise commit_outcome_unknown(exc, ERRORS) from exc
             raise _translate(exc) from exc
 
 
