@@ -109,6 +109,10 @@ class PrecomputedEmbedder:
     def dimension(self) -> int:
         return self.real.dimension
 
+    @property
+    def known_dimension(self) -> int | None:
+        return self.real.known_dimension
+
     def bound(self, text: str, *, query: bool = False):
         return self.real.bound(text, query=query)
 

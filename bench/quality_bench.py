@@ -427,6 +427,7 @@ class CachedEmbedder:
         self.inner = embedder
         self.model_id = embedder.model_id
         self.dimension = embedder.dimension
+        self.known_dimension = embedder.dimension
         self.path = path
         self.vectors: dict[str, list[float]] = {}
         if path and path.is_file():

@@ -15,7 +15,7 @@ import re
 import secrets
 import threading
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -63,6 +63,9 @@ _LIFETIME = re.compile(r"^([1-9][0-9]{0,5})([hdw])$")
 _LIFETIME_UNIT_SECONDS = {"h": 3600, "d": 86400, "w": 7 * 86400}
 MAX_TOKEN_SECONDS = 10_000 * 86400  # about 27 years: longer is `never`, said so
 AUDIT_LIMIT = 1000  # rows one audit read returns at most
+# The key of an account event's details that records the workspaces of the user it is
+# about, at the time: what decides which admins read it.
+AUDIT_WORKSPACES = "workspaces"
 ONE_TIME_SECONDS = 15 * 60
 _NAME = re.compile(r"^[A-Za-z0-9._@-]{1,64}$")
 _SCRYPT = {"n": 2**14, "r": 8, "p": 1, "dklen": 32}
@@ -268,11 +271,8 @@ class Accounts:
                 "user.create",
                 by,
                 target=name,
-                details={
-                    "role": role,
-                    "workspaces": sorted(set(workspaces)),
-                    "token_expires_at": expires,
-                },
+                workspaces=workspaces,
+                details={"role": role, "token_expires_at": expires},
             )
         return {
             "user": name,
@@ -335,7 +335,13 @@ class Accounts:
                     tx.accounts.record_login_failure(name, client, LOGIN_WINDOW_SECONDS)
                     # the backoff forgets this row after its window; the audit log keeps it
                     self._record(
-                        tx, "login.failure", None, target=name, client=client, anonymous=True
+                        tx,
+                        "login.failure",
+                        None,
+                        target=name,
+                        workspaces=tx.accounts.user_workspaces(user.id) if user else [],
+                        client=client,
+                        anonymous=True,
                     )
         if not ok or user is None:
             raise Unauthenticated("wrong user name or password")
@@ -347,6 +353,7 @@ class Accounts:
                 "login.success",
                 found,
                 target=name,
+                workspaces=found.workspaces,
                 client=client,
                 details={"method": "password"},
             )
@@ -360,6 +367,7 @@ class Accounts:
                 "login.success",
                 principal,
                 target=principal.user,
+                workspaces=principal.workspaces,
                 client=client[:128] or "unknown",
                 details={"method": "token"},
             )
@@ -411,11 +419,13 @@ class Accounts:
             if user is None or not spent or not user.one_time:
                 raise Unauthenticated("this login link was already used or has expired")
             name = user.name
+            found = self._principal(tx, user)
             self._record(
                 tx,
                 "login.success",
-                self._principal(tx, user),
+                found,
                 target=name,
+                workspaces=found.workspaces,
                 details={"method": "one_time_link"},
             )
         return self.open_session(name)
@@ -443,21 +453,27 @@ class Accounts:
         *,
         target: str | None = None,
         workspace: str | None = None,
+        workspaces: Iterable[str] | None = None,
         client: str | None = None,
         details: Mapping[str, Any] | None = None,
         anonymous: bool = False,
     ) -> None:
-        """One audit row, in the transaction of the change it records."""
+        """One audit row, in the transaction of the change it records. An event about a
+        user (``target``) records the workspaces that user belongs to now (``workspaces``):
+        their admins, and only they, read it (see ``audit_log``)."""
         actor = (
             None if anonymous else by.user if by is not None else audit.actor() or audit.OPERATOR
         )
+        recorded = dict(details or {})
+        if workspaces is not None:
+            recorded[AUDIT_WORKSPACES] = sorted(set(workspaces))
         tx.accounts.insert_audit(
             actor=actor,
             action=action,
             target_user=target,
             workspace=workspace,
             client=client,
-            details=details or {},
+            details=recorded,
         )
 
     def _target(self, tx: ArchiveTx, name: str, by: Principal | None) -> _Target:
@@ -534,6 +550,7 @@ class Accounts:
                     "user.role",
                     by,
                     target=name,
+                    workspaces=target.workspaces,
                     details={"from": target.user.role, "to": role},
                 )
         return {
@@ -554,7 +571,14 @@ class Accounts:
             target = self._target(tx, name, by)
             expires = _iso(tx.accounts.set_token(target.user.id, digest(token), seconds))
             tx.accounts.close_user_sessions(target.user.id)
-            self._record(tx, "token.rotate", by, target=name, details={"token_expires_at": expires})
+            self._record(
+                tx,
+                "token.rotate",
+                by,
+                target=name,
+                workspaces=target.workspaces,
+                details={"token_expires_at": expires},
+            )
         return {"user": name, "token": token, "token_expires_at": expires}
 
     def delete_user(self, name: str, *, by: Principal | None = None) -> dict:
@@ -568,7 +592,8 @@ class Accounts:
                 "user.delete",
                 by,
                 target=name,
-                details={"role": target.user.role, "workspaces": target.workspaces},
+                workspaces=target.workspaces,
+                details={"role": target.user.role},
             )
         return {"deleted": name, "role": target.user.role, "workspaces": target.workspaces}
 
@@ -608,8 +633,12 @@ class Accounts:
         limit: int = 100,
         by: Principal | None = None,
     ) -> list[dict]:
-        """Audit rows, newest first. An admin reads the account events and the rows of
-        its workspaces; the operator reads everything."""
+        """Audit rows, newest first. The operator reads everything; an admin reads the
+        events of the workspaces it administers: an event of a workspace (a card, a
+        membership, the workspace's creation) by its ``workspace``, an event about a
+        user by the workspaces that user belonged to when it happened, of which the
+        admin sees only its own (``other_workspaces`` counts the rest). An event of no
+        workspace (a failed login of an unknown name) is the operator's alone."""
         if by is not None:
             by.require(MANAGE, None)
         if not 1 <= limit <= AUDIT_LIMIT:
@@ -619,7 +648,9 @@ class Accounts:
                 since=since,
                 user=user,
                 limit=limit,
-                workspaces=sorted(by.workspaces) if by is not None else None,
+                workspaces=(
+                    sorted(w for w in by.workspaces if by.can_manage(w)) if by is not None else None
+                ),
             )
         return [
             {
@@ -630,7 +661,21 @@ class Accounts:
                 "user": e.target_user,
                 "workspace": e.workspace_id,
                 "client": e.client,
-                "details": e.details,
+                "details": e.details if by is None else _visible_details(e.details, by),
             }
             for e in entries
         ]
+
+
+def _visible_details(details: Any, by: Principal) -> Any:
+    """An event's details as an admin reads them: of the user's workspaces, only those
+    the admin administers, and how many others there are."""
+    if not isinstance(details, dict) or not isinstance(details.get(AUDIT_WORKSPACES), list):
+        return details
+    workspaces = details[AUDIT_WORKSPACES]
+    visible = [w for w in workspaces if by.can_manage(w)]
+    return {
+        **details,
+        AUDIT_WORKSPACES: visible,
+        "other_workspaces": len(workspaces) - len(visible),
+    }

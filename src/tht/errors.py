@@ -186,6 +186,15 @@ class ArchiveUnavailable(ThothError):
     default_message = "the memory archive (PostgreSQL) is unavailable"
 
 
+class CommitOutcomeUnknown(ArchiveUnavailable):
+    """The connection was lost while the transaction committed: the server may have
+    committed it and died before answering, or not. Never reported as a plain outage,
+    which would tell the caller its write was lost."""
+
+    code = "commit_outcome_unknown"
+    default_message = "the archive connection was lost while committing: the outcome is unknown"
+
+
 class SchemaNotReady(ArchiveUnavailable):
     """The database is reachable but its memory schema is missing or not the expected version."""
 
@@ -335,7 +344,8 @@ EXIT_CODES = {
     3: "not found",
     4: "conflict (stale revision, duplicate, family_immutable, idempotency_key_reused)",
     5: "permission denied",
-    6: "archive unavailable or schema not ready",
+    6: "archive unavailable or schema not ready; commit_outcome_unknown: the connection was lost"
+    " while a write committed (it may or may not have been applied)",
     7: "migration refused (changed or unknown applied migration)",
     8: "search index or embedder unavailable (recall), the index lost points the archive records"
     " (index_lost_points), or `memory check` found drift (index_drift), or `memory retry` left the"

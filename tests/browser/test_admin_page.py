@@ -404,6 +404,13 @@ def test_memory_management_page(server: Server, chromium, index_blocker, screens
         expect(count).to_have_text(f"{SEED_COUNT} cards")
         page.get_by_test_id("pending-section").scroll_into_view_if_needed()
         shot("index-incomplete")
+        # a retry while the index is still down (HTTP 503 index_unavailable): said so
+        pending_new.get_by_test_id("pending-retry").click()
+        expect(page.get_by_test_id("pending-feedback")).to_contain_text(
+            "Index update still incomplete for “Net revenue excludes refunds”"
+        )
+        expect(page.get_by_test_id("pending-feedback")).to_contain_text("Index error:")
+        expect(pending_items).to_have_count(2)
 
         # --- index back: retry empties the pending list ------------------------------------
         blocker.release()

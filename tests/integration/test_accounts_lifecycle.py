@@ -22,6 +22,7 @@ from tht.cli.main import main
 
 PASSWORD = "correct horse battery"
 MEMORY = "/api/workspaces/ws-a/memory"
+RECALL = "/api/workspaces/{}/memory/search"
 
 
 @pytest.fixture
@@ -75,13 +76,18 @@ def error_code(response) -> str:
     return response.json()["error"]["code"]
 
 
+def recall(client: TestClient, headers: dict[str, str], workspace: str = "ws-a"):
+    """A user's recall in ``workspace`` (the administrative routes are an admin's)."""
+    return client.post(RECALL.format(workspace), json={"question": "card"}, headers=headers)
+
+
 # --- memberships ---------------------------------------------------------------------
 
 
 def test_a_revoked_membership_is_forbidden_at_once_for_the_token_and_the_session(world):
-    reader, _ = session_client(world, "user_a")
-    assert world.client.get(MEMORY, headers=world.bearer("user_a")).status_code == 200
-    assert reader.get(MEMORY).status_code == 200
+    reader, headers = session_client(world, "user_a")
+    assert recall(world.client, world.bearer("user_a")).status_code == 200
+    assert recall(reader, headers).status_code == 200
     revoked = world.client.delete(
         "/api/admin/users/user_a/workspaces/ws-a", headers=world.bearer("admin_a")
     )
@@ -92,32 +98,26 @@ def test_a_revoked_membership_is_forbidden_at_once_for_the_token_and_the_session
         "member": False,
         "changed": True,
     }
-    token_answer = world.client.get(MEMORY, headers=world.bearer("user_a"))
+    token_answer = recall(world.client, world.bearer("user_a"))
     assert (token_answer.status_code, error_code(token_answer)) == (403, "forbidden")
-    assert reader.get(MEMORY).status_code == 403  # the open session too, without a new login
+    assert recall(reader, headers).status_code == 403  # the open session too, without a new login
     granted = world.client.put(
         "/api/admin/users/user_a/workspaces/ws-a", headers=world.bearer("admin_a")
     )
     assert granted.status_code == 200 and granted.json()["changed"] is True
-    assert world.client.get(MEMORY, headers=world.bearer("user_a")).status_code == 200
+    assert recall(world.client, world.bearer("user_a")).status_code == 200
     reader.close()
 
 
 def test_the_cli_grants_and_revokes_and_an_admin_only_in_its_own_workspaces(world, run):
     code, document = run(None, "user", "grant", "user_a", "--workspace", "ws-b")
     assert code == 0 and document["changed"] is True
-    assert (
-        world.client.get("/api/workspaces/ws-b/memory", headers=world.bearer("user_a")).status_code
-        == 200
-    )
+    assert recall(world.client, world.bearer("user_a"), "ws-b").status_code == 200
     code, document = run(world.tokens["admin_a"], "user", "revoke", "user_a", "--workspace", "ws-b")
     assert (code, document["error"]["code"]) == (5, "forbidden")  # admin_a is not ws-b's
     code, document = run(world.tokens["admin_b"], "user", "revoke", "user_a", "--workspace", "ws-b")
     assert code == 0 and document["member"] is False
-    assert (
-        world.client.get("/api/workspaces/ws-b/memory", headers=world.bearer("user_a")).status_code
-        == 403
-    )
+    assert recall(world.client, world.bearer("user_a"), "ws-b").status_code == 403
     code, document = run(None, "user", "grant", "user_a", "--workspace", "nowhere")
     assert (code, document["error"]["code"]) == (3, "not_found")
     code, document = run(None, "user", "grant", "nobody", "--workspace", "ws-a")
@@ -134,7 +134,7 @@ def test_a_rotated_token_replaces_the_old_one_at_once_and_closes_its_sessions(wo
         via_token.post("/api/session", json={"token": old}, headers={"Origin": ORIGIN}).status_code
         == 200
     )
-    assert via_token.get(MEMORY).status_code == 200
+    assert via_token.get("/api/session").status_code == 200
     rotated = world.client.post(
         "/api/admin/users/user_a/token", json={"expires_in": "30d"}, headers=world.bearer("admin_a")
     )
@@ -145,8 +145,8 @@ def test_a_rotated_token_replaces_the_old_one_at_once_and_closes_its_sessions(wo
     assert abs(expires - (datetime.now(UTC) + timedelta(days=30))) < timedelta(minutes=5)
     refused = world.client.get(MEMORY, headers={"Authorization": f"Bearer {old}"})
     assert (refused.status_code, error_code(refused)) == (401, "unauthenticated")
-    assert via_token.get(MEMORY).status_code == 401  # the session the old token opened
-    assert world.client.get(MEMORY, headers={"Authorization": f"Bearer {new}"}).status_code == 200
+    assert via_token.get("/api/session").status_code == 401  # the session the old token opened
+    assert recall(world.client, {"Authorization": f"Bearer {new}"}).status_code == 200
     via_token.close()
 
 
@@ -249,7 +249,8 @@ def test_a_demoted_admin_loses_its_rights_at_once_even_in_an_open_session(world)
     world.services.accounts.set_role("admin_a", "user")  # the operator
     refused = page.post(MEMORY, json=card_document(title="after"), headers=headers)
     assert (refused.status_code, error_code(refused)) == (403, "forbidden")
-    assert page.get(MEMORY).status_code == 200  # a user still reads
+    assert page.get(MEMORY).status_code == 403  # nor browse: that is the administration
+    assert recall(page, headers).status_code == 200  # a user recalls
     page.close()
 
 
@@ -450,7 +451,12 @@ def test_every_account_event_and_card_mutation_is_audited_with_its_actor(world, 
     assert [event for event in reversed(seen) if event in expected] == expected
     by_action = {e["action"]: e for e in events}
     assert by_action["card.delete"]["details"]["card"] == card["id"]
-    assert by_action["user.role"]["details"] == {"from": "user", "to": "agent"}
+    assert by_action["user.role"]["details"] == {
+        "from": "user",
+        "to": "agent",
+        "workspaces": ["ws-a"],  # newbie's, when its role changed
+        "other_workspaces": 0,
+    }
     assert by_action["login.failure"]["client"] == "testclient"
     assert "token" not in json.dumps(by_action["token.rotate"]["details"]).replace(
         "token_expires_at", ""
@@ -466,9 +472,10 @@ def test_every_account_event_and_card_mutation_is_audited_with_its_actor(world, 
     future = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
     assert run(None, "audit", "--since", future)[1] == {"items": []}
     assert run(None, "audit", "--since", "yesterday")[0] == 2
-    # admin_b reads the account events, not ws-a's card mutations
+    # admin_b reads ws-b's events, none of ws-a's (its users' events included)
     theirs = client.get("/api/admin/audit", headers=world.bearer("admin_b")).json()["items"]
     assert theirs and not [e for e in theirs if e["workspace"] == "ws-a"]
+    assert not [e for e in theirs if e["user"] in ("user_a", "newbie", "admin_a")]
     page.close()
 
 
@@ -516,7 +523,7 @@ def test_a_one_time_login_link_is_audited(world):
     assert (latest["actor"], latest["action"], latest["details"]) == (
         "user_a",
         "login.success",
-        {"method": "one_time_link"},
+        {"method": "one_time_link", "workspaces": ["ws-a"]},
     )
 
 
@@ -581,3 +588,64 @@ def test_an_admin_lists_the_users_of_its_workspaces_only(world, run):
     code, everyone = run(None, "user", "list")  # the operator sees every membership
     assert code == 0
     assert {u["user"]: u["workspaces"] for u in everyone["items"]}["user_a"] == ["ws-a", "ws-b"]
+
+
+def test_an_admin_reads_the_events_of_the_users_and_workspaces_it_administers_only(world, run):
+    """An event belongs to the workspaces it concerns: a card's or a membership's
+    workspace, or the workspaces the user acted upon belonged to at the time. An admin of
+    ws-b reads none of ws-a's user, login and token events; the operator reads them all."""
+    assert (
+        world.client.post(
+            "/api/session",
+            json={"name": "user_a", "password": "wrong password!"},
+            headers={"Origin": ORIGIN},
+        ).status_code
+        == 401
+    )
+    reader, _ = session_client(world, "user_a")  # login.success of user_a
+    reader.close()
+    assert world.client.post(
+        "/api/admin/users/user_a/token", headers=world.bearer("admin_a")
+    ).json()["token"]
+    assert run(world.tokens["admin_a"], "user", "role", "agent_a", "user")[0] == 0
+    code, _ = run(None, "user", "create", "both", "--role", "user", "--workspace", "ws-a")
+    assert code == 0
+    assert run(None, "user", "grant", "both", "--workspace", "ws-b")[0] == 0
+    assert run(None, "user", "token", "rotate", "both")[0] == 0  # ws-a's and ws-b's
+
+    ws_a_users = {"admin_a", "user_a", "agent_a"}
+    http = world.client.get("/api/admin/audit?limit=1000", headers=world.bearer("admin_b"))
+    assert http.status_code == 200, http.text
+    code, cli = run(world.tokens["admin_b"], "audit", "--limit", "1000")
+    assert code == 0
+    for events in (http.json()["items"], cli["items"]):
+        seen = {(e["action"], e["user"]) for e in events}
+        assert not [e for e in events if e["user"] in ws_a_users], "ws-a's users leaked"
+        assert not [e for e in events if e["workspace"] == "ws-a"]
+        assert ("user.create", "admin_b") in seen  # ws-b's own user
+        assert ("membership.grant", "both") in seen  # into ws-b
+        assert ("token.rotate", "both") in seen  # a user of ws-b (and of ws-a)
+        assert ("user.create", "both") not in seen  # it was ws-a's only then
+        rotated = next(e for e in events if e["action"] == "token.rotate")
+        assert rotated["details"]["workspaces"] == ["ws-b"]  # not which others it has
+        assert rotated["details"]["other_workspaces"] == 1
+    # ws-a's admin reads ws-a's events, the operator everything
+    code, mine = run(world.tokens["admin_a"], "audit", "--user", "user_a")
+    assert code == 0 and {e["action"] for e in mine["items"]} >= {
+        "login.failure",
+        "login.success",
+        "token.rotate",
+        "user.create",
+    }
+    code, everything = run(None, "audit", "--limit", "1000")
+    assert code == 0 and {e["user"] for e in everything["items"]} >= ws_a_users | {"admin_b"}
+    # a failed login of a name nobody has belongs to no workspace: the operator's alone
+    world.client.post(
+        "/api/session",
+        json={"name": "ghost", "password": "wrong password!"},
+        headers={"Origin": ORIGIN},
+    )
+    for admin in ("admin_a", "admin_b"):
+        code, theirs = run(world.tokens[admin], "audit", "--user", "ghost")
+        assert code == 0 and theirs["items"] == []
+    assert run(None, "audit", "--user", "ghost")[1]["items"][0]["action"] == "login.failure"

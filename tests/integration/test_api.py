@@ -10,7 +10,8 @@ import pytest
 
 from tests.factories import card_document
 from tests.integration.web_support import ORIGIN, build_world
-from tht.accounts import MANAGE, READ, ROLE_PERMISSIONS, Principal
+from tht.accounts import MANAGE, ROLE_PERMISSIONS, Principal
+from tht.catalog.model import Binding
 from tht.cli.main import main
 from tht.memory.admin import AdminRequest
 from tht.protected import new_request, sign
@@ -27,10 +28,10 @@ def routes(world, workspace: str, card_id: str) -> list[tuple[str, str, dict | N
     """The administration routes with the capability each needs (tht.accounts)."""
     base = f"/api/workspaces/{workspace}/memory"
     return [
-        ("GET", base, None, READ),
+        ("GET", base, None, MANAGE),
         ("POST", base, card_document(title="intruder"), MANAGE),
-        ("GET", f"{base}/pending", None, READ),
-        ("GET", f"{base}/{card_id}", None, READ),
+        ("GET", f"{base}/pending", None, MANAGE),
+        ("GET", f"{base}/{card_id}", None, MANAGE),
         ("PUT", f"{base}/{card_id}", card_document(title="changed"), MANAGE),
         ("DELETE", f"{base}/{card_id}", None, MANAGE),
         ("POST", f"{base}/{card_id}/retry", None, MANAGE),
@@ -42,8 +43,8 @@ ROLE = {"admin_a": "admin", "admin_b": "admin", "user_a": "user", "agent_a": "ag
 
 
 def test_bola_matrix_allows_only_the_capability_in_the_members_workspace(world):
-    # reads (memory.read): the admin and the user of the workspace; edits
-    # (memory.manage): its admin only; the agent (recall, propose) neither
+    # every administrative route, reads included, is memory.manage's: the workspace's
+    # admin only; its user (memory.read, recall) and its agent (recall, propose) neither
     actors = [None, "user_a", "agent_a", "admin_a", "admin_b"]
     objects = [
         ("ws-a", world.cards["ws-a"][0]),
@@ -108,8 +109,7 @@ def test_bola_matrix_allows_only_the_capability_in_the_members_workspace(world):
                     )
                     assert world.snapshot() == before, (actor, method, path)
     assert unauthorized_successes == []
-    # list and pending (twice: once per object of ws-a) and show of its own card
-    assert authorized > 0 and reads_by_user == 5
+    assert authorized > 0 and reads_by_user == 0
     deleted = world.client.delete(
         f"/api/workspaces/ws-a/memory/{world.cards['ws-a'][2]}", headers=world.bearer("admin_a")
     )
@@ -383,7 +383,13 @@ def test_protected_requests_refused_unless_signed_fresh_single_use_and_authorize
         "too long-lived": sign(
             new_request(admin, AdminRequest("ws-a", "list"), lifetime=timedelta(hours=1)), key
         ),
-        # a user reads (memory.read) but never edits, not even through the backend
+        # a user neither browses nor edits the archive, not even through the backend
+        "user reading the archive": sign(
+            new_request(
+                Principal("user_a", "user", frozenset({"ws-a"})), AdminRequest("ws-a", "list")
+            ),
+            key,
+        ),
         "user without memory.manage": sign(
             new_request(
                 Principal("user_a", "user", frozenset({"ws-a"})),
@@ -496,3 +502,106 @@ def test_the_list_filters_cards_by_the_import_that_wrote_them(world, tmp_path):
     assert "Imported 0" not in {i["title"] for i in manual["items"]}
     bad = world.client.get(base, params={"import": "imp-x"}, headers=admin)
     assert bad.status_code == 422
+
+
+# Operations that are not the administration: the caller's own session and workspaces, an
+# agent's recall and proposals (their own capabilities: tests/integration/test_agent_api.py)
+# and /api/cli, where each command checks the capability of its own.
+NOT_ADMINISTRATIVE_TAGS = {"session", "workspaces", "agent", "service"}
+
+
+def administrative_requests(world) -> dict[tuple[str, str], tuple[str, dict | None]]:
+    """One request for each administrative operation of the OpenAPI document."""
+    memory = "/api/workspaces/{workspaceId}/memory"
+    catalog = "/api/workspaces/{workspaceId}/catalog"
+    review = "/api/workspaces/{workspaceId}/review/sessions"
+    card_id = world.cards["ws-a"][0]
+    run = "run-00000000-0000-4000-8000-000000000000"
+    return {
+        ("GET", memory): ("/api/workspaces/ws-a/memory", None),
+        ("POST", memory): ("/api/workspaces/ws-a/memory", card_document(title="intruder")),
+        ("GET", memory + "/pending"): ("/api/workspaces/ws-a/memory/pending", None),
+        ("GET", memory + "/{cardId}"): (f"/api/workspaces/ws-a/memory/{card_id}", None),
+        ("PUT", memory + "/{cardId}"): (
+            f"/api/workspaces/ws-a/memory/{card_id}",
+            card_document(title="changed"),
+        ),
+        ("DELETE", memory + "/{cardId}"): (f"/api/workspaces/ws-a/memory/{card_id}", None),
+        ("POST", memory + "/{cardId}/retry"): (
+            f"/api/workspaces/ws-a/memory/{card_id}/retry",
+            None,
+        ),
+        ("GET", catalog): ("/api/workspaces/ws-a/catalog", None),
+        ("POST", catalog + "/sync"): ("/api/workspaces/ws-a/catalog/sync", None),
+        ("GET", catalog + "/runs/{runId}"): (f"/api/workspaces/ws-a/catalog/runs/{run}", None),
+        ("POST", catalog + "/runs/{runId}/retry"): (
+            f"/api/workspaces/ws-a/catalog/runs/{run}/retry",
+            None,
+        ),
+        ("GET", review): ("/api/workspaces/ws-a/review/sessions", None),
+        ("GET", review + "/{sessionId}"): ("/api/workspaces/ws-a/review/sessions/s-1", None),
+        ("POST", review + "/{sessionId}/apply"): (
+            "/api/workspaces/ws-a/review/sessions/s-1/apply",
+            {"decline_all": True},
+        ),
+        ("GET", "/api/admin/workspaces"): ("/api/admin/workspaces", None),
+        ("POST", "/api/admin/workspaces"): (
+            "/api/admin/workspaces",
+            {"id": "ws-new", "language": "en"},
+        ),
+        ("GET", "/api/admin/users"): ("/api/admin/users", None),
+        ("POST", "/api/admin/users"): (
+            "/api/admin/users",
+            {"name": "new", "role": "admin", "workspaces": ["ws-a"]},
+        ),
+        ("PUT", "/api/admin/users/{name}/role"): (
+            "/api/admin/users/user_a/role",
+            {"role": "admin"},
+        ),
+        ("PUT", "/api/admin/users/{name}/workspaces/{workspace}"): (
+            "/api/admin/users/user_a/workspaces/ws-a",
+            None,
+        ),
+        ("DELETE", "/api/admin/users/{name}/workspaces/{workspace}"): (
+            "/api/admin/users/user_a/workspaces/ws-a",
+            None,
+        ),
+        ("POST", "/api/admin/users/{name}/token"): ("/api/admin/users/admin_a/token", None),
+        ("DELETE", "/api/admin/users/{name}"): ("/api/admin/users/admin_a", None),
+        ("GET", "/api/admin/audit"): ("/api/admin/audit", None),
+    }
+
+
+def test_every_administrative_route_needs_memory_manage_reads_included(world):
+    """The administrative HTTP surface requires memory.manage: a user (memory.read) and an
+    agent get 403 on every route of it, reading the archive's list, cards and pending
+    operations included, with the token and with a web session."""
+    requests = administrative_requests(world)
+    documented = {
+        (method.upper(), path)
+        for path, operations in world.client.app.openapi()["paths"].items()
+        for method, operation in operations.items()
+        if not set(operation["tags"]) & NOT_ADMINISTRATIVE_TAGS
+    }
+    assert documented == set(requests)  # a new administrative route joins the table above
+    before, users = world.snapshot(), world.services.accounts.users()
+    csrf = login(world, "user_a")  # the client now carries user_a's session cookie
+    cookie_headers = {"Origin": ORIGIN, "Sec-Fetch-Site": "same-origin", "X-CSRF-Token": csrf}
+    attempts = [(actor, world.bearer(actor)) for actor in ("user_a", "agent_a")]
+    attempts.append(("user_a's session", cookie_headers))
+    for actor, headers in attempts:
+        for (method, _), (path, body) in requests.items():
+            response = world.client.request(method, path, json=body, headers=headers)
+            assert response.status_code == 403, (actor, method, path, response.text)
+            error = response.json()["error"]
+            assert (error["code"], error["details"]["permission"]) == ("forbidden", MANAGE)
+    assert world.snapshot() == before and world.services.accounts.users() == users
+    # what a user reads instead: recall, through the agent-facing routes (bound, as
+    # recall always is)
+    world.services.catalog.bind(Binding("ws-a", "dwh", "sales", "DWH_URL"))
+    recalled = world.client.post(
+        "/api/workspaces/ws-a/memory/search",
+        json={"question": "ws-a card"},
+        headers=world.bearer("user_a"),
+    )
+    assert recalled.status_code == 200, recalled.text

@@ -22,7 +22,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.factories import card, card_document, installation_of
-from tests.integration.service_support import Installation, wait_for
+from tests.integration.service_support import Installation, Result, wait_for
 from tht.bootstrap import build_services
 from tht.faults import CRASH_EXIT_CODE
 from tht.memory.model import card_id_to_uuid
@@ -308,6 +308,83 @@ def test_serve_retries_the_work_a_killed_command_left_pending(database, tmp_path
         server.wait(30)
     listed = tht.run("memory", "list", "-c", config).document["items"]
     assert len(listed) == 1 and listed[0]["pending"] is None
+
+
+# --- a write when the server goes away around its commit --------------------------------
+
+
+@pytest.fixture
+def embedded():
+    """An installation on an embedded PostgreSQL of its own, which a test may stop."""
+    # in /tmp itself: run as root, the embedded server's own user must reach the folder
+    home = Path(tempfile.mkdtemp(prefix="tht-test-commit-"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("THT_")}
+    tht = Installation(home, {**env, "THT_HOME": str(home), "THT_SERVICE": "off"})
+    assert tht.run("workspace", "create", "acme", "--language", "en").code == 0
+    yield tht
+    tht.run("db", "stop")
+    shutil.rmtree(home, ignore_errors=True)
+
+
+def stopped_at(tht: Installation, point: str, *args: str) -> Result:
+    """`tht ARGS`, with the embedded PostgreSQL stopped (`tht db stop`) while the
+    command waits at the pause point ``point``."""
+    marker = tht.home / "paused"
+    command = tht.start(*args, THT_PAUSE_AT=point, THT_PAUSE_FILE=str(marker))
+    try:
+        assert wait_for(marker.exists, 120), command.communicate(timeout=30)
+        assert tht.run("db", "stop").document["stopped"] is True
+    finally:
+        marker.unlink(missing_ok=True)
+    out, err = command.communicate(timeout=120)
+    lines = out.strip().splitlines()
+    assert len(lines) == 1, (command.returncode, out, err)
+    return Result(command.returncode, json.loads(lines[0]), err)
+
+
+def test_a_save_committed_before_the_server_stopped_answers_saved(embedded):
+    """The commit succeeded, then the server stopped: the answer is the saved card (its
+    index update pending), not an outage that would say the save was lost."""
+    config = embedded.runtime("acme")
+    (embedded.home / "card.json").write_text(json.dumps(card_document(title="Committed first")))
+    saved = stopped_at(
+        embedded,
+        "save.after_archive_commit",
+        "memory",
+        "create",
+        "-c",
+        config,
+        "--data",
+        "card.json",
+    )
+    assert saved.code == 0, saved.document
+    assert saved.document["status"] == "saved_index_incomplete"
+    assert saved.document["card"]["title"] == "Committed first"
+    shown = embedded.run("memory", "show", saved.document["card"]["id"], "-c", config)
+    assert shown.code == 0 and shown.document["revision"] == saved.document["card"]["revision"]
+
+
+def test_a_connection_lost_while_committing_says_the_outcome_is_unknown(embedded):
+    """The server stopped between the save's last statement and its COMMIT: the command
+    cannot know whether the server committed, says so, and tells how to find out; the
+    write sent again under its idempotency key is applied once."""
+    config = embedded.runtime("acme")
+    (embedded.home / "card.json").write_text(json.dumps(card_document(title="Unknown outcome")))
+    write = ("memory", "create", "-c", config, "--data", "card.json", "--idempotency-key", "k-1")
+    lost = stopped_at(embedded, "save.before_archive_commit", *write)
+    assert lost.code == 6, lost.document
+    error = lost.document["error"]
+    assert error["code"] == "commit_outcome_unknown"
+    assert "may or may not have been applied" in error["message"]
+    assert "idempotency key" in error["message"] and "tht memory" in error["message"]
+    assert error["details"]["reason"]
+    # here the server was stopped before the COMMIT reached it: nothing was applied
+    assert embedded.run("memory", "list", "-c", config).document["total"] == 0
+    again = embedded.run(*write)
+    replayed = embedded.run(*write)
+    assert again.code == 0 and replayed.code == 0, (again.document, replayed.document)
+    assert again.document["card"]["id"] == replayed.document["card"]["id"]
+    assert embedded.run("memory", "list", "-c", config).document["total"] == 1
 
 
 @pytest.fixture(autouse=True)

@@ -100,7 +100,8 @@ def audit_log(
     limit: Annotated[int, typer.Option(help="At most this many events (1 to 1000)")] = 100,
 ) -> None:
     """The audit log, newest first: logins, failed logins, token, role and membership
-    changes, user deletions and card mutations, each with its actor (admins only)."""
+    changes, user deletions and card mutations, each with its actor (admins only: an
+    admin reads the events of its workspaces and their users, the operator all)."""
     moment = parse_since(since)
     with _services() as services:
         items = services.accounts.audit_log(

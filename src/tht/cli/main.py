@@ -189,17 +189,12 @@ def memory_retry(
     """Retry a card's index work from its current state (re-index it, or remove a deleted card's point).
 
     Exits 8 (index_unavailable) when the work is still pending afterwards."""
-    from tht.memory.index.errors import IndexUnavailable
+    from tht.memory.admin import retry_index_work
 
     runtime = load_runtime(config)
     with _services(runtime) as services:
-        outcome = services.projector.retry(runtime.workspace, card_id)
-    if outcome.status != "current":  # an operator's retry that did nothing is no success
-        raise IndexUnavailable(
-            f"the index work of card {card_id} is still pending: {outcome.error}",
-            details={"id": card_id, "index": outcome.as_json()},
-        )
-    emit({"id": card_id, "index": outcome.as_json()})
+        retried = retry_index_work(services.projector, runtime.workspace, card_id)
+    emit(retried)
 
 
 @memory_app.command("index")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import psycopg
 import psycopg_pool
 
-from tht.errors import ArchiveLoginRefused, ThothError, first_line
+from tht.errors import ArchiveLoginRefused, CommitOutcomeUnknown, ThothError, first_line
 from tht.sqlfiles import named_queries
 
 
@@ -56,6 +56,29 @@ def translate(exc: BaseException, errors: StoreErrors) -> ThothError:
     if isinstance(exc, psycopg.OperationalError | psycopg_pool.PoolTimeout):
         return errors.unavailable(f"{errors.what} is unavailable: {first_line(exc)}")
     return errors.failed(first_line(exc))
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` is the end of the connection (the server gone or ending the
+    session: no SQLSTATE, or class 08 or 57P) rather than a statement the server
+    refused, which it answered."""
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    state = exc.sqlstate
+    return state is None or state.startswith(("08", "57P"))
+
+
+def commit_outcome_unknown(exc: BaseException, errors: StoreErrors) -> CommitOutcomeUnknown:
+    """What a transaction answers when its connection was lost while committing: the
+    server may have committed and died before answering, or not; only looking (or a
+    write sent again under its idempotency key) tells."""
+    return CommitOutcomeUnknown(
+        f"the connection to {errors.what} was lost while committing ({first_line(exc)}): the"
+        " change may or may not have been applied. Look before writing again (tht memory"
+        " show or list, GET the card), or send the same write again with the same"
+        " idempotency key (--idempotency-key, the Idempotency-Key header): it is applied once.",
+        details={"reason": first_line(exc)},
+    )
 
 
 # libpq reports a refused login in its message only (no SQLSTATE before the session exists)

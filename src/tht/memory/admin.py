@@ -11,31 +11,40 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tht.accounts import MANAGE, READ, Principal
+from tht.accounts import MANAGE, Principal
 from tht.errors import InvalidInput
 from tht.memory.idempotency import IdempotencyKey
+from tht.memory.index.errors import IndexUnavailable
 from tht.memory.model import card_id_to_uuid, parse_card_input, parse_list_query, uuid_to_card_id
 from tht.memory.service import MemoryService
 from tht.memory.workspace_projection import Projection
 
 Operation = Literal["list", "show", "create", "update", "delete", "pending", "retry"]
 OPERATIONS: tuple[str, ...] = ("list", "show", "create", "update", "delete", "pending", "retry")
-# Reading the archive is memory.read (a user's role has it); everything that changes
-# the archive or the index is memory.manage.
-REQUIRED: dict[str, str] = {
-    "list": READ,
-    "show": READ,
-    "pending": READ,
-    "create": MANAGE,
-    "update": MANAGE,
-    "delete": MANAGE,
-    "retry": MANAGE,
-}
+# The administrative surface needs memory.manage, its reads included: a member without
+# it (a user, an agent) reads memory through recall, not by browsing the archive here.
+REQUIRED: dict[str, str] = dict.fromkeys(OPERATIONS, MANAGE)
 
 
 def required_permission(operation: str) -> str:
     """The capability an operation needs (an unknown one: memory.manage, then refused)."""
     return REQUIRED.get(operation, MANAGE)
+
+
+def retry_index_work(projector: Projection | None, workspace: str, card_id: str) -> dict[str, Any]:
+    """A card's index work retried from its current state, as every face answers it
+    (`tht memory retry`, the HTTP route, a protected request): work still pending
+    afterwards is no success but index_unavailable (exit 8, HTTP 503), naming the card
+    and the outcome."""
+    if projector is None:
+        raise InvalidInput("no search index is configured: nothing to retry")
+    outcome = projector.retry(workspace, card_id)
+    if outcome.status != "current":
+        raise IndexUnavailable(
+            f"the index work of card {card_id} is still pending: {outcome.error}",
+            details={"id": card_id, "index": outcome.as_json()},
+        )
+    return {"id": card_id, "index": outcome.as_json()}
 
 
 @dataclass(frozen=True)
@@ -81,6 +90,4 @@ class MemoryAdmin:
             return self.memory.delete_card(
                 workspace, card_id, request.revision, idempotency=key
             ).as_json()
-        if self.projector is None:
-            raise InvalidInput("no search index is configured: nothing to retry")
-        return {"id": card_id, "index": self.projector.retry(workspace, card_id).as_json()}
+        return retry_index_work(self.projector, workspace, card_id)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from tht.memory.model import Card, Dependency
@@ -23,6 +24,27 @@ FORMAT = "hybrid-v1"
 
 def fingerprint(model_id: str, dimension: int, sparse_settings: str) -> str:
     return f"{FORMAT}|{model_id}|{dimension}|{sparse_settings}|{TEXT_VERSION}"
+
+
+@dataclass(frozen=True)
+class KnownFormat:
+    """The running projection format as far as it is known without asking the
+    embedder, for browsing and pending work, which never wait for it: the fingerprint,
+    or, while a remote embedder configured without its dimension has not answered in
+    this process, every part of it but the dimension (a model keeps its dimension; the
+    first answer makes the format whole again)."""
+
+    pattern: str  # an anchored regular expression that PostgreSQL and Python read alike
+
+    @classmethod
+    def of(cls, model_id: str, dimension: int | None, sparse_settings: str) -> KnownFormat:
+        if dimension is not None:
+            return cls("^" + re.escape(fingerprint(model_id, dimension, sparse_settings)) + "$")
+        head, tail = f"{FORMAT}|{model_id}|", f"|{sparse_settings}|{TEXT_VERSION}"
+        return cls("^" + re.escape(head) + "[0-9]+" + re.escape(tail) + "$")
+
+    def matches(self, recorded: str | None) -> bool:
+        return recorded is not None and re.fullmatch(self.pattern, recorded) is not None
 
 
 def qualified(dep: Dependency) -> str:

@@ -43,7 +43,13 @@ from tht.memory.index.port import (
     stores_symptoms,
 )
 from tht.memory.model import Card, card_id_to_uuid, uuid_to_card_id
-from tht.memory.projection import ProjectedCard, card_facts, fingerprint, indexed_text
+from tht.memory.projection import (
+    KnownFormat,
+    ProjectedCard,
+    card_facts,
+    fingerprint,
+    indexed_text,
+)
 from tht.memory.service import IndexOutcome
 from tht.memory.stages import Stage, hand_over, start_stage, take_over
 
@@ -137,12 +143,20 @@ class IndexProjector:
         (``WorkspaceProjector`` gives each workspace the projector of its profile)."""
         return self
 
-    def fingerprint_of(self, workspace: str, language: str) -> str:
-        return self.fingerprint(language)
+    def known_format_of(self, workspace: str, language: str) -> KnownFormat:
+        return self.known_format(language)
 
     def fingerprint(self, language: str) -> str:
         return fingerprint(
             self.embedder.model_id, self.embedder.dimension, self.encoder(language).settings_id
+        )
+
+    def known_format(self, language: str) -> KnownFormat:
+        """The running format without a call to the embedder (browsing, pending work)."""
+        return KnownFormat.of(
+            self.embedder.model_id,
+            self.embedder.known_dimension,
+            self.encoder(language).settings_id,
         )
 
     def ensure_collection(self) -> None:

@@ -23,7 +23,7 @@ from tht.errors import (
     StaleRevision,
     ThothError,
 )
-from tht.faults import crash_point
+from tht.faults import crash_point, pause_point
 from tht.memory.archive.port import Archive, ArchiveTx
 from tht.memory.idempotency import IdempotencyKey, request_digest
 from tht.memory.model import (
@@ -39,6 +39,7 @@ from tht.memory.model import (
     card_id_to_uuid,
     uuid_to_card_id,
 )
+from tht.memory.projection import KnownFormat
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ class Projector(Protocol):
 
     def propagate(self, workspace: str, card_uuid: uuid.UUID) -> IndexOutcome: ...
 
-    def fingerprint_of(self, workspace: str, language: str) -> str: ...
+    def known_format_of(self, workspace: str, language: str) -> KnownFormat: ...
 
 
 @dataclass
@@ -148,31 +149,30 @@ class MemoryService:
             language = tx.require_workspace().language
             card = tx.card(card_uuid)
             if card is not None:
-                card.index = tx.card_index(card_uuid, self._fingerprint(workspace, language))
+                card.index = tx.card_index(card_uuid, self._known_format(workspace, language))
         if card is None:
             raise NotFound(
                 f"card {card_id} does not exist in workspace '{workspace}'", details={"id": card_id}
             )
         return card
 
-    def _fingerprint(self, workspace: str, language: str) -> str | None:
-        """The running projection format, None without an index. An embedder that must
-        be asked its dimension and does not answer leaves it unknown: browsing never
-        waits for the embedder (nothing then reads as current)."""
+    def _known_format(self, workspace: str, language: str) -> KnownFormat | None:
+        """The running projection format of the workspace's profile, None without an
+        index; never a call to the embedder: browsing and pending work need neither the
+        embedder nor the index."""
         if self.projector is None:
             return None
-        try:
-            return self.projector.fingerprint_of(workspace, language)
-        except ThothError:
-            return None
+        return self.projector.known_format_of(workspace, language)
 
     def pending(self, workspace: str) -> list[PendingOperation]:
         """Outstanding operations, plus cards whose projection is missing or of an older
-        format (after a model change or migration 002): both are excluded from recall."""
+        format (after a model change or migration 002): both are excluded from recall.
+        Read from the archive alone, as browsing is: no embedder or index is asked."""
         with self.archive.transaction(workspace) as tx:
             language = tx.require_workspace().language
             items = tx.pending_operations()
-            if self.projector is not None:
+            running = self._known_format(workspace, language)
+            if running is not None:
                 items += [
                     PendingOperation(
                         card_id=uuid_to_card_id(stale.id),
@@ -187,9 +187,7 @@ class MemoryService:
                             else "indexed in an older format or revision"
                         ),
                     )
-                    for stale in tx.stale_projections(
-                        self.projector.fingerprint_of(workspace, language)
-                    )
+                    for stale in tx.stale_projections(running)
                 ]
             return items
 
@@ -221,10 +219,13 @@ class MemoryService:
             tx.replace_dependencies(card_uuid, data.dependencies)
             tx.replace_outgoing_links(card_uuid, links)
             tx.enqueue(card_uuid, "upsert", revision)
-            self._record(tx, idempotency, digest, card_uuid, "upsert")
+            saved = tx.card(card_uuid)
+            self._record(tx, idempotency, digest, saved, "upsert")
             crash_point("save.before_archive_commit")
+            pause_point("save.before_archive_commit")  # a test stops the server here
         crash_point("save.after_archive_commit")
-        return self._after_commit(workspace, card_uuid, "upsert", idempotency, digest)
+        pause_point("save.after_archive_commit")
+        return self._after_commit(workspace, card_uuid, "upsert", saved, idempotency, digest)
 
     def update_card(
         self,
@@ -264,10 +265,13 @@ class MemoryService:
             tx.replace_dependencies(card_uuid, data.dependencies)
             tx.replace_outgoing_links(card_uuid, links)
             tx.enqueue(card_uuid, "upsert", revision)
-            self._record(tx, idempotency, digest, card_uuid, "upsert")
+            saved = tx.card(card_uuid)
+            self._record(tx, idempotency, digest, saved, "upsert")
             crash_point("save.before_archive_commit")
+            pause_point("save.before_archive_commit")  # a test stops the server here
         crash_point("save.after_archive_commit")
-        return self._after_commit(workspace, card_uuid, "upsert", idempotency, digest)
+        pause_point("save.after_archive_commit")
+        return self._after_commit(workspace, card_uuid, "upsert", saved, idempotency, digest)
 
     def delete_card(
         self,
@@ -294,11 +298,11 @@ class MemoryService:
             # the deletion is one revision past the card's last one
             tx.enqueue(card_uuid, "delete", revision + 1)
             self._record(
-                tx, idempotency, digest, card_uuid, "delete", card_id, links_removed=links_removed
+                tx, idempotency, digest, None, "delete", card_id, links_removed=links_removed
             )
             crash_point("delete.before_archive_commit")
         crash_point("delete.after_archive_commit")
-        result = self._after_commit(workspace, card_uuid, "delete")
+        result = self._after_commit(workspace, card_uuid, "delete", None)
         result.deleted = card_id
         result.links_removed = links_removed
         self._answer(workspace, idempotency, digest, result)
@@ -333,7 +337,7 @@ class MemoryService:
         tx: ArchiveTx,
         idempotency: IdempotencyKey | None,
         digest: str,
-        card_uuid: uuid.UUID,
+        card: Card | None,
         operation: str,
         deleted: str | None = None,
         links_removed: int = 0,
@@ -343,7 +347,7 @@ class MemoryService:
         if idempotency is None:
             return
         answer = MutationResult(
-            card=tx.card(card_uuid) if operation == "upsert" else None,
+            card=card,
             index=IndexOutcome("pending", operation, "the index update had not run yet"),
             deleted=deleted,
             links_removed=links_removed,
@@ -371,9 +375,13 @@ class MemoryService:
         workspace: str,
         card_uuid: uuid.UUID,
         operation: str,
+        card: Card | None,
         idempotency: IdempotencyKey | None = None,
         digest: str = "",
     ) -> MutationResult:
+        """The answer of a committed mutation. ``card``: the card as committed, read in
+        the mutation's transaction, so that nothing after the commit can turn a saved
+        card into a failure (an archive lost now leaves the index update pending)."""
         if self.projector is None:
             outcome = IndexOutcome("pending", operation, "no search index is configured")
         else:
@@ -384,10 +392,6 @@ class MemoryService:
         crash_point(
             "save.after_index_update" if operation == "upsert" else "delete.after_index_update"
         )
-        card = None
-        if operation == "upsert":
-            with self.archive.transaction(workspace) as tx:
-                card = tx.card(card_uuid)
         result = MutationResult(card=card, index=outcome)
         if operation == "upsert":
             self._answer(workspace, idempotency, digest, result)

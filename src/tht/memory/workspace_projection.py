@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from tht.errors import ThothError
 
 if TYPE_CHECKING:
-    from tht.memory.projector import IndexProjector, Progress, SyncReport
+    from tht.memory.projector import IndexProjector, KnownFormat, Progress, SyncReport
     from tht.memory.recall_service import RecallService
     from tht.memory.service import IndexOutcome
 
@@ -32,7 +32,7 @@ class Projection(Protocol):
 
     def of(self, workspace: str) -> IndexProjector: ...
 
-    def fingerprint_of(self, workspace: str, language: str) -> str: ...
+    def known_format_of(self, workspace: str, language: str) -> KnownFormat: ...
 
     def propagate(self, workspace: str, card_uuid: uuid.UUID) -> IndexOutcome: ...
 
@@ -111,8 +111,8 @@ class WorkspaceProjector:
             "seconds": round(time.perf_counter() - started, 3),
         }
 
-    def fingerprint_of(self, workspace: str, language: str) -> str:
-        return self.of(workspace).fingerprint(language)
+    def known_format_of(self, workspace: str, language: str) -> KnownFormat:
+        return self.of(workspace).known_format(language)
 
     def propagate(self, workspace: str, card_uuid: uuid.UUID) -> IndexOutcome:
         return self.of(workspace).propagate(workspace, card_uuid)

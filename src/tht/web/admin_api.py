@@ -283,7 +283,7 @@ def admin_router(
         "/api/admin/audit",
         response_model=AuditList,
         responses=errors(401, 403, 422, 503),
-        summary="The audit log, newest first (account events and the admin's workspaces)",
+        summary="The audit log, newest first: the events of the admin's workspaces",
     )
     def audit(
         actor: Actor,

@@ -4,10 +4,10 @@ Authentication: a bearer API token (`tht user create` prints one) or a web sessi
 cookie from the login form. Cookie-authenticated unsafe requests also need a CSRF
 token bound to the session (header X-CSRF-Token), an Origin among the configured public
 origins and a same-origin Sec-Fetch-Site; bodies must be JSON (`tht.web.guard`). Every
-memory route checks its capability (tht.accounts: reads `memory.read`, edits
-`memory.manage`, an agent's recall and proposals `memory.recall` and `memory.propose`,
-see tht.web.agent) and workspace membership, then the service checks the principal
-again (MemoryAdmin, tht.memory.agent).
+memory route checks its capability (tht.accounts: the administrative routes, reads
+included, `memory.manage`; an agent's recall and proposals `memory.recall` and
+`memory.propose`, see tht.web.agent) and workspace membership, then the service checks
+the principal again (MemoryAdmin, tht.memory.agent).
 """
 
 import hashlib
@@ -555,8 +555,8 @@ def create_app(
         shown = requested if len(requested) <= 64 else requested[:64] + "…"
         if requested in actor.workspaces:
             return (
-                f"You can read workspace “{shown}” but not manage it: these pages need the"
-                " memory.manage permission there. Choose one of your workspaces below."
+                f"You belong to workspace “{shown}” but do not administer it: these pages need"
+                " the memory.manage permission there. Choose one of your workspaces below."
             )
         return (
             f"Workspace “{shown}” does not exist, or you are not a member of it."

@@ -267,7 +267,8 @@ class AccountRecords:
         workspaces: list[str] | None,
     ) -> list[AuditEntry]:
         """Newest first. ``workspaces`` None: every row; otherwise the rows of those
-        workspaces and the rows of no workspace (account events)."""
+        workspaces: of a card, a membership or a workspace by its workspace, of a user
+        by the workspaces it belonged to then (``details.workspaces``)."""
         return [
             AuditEntry(**r)
             for r in self._tx._rows(

@@ -28,6 +28,7 @@ from tht.memory.model import (
     Source,
     Workspace,
 )
+from tht.memory.projection import KnownFormat
 from tht.memory.recall_filters import CardFacts
 
 if TYPE_CHECKING:
@@ -429,9 +430,9 @@ class ArchiveTx(Protocol):
 
     def projections(self) -> dict[uuid.UUID, tuple[int, str]]: ...
 
-    def card_index(self, card_uuid: uuid.UUID, fingerprint: str | None) -> CardIndex | None: ...
+    def card_index(self, card_uuid: uuid.UUID, running: KnownFormat | None) -> CardIndex | None: ...
 
-    def stale_projections(self, fingerprint: str) -> list[StaleProjection]: ...
+    def stale_projections(self, running: KnownFormat) -> list[StaleProjection]: ...
 
     # --- recall -----------------------------------------------------------------------
 

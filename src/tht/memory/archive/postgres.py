@@ -22,7 +22,13 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from tht import audit
-from tht.db.connector import PostgresConnector, StoreErrors, translate
+from tht.db.connector import (
+    PostgresConnector,
+    StoreErrors,
+    commit_outcome_unknown,
+    connection_lost,
+    translate,
+)
 from tht.errors import (
     ArchiveUnavailable,
     Conflict,
@@ -64,6 +70,7 @@ from tht.memory.model import (
     import_uuid,
     uuid_to_card_id,
 )
+from tht.memory.projection import KnownFormat
 from tht.memory.recall_filters import CardFacts
 from tht.sqlfiles import named_queries
 
@@ -243,6 +250,7 @@ class PostgresArchive:
         archive as it was at the first one (an export's consistent copy, read in
         many batches); writers go on meanwhile, and a write in it is refused.
         """
+        committing = False
         try:
             if lock and not workspace:
                 raise ValueError("a locked transaction needs a workspace")
@@ -268,7 +276,12 @@ class PostgresArchive:
                     },
                 )
                 yield ArchiveTransaction(conn, workspace)
+                # The body is done: leaving the blocks sends COMMIT. A connection lost from
+                # here on may have committed or not, which a plain outage would misstate.
+                committing = True
         except psycopg.Error as exc:
+            if committing and connection_lost(exc):
+                raise commit_outcome_unknown(exc, ERRORS) from exc
             raise _translate(exc) from exc
 
 
@@ -742,8 +755,8 @@ class ArchiveTransaction:
     def revisions_of(self, card_uuids: list[uuid.UUID]) -> dict[uuid.UUID, int]:
         return {r["id"]: r["revision"] for r in self._rows("revisions_of", ids=list(card_uuids))}
 
-    def card_index(self, card_uuid: uuid.UUID, fingerprint: str | None) -> CardIndex | None:
-        """The card's projection as `show` reports it; ``fingerprint``: the running
+    def card_index(self, card_uuid: uuid.UUID, running: KnownFormat | None) -> CardIndex | None:
+        """The card's projection as `show` reports it; ``running``: the running
         projection format (None when no index is configured: nothing is current)."""
         row = self._row("projection_detail", id=card_uuid)
         if row is None:
@@ -753,7 +766,10 @@ class ArchiveTransaction:
         )
         return CardIndex(
             revision=row["projected_revision"],
-            current=fingerprint is not None and state.current(fingerprint),
+            current=running is not None
+            and state.operation is None
+            and state.projected_revision == state.revision
+            and running.matches(state.fingerprint),
             indexed_chars=row["indexed_chars"],
             embedded_chars=row["embedded_chars"],
         )
@@ -772,10 +788,10 @@ class ArchiveTransaction:
     def card_ids_after(self, after: uuid.UUID, limit: int) -> list[uuid.UUID]:
         return [r["id"] for r in self._rows("card_ids_after", after=after, limit=limit)]
 
-    def stale_projections(self, fingerprint: str) -> list[StaleProjection]:
+    def stale_projections(self, running: KnownFormat) -> list[StaleProjection]:
         return [
             StaleProjection(r["id"], r["title"], r["revision"], r["fingerprint"])
-            for r in self._rows("stale_projection_ids", fingerprint=fingerprint)
+            for r in self._rows("stale_projection_ids", format=running.pattern)
         ]
 
     # --- the admin list -------------------------------------------------------

@@ -31,6 +31,7 @@ class HashingEmbedder(BatchingEmbedder):
         self.dimension = dimension
         self.max_input_chars = max_chars
         self.model_id = f"hashing-v1-{dimension}"
+        self.known_dimension: int | None = dimension
 
     def _embed(self, texts: list[str], *, query: bool) -> list[list[float]]:
         return [self._vector(text) for text in texts]

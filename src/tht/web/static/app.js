@@ -1151,20 +1151,21 @@
       var fromDetail = document.activeElement && document.activeElement.getAttribute("data-testid") === "detail-retry";
       setFeedback(els.pendingFeedback, "info", "Retrying " + name + "…");
       document.querySelectorAll('[data-testid="pending-retry"], [data-testid="detail-retry"]').forEach(function (b) { b.disabled = true; });
-      api("POST", wsBase() + "/" + encodeURIComponent(cardId) + "/retry").then(function (result) {
-        if (result.index.status === "current") {
-          setFeedback(els.pendingFeedback, "saved", "Index updated for " + name + ".");
-          // the save's warning about this card is resolved now
-          if (els.feedback.getAttribute("data-status") === "incomplete" && els.feedback.getAttribute("data-card") === cardId) {
-            setFeedback(els.feedback, "saved", "Index updated for " + name + ".",
-              title ? "Recall uses the current content." : "Recall no longer returns it.");
-          }
-        } else {
-          setFeedback(els.pendingFeedback, "incomplete", "Index update still incomplete for " + name + ".",
-            result.index.error ? "Index error: " + result.index.error : "");
+      api("POST", wsBase() + "/" + encodeURIComponent(cardId) + "/retry").then(function () {
+        setFeedback(els.pendingFeedback, "saved", "Index updated for " + name + ".");
+        // the save's warning about this card is resolved now
+        if (els.feedback.getAttribute("data-status") === "incomplete" && els.feedback.getAttribute("data-card") === cardId) {
+          setFeedback(els.feedback, "saved", "Index updated for " + name + ".",
+            title ? "Recall uses the current content." : "Recall no longer returns it.");
         }
       }, function (err) {
-        setFeedback(els.pendingFeedback, "error", "Retry failed for " + name + ".", err.message);
+        var index = err.details && err.details.index;  // 503: the work is still pending
+        if (index) {
+          setFeedback(els.pendingFeedback, "incomplete", "Index update still incomplete for " + name + ".",
+            index.error ? "Index error: " + index.error : "");
+        } else {
+          setFeedback(els.pendingFeedback, "error", "Retry failed for " + name + ".", err.message);
+        }
       }).then(function () {
         loadPending().then(function () {
           if (fromDetail && state.mode === "detail") { $("detail-title").focus(); return; }

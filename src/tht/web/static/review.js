@@ -409,10 +409,12 @@
 
   function retry(cardId) {
     var memory = "/api/workspaces/" + encodeURIComponent(state.workspace) + "/memory";
-    return api("POST", memory + "/" + encodeURIComponent(cardId) + "/retry").then(function (outcome) {
-      say(outcome.index.status === "current" ? "ok" : "error", outcome.index.status === "current"
-        ? "Indexed: " + cardId + " is available to recall." : "Still pending: " + (outcome.index.error || ""));
-    }).catch(function (err) { say("error", err.message); }).then(function () {
+    return api("POST", memory + "/" + encodeURIComponent(cardId) + "/retry").then(function () {
+      say("ok", "Indexed: " + cardId + " is available to recall.");
+    }).catch(function (err) {
+      var index = err.details && err.details.index;  // 503: the work is still pending
+      say("error", index ? "Still pending: " + (index.error || "") : err.message);
+    }).then(function () {
       return api("GET", memory + "/pending").then(function (data) {
         var shown = Array.prototype.map.call(document.querySelectorAll("[data-testid=pending-card]"), function (li) {
           return li.firstChild.textContent.trim();

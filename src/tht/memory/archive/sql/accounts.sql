@@ -122,11 +122,17 @@ VALUES (%(actor)s, %(action)s, %(target_user)s, %(workspace)s, %(client)s, %(det
 
 -- name: audit_list
 -- Newest first. %(workspaces)s NULL: every row (the operator); otherwise the rows of
--- those workspaces and the rows of no workspace (account events).
+-- those workspaces: a row's workspace_id, or for an event about a user (no
+-- workspace_id), the workspaces that user belonged to then (details.workspaces). A row
+-- with neither belongs to no workspace and is the operator's alone.
 SELECT id, at, actor, action, target_user, workspace_id, client, details
   FROM thoth_memory.audit_log
  WHERE (%(since)s::timestamptz IS NULL OR at >= %(since)s::timestamptz)
    AND (%(user)s::text IS NULL OR actor = %(user)s::text OR target_user = %(user)s::text)
-   AND (%(workspaces)s::text[] IS NULL OR workspace_id IS NULL OR workspace_id = ANY(%(workspaces)s::text[]))
+   AND (%(workspaces)s::text[] IS NULL
+        OR workspace_id = ANY(%(workspaces)s::text[])
+        OR (workspace_id IS NULL
+            AND jsonb_typeof(details -> 'workspaces') = 'array'
+            AND (details -> 'workspaces') ?| %(workspaces)s::text[]))
  ORDER BY at DESC, id DESC
  LIMIT %(limit)s;

@@ -340,13 +340,14 @@ SELECT id FROM thoth_memory.cards
 
 -- name: stale_projection_ids
 -- Cards with no outstanding operation whose projection is missing, behind, or of
--- another format (fingerprint): excluded from recall until retried or rebuilt.
+-- another format: excluded from recall until retried or rebuilt. %(format)s is the
+-- running format as a regular expression (tht.memory.projection.KnownFormat).
 SELECT c.id, c.title, c.revision, p.fingerprint
   FROM thoth_memory.cards c
   LEFT JOIN thoth_memory.projections p ON p.card_id = c.id
   LEFT JOIN thoth_memory.projection_ops o ON o.card_id = c.id
  WHERE c.workspace_id = %(workspace)s AND o.card_id IS NULL
-   AND (p.card_id IS NULL OR p.revision <> c.revision OR p.fingerprint <> %(fingerprint)s)
+   AND (p.card_id IS NULL OR p.revision <> c.revision OR p.fingerprint !~ %(format)s)
  ORDER BY c.id;
 
 -- name: card_revisions
