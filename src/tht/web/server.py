@@ -125,21 +125,22 @@ def run_server(
         return
     import uvicorn
 
-    from tht.demo import DEMO_WORKSPACE, load_demo
+    from tht.demo import DEMO_WORKSPACE, demo_sessions_root, load_demo
     from tht.web.app import WebSettings, create_app
     from tht.web.guard import served_origins
     from tht.web.limits import ServerLimits, uvicorn_options
 
     _check_port_free(host, port)
     projection = ProjectionSettings(server_config.index, server_config.embedding)
-    service = Service(
-        home, idle_timeout=idle_timeout, web=True, sessions_root=server_config.sessions_root
-    )
+    sessions_root = server_config.sessions_root
+    if demo and sessions_root is None:
+        sessions_root = demo_sessions_root(home)
+    service = Service(home, idle_timeout=idle_timeout, web=True, sessions_root=sessions_root)
     take_over(home, service)
     previous_handlers = _stop_on_termination(service)
     try:
         service.start()
-        services = service.open_engines().services(projection, server_config.sessions_root)
+        services = service.open_engines().services(projection, sessions_root)
         if demo:
             load_demo(services)
         token_file = ensure_admin(services, home)
