@@ -138,7 +138,8 @@ def cluster(tmp_path_factory):
         cluster = _external_cluster(url)
         embedded = None
     else:
-        home = Path(tempfile.mkdtemp(prefix="tht-test-pg-"))
+        home = Path(tempfile.mkdtemp(prefix=run_cleanup.CLUSTER_PREFIX))
+        run_cleanup.remove_at_the_end(home)
         embedded = EmbeddedPostgres(home)
         embedded.ensure_roles_and_database(database=None)
         cluster = Cluster(embedded.superuser_conninfo(), {})

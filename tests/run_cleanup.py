@@ -34,6 +34,7 @@ import psutil
 
 MARK = "THOTH_TEST_RUN"
 CLUSTER_PREFIX = "tht-test-pg-"  # the session cluster's folder (tests/conftest.py)
+_FOLDERS: list[Path] = []  # removed once this process's leftovers are stopped
 STOPPING = (signal.SIGTERM, signal.SIGHUP)
 GRACE_SECONDS = 15.0
 
@@ -43,6 +44,12 @@ def mark_this_run() -> str:
     value = f"{os.environ.get(MARK, '')}/{secrets.token_hex(4)}"
     os.environ[MARK] = value
     return value
+
+
+def remove_at_the_end(folder: Path) -> None:
+    """A folder of this process's run (a server's data) that goes after its processes,
+    even when the teardown that removes it was cut short (a second Ctrl-C)."""
+    _FOLDERS.append(folder)
 
 
 def interrupt_on_stop_signals(is_xdist_controller: Callable[[], bool]) -> None:
@@ -140,7 +147,7 @@ def stop_leftovers(value: str) -> list[str]:
                 else:
                     process.kill()
         psutil.wait_procs(alive, timeout=5)
-        for folder in clusters:
+        for folder in [*clusters, *_FOLDERS]:
             if folder is not None:
                 shutil.rmtree(folder, ignore_errors=True)
         return described

@@ -85,6 +85,12 @@ def test_an_interrupted_run_leaves_no_server_or_service(signum, whom, tmp_path):
         assert sum("bin/postgres -D" in line for line in running) == 2, running
         assert sum("-m tht.service" in line for line in running) == 1, running
         assert sum("python" in line for line in running) >= 3, running
+        clusters = [
+            Path(line.split(" -D ")[1].split()[0]).parent
+            for line in running
+            if f"/{run_cleanup.CLUSTER_PREFIX}" in line
+        ]
+        assert len(clusters) == 1, running
 
         if whom == "process group":
             os.killpg(run.pid, signum)
@@ -94,6 +100,7 @@ def test_an_interrupted_run_leaves_no_server_or_service(signum, whom, tmp_path):
 
         left = _describe(run_cleanup.marked(probe) + _mentioning(basetemp))
         assert not left, left
+        assert not clusters[0].exists()  # the session cluster's data went with it
         assert code == pytest.ExitCode.INTERRUPTED, log.read_text()[-4000:]
     finally:
         if run.poll() is None:
