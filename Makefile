@@ -35,14 +35,15 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests bench scripts
 	$(BIN)/mypy
 
-# pytest exits 5 when it collected no test: that is reported, not hidden as success. The
+# pytest exits 5 when it collected no test: make reports it as an error, not a success. The
 # 20 slowest tests are listed at the end, to keep the suite within its ~15 minutes.
 # TEST_WORKERS pytest-xdist processes share the tests file by file (a module's costly
 # fixtures are built once); each has its own embedded PostgreSQL. 0: one process.
+# `exec`: a SIGTERM that make passes on reaches pytest itself, not a shell that would die of
+# it and leave pytest running; pytest then stops what the run started (tests/run_cleanup.py).
 TEST_WORKERS ?= 2
 test: $(STAMP) lint chromium
-	@$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=20 $(PYTEST_ARGS); rc=$$?; \
-	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
+	@exec $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=20 $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory test-real-postgres
 
 # A PostgreSQL server as production runs one: Debian's postgresql package (installed when
@@ -57,12 +58,11 @@ REAL_PG_PORT ?= 55432
 REAL_PG_SUITES = tests/integration/test_migrations.py tests/integration/test_tenancy.py \
 	tests/integration/test_crud.py tests/integration/test_recall.py \
 	tests/integration/test_fault_batteries.py
+# `real_postgres.py run` stops the server when the two runs end, on Ctrl-C and SIGTERM too.
 test-real-postgres: $(STAMP)
-	@$(BIN)/python scripts/real_postgres.py start $(REAL_PG_DIR) --port $(REAL_PG_PORT)
-	@( . $(REAL_PG_DIR)/env && $(BIN)/python -m pytest -p no:cacheprovider tests/real_server ) && \
-	( . $(REAL_PG_DIR)/test-env && $(BIN)/python -m pytest -p no:cacheprovider -k "not pgvector" $(REAL_PG_SUITES) ); \
-	rc=$$?; $(BIN)/python scripts/real_postgres.py stop $(REAL_PG_DIR); \
-	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
+	@exec $(BIN)/python scripts/real_postgres.py run $(REAL_PG_DIR) --port $(REAL_PG_PORT) -- sh -c '\
+	( . $(REAL_PG_DIR)/env && exec $(BIN)/python -m pytest -p no:cacheprovider tests/real_server ) && \
+	( . $(REAL_PG_DIR)/test-env && exec $(BIN)/python -m pytest -p no:cacheprovider -k "not pgvector" $(REAL_PG_SUITES) )'
 
 # The fast tier (docs/testing.md): unit and adapter-contract tests without the `slow` and
 # `browser` ones, for the edit-test loop. No gates: `make lint` (or pre-commit) runs them.

@@ -2,6 +2,7 @@
 
     python scripts/real_postgres.py start DIR [--port 55432]
     python scripts/real_postgres.py stop DIR
+    python scripts/real_postgres.py run DIR [--port 55432] -- COMMAND...
 
 `start` uses Debian's `postgresql` package (installed with apt-get when missing and we are
 root), makes a cluster in DIR/data with a self-signed certificate made now, accepts only
@@ -11,6 +12,11 @@ files those variables name (files made here, 0600, when the variables are unset)
 writes DIR/env: the `THT_CATALOG_*` settings a `tht` process needs (and the superuser's
 URL for tests/real_server), and DIR/test-env: only `THT_TEST_ADMIN_DATABASE_URL`, the
 superuser over TLS, with which the test suite makes its own databases and logins.
+
+`run` starts the cluster, runs COMMAND and stops the cluster when COMMAND ends, however it
+ends: Ctrl-C, SIGTERM and SIGHUP are passed on to COMMAND's whole process group (a shell
+that dies of them would leave its pytest running), and the cluster stops once that group
+is gone. Its exit code is COMMAND's.
 
 Runs as root (the server then runs as the `postgres` user) or as the user who owns DIR.
 Standard library only: it runs before and without the project's virtual environment.
@@ -25,10 +31,13 @@ import pwd
 import secrets
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
+from types import FrameType
 
 # Not the embedded server's login names: the test suite's own logins (tests/conftest.py) live
 # on the same server and get new passwords at each session.
@@ -52,16 +61,64 @@ def main(argv: list[str] | None = None) -> int:
     start.add_argument("--port", type=int, default=55432)
     stop = sub.add_parser("stop", help="stop the cluster (idempotent)")
     stop.add_argument("dir", type=Path)
-    args = parser.parse_args(argv)
+    run = sub.add_parser(
+        "run", help="start the cluster, run the command after --, stop the cluster"
+    )
+    run.add_argument("dir", type=Path)
+    run.add_argument("--port", type=int, default=55432)
+    argv = sys.argv[1:] if argv is None else argv
+    command = argv[argv.index("--") + 1 :] if "--" in argv else []
+    args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     try:
         if args.command == "start":
             start_server(args.dir.resolve(), args.port)
+        elif args.command == "run":
+            if not command:
+                parser.error("run needs a command after --")
+            return run_with_server(args.dir.resolve(), args.port, command)
         else:
             stop_server(args.dir.resolve())
     except SetupError as exc:
         print(f"real PostgreSQL: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def run_with_server(root: Path, port: int, command: list[str]) -> int:
+    """COMMAND's exit code; the cluster is stopped before this returns."""
+    child: subprocess.Popen[bytes] | None = None
+
+    def pass_on(signum: int, frame: FrameType | None) -> None:
+        if child is None:  # still starting the cluster: stop there, then stop it
+            raise KeyboardInterrupt(signal.Signals(signum).name)
+        try:
+            os.killpg(child.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, pass_on)
+    try:
+        start_server(root, port)
+        # its own process group, so that a signal reaches every process of it
+        child = subprocess.Popen(command, start_new_session=True)
+        code = child.wait()
+        _wait_for_group(child.pid, seconds=120)  # a pytest still tearing down its fixtures
+        return 128 - code if code < 0 else code  # killed by a signal: the shell's convention
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        stop_server(root)
+
+
+def _wait_for_group(group: int, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
 
 
 def bin_dir() -> Path:

@@ -24,7 +24,7 @@ from playwright.sync_api import expect, sync_playwright
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "screenshots"
 CHROMIUM = os.environ.get("THT_CHROMIUM", "/usr/bin/chromium")
-CARD = "SAT excellence rate of over 0.3"  # a demo solved question: dependencies and links
+CARD = "In 2012, who had the least consumption in LAM?"  # a solved question: dependencies, links
 
 
 def free_port() -> int:
@@ -65,7 +65,7 @@ def shoot(login_url: str, outage: Path) -> None:
         page.set_default_timeout(30_000)
         page.goto(login_url)
         page.get_by_test_id("workspace-select").select_option("demo")
-        page.locator("#filter-q").fill("excellence rate free rate")
+        page.locator("#filter-q").fill("least consumption LAM")
         page.get_by_role("button", name="Search", exact=True).click()
         page.locator("a.card-link", has_text=CARD).first.click()
         expect(page.locator("#detail-title")).to_contain_text(CARD)
@@ -79,7 +79,7 @@ def shoot(login_url: str, outage: Path) -> None:
         outage.write_text("index\n")  # the index goes down: saves are kept, indexing waits
         page.get_by_test_id("edit-card").click()
         title = page.locator("#edit-title")
-        title.fill(title.input_value().replace("highest", "highest (reviewed)", 1))
+        title.fill(title.input_value().replace("least", "least (reviewed)", 1))
         page.get_by_test_id("save-card").click()
         expect(page.get_by_test_id("feedback")).to_contain_text("index update incomplete")
         expect(page.get_by_test_id("pending-item")).to_have_count(1)

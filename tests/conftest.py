@@ -27,6 +27,7 @@ import yaml
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from tests import run_cleanup
 from tht.catalog.migrations import PACK as CATALOG_PACK
 from tht.db.embedded import MIGRATOR, RUNTIME, EmbeddedPostgres
 from tht.memory.archive.postgres import PostgresArchive
@@ -139,7 +140,8 @@ def cluster(tmp_path_factory):
         cluster = _external_cluster(url)
         embedded = None
     else:
-        home = Path(tempfile.mkdtemp(prefix="tht-test-pg-"))
+        home = Path(tempfile.mkdtemp(prefix=run_cleanup.CLUSTER_PREFIX))
+        run_cleanup.remove_at_the_end(home)
         embedded = EmbeddedPostgres(home)
         embedded.ensure_roles_and_database(database=None)
         cluster = Cluster(embedded.superuser_conninfo(), {})
@@ -221,6 +223,21 @@ class CliResult:
 
 
 BROWSER_TESTS = Path(__file__).parent / "browser"
+RUN_MARK = pytest.StashKey[str]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Marks what this run starts, and turns SIGTERM into Ctrl-C (tests/run_cleanup.py)."""
+    config.stash[RUN_MARK] = run_cleanup.mark_this_run()
+    run_cleanup.interrupt_on_stop_signals(
+        lambda: config.pluginmanager.hasplugin("dsession")  # the xdist controller
+    )
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Stops what the run left running, after every teardown (or an interrupted one)."""
+    if RUN_MARK in config.stash:
+        run_cleanup.report(run_cleanup.stop_leftovers(config.stash[RUN_MARK]))
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects by marker

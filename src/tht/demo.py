@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from tht.errors import Conflict
@@ -12,6 +13,15 @@ from tht.memory.model import ListQuery, parse_card_input
 from tht.memory.service import MemoryService
 
 DEMO_WORKSPACE = "demo"
+DEMO_SESSIONS = "sessions"  # in THT_HOME: the demo's sessions root, when none is configured
+
+
+def demo_sessions_root(home: Path) -> Path:
+    """The sessions root `tht serve --demo` reads when its configuration names none: a
+    folder of THT_HOME, so that the reviewer's page shows where sessions go."""
+    root = home / DEMO_SESSIONS
+    root.mkdir(parents=True, exist_ok=True)
+    return root
 
 
 def demo_cards() -> list[dict[str, Any]]:

@@ -39,6 +39,7 @@ SERVER_CONFIG = (
 )
 PROJECTION = {"index": {"engine": "edge"}, "embedding": {"provider": "hashing", "dimension": 64}}
 
+SERVE = [sys.executable, "-m", "tht", "serve"]
 OUTAGE_FILE = "outage"  # lists the components the running server sees down
 WORKSPACE = "acme"
 OTHER_WORKSPACE = "beta"
@@ -133,6 +134,7 @@ class Server:
     process: subprocess.Popen
     log: Path
     cards: dict[int, str] = field(default_factory=dict)  # seed index -> card id
+    login_url: str | None = None  # the one-time link of the line `tht serve` prints
 
     def api(self, method: str, path: str, body: dict | None = None) -> dict:
         """Call the API with the admin's bearer token (outside the browser)."""
@@ -203,14 +205,16 @@ def running_server(
     tmp_path: Path,
     home: Path,
     cards: dict[int, str] | None = None,
+    args: tuple[str, ...] = (),
 ) -> Iterator[Server]:
-    """`tht serve` as a real process, until the block ends; yields once it answers /healthz."""
+    """`tht serve` as a real process (with ``args``, e.g. ``--demo``), until the block
+    ends; yields once it answers /healthz."""
     config = tmp_path / "serve.yaml"
     config.write_text(config_text)
     log = tmp_path / "serve.stderr"
     with open(log, "wb") as stderr:
         process = subprocess.Popen(
-            [sys.executable, "-m", "tht", "serve", "--port", str(_free_port()), "-c", str(config)],
+            [*SERVE, "--port", str(_free_port()), "-c", str(config), *args],
             env=env,
             stdout=subprocess.PIPE,
             stderr=stderr,
@@ -248,7 +252,13 @@ def running_server(
                 )
             time.sleep(0.1)
         yield Server(
-            url=url, home=home, admin_token=admin_token, process=process, log=log, cards=cards or {}
+            url=url,
+            home=home,
+            admin_token=admin_token,
+            process=process,
+            log=log,
+            cards=cards or {},
+            login_url=ready["login_url"],
         )
     finally:
         process.terminate()

@@ -83,11 +83,9 @@ def test_memory_management_page(server: Server, chromium, index_blocker, screens
         ready("memory")
         expect(page.get_by_role("heading", name="Memory management", level=1)).to_be_visible()
         expect(page.get_by_test_id("current-user")).to_contain_text(USER)
-        # Administration: Database management, immediately followed by Memory management
+        # Administration: Catalog, immediately followed by Memory management
         nav = page.get_by_role("navigation", name="Main").get_by_role("link")
-        expect(nav).to_have_text(
-            ["Database management", "Memory management", "Memory review", "Accounts"]
-        )
+        expect(nav).to_have_text(["Catalog", "Memory management", "Memory review", "Accounts"])
         expect(page.locator("#nav-memory")).to_have_attribute("aria-current", "page")
         # explicit choice, and only the workspaces the user administers
         options = page.locator("#workspace-select option")
@@ -97,9 +95,9 @@ def test_memory_management_page(server: Server, chromium, index_blocker, screens
         expect(page.locator("#workspace-content")).to_be_hidden()
         shot("logged-in")
 
-        # --- database management --------------------------------------------------------
-        page.get_by_role("link", name="Database management").click()
-        expect(page.get_by_role("heading", name="Database management", level=1)).to_be_visible()
+        # --- the Catalog page -----------------------------------------------------------
+        page.get_by_role("link", name="Catalog", exact=True).click()
+        expect(page.get_by_role("heading", name="Catalog", level=1, exact=True)).to_be_visible()
         expect(page.get_by_test_id("catalog-note")).to_contain_text(
             "their DWH bindings and sync runs"
         )
@@ -108,7 +106,11 @@ def test_memory_management_page(server: Server, chromium, index_blocker, screens
         expect(ws_rows.nth(0)).to_contain_text(WORKSPACE)
         expect(ws_rows.nth(0)).to_contain_text("Acme sales")
         expect(ws_rows.nth(1)).to_contain_text("it")
-        shot("database-management")
+        # a workspace without a DWH binding says how to make one, the command as code
+        unbound = page.get_by_test_id("no-binding").first
+        expect(unbound.locator("code")).to_have_text("tht catalog bind -c runtime.yaml")
+        expect(unbound).not_to_contain_text("`")
+        shot("catalog")
         page.get_by_role("link", name="Memory management").click()
         expect(page).to_have_url(re.compile(r"/admin/memory"))
         ready("memory")

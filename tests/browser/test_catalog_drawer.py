@@ -1,4 +1,4 @@
-"""Database management's sync runs in a real browser (Debian's Chromium) against the
+"""The Catalog page's sync runs in a real browser (Debian's Chromium) against the
 real `tht serve` and a real SQLite DWH: the binding, "Sync now", the run drawer with
 the deleted Memory cards and the errors of a cleanup whose index update failed, and
 retry from the drawer. Screenshots in test-output/screenshots/catalog-NN-name.png."""
@@ -101,7 +101,7 @@ def test_run_drawer_reports_deleted_cards_errors_and_retry(
         page.get_by_label("Password").fill(PASSWORD)
         page.get_by_role("button", name="Log in", exact=True).click()
         expect(page).to_have_url(re.compile(r"/admin/memory"))
-        page.get_by_role("link", name="Database management").click()
+        page.get_by_role("link", name="Catalog", exact=True).click()
         expect(page.locator('[data-catalog][data-ready="true"]')).to_have_count(1)
 
         acme = page.locator(f'[data-catalog-workspace="{WORKSPACE}"]')

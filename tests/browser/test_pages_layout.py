@@ -328,7 +328,7 @@ def test_every_page_fits_and_says_what_it_waits_for(layout_server, chromium, scr
         expect(error).to_be_hidden()
         expect(rows.first).to_be_visible()
 
-        # --- Database management: its dates in the same format ----------------------------
+        # --- the Catalog page: its dates in the same format ----------------------------
         page.goto(server.url + "admin/databases")
         expect(page.get_by_test_id("workspace-table")).to_be_visible()
         started = page.get_by_test_id("run-row").first.locator('td[data-label="Started"]')

@@ -329,8 +329,12 @@ def test_one_time_login_link(world):
     assert response.status_code == 303 and response.headers["location"] == "/admin/memory"
     assert world.client.get("/api/session").json()["principal"]["user"] == "admin_a"
     world.client.cookies.clear()
-    assert world.client.get(f"/login/once/{link}", follow_redirects=False).status_code in (303, 401)
+    again = world.client.get(f"/login/once/{link}", follow_redirects=False)
+    assert again.status_code == 303 and again.headers["location"] == "/login?link=spent"
     assert world.client.get("/api/session").status_code == 401  # spent
+    page = world.client.get("/login?link=spent").text  # the login page says why
+    assert "This login link was already used or has expired" in page
+    assert "This login link" not in world.client.get("/login").text
 
 
 # --- protected requests -------------------------------------------------------------

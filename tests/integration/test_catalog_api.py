@@ -1,4 +1,4 @@
-"""Database management's Catalog API: principal and workspace checks on every route,
+"""The Catalog page's API: principal and workspace checks on every route,
 CSRF for cookie sessions, Sync now, the run report and retry (real SQLite DWH)."""
 
 from __future__ import annotations

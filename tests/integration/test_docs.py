@@ -178,3 +178,6 @@ def test_the_page_runs(page, tmp_path):
             pass
         _stop_leftovers(tmp_path)
     assert process.returncode == 0, f"{page} failed (exit {process.returncode}):\n{output[-6000:]}"
+    if page == "README.md":  # its quickstart runs in the repository: it writes elsewhere
+        left = sorted(p.name for p in workdir.iterdir() if p.name not in LINKED)
+        assert not left, f"the quickstart left {left} where it was run"

@@ -31,7 +31,7 @@ from tht.memory.embedding import HashingEmbedder
 from tht.memory.index import EdgeIndex, QdrantServerIndex
 from tht.memory.index.pgvector import PgVectorIndex
 from tht.memory.model import card_id_to_uuid
-from tht.memory.projector import IndexProjector
+from tht.memory.projector import SEQUENTIAL_PART, IndexProjector
 from tht.memory.recall_service import RecallQuery, RecallService
 from tht.memory.service import MemoryService, WorkspaceService
 
@@ -366,11 +366,14 @@ def finish(proc):
 def test_a_killed_rebuild_resumes_where_it_stopped(command):
     run, _ = command
     code, _, _ = finish(run(("THT_CRASH_AT", "index.after_batch")))
-    assert code == 70  # killed (os._exit) right after its first chunk of 512 cards
+    # killed (os._exit) right after its first write: a part of the first chunk, the hashing
+    # embedder taking one batch at a time
+    assert code == 70
     code, summary, err = finish(run())
     assert code == 0, (summary, err)
-    assert summary["skipped_current"] == 512 and summary["indexed"] == 88
-    assert "resuming: 512/600" in err
+    written = SEQUENTIAL_PART
+    assert summary["skipped_current"] == written and summary["indexed"] == 600 - written
+    assert f"resuming: {written}/600" in err
 
 
 @pytest.mark.parametrize("engine", ["pgvector"], indirect=True)
@@ -401,7 +404,7 @@ from qdrant_client import QdrantClient
 from tht.memory.archive.postgres import PostgresArchive
 from tht.memory.embedding import HashingEmbedder
 from tht.memory.index import QdrantServerIndex
-from tht.memory.projector import IndexProjector
+from tht.memory.projector import SEQUENTIAL_PART, IndexProjector
 
 archive = PostgresArchive(sys.argv[1]).open()
 index = QdrantServerIndex(QdrantClient(path=sys.argv[2]))
@@ -431,10 +434,11 @@ def test_a_killed_rebuild_on_qdrant_local_mode_resumes_where_it_stopped(
         )
         return proc.returncode, json.loads(proc.stdout) if proc.stdout.strip() else None
 
-    assert rebuild(THT_CRASH_AT="index.after_batch")[0] == 70  # after its first 512 cards
+    assert rebuild(THT_CRASH_AT="index.after_batch")[0] == 70  # after its first write
     code, summary = rebuild()
     assert code == 0, summary
-    assert summary["skipped_current"] == 512 and summary["indexed"] == 88
+    written = SEQUENTIAL_PART  # the hashing embedder takes one batch at a time
+    assert summary["skipped_current"] == written and summary["indexed"] == 600 - written
     assert summary["generation"] == "new"
     index = QdrantServerIndex(QdrantClient(path=location))
     try:
@@ -460,10 +464,12 @@ def test_ctrl_c_prints_how_to_resume(command, tmp_path):
     error = document["error"]
     assert error["code"] == "interrupted"
     assert error["details"]["resume"] == f"tht memory index -c {config}"
-    assert error["details"]["projected"] == 512 and error["details"]["cards"] == 600
+    written = SEQUENTIAL_PART  # the first write: the hashing embedder takes a batch at a time
+    assert error["details"]["projected"] == written and error["details"]["cards"] == 600
     assert error["details"]["resumable"] is True
     code, summary, _ = finish(run())
-    assert code == 0 and summary["skipped_current"] == 512 and summary["indexed"] == 88
+    assert code == 0 and summary["skipped_current"] == written
+    assert summary["indexed"] == 600 - written
 
 
 @pytest.mark.parametrize("compacted", [False, True], ids=["few-unindexed", "compacted"])
@@ -874,3 +880,54 @@ def test_a_rebuild_goes_on_writing_while_its_segments_are_indexed(archive, tmp_p
         assert found[0].card.id == cards[42].id
     finally:
         index.close()
+
+
+class WaitingEmbedder(HashingEmbedder):
+    """The hashing embedder, one batch at a time (as the in-process model embeds); from
+    its ``wait_from``-th batch of passages on, it first waits for ``reported`` (at most
+    a minute) and notes whether it came."""
+
+    def __init__(self, reported: threading.Event, wait_from: int) -> None:
+        super().__init__(64)
+        self.reported, self.wait_from = reported, wait_from
+        self.batches = 0
+        self.saw_report: list[bool] = []
+
+    def _embed(self, texts, *, query):
+        if not query:
+            self.batches += 1
+            if self.batches >= self.wait_from:
+                self.saw_report.append(self.reported.wait(60))
+        return super()._embed(texts, query=query)
+
+
+def test_a_rebuild_reports_progress_while_it_embeds_not_only_at_the_end(
+    archive, tmp_path, database
+):
+    """200 cards fit in one read chunk; an embedder that takes a batch at a time gets
+    them in parts, each written and reported before the rest is embedded: the progress
+    moves while the rebuild runs (the last part's embedding waits for the first report)."""
+    WorkspaceService(archive).create("acme", "en")
+    index = _edge(tmp_path, database).open()
+    reported = threading.Event()
+    # parts of one batch (32 cards): batch 7 embeds the last part
+    embedder = WaitingEmbedder(reported, wait_from=7)
+    projector = IndexProjector(archive, index, embedder)
+    offline = MemoryService(archive)  # archive only: the rebuild indexes them
+    for i in range(200):
+        offline.create_card("acme", card(title=f"Card {i}", content=f"topic{i} words"))
+    counts: list[int] = []
+
+    def progress(done: int, total: int) -> None:
+        counts.append(done)
+        if 0 < done < total:
+            reported.set()
+
+    try:
+        summary = projector.rebuild("acme", progress)
+    finally:
+        index.close()
+    assert summary["indexed"] == 200 and embedder.batches == 7
+    assert embedder.saw_report == [True]
+    assert counts[0] == 0 and counts[-1] == 200 and counts == sorted(counts)
+    assert {32, 64, 96, 128, 160, 192} <= set(counts)  # a report a part

@@ -30,12 +30,15 @@ def test_lines_give_count_rate_and_eta_and_a_resume_does_not_inflate_the_rate():
     assert lines[-1] == "indexed 1000/1000 cards, 150 cards/s"
 
 
-def test_a_fresh_start_prints_nothing_until_work_is_done():
+def test_a_fresh_start_says_so_then_counts_the_work_done():
     lines: list[str] = []
     clock = Clock()
     progress = RateProgress(lines.append, clock=clock)
     progress(0, 50)
-    assert lines == []
-    clock.now += 125
+    assert lines == ["indexed 0/50 cards"]  # at once: the command is at work
+    clock.now += 1
+    progress(5, 50)  # too soon after the first line
+    assert len(lines) == 1
+    clock.now += 124
     progress(10, 50)
-    assert lines == ["indexed 10/50 cards, 0.1 cards/s, ETA 8:20"]
+    assert lines[-1] == "indexed 10/50 cards, 0.1 cards/s, ETA 8:20"

@@ -11,7 +11,8 @@ EVERY_SECONDS = 2.0  # at most one line this often (and the last one)
 class RateProgress:
     """``progress(done, total)`` callback printing ``<verb> done/total cards, N cards/s,
     ETA m:ss``; the rate counts from the first call, so work skipped on a resume (the
-    first ``done``) does not inflate it."""
+    first ``done``) does not inflate it. The first call says what starts: the operator
+    sees the command at work before its first cards are done."""
 
     def __init__(
         self,
@@ -31,6 +32,9 @@ class RateProgress:
             self._start = (now, done)
             if done:
                 self.emit(f"resuming: {done}/{total} cards already current in the new generation")
+            else:
+                self.emit(f"{self.verb} 0/{total} cards")
+            self._last = now
             return
         if now - self._last < EVERY_SECONDS and done < total:
             return

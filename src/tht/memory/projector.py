@@ -59,6 +59,12 @@ BATCH = 256  # cards per locked transaction in drains and repairs: edits wait at
 # Cards per read, embedding and locked write in rebuilds: a multiple of the embedders'
 # batch (32); an edit waits for at most one chunk's write (not its embedding).
 CHUNK = 512
+# An embedder that embeds its batches one after another (in-process, ~5 cards/s on two
+# cores) gets a chunk in parts of one batch, each written as soon as embedded: the
+# rebuild's progress then moves every few seconds instead of once a chunk (minutes).
+# Its batches run one after another either way; an embedder with batches in flight
+# (remote) keeps whole chunks.
+SEQUENTIAL_PART = 32
 OPTIMIZE_EVERY = 20_000  # points written between two indexings of a rebuild's segments
 # An import's last stretch: compacted while the import writes it (``ImportCompactions``)
 IMPORT_TAIL = OPTIMIZE_EVERY // 4
@@ -636,11 +642,13 @@ class IndexProjector:
         never waits for the archive or the index, nor for work that needs no embedder:
         a thread reads the cards in chunks and computes their texts, embedder inputs
         and BM25 vectors; this thread only embeds (a remote embedder gets the next
-        chunk's batches as soon as the last ones are sent); a thread builds each chunk's
-        points and writes them in one locked transaction (points in bulk, projections
-        and cleared operations in one statement each). With ``unrecorded``, the points
-        are only written, and what the archive would record of them is kept there (an
-        embedder switch records them all at once, when it switches)."""
+        chunk's batches as soon as the last ones are sent; one that embeds a batch at a
+        time gets each chunk in parts, see ``SEQUENTIAL_PART``); a thread builds each
+        chunk's (or part's) points and writes them in one locked transaction (points in
+        bulk, projections and cleared operations in one statement each). With
+        ``unrecorded``, the points are only written, and what the archive would record of
+        them is kept there (an embedder switch records them all at once, when it
+        switches)."""
         report = SyncReport()
         current = self.fingerprint(language)
         stop = threading.Event()
@@ -701,8 +709,8 @@ class IndexProjector:
 
         threads = [start_stage(read, "rebuild-read"), start_stage(write, "rebuild-write")]
         try:
-            while (chunk := take_over(loaded, stop)) is not None:
-                cards, inputs = chunk
+            chunks = iter(lambda: take_over(loaded, stop), None)
+            for cards, inputs in (part for c in chunks for part in self._embedding_parts(*c)):
                 item = (cards, self._vectors(inputs) if cards else [])
                 crash_point("projector.after_embedding")
                 if not hand_over(embedded, item, stop):
@@ -717,6 +725,26 @@ class IndexProjector:
         if failures:
             raise failures[0]
         return report
+
+    def _embedding_parts(
+        self, cards: list[Card], inputs: ProjectionInputs
+    ) -> Iterator[tuple[list[Card], ProjectionInputs]]:
+        """A read chunk as the embedding stage takes it: whole for an embedder with
+        batches in flight, else in parts of ``SEQUENTIAL_PART`` cards."""
+        if getattr(self.embedder, "concurrency", 1) > 1 or len(cards) <= SEQUENTIAL_PART:
+            yield cards, inputs
+            return
+        for start in range(0, len(cards), SEQUENTIAL_PART):
+            part = slice(start, start + SEQUENTIAL_PART)
+            yield (
+                cards[part],
+                ProjectionInputs(
+                    inputs.texts[part],
+                    inputs.symptoms[part],
+                    inputs.cuts[part],
+                    inputs.sparse[part],
+                ),
+            )
 
     def _write_chunk(
         self,

@@ -518,7 +518,7 @@ def create_app(
         return admin(actor, AdminRequest(workspace, "retry", card_id=card_id))
 
     app.include_router(agent_router(services, principal))  # an agent's recall and proposals
-    app.include_router(catalog_router(services, principal))  # Database management: DWH sync runs
+    app.include_router(catalog_router(services, principal))  # the Catalog page: DWH sync runs
 
     # --- pages --------------------------------------------------------------------------
 
@@ -528,13 +528,15 @@ def create_app(
             raise Unauthenticated()
         return services.accounts.by_session(session), session
 
-    def render(request: Request, template: str, active: str) -> Response:
+    def render(request: Request, template: str, active: str, **page: Any) -> Response:
+        """A page for the signed-in user; ``page``: what this page's template adds."""
         actor, session = page_principal(request)
         visible = [w for w in services.workspaces.list() if w.id in actor.workspaces]
         return templates.TemplateResponse(
             request,
             template,
             {
+                **page,
                 "principal": actor,
                 "csrf_token": csrf_token(session),
                 "workspaces": visible,
@@ -572,11 +574,16 @@ def create_app(
 
     @app.get("/login", include_in_schema=False, response_class=HTMLResponse)
     def login_page(request: Request) -> Response:
-        return templates.TemplateResponse(request, "login.html", {})
+        # a spent login link lands here: the page says so instead of a bare login form
+        spent = request.query_params.get("link") == "spent"
+        return templates.TemplateResponse(request, "login.html", {"link_spent": spent})
 
     @app.get("/login/once/{token}", include_in_schema=False)
     def login_once(token: str) -> Response:
-        session = services.accounts.redeem_one_time(token)
+        try:
+            session = services.accounts.redeem_one_time(token)
+        except Unauthenticated:
+            return RedirectResponse("/login?link=spent", status_code=303)
         response = RedirectResponse("/admin/memory", status_code=303)
         set_session_cookie(response, session)
         return response

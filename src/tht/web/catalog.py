@@ -1,4 +1,4 @@
-"""Database management's Catalog API: a workspace's DWH binding, its sync runs, "Sync
+"""The Catalog page's API: a workspace's DWH binding, its sync runs, "Sync
 now" and retry. Every route takes the authenticated principal (bearer token, or
 session cookie with the CSRF checks of the app) and requires `memory.manage` in the
 path's workspace before the Catalog is touched."""

@@ -28,7 +28,7 @@ from tht.workflow.contract import SESSION_ID_PATTERN, Review
 def review_router(
     services: Services,
     principal: Callable[..., Awaitable[Principal]],
-    render: Callable[[Request, str, str], Response],
+    render: Callable[..., Response],
 ) -> APIRouter:
     router = APIRouter()
     Actor = Annotated[Principal, Depends(principal)]
@@ -92,6 +92,7 @@ def review_router(
 
     @router.get("/admin/review", include_in_schema=False, response_class=HTMLResponse)
     def review_page(request: Request) -> Response:
-        return render(request, "review.html", "review")
+        # where the sessions come from, or that this server reads none (the page says how)
+        return render(request, "review.html", "review", sessions_root=services.sessions.root)
 
     return router

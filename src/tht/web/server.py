@@ -79,12 +79,14 @@ def run_server(
         return
     import uvicorn
 
-    from tht.demo import DEMO_WORKSPACE, load_demo
+    from tht.demo import DEMO_WORKSPACE, demo_sessions_root, load_demo
     from tht.web.app import WebSettings, create_app
     from tht.web.guard import served_origins
     from tht.web.limits import ServerLimits, uvicorn_options
 
     _check_port_free(host, port)
+    if demo and installation.sessions_root is None:
+        installation = installation.model_copy(update={"sessions_root": demo_sessions_root(home)})
     service = Service(home, idle_timeout=idle_timeout, web=True, installation=installation)
     take_over(home, service)
     previous_handlers = _stop_on_termination(service)

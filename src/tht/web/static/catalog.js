@@ -1,4 +1,4 @@
-/* Database management: each administered workspace's DWH binding and sync runs, "Sync
+/* The Catalog page: each administered workspace's DWH binding and sync runs, "Sync
  * now", and the run drawer (removals, deleted Memory cards, errors, retry).
  *
  * Plain JavaScript, no build step. Data reaches the page through textContent only.
@@ -91,7 +91,8 @@
       });
     } else {
       binding.appendChild(h("dt", { text: "Binding" }));
-      binding.appendChild(h("dd", { class: "muted", text: "No DWH binding yet: an admin runs tht catalog bind -c runtime.yaml --connection NAME (the runtime file's database and schema, one of the installation's DWH connections)." }));
+      binding.appendChild(h("dd", { class: "muted", "data-testid": "no-binding" }, "No DWH binding yet: an admin runs ",
+        h("code", { text: "tht catalog bind -c runtime.yaml --connection NAME" }), " (the runtime file's database and schema, one of the installation's DWH connections)."));
     }
     this.syncButton.disabled = !data.binding;
     var pending = this.article.querySelector('[data-role="pending"]');

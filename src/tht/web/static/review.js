@@ -80,7 +80,10 @@
 
   function placeholders() {
     $("sessions-placeholder").hidden = !!state.workspace;
-    $("summary-placeholder").hidden = !!state.session;
+    var summary = $("summary-placeholder");
+    summary.hidden = !!state.session;
+    summary.textContent = (state.workspace ? "Choose one of its sessions" : "Choose a workspace, then one of its sessions") +
+      ": its proposals appear here, to select, edit and apply.";
   }
 
   /* The URL names the workspace and the session, so a reload or a shared link reopens them. */
