@@ -34,10 +34,14 @@ CHROMIUM_ARGS = [
 ]
 REPO = Path(__file__).resolve().parents[2]
 SCREENSHOTS = REPO / "test-output" / "screenshots"
+# the served installation's configuration: the tests' embedder, and the Catalog tests'
+# DWH connection, named after its URL's variable
 SERVER_CONFIG = (
-    "index: {engine: edge, open_timeout: 1}\nembedding: {provider: hashing, dimension: 64}\n"
+    "index: {engine: edge, open_timeout: 1}\n"
+    "embedders: {default: {provider: hashing, dimension: 64}}\n"
+    "dwh: {ACME_DWH_URL: {url_env: ACME_DWH_URL}}\n"
 )
-PROJECTION = {"index": {"engine": "edge"}, "embedding": {"provider": "hashing", "dimension": 64}}
+DWH_CONNECTIONS = {"ACME_DWH_URL": {"url_env": "ACME_DWH_URL"}}
 
 SERVE = [sys.executable, "-m", "tht", "serve"]
 OUTAGE_FILE = "outage"  # lists the components the running server sees down
@@ -180,7 +184,7 @@ def _seed(env: dict[str, str]) -> dict[int, str]:
     from tht.bootstrap import build_services
     from tht.memory.model import parse_card_input
 
-    services = build_services(env=env, installation=installation_of())
+    services = build_services(env=env, installation=installation_of(dwh=DWH_CONNECTIONS))
     try:
         services.workspaces.create(WORKSPACE, "en", "Acme sales")
         services.workspaces.create(OTHER_WORKSPACE, "it", "Beta vendite")

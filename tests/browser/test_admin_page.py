@@ -108,7 +108,9 @@ def test_memory_management_page(server: Server, chromium, index_blocker, screens
         expect(ws_rows.nth(1)).to_contain_text("it")
         # a workspace without a DWH binding says how to make one, the command as code
         unbound = page.get_by_test_id("no-binding").first
-        expect(unbound.locator("code")).to_have_text("tht catalog bind -c runtime.yaml")
+        expect(unbound.locator("code")).to_have_text(
+            "tht catalog bind -c runtime.yaml --connection NAME"
+        )
         expect(unbound).not_to_contain_text("`")
         shot("catalog")
         page.get_by_role("link", name="Memory management").click()

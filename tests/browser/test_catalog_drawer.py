@@ -10,7 +10,7 @@ import urllib.error
 
 import pytest
 
-from tests.browser.conftest import PASSWORD, USER, WORKSPACE, Server
+from tests.browser.conftest import DWH_CONNECTIONS, PASSWORD, USER, WORKSPACE, Server
 from tests.integration.catalog_support import DWH_ENV, create_sqlite_dwh, sqlite_execute
 
 
@@ -30,7 +30,7 @@ def bound_server(dwh_path, server, database):
 
     services = build_services(
         env={**database.env(), "THT_HOME": str(server.home)},
-        installation=installation_of(),
+        installation=installation_of(dwh=DWH_CONNECTIONS),
     )
     try:
         services.catalog.bind(Binding(WORKSPACE, "dwh", "main", DWH_ENV))
@@ -107,7 +107,7 @@ def test_run_drawer_reports_deleted_cards_errors_and_retry(
         acme = page.locator(f'[data-catalog-workspace="{WORKSPACE}"]')
         expect(acme.get_by_test_id("binding-database")).to_have_text("dwh")
         expect(acme.get_by_test_id("binding-schema")).to_have_text("main")
-        expect(acme.get_by_test_id("binding-url-variable")).to_have_text(DWH_ENV)
+        expect(acme.get_by_test_id("binding-connection")).to_have_text(DWH_ENV)
         expect(acme.get_by_test_id("run-row")).to_have_count(1)
         drawer = page.get_by_test_id("run-drawer")
         expect(drawer).to_be_hidden()

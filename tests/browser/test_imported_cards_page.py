@@ -36,10 +36,7 @@ def test_imported_cards_read_as_imported(server, database, chromium, screenshots
     path = tmp_path / "cards.jsonl"
     path.write_text("".join(json.dumps(d) + "\n" for d in documents))
     config = tmp_path / "runtime.yaml"
-    config.write_text(
-        f"workspace: {WORKSPACE}\ndatabase: dwh\nschema: sales\n"
-        "embedding: {provider: hashing, dimension: 64}\n"
-    )
+    config.write_text(f"workspace: {WORKSPACE}\ndatabase: dwh\nschema: sales\n")
     env = {**_server_env(database, server.home), "THT_SERVICE": "auto"}
     done = subprocess.run(
         [sys.executable, "-m", "tht", "memory", "import", str(path), "-c", str(config)],

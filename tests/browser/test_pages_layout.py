@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.browser.conftest import (
+    DWH_CONNECTIONS,
     FOREIGN_WORKSPACE,
     PASSWORD,
     SERVER_CONFIG,
@@ -44,7 +45,9 @@ def _seed(env: dict[str, str], root: Path) -> None:
     from tht.bootstrap import build_services
     from tht.memory.model import parse_card_input
 
-    services = build_services(env=env, installation=installation_of(sessions_root=root))
+    services = build_services(
+        env=env, installation=installation_of(sessions_root=root, dwh=DWH_CONNECTIONS)
+    )
     from tht.catalog.model import Binding
 
     try:

@@ -13,6 +13,7 @@ import pytest
 
 from tests.browser.conftest import (
     PASSWORD,
+    SERVER_CONFIG,
     USER,
     WORKSPACE,
     IndexBlocker,
@@ -125,10 +126,7 @@ def review_server(database, tmp_path):
     root.mkdir()
     env = _server_env(database, home)
     cards = _seed(env, root)
-    config = (
-        "index: {engine: edge, open_timeout: 1}\nembedding: {provider: hashing, dimension: 64}\n"
-        f"sessions_root: {root}\n"
-    )
+    config = SERVER_CONFIG + f"sessions_root: {root}\n"
     with running_server(env, config, tmp_path, home) as server:
         yield server, cards, root
 

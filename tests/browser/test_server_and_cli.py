@@ -23,10 +23,7 @@ def test_cli_commands_work_beside_the_running_server(server, database, tmp_path)
     )
     assert created["status"] == "saved"  # the server has just used (and holds) the index
     config = tmp_path / "runtime.yaml"
-    config.write_text(
-        f"workspace: {WORKSPACE}\ndatabase: dwh\nschema: sales\n"
-        "embedding: {provider: hashing, dimension: 64}\n"
-    )
+    config.write_text(f"workspace: {WORKSPACE}\ndatabase: dwh\nschema: sales\n")
     env = {**_server_env(database, server.home), "THT_SERVICE": "auto"}
     for args in (["memory", "search", "quokka wallaby island"], ["memory", "check"]):
         proc = subprocess.run(

@@ -24,7 +24,6 @@ HOLD_SECONDS = 600
 def test_hold(database, tmp_path):
     assert READY in os.environ, "run by tests/integration/test_interrupted_run.py"
     served = installation(database, tmp_path / "served")
-    served.home.mkdir()
     assert served.run("workspace", "list").code == 0  # starts the home's service
     assert served.service_pid() is not None
     env = {k: v for k, v in os.environ.items() if not k.startswith("THT_")}

@@ -22,7 +22,6 @@ from tests.integration.workflow_support import (
 )
 from tht.accounts import MANAGE, PROPOSE, RECALL, ROLE_PERMISSIONS, Principal
 from tht.bootstrap import build_services
-from tht.catalog.model import Binding
 from tht.memory.agent import DwhBinding, recall_command
 from tht.memory.recall_service import parse_recall_query
 from tht.web.app import WebSettings, create_app
@@ -39,10 +38,9 @@ ROLE = {"admin_a": "admin", "admin_b": "admin", "user_a": "user", "agent_a": "ag
 def world(database, tmp_path):
     root = tmp_path / "sessions"
     root.mkdir()
-    world = build_world(database, tmp_path, sessions_root=root)
-    world.root = root
     # recall is always bound: ws-a to dwh.sales (ws-b has no binding)
-    world.services.catalog.bind(Binding("ws-a", "dwh", "sales", "DWH_URL"))
+    world = build_world(database, tmp_path, sessions_root=root, bound=("ws-a",))
+    world.root = root
     yield world
     world.close()
 

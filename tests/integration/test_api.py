@@ -11,7 +11,6 @@ import pytest
 from tests.factories import card_document
 from tests.integration.web_support import ORIGIN, build_world
 from tht.accounts import MANAGE, ROLE_PERMISSIONS, Principal
-from tht.catalog.model import Binding
 from tht.cli.main import main
 from tht.memory.admin import AdminRequest
 from tht.protected import new_request, sign
@@ -600,9 +599,7 @@ def test_every_administrative_route_needs_memory_manage_reads_included(world):
             error = response.json()["error"]
             assert (error["code"], error["details"]["permission"]) == ("forbidden", MANAGE)
     assert world.snapshot() == before and world.services.accounts.users() == users
-    # what a user reads instead: recall, through the agent-facing routes (bound, as
-    # recall always is)
-    world.services.catalog.bind(Binding("ws-a", "dwh", "sales", "DWH_URL"))
+    # what a user reads instead: recall, through the agent-facing routes
     recalled = world.client.post(
         "/api/workspaces/ws-a/memory/search",
         json={"question": "ws-a card"},

@@ -24,8 +24,8 @@ def world(cluster, tmp_path_factory):
     database = new_database(cluster)
     folder = tmp_path_factory.mktemp("schemathesis")
     world = build_world(database, folder)
-    # recall is always bound: ws-a to a real (SQLite) DWH, whose URL the service's
-    # environment holds (a recall of ws-b, which has no binding, answers 409)
+    # ws-a bound to a real (SQLite) DWH, whose URL the service's environment holds: the
+    # Catalog's sync runs for real
     url = create_sqlite_dwh(folder / "dwh.sqlite")
     world.services.catalog.env = {**world.services.catalog.env, "DWH_URL": url}
     world.services.catalog.bind(Binding("ws-a", "dwh", "main", "DWH_URL"))

@@ -12,9 +12,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.embedding_server import EmbeddingServer
-from tests.factories import card_document
+from tests.factories import card_document, installation_of, write_installation
 from tests.integration.web_support import build_world
-from tht.bootstrap import ProjectionSettings, build_services
+from tht.bootstrap import build_services
 from tht.memory.model import parse_list_query
 from tht.memory.projection import KnownFormat, fingerprint
 from tht.web.app import create_app
@@ -171,12 +171,11 @@ def test_browsing_and_pending_never_ask_the_embedder(cli, database, tmp_path, em
     """The spec: browsing and pending need no embedder or index. A command that starts
     while the embedder is down lists, shows and reports pending work without asking it,
     and tells the cards indexed before (current) from those that wait."""
+    remote = {"provider": "openai", "url": embedder.url, "model": "m"}
+    write_installation(tmp_path / "home", embedders={"default": remote})
     assert cli("workspace", "create", "acme", "--language", "en").code == 0
     config = tmp_path / "runtime.yaml"
-    config.write_text(
-        "workspace: acme\ndatabase: dwh\nschema: sales\n"
-        f"embedding: {{provider: openai, url: '{embedder.url}', model: m}}\n"
-    )
+    config.write_text("workspace: acme\ndatabase: dwh\nschema: sales\n")
     data = tmp_path / "card.json"
     data.write_text(json.dumps(card_document(title="Indexed while the embedder was up")))
     indexed = cli("memory", "create", "-c", str(config), "--data", str(data)).document
@@ -202,10 +201,7 @@ def test_browsing_and_pending_never_ask_the_embedder(cli, database, tmp_path, em
     token = cli("user", "create", "boss", "--role", "admin", "--workspace", "acme").document
     services = build_services(
         env=database.env(),
-        projection=ProjectionSettings(
-            index={"engine": "edge", "path": str(tmp_path / "server-index")},
-            embedding={"provider": "openai", "url": embedder.url, "model": "m"},
-        ),
+        installation=installation_of(index=tmp_path / "server-index", embedder=remote),
     )
     try:
         client = TestClient(create_app(services))

@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 
 from tests.factories import card, installation_of
 from tht.bootstrap import Services, build_services
+from tht.catalog.model import Binding
 from tht.web.app import WebSettings, create_app
 from tht.web.limits import ServerLimits, uvicorn_options
 
@@ -51,7 +52,15 @@ class WebWorld:
         return state
 
 
-def build_world(database, tmp_path, *, sessions_root: Path | None = None) -> WebWorld:
+def build_world(
+    database,
+    tmp_path,
+    *,
+    sessions_root: Path | None = None,
+    bound: tuple[str, ...] = ("ws-a", "ws-b"),
+) -> WebWorld:
+    """The world; each workspace of ``bound`` has a recorded DWH binding (dwh.sales),
+    since recall through the service's faces is always bound."""
     services = build_services(
         env=database.env(),
         installation=installation_of(
@@ -62,6 +71,8 @@ def build_world(database, tmp_path, *, sessions_root: Path | None = None) -> Web
     )
     services.workspaces.create("ws-a", "en")
     services.workspaces.create("ws-b", "en")
+    for workspace in bound:
+        services.catalog.bind(Binding(workspace, "dwh", "sales", "DWH_URL"))
     tokens = {
         "admin_a": services.accounts.create_user(
             "admin_a", "admin", ["ws-a"], password="correct horse battery"

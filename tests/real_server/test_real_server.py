@@ -21,7 +21,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.factories import card_document
+from tests.factories import card_document, write_installation
 
 
 @pytest.fixture
@@ -64,11 +64,9 @@ def test_migrate_write_and_recall_over_tls_with_password_files(handed_over, tmp_
     assert report["runtime_login"] == handed_over["THT_CATALOG_RUNTIME_USER"]
     assert tht(handed_over, "workspace", "create", "acme", "--language", "en")[0] == 0
 
+    write_installation(tmp_path / "home")  # the tests' embedder: the installation's
     config = tmp_path / "runtime.yaml"
-    config.write_text(
-        "workspace: acme\ndatabase: dwh\nschema: sales\n"
-        "embedding: {provider: hashing, dimension: 64}\n"
-    )
+    config.write_text("workspace: acme\ndatabase: dwh\nschema: sales\n")
     card = tmp_path / "card.json"
     card.write_text(json.dumps(card_document()))
     code, created, _ = tht(handed_over, "memory", "create", "-c", str(config), "--data", str(card))

@@ -60,11 +60,13 @@ BATCH = 256  # cards per locked transaction in drains and repairs: edits wait at
 # batch (32); an edit waits for at most one chunk's write (not its embedding).
 CHUNK = 512
 # An embedder that embeds its batches one after another (in-process, ~5 cards/s on two
-# cores) gets a chunk in parts of one batch, each written as soon as embedded: the
+# cores) gets a chunk in parts of four batches, each written as soon as embedded: the
 # rebuild's progress then moves every few seconds instead of once a chunk (minutes).
 # Its batches run one after another either way; an embedder with batches in flight
-# (remote) keeps whole chunks.
-SEQUENTIAL_PART = 32
+# (remote) keeps whole chunks. A part of several batches keeps batching across cards
+# and both vector kinds: a card's symptom shares its text's batch run, so 100 cards of
+# 128 texts are 4 calls, not one per 32 cards and kind.
+SEQUENTIAL_PART = 128
 OPTIMIZE_EVERY = 20_000  # points written between two indexings of a rebuild's segments
 # An import's last stretch: compacted while the import writes it (``ImportCompactions``)
 IMPORT_TAIL = OPTIMIZE_EVERY // 4
