@@ -147,7 +147,11 @@ def stop_leftovers(value: str) -> list[str]:
                 else:
                     process.kill()
         psutil.wait_procs(alive, timeout=5)
-        for folder in [*clusters, *_FOLDERS]:
+        # this process's own folders go only with its own run: a test that stops what a
+        # run of its own left (tests/integration/test_interrupted_run.py) must not remove
+        # the data of the server its process still uses
+        own = _FOLDERS if value == os.environ.get(MARK) else []
+        for folder in [*clusters, *own]:
             if folder is not None:
                 shutil.rmtree(folder, ignore_errors=True)
         return described

@@ -14,7 +14,7 @@ RUN = "run-00000000-0000-4000-8000-000000000000"
 
 @pytest.fixture
 def world(database, tmp_path):
-    world = build_world(database, tmp_path)
+    world = build_world(database, tmp_path, bound=())  # ws-b stays without a binding
     path = tmp_path / "dwh.sqlite"
     world.services.catalog.env = {DWH_ENV: create_sqlite_dwh(path)}  # the server's environment
     world.services.catalog.bind(Binding("ws-a", "dwh", "main", DWH_ENV))
