@@ -1,3 +1,3 @@
-from tht.service.client import main
+from tht.cli.main import main
 
 raise SystemExit(main())

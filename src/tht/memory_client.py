@@ -4,16 +4,15 @@
     for hit in memory.search("orders shipped last month"):
         print(hit.card.title, hit.score)
 
-A thin face like the CLI (DESIGN.md §3a): each method is the ``tht memory`` command of
-the same name, run in the installation's service (auto-started as the CLI does; or
+A thin face like the CLI: each method is the ``tht memory`` command of the same name
+(``tht.commands.table``), run in the installation's service (auto-started as the CLI does; or
 ``THT_SERVICE_URL`` with a token), or with ``THT_SERVICE=off`` in this process, on
 engines it keeps warm until ``close``. The answers are the CLI's documents, read into
 frozen dataclasses; each keeps the document it was read from as ``raw``. A command's
 error is raised as the error class of its code (``tht.errors``: ``Forbidden``,
 ``NotFound``, ``InvalidInput``, ...).
 
-The runtime file names the workspace (and the DWH binding and the sessions root), as
-for the CLI; a token is the agent's, and without one the caller is the operator.
+The runtime file names the workspace (and the DWH binding), as for the CLI; a token is the agent's, and without one the caller is the operator.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from tht.errors import InvalidInput, ThothError
-from tht.service.commands import CommandRunner, agent_command
+from tht.service.commands import CommandRunner
 
 Document = Mapping[str, Any]
 
@@ -316,9 +315,9 @@ class Memory:
         if not os.path.isfile(path):
             raise InvalidInput(f"the runtime file {config} does not exist")
         if token is None:
-            from tht.service.client import _token
+            from tht.service.client import read_token
 
-            token = _token([], os.environ)[1]
+            token = read_token([], os.environ)[1]
         return cls(path, CommandRunner(token=token))
 
     # --- recall ---------------------------------------------------------------------
@@ -412,14 +411,17 @@ class Memory:
         """``tht memory import``: a file of cards (jsonl, csv) or another tool's training
         data (vanna, wrenai, bird); ``format`` defaults to the file's extension,
         ``on_conflict`` is skip, update or fail."""
-        argv = ["memory", "import", os.path.abspath(os.fspath(path)), "-c", self.config]
-        if format is not None:
-            argv += ["--format", format]
-        if dry_run:
-            argv.append("--dry-run")
+        args: dict[str, Any] = {
+            "file": os.path.abspath(os.fspath(path)),
+            "config": self.config,
+            "fmt": format,
+            "dry_run": dry_run,
+        }
         if on_conflict is not None:
-            argv += ["--on-conflict", on_conflict]
-        return ImportSummary.from_json(self._document(*self._runner.run(argv)))
+            args["on_conflict"] = on_conflict
+        return ImportSummary.from_json(
+            self._document(*self._runner.run_command("memory.import", args))
+        )
 
     def export_cards(self) -> tuple[Card, ...]:
         """``tht memory export``: every card of the workspace, lossless (ids, fields,
@@ -431,8 +433,8 @@ class Memory:
             *ended, partial[0] = (partial[0] + text).split("\n")
             documents.extend(json.loads(line) for line in ended if line.strip())
 
-        code = self._runner.run_streamed(
-            ["memory", "export", "-c", self.config, "--format", "jsonl"], take
+        code = self._runner.run_command_streamed(
+            "memory.export", {"config": self.config, "fmt": "jsonl"}, take
         )
         take("\n")
         if code != 0:  # the error document is the last line, after the cards written
@@ -452,8 +454,15 @@ class Memory:
         self.close()
 
     def _agent(self, command: str, **arguments: Any) -> Document:
-        argv, stdin = agent_command(command, self.config, **arguments)
-        return self._document(*self._runner.run(argv, stdin=stdin))
+        """Command ``memory.<command>`` on this workspace; ``data``, a document, goes as
+        its standard input."""
+        args = {"config": self.config, **arguments}
+        stdin = None
+        if arguments.get("data") is not None:
+            stdin = json.dumps(arguments["data"], ensure_ascii=False).encode()
+            args["data"] = "-"
+        args = {key: value for key, value in args.items() if value is not None}
+        return self._document(*self._runner.run_command(f"memory.{command}", args, stdin=stdin))
 
     @staticmethod
     def _document(code: int, document: Any) -> Document:

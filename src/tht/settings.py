@@ -268,7 +268,7 @@ def _from_parts(env: Mapping[str, str], role: str) -> str | None:
 
 
 def default_home(env: Mapping[str, str] | None = None) -> Path:
-    from tht.service.paths import default_home as home
+    from tht.home import default_home as home
 
     return Path(home(env))
 

@@ -171,7 +171,7 @@ def test_a_service_of_another_version_is_replaced_when_auto_started_and_refused_
     old = tht.service_pid()
     client = (
         "import sys, tht; tht.__version__ = '0.0.0-other'\n"
-        "from tht.service.client import main\nraise SystemExit(main(['workspace', 'list']))"
+        "from tht.cli.main import main\nraise SystemExit(main(['workspace', 'list']))"
     )
     done = subprocess.run(
         [sys.executable, "-c", client],
@@ -187,11 +187,12 @@ def test_a_service_of_another_version_is_replaced_when_auto_started_and_refused_
     assert not alive(old) and tht.service_pid() not in (None, old)  # the old one was replaced, once
 
 
-def test_the_client_imports_only_the_standard_library_when_the_service_runs(tht):
+def test_the_client_imports_only_the_standard_library_and_its_parser_when_the_service_runs(tht):
+    """The `tht` command parses its command line (Typer) and sends the command: what the
+    command needs (pydantic, the engines, YAML for its runtime file) is the service's."""
     assert tht.run("workspace", "create", "acme", "--language", "en").code == 0
     _card(tht, tht.runtime("acme"))
     heavy = [
-        "typer",
         "pydantic",
         "psycopg",
         "numpy",
@@ -200,10 +201,14 @@ def test_the_client_imports_only_the_standard_library_when_the_service_runs(tht)
         "yaml",
         "qdrant_edge",
         "httpx",
+        "rich",
+        "logging",
     ]
     client = (
-        "import sys\nfrom tht.service.client import main\n"
-        "code = main(['memory', 'search', 'shipped orders', '-c', 'acme.yaml'])\n"
+        "import sys\nfrom tht.cli.main import main\n"
+        "code = main(['memory', 'search', 'shipped orders', '-c', 'acme.yaml', '--json',"
+        " '--filters', '{\"top\": 3}'])\n"
+        "code = code or main(['audit', '--limit', '5', '--user', 'nobody'])\n"
         f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({heavy!r})), file=sys.stderr)\n"
         "raise SystemExit(code)"
     )
@@ -215,8 +220,10 @@ def test_the_client_imports_only_the_standard_library_when_the_service_runs(tht)
         timeout=120,
         cwd=tht.home,
     )
-    assert done.returncode == 0 and "results" in json.loads(done.stdout)
+    found, audited = (json.loads(line) for line in done.stdout.splitlines())
+    assert done.returncode == 0 and found["results"] and audited == {"items": []}, done
     assert done.stderr.strip().splitlines()[-1] == "[]"
+    assert tht.service_pid() is not None  # they ran there
 
 
 def slow_embeddings() -> EmbeddingServer:
@@ -525,14 +532,14 @@ def test_commands_over_http_run_with_the_token_and_its_capabilities(tht, served)
 
 def test_the_service_never_runs_the_operators_process_commands(tht, principals):
     config, _card, _data, tokens = principals
-    for command in (("db", "stop"), ("serve", "--no-web"), ("memory", "migrate")):
+    for command, args in (("db.stop", {}), ("serve", {"web": False}), ("memory.migrate", {})):
         request = {
             "protocol": PROTOCOL,
             "version": __import__("tht").__version__,
-            "argv": list(command),
+            "command": command,
+            "args": args,
             "cwd": "/",
             "files": {},
-            "env": {},
             "token": tokens["admin"],
         }
         with socket.socket(socket.AF_UNIX) as sock:

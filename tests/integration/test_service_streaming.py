@@ -298,10 +298,10 @@ def test_a_descriptor_is_taken_only_from_the_socket_never_named_over_http(tht, s
     request = {
         "protocol": PROTOCOL,
         "version": __version__,
-        "argv": ["memory", "import", "/x.jsonl", "-c", config],
+        "command": "memory.import",
+        "args": {"file": "/x.jsonl", "config": config},
         "cwd": "/",
         "files": {"/x.jsonl": {"fd": 0}, config: {"data": ""}},
-        "env": {},
     }
     answer = httpx.post(
         f"{url}/api/cli", json=request, headers={"Authorization": f"Bearer {token}"}, timeout=60

@@ -9,36 +9,37 @@ import json
 import pytest
 
 from tht.errors import Forbidden, InvalidInput, NotFound, ThothError
-from tht.mcp.tools import TOOLS, command_line
+from tht.mcp.tools import TOOLS, command_arguments
 from tht.service.client import build_request
-from tht.service.commands import agent_command
 
 
-def test_a_recall_call_is_its_command_with_the_question_after_the_options():
+def test_a_recall_call_is_its_command_with_typed_arguments_that_stay_what_they_are():
     tool = TOOLS["memory_rules"]
     arguments = tool.parse(
         {"question": "-c /etc/passwd", "error": "--help", "top": 4, "session": "s-1"}
     )
-    argv, stdin = command_line(tool, arguments, "/abs/runtime.yaml")
-    assert argv == [
-        "memory",
-        "rules",
-        "-c",
-        "/abs/runtime.yaml",
-        '--filters={"top": 4}',
-        "--session=s-1",
-        "--error=--help",
-        "--",
-        "-c /etc/passwd",
-    ]
+    name, args, stdin = command_arguments(tool, arguments, "/abs/runtime.yaml")
+    assert name == "memory.rules"
+    assert args == {
+        "config": "/abs/runtime.yaml",
+        "question": "-c /etc/passwd",  # a question, never an option
+        "filters": {"top": 4},
+        "session": "s-1",
+        "error": "--help",
+    }
     assert stdin is None
+    request = build_request(name, args, None)
+    assert (request["command"], request["args"]) == (name, args) and "argv" not in request
+    assert set(request["files"]) == {"/abs/runtime.yaml"}  # only the runtime file is read
 
 
 def test_a_proposal_travels_as_standard_input_never_this_process_s():
-    argv, stdin = agent_command("propose", "/abs/runtime.yaml", session="s-1", data={"version": 1})
-    assert argv[-2:] == ["--data", "-"] and json.loads(stdin) == {"version": 1}
-    request = build_request([*argv, "--", "--data=/etc/hostname"], None, stdin=stdin)
-    # the bytes given, and nothing read from the words after "--"
+    tool = TOOLS["memory_propose"]
+    arguments = tool.parse({"session": "s-1", "data": {"version": 1}})
+    name, args, stdin = command_arguments(tool, arguments, "/abs/runtime.yaml")
+    assert (name, args["data"]) == ("memory.propose", "-") and json.loads(stdin) == {"version": 1}
+    request = build_request(name, {**args, "session": "--data=/etc/hostname"}, None, stdin=stdin)
+    # the bytes given, and nothing read from an argument that is not a file
     assert set(request["files"]) == {"/abs/runtime.yaml", "-"}
     assert json.loads(base64.b64decode(request["files"]["-"]["data"])) == {"version": 1}
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tht.cli.progress_rate import RateProgress
+from tht.commands.progress_rate import RateProgress
 
 
 class Clock:

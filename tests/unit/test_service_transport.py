@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from tht.cli.invocation import Invocation, invoked, passed_file, read_bytes
+from tht.commands.context import CommandContext
 from tht.errors import InvalidInput
 from tht.service import client
 from tht.service.server import CHUNK_CHARS, _Chunks, _passed_files
@@ -51,16 +51,16 @@ def test_a_passed_file_is_read_from_its_start_by_each_reader_and_stays_open(tmp_
     folder = os.open(tmp_path, os.O_RDONLY)
     try:
         files = {"/in/cards.jsonl": {"fd": fd}, "/in/folder": {"fd": folder}}
-        with invoked(Invocation(cwd="/in", files=files)):
-            open_file = passed_file("cards.jsonl")  # relative to the client's directory
-            assert open_file is not None
-            with open_file() as first, open_file() as second:  # the two passes may overlap
-                assert first.readline() == b"one\n"
-                assert second.read() == b"one\ntwo\nthree\n"
-                assert first.read() == b"two\nthree\n"
-            assert read_bytes("cards.jsonl", 5) == b"one\ntw"
-            with pytest.raises(OSError, match="not a regular file"):
-                passed_file("folder")
+        context = CommandContext(cwd="/in", files=files)
+        open_file = context.passed_file("cards.jsonl")  # relative to the client's directory
+        assert open_file is not None
+        with open_file() as first, open_file() as second:  # the two passes may overlap
+            assert first.readline() == b"one\n"
+            assert second.read() == b"one\ntwo\nthree\n"
+            assert first.read() == b"two\nthree\n"
+        assert context.read_bytes("cards.jsonl", 5) == b"one\ntw"
+        with pytest.raises(OSError, match="not a regular file"):
+            context.passed_file("folder")
         os.fstat(fd)  # closing the readers left it to the service
     finally:
         os.close(fd)
@@ -101,6 +101,10 @@ def test_a_request_sent_whole_with_its_descriptor_gets_the_answer_of_a_service_t
     thread = threading.Thread(target=service)
     thread.start()
     with open(os.devnull, "rb") as passed:
-        request = {"argv": ["memory", "import", "x.jsonl"], "fds": [passed.fileno()]}
+        request = {
+            "command": "memory.import",
+            "args": {"file": "x.jsonl"},
+            "fds": [passed.fileno()],
+        }
         assert client._exchange(ours, request, lambda text: None) == (5, "refused")
     thread.join()

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tht.cli.capabilities import required
+from tht.commands.table import COMMANDS
 from tht.memory.transfer import streams
 from tht.memory.transfer.formats import (
     FORMULA_STARTS,
@@ -120,5 +120,5 @@ def test_vannas_question_files_look_like_vanna():
 
 
 def test_listing_imports_needs_read_access_and_undoing_one_management():
-    assert required(["memory", "imports", "list", "-c", "r.yaml"]) == "memory.read"
-    assert required(["memory", "imports", "undo", "imp-1", "-c", "r.yaml"]) == "memory.manage"
+    assert COMMANDS["memory.imports.list"].capability == "memory.read"
+    assert COMMANDS["memory.imports.undo"].capability == "memory.manage"

@@ -1,31 +1,30 @@
-"""What the commands of ``tht`` share: one JSON document on stdout, the runtime file,
-input files, and the engines of a command (the service's, or its own) once its principal
-may run it. The command modules (``main``, ``catalog``, ``eval``, ``workflow``) import
-from here, never from each other.
+"""What the parsers of ``tht`` share: the common options, and ``submit``, which runs the
+command a parser built (a name of ``tht.commands.table`` and its arguments) where it
+runs: the service, or this process.
+
+The parsers only parse: what a command does is its application function in
+``tht.commands``, whichever face calls it. Nothing here imports more than the standard
+library and Typer, so the client stays light when the service runs the command.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-from contextlib import contextmanager
+import os
+import sys
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from tht import audit
-from tht.cli.capabilities import SIGNED
-from tht.cli.invocation import current, read_bytes, write_stdout
-from tht.errors import InvalidInput
-from tht.memory.model import MAX_DOCUMENT_BYTES
-from tht.settings import RuntimeConfig, load_runtime_config
+from tht.commands import table
+from tht.errors import Interrupted, ThothError
+from tht.service import client
 
 ConfigOption = Annotated[
     Path,
     typer.Option("-c", "--config", help="Runtime file (YAML): workspace, database, schema, ..."),
 ]
-
 
 IdempotencyKeyOption = Annotated[
     str | None,
@@ -37,86 +36,76 @@ IdempotencyKeyOption = Annotated[
     ),
 ]
 
-
-def idempotency_key_of(key: str | None) -> Any:
-    """The command's idempotency key, scoped to its principal (inside ``_services``:
-    the token's user, or the operator)."""
-    from tht.memory.idempotency import IdempotencyKey
-
-    principal = current().principal
-    return IdempotencyKey.given(key, principal.user if principal is not None else None)
-
-
-def emit(document: Any) -> None:
-    write_stdout(json.dumps(document, ensure_ascii=False, default=str) + "\n")
-
-
-def load_runtime(config: Path) -> RuntimeConfig:
-    """The runtime file (the client's copy in the service)."""
-    return load_runtime_config(config, read=read_bytes)
-
-
-def read_text(path: str, limit: int) -> str:
-    """A UTF-8 text file of at most ``limit`` bytes, or standard input with '-'."""
-    try:
-        raw = read_bytes(path, limit)
-    except OSError as exc:
-        raise InvalidInput(f"cannot read {path}: {exc.strerror}") from exc
-    if len(raw) > limit:
-        raise InvalidInput(f"{path} is larger than {limit} bytes")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidInput(f"{path} is not UTF-8 text") from exc
-
-
-def _read_document(path: str) -> Any:
-    """A JSON document from a file, or from standard input with '-'."""
-    from tht.validation import parse_json
-
-    return parse_json(
-        read_text(path, MAX_DOCUMENT_BYTES), "standard input" if path == "-" else path
-    )
-
-
-@contextmanager
-def _services(runtime: Any = None, *, workspace: str | None = None) -> Iterator[Any]:
-    """The engines for this command (the service's warm ones, or built for this process
-    and closed after it), once the principal may run the command in ``workspace``
-    (default: the runtime file's)."""
-    invocation = current()
-    context = (invocation.services or _built_services)()
-    with context as services:
-        authorize(
-            services, workspace if workspace is not None else getattr(runtime, "workspace", None)
-        )
-        yield services
-
-
-@contextmanager
-def _built_services() -> Iterator[Any]:
-    from tht.bootstrap import build_services
-
-    services = build_services()
-    try:
-        yield services
-    finally:
-        services.close()
-
-
-def authorize(services: Any, workspace: str | None) -> None:
-    """Check the command's capability for its principal: a token's user, or the
-    operator (no token: this process holds THT_HOME or the database credentials)."""
-    invocation = current()
-    if invocation.token is None:
-        audit.act_as(audit.OPERATOR)
-        return
-    principal = invocation.principal = services.accounts.by_token(invocation.token)
-    audit.act_as(principal.user)
-    if invocation.capability != SIGNED:  # OPERATOR_ONLY never gets here with a token (see main)
-        principal.require(invocation.capability, workspace)
-
-
 JsonFlag = Annotated[
     bool, typer.Option("--json", help="Accepted for compatibility: output is always JSON")
 ]
+
+# the token of the command line being run (None: the operator)
+TOKEN: ContextVar[str | None] = ContextVar("tht_cli_token", default=None)
+
+
+def path(value: Path | str | None) -> str | None:
+    return None if value is None else str(value)
+
+
+def configure_logging() -> None:
+    import logging
+
+    level = os.environ.get("THT_LOG_LEVEL")
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=getattr(logging, (level or "WARNING").upper(), logging.WARNING),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if level is None:
+        # the pool warns at each failed reconnection while a command waits for PostgreSQL;
+        # the command's one JSON error says the outcome (THT_LOG_LEVEL shows them again)
+        logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
+
+
+def submit(name: str, args: dict[str, Any]) -> int:
+    """Run command ``name`` with ``args``: its stdout is this process's, an error one
+    JSON document there; returns the exit code. A command the table keeps out of the
+    service runs here as the operator, whatever the token."""
+    found = table.command(name)
+    token = TOKEN.get() if found is None or found.remote else None
+    output = client.StdoutWriter()
+    ran_here = False
+
+    def here() -> tuple[int, str]:
+        nonlocal ran_here
+        ran_here = True
+        from tht.commands.context import CommandContext
+        from tht.commands.dispatch import run
+
+        configure_logging()
+        return run(name, args, CommandContext(token=token)), ""
+
+    try:
+        code, stdout = client.send(name, args, token, env=os.environ, write=output, here=here)
+    except KeyboardInterrupt:
+        if ran_here:
+            error = Interrupted(
+                "interrupted: the command was cancelled (its transaction rolled back)",
+                details={"detached": False},
+            )
+        elif not client.handed_over():
+            error = Interrupted(
+                "interrupted before the command reached the service: nothing ran",
+                details={"detached": False},
+            )
+        else:
+            error = Interrupted(
+                "interrupted: the command was handed to the service and goes on there (detached);"
+                " its result is not shown",
+                details={"detached": True},
+            )
+        client.emit(error.to_dict())
+        return error.exit_code
+    except ThothError as exc:
+        if output.last not in ("", "\n"):  # the error document on a line of its own
+            output("\n")
+        client.emit(exc.to_dict())
+        return exc.exit_code
+    output.finish(stdout)
+    return code

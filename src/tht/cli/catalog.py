@@ -1,6 +1,5 @@
 """`tht catalog ...`: the physical Catalog of a workspace's DWH (bind, sync, runs,
-retry, forget). Same contract as every command: one JSON document on stdout, also on
-failure; progress on stderr."""
+retry, forget): parsers of the commands of ``tht.commands.catalog``."""
 
 from __future__ import annotations
 
@@ -9,14 +8,8 @@ from typing import Annotated
 
 import typer
 
-from tht.cli._common import _services, emit, load_runtime
-from tht.errors import InvalidInput
-
-catalog_app = typer.Typer(
-    help="The physical Catalog: DWH binding, sync (scan, diff, Memory cleanup of removed tables and columns),"
-    " runs, retry, manual forget.",
-    no_args_is_help=True,
-)
+from tht.cli._common import path, submit
+from tht.cli.apps import catalog_app
 
 ConfigOption = Annotated[
     Path,
@@ -32,15 +25,10 @@ ConnectionOption = Annotated[
 
 
 @catalog_app.command("bind")
-def catalog_bind(config: ConfigOption, connection: ConnectionOption) -> None:
+def catalog_bind(config: ConfigOption, connection: ConnectionOption) -> int:
     """Record the workspace's DWH binding (the runtime file's database and schema, an
     installation's DWH connection by name) without syncing."""
-    from tht.catalog.model import binding_from_runtime
-
-    runtime = load_runtime(config)
-    binding = binding_from_runtime(runtime, connection)
-    with _services(workspace=runtime.workspace) as services:
-        emit(services.catalog.bind(binding))
+    return submit("catalog.bind", {"config": path(config), "connection": connection})
 
 
 @catalog_app.command("sync")
@@ -54,71 +42,42 @@ def catalog_sync(
             " DWH connection (default: the recorded binding)",
         ),
     ] = None,
-) -> None:
+) -> int:
     """Scan the bound DWH schema; if the scan succeeded, diff it with the last snapshot and
     delete the Memory cards that depend on removed tables or columns."""
-    from tht.catalog.model import binding_from_runtime
-    from tht.cli.invocation import progress
-
-    runtime = load_runtime(config)
-    binding = binding_from_runtime(runtime, connection) if connection is not None else None
-    with _services(runtime) as services:
-        recorded = services.catalog.binding(runtime.workspace) if binding is None else None
-        if recorded is not None and (runtime.database, runtime.schema_name) not in (
-            (None, None),
-            (recorded.database, recorded.schema),
-        ):
-            raise InvalidInput(
-                f"workspace '{runtime.workspace}' is bound to {recorded.database}.{recorded.schema},"
-                f" not {runtime.database}.{runtime.schema_name}: sync that, or bind again with"
-                " --connection",
-                details={"binding": recorded.as_json()},
-            )
-        emit(services.catalog.sync(runtime.workspace, binding, progress=progress))
+    return submit("catalog.sync", {"config": path(config), "connection": connection})
 
 
 @catalog_app.command("retry")
 def catalog_retry(
     run_id: Annotated[str, typer.Argument(help="Run id (run-<uuid>)")], config: ConfigOption
-) -> None:
+) -> int:
     """Complete a pending run's Memory cleanup with its recorded removals (no new scan or diff).
     A completed run is left unchanged."""
-
-    runtime = load_runtime(config)
-    with _services(runtime) as services:
-        emit(services.catalog.retry(runtime.workspace, run_id))
+    return submit("catalog.retry", {"run_id": run_id, "config": path(config)})
 
 
 @catalog_app.command("runs")
 def catalog_runs(
     config: ConfigOption,
     limit: Annotated[int, typer.Option(help="At most this many runs, newest first (1-500)")] = 50,
-) -> None:
+) -> int:
     """List runs with their phase, removals, deleted Memory cards and errors."""
-
-    runtime = load_runtime(config)
-    with _services(workspace=runtime.workspace) as services:
-        emit({"items": services.catalog.runs(runtime.workspace, limit)})
+    return submit("catalog.runs", {"config": path(config), "limit": limit})
 
 
 @catalog_app.command("show")
 def catalog_show(
     run_id: Annotated[str, typer.Argument(help="Run id (run-<uuid>)")], config: ConfigOption
-) -> None:
+) -> int:
     """Show one run: removals, deleted Memory cards, errors."""
-
-    runtime = load_runtime(config)
-    with _services(workspace=runtime.workspace) as services:
-        emit(services.catalog.run(runtime.workspace, run_id))
+    return submit("catalog.show", {"run_id": run_id, "config": path(config)})
 
 
 @catalog_app.command("status")
-def catalog_status(config: ConfigOption) -> None:
+def catalog_status(config: ConfigOption) -> int:
     """The workspace's binding, its last snapshot and the pending run, if any."""
-
-    runtime = load_runtime(config)
-    with _services(workspace=runtime.workspace) as services:
-        emit(services.catalog.status(runtime.workspace))
+    return submit("catalog.status", {"config": path(config)})
 
 
 @catalog_app.command("forget")
@@ -132,11 +91,15 @@ def catalog_forget(
         bool, typer.Option("--all", help="Forget the whole snapshot of the bound scope")
     ] = False,
     yes: Annotated[bool, typer.Option("--yes", help="Confirm (required)")] = False,
-) -> None:
+) -> int:
     """Manual Catalog cleanup: drop objects from the Catalog's snapshot only. Never deletes Memory."""
-
-    runtime = load_runtime(config)
-    if not yes:
-        raise InvalidInput("refusing to forget Catalog objects without --yes")
-    with _services(workspace=runtime.workspace) as services:
-        emit(services.catalog.forget(runtime.workspace, table, column, all_objects))
+    return submit(
+        "catalog.forget",
+        {
+            "config": path(config),
+            "table": table,
+            "column": column,
+            "all_objects": all_objects,
+            "yes": yes,
+        },
+    )

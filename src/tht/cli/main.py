@@ -7,75 +7,28 @@ class (see ``tht.errors.EXIT_CODES``).
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 from contextlib import nullcontext, redirect_stdout
-from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 from typer._click import exceptions as click_exceptions  # Typer vendors click
 
-from tht import audit
-from tht.accounts import MANAGE
-from tht.cli._common import (  # the shared helpers; other command modules import them from there
+from tht import __version__
+from tht.cli._common import (
+    TOKEN,
     ConfigOption,
     IdempotencyKeyOption,
     JsonFlag,
-    _read_document,
-    _services,
-    emit,
-    idempotency_key_of,
-    load_runtime,
-    read_text,
+    path,
+    submit,
 )
-from tht.cli.capabilities import OPERATOR_ONLY, required
-from tht.cli.catalog import catalog_app
-from tht.cli.eval import memory_eval
-from tht.cli.invocation import current, invoked, progress
-from tht.cli.workflow import register as register_workflow
-from tht.errors import Forbidden, InvalidInput, ServiceUnavailable, ThothError
-from tht.memory.model import parse_card_input, parse_list_query
-from tht.settings import RuntimeConfig
-
-if TYPE_CHECKING:
-    from tht.db.embedded import EmbeddedPostgres
-    from tht.memory.recall_service import RecallKind
-
-log = logging.getLogger("tht")
-
-app = typer.Typer(
-    help="Thoth Memory: the reusable knowledge of a text-to-SQL agent. Every command prints one JSON document.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode="markdown",
-)
-memory_app = typer.Typer(
-    help="Cards of one workspace: browse, edit, and the projection's pending work.",
-    no_args_is_help=True,
-)
-workspace_app = typer.Typer(help="Workspaces: create, list and inspect.", no_args_is_help=True)
-db_app = typer.Typer(
-    help="The embedded PostgreSQL in THT_HOME (status, stop).", no_args_is_help=True
-)
-user_app = typer.Typer(help="Local accounts of the web administration.", no_args_is_help=True)
-app.add_typer(memory_app, name="memory")
-app.add_typer(workspace_app, name="workspace")
-app.add_typer(db_app, name="db")
-app.add_typer(user_app, name="user")
-app.add_typer(catalog_app, name="catalog")
-
-
-def _json_argument(text: str | None, option: str) -> Any:
-    if text is None:
-        return None
-    from tht.validation import parse_json
-
-    return parse_json(text, option)
-
+from tht.cli.apps import app, db_app, memory_app, user_app, workspace_app
+from tht.cli.parsing import take_plain_values
+from tht.errors import InvalidInput, ServiceUnavailable, ThothError
+from tht.service import client
 
 # --- memory -------------------------------------------------------------------------
 
@@ -93,22 +46,17 @@ def memory_list(
             )
         ),
     ] = None,
-) -> None:
+) -> int:
     """Search, filter and paginate the workspace's archive."""
-    runtime = load_runtime(config)
-    query = parse_list_query(_json_argument(filters, "--filters"))
-    with _services(runtime) as services:
-        emit(services.memory.list_cards(runtime.workspace, query).as_json())
+    return submit("memory.list", {"config": path(config), "filters": filters})
 
 
 @memory_app.command("show")
 def memory_show(
     card_id: Annotated[str, typer.Argument(help="Card id (mem-<uuid>)")], config: ConfigOption
-) -> None:
+) -> int:
     """Print a complete card: fields, dependencies, links out and in, origin, revision."""
-    runtime = load_runtime(config)
-    with _services(runtime) as services:
-        emit(services.memory.get_card(runtime.workspace, card_id).as_json())
+    return submit("memory.show", {"card_id": card_id, "config": path(config)})
 
 
 @memory_app.command("create")
@@ -116,13 +64,12 @@ def memory_create(
     config: ConfigOption,
     data: Annotated[str, typer.Option(help="Card JSON file ('-' for standard input)")],
     idempotency_key: IdempotencyKeyOption = None,
-) -> None:
+) -> int:
     """Create a manual card with its dependencies and links."""
-    runtime = load_runtime(config)
-    card = parse_card_input(_read_document(data))
-    with _services(runtime) as services:
-        key = idempotency_key_of(idempotency_key)
-        emit(services.memory.create_card(runtime.workspace, card, idempotency=key).as_json())
+    return submit(
+        "memory.create",
+        {"config": path(config), "data": data, "idempotency_key": idempotency_key},
+    )
 
 
 @memory_app.command("update")
@@ -136,18 +83,17 @@ def memory_update(
         ),
     ],
     idempotency_key: IdempotencyKeyOption = None,
-) -> None:
+) -> int:
     """Replace a card's content, dependencies and outgoing links together."""
-    runtime = load_runtime(config)
-    from tht.memory.model import card_id_to_uuid, uuid_to_card_id
-
-    card_id = uuid_to_card_id(card_id_to_uuid(card_id))
-    card = parse_card_input(_read_document(data), card_id=card_id, workspace=runtime.workspace)
-    with _services(runtime) as services:
-        key = idempotency_key_of(idempotency_key)
-        emit(
-            services.memory.update_card(runtime.workspace, card_id, card, idempotency=key).as_json()
-        )
+    return submit(
+        "memory.update",
+        {
+            "card_id": card_id,
+            "config": path(config),
+            "data": data,
+            "idempotency_key": idempotency_key,
+        },
+    )
 
 
 @memory_app.command("delete")
@@ -159,57 +105,40 @@ def memory_delete(
         int | None, typer.Option(help="Delete only if the card is still at this revision")
     ] = None,
     idempotency_key: IdempotencyKeyOption = None,
-) -> None:
+) -> int:
     """Delete a card with its dependencies and incident links (other cards stay)."""
-    runtime = load_runtime(config)
-    if not yes:
-        raise InvalidInput(f"refusing to delete {card_id} without --yes")
-    with _services(runtime) as services:
-        key = idempotency_key_of(idempotency_key)
-        emit(
-            services.memory.delete_card(
-                runtime.workspace, card_id, revision, idempotency=key
-            ).as_json()
-        )
+    return submit(
+        "memory.delete",
+        {
+            "card_id": card_id,
+            "config": path(config),
+            "yes": yes,
+            "revision": revision,
+            "idempotency_key": idempotency_key,
+        },
+    )
 
 
 @memory_app.command("pending")
-def memory_pending(config: ConfigOption) -> None:
+def memory_pending(config: ConfigOption) -> int:
     """List incomplete projection operations (saved, not yet in the search index)."""
-    runtime = load_runtime(config)
-    with _services(runtime) as services:
-        items = services.memory.pending(runtime.workspace)
-        emit({"items": [item.model_dump(mode="json") for item in items]})
+    return submit("memory.pending", {"config": path(config)})
 
 
 @memory_app.command("retry")
 def memory_retry(
     card_id: Annotated[str, typer.Argument(help="Card id (mem-<uuid>)")], config: ConfigOption
-) -> None:
+) -> int:
     """Retry a card's index work from its current state (re-index it, or remove a deleted card's point).
 
     Exits 8 (index_unavailable) when the work is still pending afterwards."""
-    from tht.memory.admin import retry_index_work
-
-    runtime = load_runtime(config)
-    with _services(runtime) as services:
-        retried = retry_index_work(services.projector, runtime.workspace, card_id)
-    emit(retried)
+    return submit("memory.retry", {"card_id": card_id, "config": path(config)})
 
 
 @memory_app.command("index")
-def memory_index(config: ConfigOption) -> None:
+def memory_index(config: ConfigOption) -> int:
     """Rebuild the workspace's search projection (domain memory and solved questions) from the archive."""
-    from tht.cli.progress_rate import RateProgress
-    from tht.errors import Interrupted
-
-    runtime = load_runtime(config)
-    with _services(runtime) as services:
-        try:
-            emit(services.projector.rebuild(runtime.workspace, RateProgress(progress)))
-        except Interrupted as exc:  # the resume command needs this invocation's runtime file
-            exc.details["resume"] = f"tht memory index -c {config}"
-            raise
+    return submit("memory.index", {"config": path(config)})
 
 
 @memory_app.command("check")
@@ -218,11 +147,9 @@ def memory_check(
     repair: Annotated[
         bool, typer.Option("--repair", help="Re-index what drifted and remove orphan points")
     ] = False,
-) -> None:
+) -> int:
     """Report drift between archive and index: missing, stale, orphan and wrong-format points."""
-    runtime = load_runtime(config)
-    with _services(runtime) as services:
-        emit(services.projector.check(runtime.workspace, repair=repair))
+    return submit("memory.check", {"config": path(config), "repair": repair})
 
 
 FiltersOption = Annotated[
@@ -247,36 +174,9 @@ ExplainOption = Annotated[
 ]
 
 
-def _recall(
-    kind: RecallKind,
-    question: str | None,
-    config: Path,
-    filters: str | None,
-    session: str | None = None,
-    error: str | None = None,
-    explain: str | None = None,
-) -> None:
-    from tht.memory.agent import DwhBinding, recall_binding, recall_command
-    from tht.memory.recall_service import parse_recall_query
-
-    runtime = load_runtime(config)
-    query = parse_recall_query(_json_argument(filters, "--filters"))
-    with _services(runtime) as services:  # the operator: no principal, the runtime file's binding
-        emit(
-            recall_command(
-                services,
-                runtime.workspace,
-                kind,
-                question,
-                query,
-                session=session,
-                error=error,
-                explain=explain,
-                binding=recall_binding(
-                    services, runtime.workspace, DwhBinding(runtime.database, runtime.schema_name)
-                ),
-            )
-        )
+def _recall(name: str, question: str | None, config: Path, filters: str | None, **more: Any) -> int:
+    args = {"question": question, "config": path(config), "filters": filters, **more}
+    return submit(name, {key: value for key, value in args.items() if value is not None})
 
 
 @memory_app.command("search")
@@ -287,12 +187,12 @@ def memory_search(
     json_output: JsonFlag = False,
     session: SessionFilter = None,
     explain: ExplainOption = None,
-) -> None:
+) -> int:
     """Recall domain clarifications for a question (F2). `--filters '{"families": [...]}'`
     widens it explicitly to SQL rules and explained errors (`memory rules` serves those).
 
     Results are verified against the archive; `score` is a ranking score, not a similarity."""
-    _recall("search", question, config, filters, session, explain=explain)
+    return _recall("memory.search", question, config, filters, session=session, explain=explain)
 
 
 @memory_app.command("solved-search")
@@ -302,9 +202,9 @@ def memory_solved_search(
     filters: FiltersOption = None,
     json_output: JsonFlag = False,
     explain: ExplainOption = None,
-) -> None:
+) -> int:
     """Recall solved questions (consultative exemplars: never an approval)."""
-    _recall("solved", question, config, filters, explain=explain)
+    return _recall("memory.solved-search", question, config, filters, explain=explain)
 
 
 @memory_app.command("rules")
@@ -324,12 +224,14 @@ def memory_rules(
         ),
     ] = None,
     explain: ExplainOption = None,
-) -> None:
+) -> int:
     """Recall SQL rules and explained errors that apply to a question (or to a database error)."""
-    _recall("rules", question, config, filters, session, error, explain)
+    return _recall(
+        "memory.rules", question, config, filters, session=session, error=error, explain=explain
+    )
 
 
-memory_app.command("eval")(memory_eval)
+import tht.cli.eval  # noqa: E402  (memory eval, registered here: the help lists it so)
 
 
 @memory_app.command("migrate")
@@ -341,13 +243,9 @@ def memory_migrate(
             " superuser; the embedded server creates it). edge and qdrant need nothing in PostgreSQL."
         ),
     ] = None,
-) -> None:
+) -> int:
     """Apply the memory migration pack with the migrator login (same as python -m tht.memory.migrate)."""
-    from tht.bootstrap import run_migrations
-
-    if engine not in (None, "edge", "qdrant", "pgvector"):
-        raise InvalidInput(f"unknown index engine '{engine}' (expected edge, qdrant or pgvector)")
-    emit(run_migrations(engine=engine))
+    return submit("memory.migrate", {"engine": engine})
 
 
 # --- workspaces ---------------------------------------------------------------------
@@ -369,14 +267,12 @@ def workspace_create(
             " (`embedders:` in its configuration)"
         ),
     ] = "default",
-) -> None:
+) -> int:
     """Create a workspace with its language and embedder profile."""
-    with _services() as services:
-        created = services.workspaces.create(workspace_id, language, name, embedder)
-        principal = current().principal
-        if principal is not None:  # a token's admin administers what it creates (audited)
-            services.accounts.grant(principal.user, created.id)
-        emit(created.model_dump(mode="json"))
+    return submit(
+        "workspace.create",
+        {"workspace_id": workspace_id, "language": language, "name": name, "embedder": embedder},
+    )
 
 
 @workspace_app.command("embedder")
@@ -385,37 +281,23 @@ def workspace_embedder(
     profile: Annotated[
         str, typer.Argument(help="One of the installation's embedder profiles (`embedders:`)")
     ],
-) -> None:
+) -> int:
     """Switch the workspace to another embedder profile: every card is projected with it
     beside the serving index, and the workspace switches when that is complete (recall
     goes on meanwhile). Refused while the workspace is being rebuilt."""
-    from tht.cli.progress_rate import RateProgress
-
-    with _services(workspace=workspace_id) as services:
-        emit(services.projector.switch(workspace_id, profile, RateProgress(progress)))
+    return submit("workspace.embedder", {"workspace_id": workspace_id, "profile": profile})
 
 
 @workspace_app.command("list")
-def workspace_list() -> None:
+def workspace_list() -> int:
     """List workspaces (ids, names, languages)."""
-    with _services() as services:
-        principal = current().principal
-        emit(
-            {
-                "items": [
-                    w.model_dump(mode="json")
-                    for w in services.workspaces.list()
-                    if principal is None or w.id in principal.workspaces
-                ]
-            }
-        )
+    return submit("workspace.list", {})
 
 
 @workspace_app.command("show")
-def workspace_show(workspace_id: Annotated[str, typer.Argument(help="Workspace id")]) -> None:
+def workspace_show(workspace_id: Annotated[str, typer.Argument(help="Workspace id")]) -> int:
     """Show a workspace with its card counts per family and pending index work."""
-    with _services(workspace=workspace_id) as services:
-        emit(services.workspaces.show(workspace_id).as_json())
+    return submit("workspace.show", {"workspace_id": workspace_id})
 
 
 # --- accounts -----------------------------------------------------------------------
@@ -443,23 +325,24 @@ def user_create(
         str | None,
         typer.Option(help="How long the token lives: 12h, 30d, 8w or never (default 90d)"),
     ] = None,
-) -> None:
+) -> int:
     """Create a user; prints its API bearer token (shown once) and when it expires."""
-    password = None
-    if password_file is not None:
-        password = read_text(str(password_file), 4096).rstrip("\r\n")
-    with _services() as services:
-        principal = current().principal
-        for each in workspace if principal is not None else ():
-            principal.require(MANAGE, each)  # an admin gives access only to what it administers
-        emit(services.accounts.create_user(name, role, workspace, password, expires_in=expires_in))
+    return submit(
+        "user.create",
+        {
+            "name": name,
+            "role": role,
+            "workspace": workspace,
+            "password_file": path(password_file),
+            "expires_in": expires_in,
+        },
+    )
 
 
 @user_app.command("list")
-def user_list() -> None:
+def user_list() -> int:
     """List users with their role and workspaces (never their secrets)."""
-    with _services() as services:
-        emit({"items": services.accounts.list_users()})
+    return submit("user.list", {})
 
 
 @memory_app.command("admin")
@@ -469,17 +352,9 @@ def memory_admin(
         Path,
         typer.Option("-c", "--config", help="The protected request (signed JSON); '-' for stdin"),
     ],
-) -> None:
+) -> int:
     """Execute an administrative operation from a signed protected request (backend use)."""
-    from tht.protected import load_key, verify
-
-    key = load_key()
-    principal, request, nonce, expires = verify(
-        _read_document(str(config)), key, workspace=workspace
-    )
-    with _services(workspace=workspace) as services:
-        services.accounts.use_nonce(nonce, expires)
-        emit(services.admin.execute(principal, request))
+    return submit("memory.admin", {"workspace": workspace, "config": path(config)})
 
 
 @app.command("serve")
@@ -550,9 +425,10 @@ def serve(
             "client (repeatable). Default: none, the TCP peer is the client",
         ),
     ] = None,
-) -> None:
+) -> int:
     """Run the installation's service: it owns the engines and serves the CLI's socket,
     the administration pages and the HTTP API (the embedded engines, or the configured ones)."""
+    from tht.cli._common import configure_logging
     from tht.errors import ConfigurationError
     from tht.web.guard import public_origins
     from tht.web.limits import ServerLimits, trusted_proxies
@@ -566,6 +442,7 @@ def serve(
         proxies = trusted_proxies(trusted_proxy or [])
     except ValueError as exc:
         raise ConfigurationError(f"--trusted-proxy: {exc}") from exc
+    configure_logging()
     limits = ServerLimits(
         header_timeout=header_timeout,
         body_timeout=body_timeout,
@@ -584,81 +461,53 @@ def serve(
         public_origins=origins,
         proxies=proxies,
     )
+    return 0
 
 
 # --- embedded database --------------------------------------------------------------
 
 
-def _embedded() -> EmbeddedPostgres:
-    from tht.bootstrap import embedded_database
-
-    embedded = embedded_database()
-    if embedded is None:
-        raise InvalidInput(
-            "THT_CATALOG_* names an external database: `tht db` manages only the embedded one"
-        )
-    return embedded
-
-
 @db_app.command("status")
-def db_status() -> None:
+def db_status() -> int:
     """Where the embedded PostgreSQL lives and whether it is running."""
-    emit(_embedded().status())
+    return submit("db.status", {})
 
 
 @db_app.command("stop")
-def db_stop() -> None:
+def db_stop() -> int:
     """Stop the embedded PostgreSQL (the next command starts it again)."""
-    emit(_embedded().stop())
+    return submit("db.stop", {})
 
 
 # --- demo ---------------------------------------------------------------------------
 
 
 @app.command("health")
-def health() -> None:
+def health() -> int:
     """How the running service (`tht serve`, also with `--no-web`) finds its dependencies:
     the archive, each index and each embedder, with status and latency, as `/healthz`
     answers. Exit 0 when ok or degraded (only an index or an embedder down), 10 when the
     archive is down or no service runs for THT_HOME. It never starts a service."""
     from tht.service import paths
-    from tht.service.client import service_health
 
     home = paths.default_home(os.environ)
-    answer = service_health(home)
+    answer = client.service_health(home)
     if answer is None:
         raise ServiceUnavailable(
             f"no service is running for THT_HOME={home}", details={"home": home}
         )
     http_status, document = answer
-    emit(document)
-    if http_status != 200:
-        raise typer.Exit(ServiceUnavailable.exit_code)
+    client.emit(document)
+    return 0 if http_status == 200 else ServiceUnavailable.exit_code
 
 
 @app.command("demo")
-def demo() -> None:
+def demo() -> int:
     """Create a demo workspace with a few cards (once) and print them."""
-    from tht.demo import DEMO_WORKSPACE, load_demo
-
-    with _services(RuntimeConfig(workspace=DEMO_WORKSPACE)) as services:
-        emit(load_demo(services))
+    return submit("demo", {})
 
 
 # --- entry point --------------------------------------------------------------------
-
-
-def _configure_logging() -> None:
-    level = os.environ.get("THT_LOG_LEVEL")
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=getattr(logging, (level or "WARNING").upper(), logging.WARNING),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    if level is None:
-        # the pool warns at each failed reconnection while a command waits for PostgreSQL;
-        # the command's one JSON error says the outcome (THT_LOG_LEVEL shows them again)
-        logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 
 
 def _names_a_group(command: Any, args: list[str]) -> bool:
@@ -674,37 +523,37 @@ _command: Any = None
 
 
 def main(argv: list[str] | None = None, *, token: str | None = None) -> int:
-    """Run one command; ``token`` names its principal (None: the operator)."""
-    global _command
-    _configure_logging()
-    if _command is None:
-        _command = typer.main.get_command(app)
-    command = _command
-    args = sys.argv[1:] if argv is None else argv
-    invocation = current()
-    invocation = replace(
-        invocation,
-        token=token if token is not None else invocation.token,
-        capability=required(args),
-        principal=None,
-    )
+    """The ``tht`` command: parse the command line, then run the command where it runs
+    (``submit``). ``token`` names its principal (None: ``--token-file``,
+    ``THT_TOKEN_FILE`` or ``THT_TOKEN``, and without any the operator)."""
     try:
-        if invocation.token is not None and invocation.capability == OPERATOR_ONLY:
-            # closed by default: a token never runs what is not in the capability table
-            raise Forbidden(
-                f"`tht {' '.join(a for a in args[:2] if not a.startswith('-'))}` is the operator's:"
-                " run it where THT_HOME is, without a token"
-            )
+        return _main(sys.argv[1:] if argv is None else list(argv), token)
+    except BrokenPipeError:
+        # the reader went away (`tht memory export ... | head`): no traceback, and none
+        # either when Python flushes stdout at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # as a shell reports a command that SIGPIPE ended
+
+
+def _main(args: list[str], token: str | None) -> int:
+    global _command
+    try:
+        args, given = client.read_token(args, os.environ)
+        if args == ["--version"]:
+            client.emit({"version": __version__})
+            return 0
+        if _command is None:
+            _command = take_plain_values(typer.main.get_command(app))
+        command = _command
         # A group without its command: Typer prints the group's help to stdout while
-        # raising, and stdout carries only the JSON error, so the help goes to stderr
-        # (in the service, where stdout is not the process's, help never arrives).
-        grouped = invocation.services is None and _names_a_group(command, args)
-        with (
-            invoked(invocation),
-            audit.scoped(),
-            redirect_stdout(sys.stderr) if grouped else nullcontext(),
-        ):
-            result = command.main(args=args, prog_name="tht", standalone_mode=False)
+        # raising, and stdout carries only the JSON error, so the help goes to stderr.
+        grouped = _names_a_group(command, args)
+        bound = TOKEN.set(token if token is not None else given)
+        try:
+            with redirect_stdout(sys.stderr) if grouped else nullcontext():
+                result = command.main(args=args, prog_name="tht", standalone_mode=False)
+        finally:
+            TOKEN.reset(bound)
         return result if isinstance(result, int) else 0
     except typer.Exit as exc:
         return exc.exit_code
@@ -717,21 +566,24 @@ def main(argv: list[str] | None = None, *, token: str | None = None) -> int:
     except ThothError as exc:
         error = exc
     except Exception as exc:  # the last line of defence: JSON, never a traceback on stdout
-        log.error("unexpected error: %s", exc, exc_info=os.environ.get("THT_DEBUG") == "1")
+        print(f"unexpected error: {exc!r}", file=sys.stderr)
+        if os.environ.get("THT_DEBUG") == "1":
+            import traceback
+
+            traceback.print_exc()
         error = ThothError(
             f"internal error ({type(exc).__name__}); rerun with THT_DEBUG=1 for details"
         )
-    with invoked(invocation):
-        emit(error.to_dict())
+    client.emit(error.to_dict())
     return error.exit_code
 
 
 # the command modules that register themselves on the groups above (imported for that)
 import tht.cli.accounts  # noqa: E402  (user grant/revoke/role/token/delete, audit)
+import tht.cli.catalog  # noqa: E402  (catalog)
 import tht.cli.mcp  # noqa: E402  (mcp)
-import tht.cli.transfer  # noqa: E402, F401  (memory import, export)
-
-register_workflow(memory_app)  # last, as before: propose, summary, review-apply, solved-index
+import tht.cli.transfer  # noqa: E402  (memory import, imports, export)
+import tht.cli.workflow  # noqa: E402, F401  (last, as before: propose, summary, review-apply, solved-index)
 
 if __name__ == "__main__":
     raise SystemExit(main())

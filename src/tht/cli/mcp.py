@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import typer
-
-from tht.cli.invocation import current
-from tht.cli.main import ConfigOption, app
+from tht.cli._common import TOKEN, ConfigOption
+from tht.cli.apps import app
 
 
 @app.command("mcp")
-def mcp(config: ConfigOption) -> None:
+def mcp(config: ConfigOption) -> int:
     """Serve memory_search, memory_rules, memory_solved_search, memory_propose and
     memory_summary over MCP on stdin/stdout, for an MCP client that starts this command.
 
@@ -18,6 +16,4 @@ def mcp(config: ConfigOption) -> None:
     operator). stdout carries the protocol; logs go to stderr."""
     from tht.mcp.stdio import serve
 
-    code = serve(config, token=current().token)
-    if code:
-        raise typer.Exit(code)
+    return serve(config, token=TOKEN.get())

@@ -1,8 +1,10 @@
-"""Workflow commands on `tht memory`: propose, summary, review-apply, solved-index.
+"""Workflow commands on `tht memory`: propose, summary, review-apply, solved-index
+(parsers of the commands of ``tht.commands.workflow``).
 
-The session directory is `<sessions_root>/<workspace>/<session-id>` (sessions_root
-comes from the runtime file, the workspace is the runtime file's). `review-apply` belongs to the reviewer gate: it takes a signed gate
-request (see tht.workflow.gate) and refuses anything else.
+The session directory is `<sessions_root>/<workspace>/<session-id>` (the
+installation's sessions root, the runtime file's workspace). `review-apply` belongs to
+the reviewer gate: it takes a signed gate request (see tht.workflow.gate) and refuses
+anything else.
 """
 
 from __future__ import annotations
@@ -11,16 +13,8 @@ from typing import Annotated
 
 import typer
 
-from tht.cli._common import (
-    ConfigOption,
-    IdempotencyKeyOption,
-    JsonFlag,
-    _read_document,
-    _services,
-    emit,
-    idempotency_key_of,
-    load_runtime,
-)
+from tht.cli._common import ConfigOption, IdempotencyKeyOption, JsonFlag, path, submit
+from tht.cli.apps import memory_app
 
 SessionOption = Annotated[
     str,
@@ -28,6 +22,7 @@ SessionOption = Annotated[
 ]
 
 
+@memory_app.command("propose")
 def memory_propose(
     config: ConfigOption,
     session: SessionOption,
@@ -35,72 +30,45 @@ def memory_propose(
         str, typer.Option(help="memory_proposals.json to validate ('-' for standard input)")
     ],
     idempotency_key: IdempotencyKeyOption = None,
-) -> None:
+) -> int:
     """Validate the session's Memory proposals against its ledger and the archive, and record them."""
-    runtime = load_runtime(config)
-    document = _read_document(data)
-    with _services(runtime) as services:
-        emit(
-            services.proposals.propose(
-                runtime.workspace,
-                session,
-                document,
-                idempotency=idempotency_key_of(idempotency_key),
-            )
-        )
+    return submit(
+        "memory.propose",
+        {
+            "config": path(config),
+            "session": session,
+            "data": data,
+            "idempotency_key": idempotency_key,
+        },
+    )
 
 
+@memory_app.command("summary")
 def memory_summary(
     config: ConfigOption, session: SessionOption, json_output: JsonFlag = False
-) -> None:
+) -> int:
     """The reviewer's editable summary: additions, updates with their change, the solved question, links."""
-    runtime = load_runtime(config)
-    with _services(runtime) as services:
-        emit(services.summaries.summary(runtime.workspace, session))
+    return submit("memory.summary", {"config": path(config), "session": session})
 
 
+@memory_app.command("review-apply")
 def memory_review_apply(
     config: ConfigOption,
     request: Annotated[
         str, typer.Option(help="The signed gate request of reviewer_memory_promote ('-' for stdin)")
     ],
-) -> None:
+) -> int:
     """Apply the reviewer's choice (reviewer gate only: needs a request signed with the protected-request key)."""
-    from tht.protected import load_key
-    from tht.workflow.gate import verify_gate_request
-
-    runtime = load_runtime(config)
-    key = load_key()
-    gate = verify_gate_request(_read_document(request), key, workspace=runtime.workspace)
-    with _services(runtime) as services:
-        emit(
-            services.review.review_apply(
-                gate.principal,
-                runtime.workspace,
-                gate.session,
-                gate.review,
-                nonce=gate.nonce,
-                nonce_expires=gate.expires_at,
-            )
-        )
+    return submit("memory.review-apply", {"config": path(config), "request": request})
 
 
+@memory_app.command("solved-index")
 def memory_solved_index(
     session: Annotated[
         str, typer.Argument(help="The session whose reviewed solved question to re-index")
     ],
     config: ConfigOption,
     json_output: JsonFlag = False,
-) -> None:
+) -> int:
     """Retry the projection of a session's reviewed solved question (never creates content)."""
-    runtime = load_runtime(config)
-    with _services(runtime) as services:
-        emit(services.review.solved_index(runtime.workspace, session))
-
-
-def register(memory_app: typer.Typer) -> None:
-    """Add the workflow commands to `tht memory` (in this order: the help lists them so)."""
-    memory_app.command("propose")(memory_propose)
-    memory_app.command("summary")(memory_summary)
-    memory_app.command("review-apply")(memory_review_apply)
-    memory_app.command("solved-index")(memory_solved_index)
+    return submit("memory.solved-index", {"session": session, "config": path(config)})

@@ -16,6 +16,7 @@ between requests, so any instance behind a load balancer can answer it (DESIGN.m
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -27,7 +28,6 @@ from tht.errors import Forbidden, NotFound, PermissionDenied, ThothError, Unauth
 from tht.mcp.server import build_server
 from tht.mcp.tools import Tool
 from tht.memory.model import WORKSPACE_ID_PATTERN
-from tht.web.guard import normalized_origin
 
 if TYPE_CHECKING:
     from tht.bootstrap import Services
@@ -42,15 +42,17 @@ Scope = dict[str, Any]
 class McpEndpoint:
     """The ASGI app of ``/mcp/{workspace}``."""
 
-    def __init__(self, services: Services, public_origins: tuple[str, ...]) -> None:
+    def __init__(self, services: Services, origin_allowed: Callable[[str], bool]) -> None:
+        """``origin_allowed``: whether a browser's Origin is one of the service's public
+        origins (the web app's rule, tht.web.guard)."""
         self.services = services
-        self.public_origins = public_origins
+        self.origin_allowed = origin_allowed
         self.server = build_server(self._call)
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         try:
             origin = Headers(scope=scope).get("origin")
-            if origin is not None and normalized_origin(origin) not in self.public_origins:
+            if origin is not None and not self.origin_allowed(origin):
                 raise PermissionDenied("cross-origin request refused", details={"reason": "origin"})
             workspace = str(scope.get("path_params", {}).get("workspace", ""))
             if not WORKSPACE.match(workspace):
@@ -89,12 +91,13 @@ class McpEndpoint:
         from tht.memory import agent
 
         services = self.services
-        if tool.command in agent.RECALL_KINDS:
+        word = tool.command.rpartition(".")[2]  # memory.search: search
+        if word in agent.RECALL_KINDS:
             return agent.service_recall(
                 services,
                 principal,
                 workspace,
-                agent.RECALL_KINDS[tool.command],
+                agent.RECALL_KINDS[word],
                 arguments.question,
                 arguments.filters_document(),
                 session=getattr(arguments, "session", None),
@@ -102,7 +105,7 @@ class McpEndpoint:
                 explain=arguments.explain,
             )
         principal.require(PROPOSE, workspace)  # before the session is looked at
-        if tool.command == "propose":
+        if word == "propose":
             return agent.propose_command(
                 services, workspace, arguments.session, arguments.data, principal=principal
             )

@@ -1,7 +1,7 @@
 """``tht mcp -c runtime.yaml``: the agent's Memory tools over MCP on stdin/stdout.
 
-A thin face (DESIGN.md §3a): each tool call is the ``tht memory`` command it stands
-for, forwarded to the installation's service over its socket (auto-started as the CLI
+A thin face: each tool call is the command it stands for (``tht.commands.table``),
+forwarded to the installation's service over its socket (auto-started as the CLI
 does), or to ``THT_SERVICE_URL`` over HTTP, so this process never imports the engines.
 With ``THT_SERVICE=off`` the commands run here instead, on engines it keeps warm.
 
@@ -10,13 +10,12 @@ agent's sandbox gets one: every call then runs with its capabilities); without o
 installation's own user on the local socket, the operator. Either way only the agent's
 five tools are served.
 
-The runtime file names the workspace, the DWH binding and the sessions root; it is
-read at each call, as each command reads it.
+The runtime file names the workspace and the DWH binding; it is read at each call, as
+each command reads it.
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import os
@@ -25,20 +24,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from tht.errors import InvalidInput
-
-
-def main(args: list[str], token: str | None, env: Mapping[str, str] | None = None) -> int:
-    """``tht mcp`` from the command-line client, before anything else is imported."""
-    parser = argparse.ArgumentParser(
-        prog="tht mcp",
-        description="Serve the agent's Memory tools over MCP on stdin/stdout.",
-    )
-    parser.add_argument("-c", "--config", required=True, help="Runtime file (YAML)")
-    try:
-        parsed = parser.parse_args(args)
-    except SystemExit as exc:  # argparse told stderr why
-        return InvalidInput.exit_code if exc.code else 0
-    return serve(parsed.config, token=token, env=env)
 
 
 def serve(
@@ -57,15 +42,15 @@ def serve(
     from mcp.server.stdio import stdio_server
 
     from tht.mcp.server import build_server
-    from tht.mcp.tools import Tool, command_line
+    from tht.mcp.tools import Tool, command_arguments
     from tht.service.commands import CommandRunner
 
     runner = CommandRunner(token=token, env=env)
 
     async def call(tool: Tool, arguments: Any, ctx: Any) -> tuple[bool, dict[str, Any]]:
-        argv, stdin = command_line(tool, arguments, path)
+        name, args, stdin = command_arguments(tool, arguments, path)
         code, document = await anyio.to_thread.run_sync(
-            functools.partial(runner.run, argv, stdin=stdin)
+            functools.partial(runner.run_command, name, args, stdin=stdin)
         )
         return code == 0, document
 

@@ -2,13 +2,13 @@
 the same five operations as ``tht memory search|rules|solved-search|propose|summary``
 and the HTTP agent routes, with the same answers.
 
-Arguments are validated by the HTTP API's request models (tht.web.schemas): one
-definition of what an agent may send, whatever the face. The input schemas shown to
-a model are written for it (short, with the descriptions it needs) and a test keeps
+Arguments are validated by the HTTP API's request models (tht.memory.agent_requests):
+one definition of what an agent may send, whatever the face. The input schemas shown
+to a model are written for it (short, with the descriptions it needs) and a test keeps
 them to the same fields as those models.
 
 Nothing here imports the engines: the stdio server forwards each call to the service
-as its command line (``command_line``).
+as its command and arguments (``command_arguments``).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from tht.errors import InvalidInput
+from tht.memory import agent_requests as requests
 from tht.memory.model import CARD_ID_PATTERN
 from tht.validation import validation_details
-from tht.web import schemas
 
 _FILTERS = {
     "type": "object",
@@ -51,7 +51,7 @@ _TOP = {
 }
 _QUESTION = {
     "type": "string",
-    "maxLength": schemas.MAX_QUESTION,
+    "maxLength": requests.MAX_QUESTION,
     "description": "The user's question",
 }
 _SESSION = {
@@ -71,6 +71,9 @@ _EXPLAIN = {
 }
 
 
+RECALL_COMMANDS = ("memory.search", "memory.rules", "memory.solved-search")
+
+
 def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
     return {
         "type": "object",
@@ -83,7 +86,7 @@ def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
 @dataclass(frozen=True)
 class Tool:
     name: str
-    command: str  # the `tht memory` command it is
+    command: str  # the command it is (tht.commands.table)
     title: str
     description: str
     input_schema: dict[str, Any]
@@ -125,7 +128,7 @@ TOOLS: dict[str, Tool] = {
     for tool in (
         Tool(
             name="memory_search",
-            command="search",
+            command="memory.search",
             title="Recall domain memory",
             description=(
                 "Recall the workspace's domain clarifications for a user's question before"
@@ -144,11 +147,11 @@ TOOLS: dict[str, Tool] = {
                 },
                 ["question"],
             ),
-            arguments=schemas.SearchIn,
+            arguments=requests.SearchIn,
         ),
         Tool(
             name="memory_rules",
-            command="rules",
+            command="memory.rules",
             title="Recall SQL rules",
             description=(
                 "Recall the SQL rules and explained errors that apply to a question, or to a"
@@ -164,7 +167,7 @@ TOOLS: dict[str, Tool] = {
                     },
                     "error": {
                         "type": "string",
-                        "maxLength": schemas.MAX_QUESTION,
+                        "maxLength": requests.MAX_QUESTION,
                         "description": "A database error message the SQL produced",
                     },
                     "filters": _FILTERS,
@@ -177,11 +180,11 @@ TOOLS: dict[str, Tool] = {
                 },
                 [],
             ),
-            arguments=schemas.RulesIn,
+            arguments=requests.RulesIn,
         ),
         Tool(
             name="memory_solved_search",
-            command="solved-search",
+            command="memory.solved-search",
             title="Recall solved questions",
             description=(
                 "Recall solved questions similar to the user's: earlier questions with the SQL a"
@@ -192,11 +195,11 @@ TOOLS: dict[str, Tool] = {
                 {"question": _QUESTION, "filters": _FILTERS, "top": _TOP, "explain": _EXPLAIN},
                 ["question"],
             ),
-            arguments=schemas.SolvedSearchIn,
+            arguments=requests.SolvedSearchIn,
         ),
         Tool(
             name="memory_propose",
-            command="propose",
+            command="memory.propose",
             title="Propose Memory from a session",
             description=(
                 "Validate a workflow session's Memory proposals against its ledger and the archive,"
@@ -216,12 +219,12 @@ TOOLS: dict[str, Tool] = {
                 },
                 ["session", "data"],
             ),
-            arguments=schemas.ProposeIn,
+            arguments=requests.ProposeIn,
             read_only=False,
         ),
         Tool(
             name="memory_summary",
-            command="summary",
+            command="memory.summary",
             title="Summarize a session's proposals",
             description=(
                 "The reviewer's editable summary of a session's recorded proposals: additions,"
@@ -229,24 +232,26 @@ TOOLS: dict[str, Tool] = {
                 " proposals_digest a review must name."
             ),
             input_schema=_object({"session": _SESSION}, ["session"]),
-            arguments=schemas.SessionIn,
+            arguments=requests.SessionIn,
         ),
     )
 }
 
 
-def command_line(tool: Tool, arguments: Any, config: str) -> tuple[list[str], bytes | None]:
-    """The ``tht memory`` command a validated tool call is, and its standard input."""
-    from tht.service.commands import agent_command
-
-    recall = tool.command in ("search", "rules", "solved-search")
-    return agent_command(
-        tool.command,
-        config,
-        question=arguments.question if recall else None,
-        filters=arguments.filters_document() if recall else None,
-        session=getattr(arguments, "session", None),
-        error=getattr(arguments, "error", None),
-        explain=getattr(arguments, "explain", None),
-        data=getattr(arguments, "data", None),
-    )
+def command_arguments(
+    tool: Tool, arguments: Any, config: str
+) -> tuple[str, dict[str, Any], bytes | None]:
+    """The command a validated tool call is (``tht.commands.table``), its arguments and
+    the bytes of its standard input (a proposal's document)."""
+    args: dict[str, Any] = {"config": config}
+    if tool.command in RECALL_COMMANDS:
+        args["question"] = arguments.question
+        args["filters"] = arguments.filters_document() or None
+    for name in ("session", "error", "explain"):
+        args[name] = getattr(arguments, name, None)
+    stdin = None
+    data = getattr(arguments, "data", None)
+    if data is not None:
+        args["data"] = "-"
+        stdin = json.dumps(data, ensure_ascii=False).encode()
+    return tool.command, {k: v for k, v in args.items() if v is not None}, stdin

@@ -1,22 +1,23 @@
-"""The ``tht`` command's entry point: a thin client of the service.
+"""The client's side of a command: where it runs, and the request that carries it.
 
-Standard library only until it knows the command must run in this process. It
-decides where the command runs:
+Standard library only until it knows the command must run in this process. A command
+(a name of ``tht.commands.table`` and its arguments) runs:
 
-- ``THT_SERVICE=off``, and the operator commands that manage the process or the
-  embedded server themselves (``serve``, ``db``, ``memory migrate``, help): here;
+- with ``THT_SERVICE=off``, and for the operator's commands that manage the process or
+  the embedded server themselves (the table's non-remote ones): here;
 - ``THT_SERVICE_URL`` set: in that service over HTTP, with a token (never here);
 - otherwise the installation's Unix socket (``$THT_HOME/run/service.sock``); with no
   service there and the embedded engines (no ``THT_CATALOG_*``), a service is started
   in the background (``THT_SERVICE=auto``, the default) and used; with external
   engines the command runs here unless ``THT_SERVICE=auto`` asks for a local service.
 
-The command keeps its arguments, its one JSON document on stdout and its exit code
-wherever it runs; its stdout streams back as the service writes it (events of at
-most ``CHUNK_CHARS``, the service blocked while the client has not read them). The
-files a command names (``-c``, ``--data``, ``--cases``, ``--request``,
-``--password-file``, or ``-`` for standard input) are read here and sent with it, so
-the service reads nothing of the client's file system but the workflow's session
+The command keeps its one JSON document on stdout and its exit code wherever it runs;
+its stdout streams back as the service writes it (events of at most ``CHUNK_CHARS``,
+the service blocked while the client has not read them). The request carries the
+command's name and arguments as JSON, never a command line. The files its arguments
+name (the table's ``files``: a runtime file, a card, cases, a signed request, a
+password file, or ``-`` for standard input) are read here and sent with it, so the
+service reads nothing of the client's file system but the workflow's session
 directories. The file an import names is not read here on the Unix socket: the client
 opens it and passes the open descriptor (SCM_RIGHTS), which the service reads, streamed,
 whatever its size (standard input or a pipe is first copied to a temporary file: the
@@ -36,12 +37,12 @@ import stat
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypedDict
 
 from tht import __version__
+from tht.commands import table
 from tht.errors import (
-    Interrupted,
     InvalidInput,
     ServiceLost,
     ServiceTimeout,
@@ -52,44 +53,17 @@ from tht.errors import (
 )
 from tht.service import paths
 
-FILE_OPTIONS = ("-c", "--config", "--data", "--cases", "--request", "--password-file")
-# Commands whose first argument is a file, with their options that take a value (the
-# client knows no command's options but these, to find that argument).
-FILE_ARGUMENTS: dict[tuple[str, ...], tuple[str, ...]] = {
-    ("memory", "import"): ("-c", "--config", "--format", "--on-conflict", "--family", "--scope")
-}
 MAX_FILE_BYTES = 16 * 1024 * 1024  # the largest file sent as bytes (all of them over HTTP)
 MAX_PASSED_FILES = 4  # descriptors one request may carry over the socket
 # The largest request body the service's HTTP face reads (tht.web.guard, set to
 # tht.memory.model.MAX_DOCUMENT_BYTES; the client must not import the model): over
 # HTTP a command's files, base64-encoded, must fit in it.
 MAX_HTTP_BODY_BYTES = 1024 * 1024
-# Commands that manage this process, the embedded server or the schema: always here.
-LOCAL_COMMANDS = {("serve",), ("db",), ("memory", "migrate"), ("mcp",), ("health",)}
-# The commands a service runs, by their first two words. Any other runs here: the local
-# ones above, a group's help, and a misspelt command, which the CLI refuses at once
-# rather than after starting a service for it (tests/unit/test_service_commands.py
-# keeps this set equal to the CLI's commands).
-SERVICE_COMMANDS = frozenset(
-    {("demo",)}
-    | {("catalog", name) for name in "bind forget retry runs show status sync".split()}
-    | {
-        ("memory", name)
-        for name in (
-            "admin check create delete eval export import imports index list pending propose retry"
-            " review-apply rules search show solved-index solved-search summary update"
-        ).split()
-    }
-    | {("user", name) for name in "create delete grant list revoke role token".split()}
-    | {("workspace", name) for name in "create embedder list show".split()}
-)
-HELP_FLAGS = {"--help", "-h"}
 DEFAULT_IDLE_SECONDS = 900
 DEFAULT_TIMEOUT_SECONDS = 60.0  # silence from the service (it sends a heartbeat every few seconds)
 START_TIMEOUT_SECONDS = 60.0
-# Errors the service's HTTP face answers before running the command.
 _handed_over = False  # the command reached the service: Ctrl-C then detaches rather than cancels
-_ran_here = False  # the command runs in this process: Ctrl-C cancels it
+# Errors the service's HTTP face answers before running the command.
 _HTTP_EXIT = {400: 2, 401: 5, 403: 5, 404: 3, 409: 10, 413: 2, 415: 2, 422: 2, 429: 10, 503: 10}
 
 
@@ -101,35 +75,16 @@ def emit(document: Any) -> None:
     sys.stdout.flush()
 
 
-def _fail(error: ThothError) -> int:
-    emit(error.to_dict())
-    return error.exit_code
+def handed_over() -> bool:
+    """Whether a command reached the service: Ctrl-C then detaches rather than cancels."""
+    return _handed_over
 
 
-# --- where the command runs ------------------------------------------------------------
-
-
-def command_words(args: list[str]) -> tuple[str, ...]:
-    return tuple(a for a in args[:2] if not a.startswith("-"))
-
-
-def is_local(args: list[str]) -> bool:
-    """A command that manages this process, the embedded server or the schema."""
-    words = command_words(args)
-    return any(words[: len(local)] == local for local in LOCAL_COMMANDS)
-
-
-def runs_here(args: list[str], env: dict[str, str] | os._Environ[str]) -> bool:
-    if env.get("THT_SERVICE", "auto").lower() == "off" or not args or HELP_FLAGS & set(args):
-        return True
-    return command_words(args) not in SERVICE_COMMANDS
-
-
-def _external_engines(env: dict[str, str] | os._Environ[str]) -> bool:
+def _external_engines(env: Mapping[str, str]) -> bool:
     return any(key.startswith("THT_CATALOG_") for key in env)
 
 
-def _token(args: list[str], env: dict[str, str] | os._Environ[str]) -> tuple[list[str], str | None]:
+def read_token(args: list[str], env: Mapping[str, str]) -> tuple[list[str], str | None]:
     """``--token-file F`` (a global option, before the command) or ``THT_TOKEN_FILE``,
     else ``THT_TOKEN``; the option is removed from the arguments."""
     rest, path = [], env.get("THT_TOKEN_FILE")
@@ -154,8 +109,8 @@ def _token(args: list[str], env: dict[str, str] | os._Environ[str]) -> tuple[lis
 
 
 class SentFile(TypedDict, total=False):
-    """A named file as the request carries it (``tht.cli.invocation.read_bytes`` reads
-    it back): its bytes base64-encoded, the position of its open descriptor among those
+    """A named file as the request carries it (``CommandContext.read_bytes`` reads it
+    back): its bytes base64-encoded, the position of its open descriptor among those
     the request passes on the socket, or why it could not be read."""
 
     data: str
@@ -223,61 +178,41 @@ def close_passed(request: dict[str, Any]) -> None:
             pass
 
 
-def _file_argument(args: list[str]) -> int | None:
-    """The position of the file a command of ``FILE_ARGUMENTS`` names, if any."""
-    words = command_words(args)
-    valued = FILE_ARGUMENTS.get(words)
-    if valued is None:
-        return None
-    i = len(words)
-    while i < len(args):
-        if args[i] in valued:
-            i += 2
-        elif args[i].startswith("-") and args[i] != "-":
-            i += 1
-        else:
-            return i
-    return None
-
-
 def build_request(
-    args: list[str], token: str | None, *, stdin: bytes | None = None, pass_files: bool = False
+    name: str,
+    args: dict[str, Any],
+    token: str | None,
+    *,
+    stdin: bytes | None = None,
+    pass_files: bool = False,
 ) -> dict[str, Any]:
-    """The command as the service runs it: arguments, working directory, the named
-    files' bytes (the service reads no variable of the client's environment).
-    ``stdin``: the bytes a ``-`` file stands for (None: this process's standard input).
-    ``pass_files`` (the Unix socket): the file an import names is opened and its
-    descriptor listed under ``fds`` (not JSON: the socket passes it beside the request;
-    ``close_passed`` closes it)."""
+    """Command ``name`` as the service runs it: its arguments, the working directory,
+    the bytes of the files its arguments name (the table says which: the service reads
+    no file nor variable of the client's). ``stdin``: the bytes a ``-`` file stands
+    for (None: this process's standard input). ``pass_files`` (the Unix socket): the
+    file an import names is opened and its descriptor listed under ``fds`` (not JSON:
+    the socket passes it beside the request; ``close_passed`` closes it)."""
     cwd = os.getcwd()
     files: dict[str, SentFile] = {}
     stdin_data: list[bytes | None] = [stdin]
     fds: list[int] = []
-    argument = _file_argument(args)
-    for i, arg in enumerate(args):
-        if arg == "--":  # what follows is positional (a question), never a file option
-            break
-        value = None
-        if i == argument:
-            value = arg
-        elif arg in FILE_OPTIONS and i + 1 < len(args):
-            value = args[i + 1]
-        elif "=" in arg and arg.split("=", 1)[0] in FILE_OPTIONS[1:]:
-            value = arg.split("=", 1)[1]
-        if value is None:
+    found = table.command(name)
+    for path, passable in found.named_files(args) if found is not None else ():
+        key = "-" if path == "-" else os.path.normpath(os.path.join(cwd, path))
+        if key in files:
             continue
-        key = "-" if value == "-" else os.path.normpath(os.path.join(cwd, value))
-        if i == argument and pass_files:
-            files[key], fd = _open_for_passing(value, stdin_data)
+        if passable and pass_files:
+            files[key], fd = _open_for_passing(path, stdin_data)
             if fd is not None:
                 files[key]["fd"] = len(fds)
                 fds.append(fd)
             continue
-        files[key] = _read(value, stdin_data)
+        files[key] = _read(path, stdin_data)
     request: dict[str, Any] = {
         "protocol": paths.PROTOCOL,
         "version": __version__,
-        "argv": args,
+        "command": name,
+        "args": args,
         "cwd": cwd,
         "files": files,
         "token": token,
@@ -468,7 +403,7 @@ def _wait_gone(home: str, timeout: float) -> None:
 
 
 def start_service(
-    home: str, env: dict[str, str] | os._Environ[str], timeout: float = START_TIMEOUT_SECONDS
+    home: str, env: Mapping[str, str], timeout: float = START_TIMEOUT_SECONDS
 ) -> None:
     """Start a headless service in the background, unless one is (or just got) running.
 
@@ -533,7 +468,7 @@ def _log_tail(log: str) -> str:
 
 
 def connect_or_start(
-    home: str, *, auto: bool, env: dict[str, str] | os._Environ[str], timeout: float
+    home: str, *, auto: bool, env: Mapping[str, str], timeout: float
 ) -> socket.socket | None:
     """A connection to the installation's service, starting one when ``auto``; None
     when none runs and none may be started (the command then runs here)."""
@@ -552,7 +487,7 @@ def run_on_socket(
     request: dict[str, Any],
     *,
     auto: bool,
-    env: dict[str, str] | os._Environ[str],
+    env: Mapping[str, str],
     timeout: float,
     write: Write,
 ) -> tuple[int, str]:
@@ -657,94 +592,45 @@ def run_over_http(
         connection.close()
 
 
-# --- entry point -------------------------------------------------------------------------
+# --- where a command runs ---------------------------------------------------------------
 
 
-def run_here(args: list[str], token: str | None) -> int:
-    global _ran_here
-    _ran_here = True
-    from tht.cli.main import main as cli_main
-
-    return cli_main(args, token=token)
+Here = Callable[[], tuple[int, str]]
 
 
-def main(argv: list[str] | None = None) -> int:
-    try:
-        return _main(argv)
-    except BrokenPipeError:
-        # the reader went away (`tht memory export ... | head`): no traceback, and none
-        # either when Python flushes stdout at exit
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141  # as a shell reports a command that SIGPIPE ended
-
-
-def _main(argv: list[str] | None) -> int:
-    env = os.environ
-    args = sys.argv[1:] if argv is None else list(argv)
-    output = StdoutWriter()
-    try:
-        args, token = _token(args, env)
-        if args == ["--version"]:
-            emit({"version": __version__})
-            return 0
-        if command_words(args)[:1] == ("mcp",) and not HELP_FLAGS & set(args):
-            # a long-lived face of its own: it forwards each tool call as a command
-            from tht.mcp.stdio import main as mcp_main
-
-            return mcp_main(args[1:], token)
-        if runs_here(args, env):
-            # the commands that manage the process or the embedded server are the operator's
-            return run_here(args, None if is_local(args) else token)
-        timeout = float(env.get("THT_SERVICE_TIMEOUT") or DEFAULT_TIMEOUT_SECONDS)
-        if env.get("THT_SERVICE_URL"):
-            code, stdout = run_over_http(
-                env["THT_SERVICE_URL"], build_request(args, token), timeout, output
-            )
-        else:
-            mode = env.get("THT_SERVICE", "").lower()
-            auto = mode == "auto" or (mode == "" and not _external_engines(env))
-            home = paths.default_home(env)
-            sock = connect_or_start(home, auto=auto, env=env, timeout=timeout)
-            if sock is None:  # before reading anything: standard input stays the command's
-                return run_here(args, token)
-            code, stdout = run_on_socket(
-                home,
-                sock,
-                build_request(args, token, pass_files=True),
-                auto=auto,
-                env=env,
-                timeout=timeout,
-                write=output,
-            )
-    except KeyboardInterrupt:
-        if _ran_here:
-            return _fail(
-                Interrupted(
-                    "interrupted: the command was cancelled (its transaction rolled back)",
-                    details={"detached": False},
-                )
-            )
-        if not _handed_over:
-            return _fail(
-                Interrupted(
-                    "interrupted before the command reached the service: nothing ran",
-                    details={"detached": False},
-                )
-            )
-        return _fail(
-            Interrupted(
-                "interrupted: the command was handed to the service and goes on there (detached); its"
-                " result is not shown",
-                details={"detached": True},
-            )
+def send(
+    name: str,
+    args: dict[str, Any],
+    token: str | None,
+    *,
+    env: Mapping[str, str],
+    write: Write,
+    here: Here,
+    stdin: bytes | None = None,
+) -> tuple[int, str]:
+    """Run command ``name`` where it runs (see the module's docstring): its stdout goes
+    to ``write`` as it arrives; returns the exit code and the rest of its stdout. ``here``
+    runs it in this process, when it runs here."""
+    found = table.command(name)
+    if env.get("THT_SERVICE", "auto").lower() == "off" or found is None or not found.remote:
+        return here()
+    timeout = float(env.get("THT_SERVICE_TIMEOUT") or DEFAULT_TIMEOUT_SECONDS)
+    if env.get("THT_SERVICE_URL"):
+        return run_over_http(
+            env["THT_SERVICE_URL"], build_request(name, args, token, stdin=stdin), timeout, write
         )
-    except ThothError as exc:
-        if output.last not in ("", "\n"):  # the error document on a line of its own
-            output("\n")
-        return _fail(exc)
-    output.finish(stdout)
-    return code
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    mode = env.get("THT_SERVICE", "").lower()
+    auto = mode == "auto" or (mode == "" and not _external_engines(env))
+    home = paths.default_home(env)
+    sock = connect_or_start(home, auto=auto, env=env, timeout=timeout)
+    if sock is None:  # before reading anything: standard input stays the command's
+        return here()
+    return run_on_socket(
+        home,
+        sock,
+        build_request(name, args, token, stdin=stdin, pass_files=True),
+        auto=auto,
+        env=env,
+        timeout=timeout,
+        write=write,
+    )

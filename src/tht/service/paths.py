@@ -16,29 +16,11 @@ from __future__ import annotations
 
 import os
 import stat
-import sys
-from collections.abc import Mapping
+
+from tht.home import default_home as default_home  # where THT_HOME is, for the client
 
 # The client and the service must speak the same protocol and run the same code.
-PROTOCOL = 2  # 2: stdout in pieces ({"stdout"} events), files passed as descriptors
-
-
-def default_home(env: Mapping[str, str] | None = None) -> str:
-    """``THT_HOME``, else the per-user data directory (platformdirs' user_data_dir for
-    "thoth-memory", computed without importing platformdirs). Paths here are strings:
-    pathlib costs the client ~4 ms of imports."""
-    env = os.environ if env is None else env
-    if env.get("THT_HOME"):
-        return env["THT_HOME"]
-    user = os.path.expanduser("~")
-    if sys.platform == "darwin":
-        return os.path.join(user, "Library", "Application Support", "thoth-memory")
-    if sys.platform == "win32":
-        return os.path.join(
-            env.get("LOCALAPPDATA") or os.path.join(user, "AppData", "Local"), "thoth-memory"
-        )
-    base = (env.get("XDG_DATA_HOME") or "").strip() or os.path.join(user, ".local", "share")
-    return os.path.join(base, "thoth-memory")
+PROTOCOL = 3  # a command and its arguments as JSON; stdout in pieces; files passed open
 
 
 def run_dir(home: str | os.PathLike[str]) -> str:

@@ -4,7 +4,8 @@ It keeps the archive's connection pool, the index adapters (the only opener of t
 embedded Qdrant Edge index) and the embedders warm, and serves:
 
 - the installation's Unix socket (``$THT_HOME/run/service.sock``, in a 0700 directory):
-  one JSON request a line (with the descriptors of the files it passes, SCM_RIGHTS),
+  one JSON request a line (a command's name and its arguments, ``tht.commands.table``;
+  with the descriptors of the files it passes, SCM_RIGHTS),
   answered by JSON events (``{"stderr": ...}`` progress, ``{"alive": true}``
   heartbeats, ``{"stdout": ...}`` pieces of the command's output as it writes them,
   then ``{"exit": N, "stdout": ...}`` with the rest). A piece is sent when it reaches
@@ -15,7 +16,7 @@ embedded Qdrant Edge index) and the embedders warm, and serves:
 
 Who may do what: a socket peer that is the installation's own user (or root) and sends
 no token is the operator, exactly as if it ran the command itself with THT_HOME; with a
-token, the token's principal and its capabilities (``tht.cli.capabilities``). A peer of
+token, the token's principal and its capabilities (``tht.commands.table``). A peer of
 another user must send a token.
 """
 
@@ -39,6 +40,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from tht import __version__
+from tht.commands import table
 from tht.errors import (
     Conflict,
     InvalidInput,
@@ -52,7 +54,7 @@ from tht.errors import (
 )
 from tht.faults import pause_point
 from tht.service import paths
-from tht.service.client import MAX_PASSED_FILES, command_words, is_local
+from tht.service.client import MAX_PASSED_FILES
 
 if TYPE_CHECKING:  # imported when the service starts: the client's path stays light
     from tht.bootstrap import Engines, Services
@@ -438,8 +440,8 @@ class Service:
     ) -> tuple[int, str]:
         """The command's exit code, and its error document when it was refused before
         it ran (its output otherwise went to ``output``)."""
-        from tht.cli.invocation import Invocation, invoked
-        from tht.cli.main import main as cli_main
+        from tht.commands.context import CommandContext
+        from tht.commands.dispatch import run
 
         mismatch = self._mismatch(request)
         if mismatch is not None:
@@ -455,14 +457,18 @@ class Service:
                     },
                 )
             )
-        argv = request.get("argv")
-        if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
-            return _refusal(InvalidInput("the request's argv must be a list of strings"))
-        if is_local(argv):
+        name = request.get("command")
+        command = table.command(name)
+        if command is None:
+            return _refusal(
+                InvalidInput(f"unknown command {json.dumps(name)}", details={"command": name})
+            )
+        if not command.remote:
             return _refusal(
                 InvalidInput(
-                    f"`tht {' '.join(command_words(argv))}` manages a process, the embedded server"
-                    " or the schema: it runs in its own process, never in the service"
+                    f"`tht {' '.join(command.words)}` manages a process, the embedded server"
+                    " or the schema: it runs in its own process, never in the service",
+                    details={"command": name},
                 )
             )
         if not operator and not token:
@@ -474,19 +480,18 @@ class Service:
         except InvalidInput as exc:
             return _refusal(exc)
         self._ensure_database()
-        invocation = Invocation(
+        context = CommandContext(
             token=token or None,
             cwd=str(request.get("cwd") or "/"),
             files=files,
             stdout=output.write,
             stderr=lambda text: send({"stderr": text}),
-            services=self._services,
+            engines=self._services,
         )
         done = threading.Event()
         threading.Thread(target=self._heartbeat, args=(send, done), daemon=True).start()
         try:
-            with invoked(invocation):
-                code = cli_main(argv)
+            code = run(command.name, request.get("args"), context)
         finally:
             done.set()
         return code, ""

@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse
 from tht.accounts import PROPOSE, Principal
 from tht.bootstrap import Services
 from tht.memory import agent
+from tht.memory import agent_requests as requests
 from tht.memory.model import WORKSPACE_ID_PATTERN
 from tht.memory.recall_service import RecallKind
 from tht.web import schemas
@@ -40,7 +41,7 @@ def agent_router(services: Services, principal: Callable[..., Awaitable[Principa
         actor: Principal,
         workspace: str,
         kind: RecallKind,
-        request: schemas.RecallRequest,
+        request: requests.RecallRequest,
         *,
         question: str | None,
         session: str | None = None,
@@ -68,7 +69,7 @@ def agent_router(services: Services, principal: Callable[..., Awaitable[Principa
         summary="Recall domain clarifications (filters.families widens it): `tht memory search`",
     )
     def search(
-        actor: Actor, workspace: WorkspaceId, request: Annotated[schemas.SearchIn, Body()]
+        actor: Actor, workspace: WorkspaceId, request: Annotated[requests.SearchIn, Body()]
     ) -> JSONResponse:
         return recall(
             actor,
@@ -87,7 +88,7 @@ def agent_router(services: Services, principal: Callable[..., Awaitable[Principa
         summary="Recall SQL rules and explained errors for a question or an error: `tht memory rules`",
     )
     def rules(
-        actor: Actor, workspace: WorkspaceId, request: Annotated[schemas.RulesIn, Body()]
+        actor: Actor, workspace: WorkspaceId, request: Annotated[requests.RulesIn, Body()]
     ) -> JSONResponse:
         return recall(
             actor,
@@ -107,7 +108,7 @@ def agent_router(services: Services, principal: Callable[..., Awaitable[Principa
         summary="Recall solved questions (consultative exemplars): `tht memory solved-search`",
     )
     def solved_search(
-        actor: Actor, workspace: WorkspaceId, request: Annotated[schemas.SolvedSearchIn, Body()]
+        actor: Actor, workspace: WorkspaceId, request: Annotated[requests.SolvedSearchIn, Body()]
     ) -> JSONResponse:
         return recall(
             actor, workspace, "solved", request, question=request.question, explain=request.explain
@@ -122,7 +123,7 @@ def agent_router(services: Services, principal: Callable[..., Awaitable[Principa
     def propose(
         actor: Actor,
         workspace: WorkspaceId,
-        request: Annotated[schemas.ProposeIn, Body()],
+        request: Annotated[requests.ProposeIn, Body()],
         idempotency_key: IdempotencyKeyHeader = None,
     ) -> JSONResponse:
         actor.require(PROPOSE, workspace)
@@ -144,7 +145,7 @@ def agent_router(services: Services, principal: Callable[..., Awaitable[Principa
         summary="The reviewer's editable summary of a session: `tht memory summary`",
     )
     def summary(
-        actor: Actor, workspace: WorkspaceId, request: Annotated[schemas.SessionIn, Body()]
+        actor: Actor, workspace: WorkspaceId, request: Annotated[requests.SessionIn, Body()]
     ) -> JSONResponse:
         actor.require(PROPOSE, workspace)
         return answer(agent.summary_command(services, workspace, request.session, principal=actor))
@@ -156,7 +157,7 @@ def agent_router(services: Services, principal: Callable[..., Awaitable[Principa
         summary="Retry the projection of a session's reviewed solved question: `tht memory solved-index`",
     )
     def solved_index(
-        actor: Actor, workspace: WorkspaceId, request: Annotated[schemas.SessionIn, Body()]
+        actor: Actor, workspace: WorkspaceId, request: Annotated[requests.SessionIn, Body()]
     ) -> JSONResponse:
         actor.require(PROPOSE, workspace)
         return answer(

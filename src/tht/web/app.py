@@ -103,7 +103,10 @@ class LazyMcpEndpoint:
         if self.endpoint is None:
             from tht.mcp.http import McpEndpoint
 
-            self.endpoint = McpEndpoint(self.services, self.public_origins)
+            origins = self.public_origins
+            self.endpoint = McpEndpoint(
+                self.services, lambda origin: normalized_origin(origin) in origins
+            )
         await self.endpoint(scope, receive, send)
 
 

@@ -1,0 +1,32 @@
+"""The ``tht`` command's groups, on which each command module registers its parsers."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    help="Thoth Memory: the reusable knowledge of a text-to-SQL agent. Every command prints one JSON document.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",
+)
+memory_app = typer.Typer(
+    help="Cards of one workspace: browse, edit, and the projection's pending work.",
+    no_args_is_help=True,
+)
+workspace_app = typer.Typer(help="Workspaces: create, list and inspect.", no_args_is_help=True)
+db_app = typer.Typer(
+    help="The embedded PostgreSQL in THT_HOME (status, stop).", no_args_is_help=True
+)
+user_app = typer.Typer(help="Local accounts of the web administration.", no_args_is_help=True)
+catalog_app = typer.Typer(
+    help="The physical Catalog: DWH binding, sync (scan, diff, Memory cleanup of removed tables and columns),"
+    " runs, retry, manual forget.",
+    no_args_is_help=True,
+)
+app.add_typer(memory_app, name="memory")
+app.add_typer(workspace_app, name="workspace")
+app.add_typer(db_app, name="db")
+app.add_typer(user_app, name="user")
+app.add_typer(catalog_app, name="catalog")
