@@ -11,6 +11,8 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import pytest
 
@@ -274,40 +276,110 @@ ROLES = {  # what each role may do, written out here rather than read from the c
     "user": {"read", "recall"},
     "agent": {"recall", "propose"},
 }
+RUN = "run-00000000-0000-4000-8000-000000000000"
+IMPORT = "imp-00000000-0000-4000-8000-000000000000"
 
 
-def _matrix(config: str, card: str, data: str, role: str) -> list[tuple[str, tuple[str, ...]]]:
-    """(capability, command): each command runs harmlessly when allowed (a missing card,
-    a fresh name) and answers 5 only when refused."""
+@dataclass
+class Files:
+    """What the matrix's commands read: a runtime file, a card, cases, an import, and
+    the signed requests of the backend and of the reviewer gate."""
+
+    config: str
+    card: str
+    data: str
+    cases: str
+    cards: str
+    signed: Callable[[], str]  # a fresh signed request (a nonce is single-use)
+    gate: str
+
+
+def _matrix(files: Files, role: str) -> list[tuple[str, tuple[str, ...]]]:
+    """(capability, command) for every command the service runs: each one runs
+    harmlessly when allowed (a missing card, run or user, a dry run, a fresh name) and
+    answers 5 only when refused. ``signed``: the request's signature is the authority,
+    whoever sends it; ``operator``: never a token's."""
+    config, card = files.config, files.card
     return [
         ("read", ("memory", "list", "-c", config)),
         ("read", ("memory", "show", card, "-c", config)),
         ("read", ("memory", "pending", "-c", config)),
         ("read", ("memory", "check", "-c", config)),
+        ("read", ("memory", "export", "-c", config)),
+        ("read", ("memory", "imports", "list", "-c", config)),
         ("read", ("workspace", "show", "acme")),
+        ("read", ("workspace", "list")),
         ("read", ("catalog", "status", "-c", config)),
         ("read", ("catalog", "runs", "-c", config)),
+        ("read", ("catalog", "show", RUN, "-c", config)),
         ("recall", ("memory", "search", "shipped orders", "-c", config)),
         ("recall", ("memory", "rules", "shipped orders", "-c", config)),
         ("recall", ("memory", "solved-search", "shipped orders", "-c", config)),
+        ("recall", ("memory", "eval", "--cases", files.cases, "-c", config)),
         ("propose", ("memory", "summary", "-c", config, "--session", "s-1")),
-        ("propose", ("memory", "propose", "-c", config, "--session", "s-1", "--data", data)),
+        ("propose", ("memory", "propose", "-c", config, "--session", "s-1", "--data", files.data)),
         ("propose", ("memory", "solved-index", "s-1", "-c", config)),
-        ("manage", ("memory", "create", "-c", config, "--data", data)),
-        ("manage", ("memory", "update", MISSING, "-c", config, "--data", data)),
+        ("manage", ("memory", "create", "-c", config, "--data", files.data)),
+        ("manage", ("memory", "update", MISSING, "-c", config, "--data", files.data)),
         ("manage", ("memory", "delete", MISSING, "--yes", "-c", config)),
         ("manage", ("memory", "retry", MISSING, "-c", config)),
         ("manage", ("memory", "index", "-c", config)),
         ("manage", ("memory", "check", "--repair", "-c", config)),
+        ("manage", ("memory", "import", files.cards, "--dry-run", "-c", config)),
+        ("manage", ("memory", "imports", "undo", IMPORT, "-c", config)),
         ("manage", ("workspace", "create", f"new-{role}", "--language", "en")),
+        ("manage", ("workspace", "embedder", "acme", "default")),
         ("manage", ("user", "create", f"made-by-{role}", "--role", "user", "--workspace", "acme")),
         ("manage", ("user", "list")),
+        ("manage", ("user", "grant", "the-user", "--workspace", "acme")),
+        ("manage", ("user", "revoke", "nobody", "--workspace", "acme")),
+        ("manage", ("user", "role", "nobody", "user")),
+        ("manage", ("user", "token", "rotate", "nobody")),
+        ("manage", ("user", "delete", "nobody")),
+        ("manage", ("audit", "--limit", "5")),
+        ("manage", ("catalog", "bind", "-c", config, "--connection", "nowhere")),
+        ("manage", ("catalog", "sync", "-c", config)),
+        ("manage", ("catalog", "retry", RUN, "-c", config)),
+        ("manage", ("catalog", "forget", "-c", config, "--table", "t", "--yes")),
+        ("signed", ("memory", "admin", "--workspace", "acme", "-c", files.signed())),
+        ("signed", ("memory", "review-apply", "-c", config, "--request", files.gate)),
         ("operator", ("demo",)),
     ]
 
 
+def _command_name(words: tuple[str, ...]) -> str:
+    """The table's name of a command line: its longest prefix of words that names one."""
+    from tht.commands.table import COMMANDS
+
+    return next(
+        ".".join(words[:n]) for n in range(len(words), 0, -1) if ".".join(words[:n]) in COMMANDS
+    )
+
+
+def test_the_matrix_covers_every_command_the_service_runs():
+    from tht.commands.table import COMMANDS
+
+    files = Files("rt.yaml", MISSING, "d.json", "c.jsonl", "i.jsonl", lambda: "s.json", "g.json")
+    covered = {_command_name(command) for _, command in _matrix(files, "admin")}
+    assert covered == {name for name, command in COMMANDS.items() if command.remote}
+    for capability, command in _matrix(files, "admin"):  # the table agrees with the matrix
+        found = COMMANDS[_command_name(command)]
+        expected = "memory.manage" if "--repair" in command else found.capability
+        assert expected == {"signed": "signed", "operator": "operator"}.get(
+            capability, f"memory.{capability}"
+        ), command
+
+
 @pytest.fixture
 def principals(tht, tmp_path):
+    from tests.integration.workflow_support import gate_document, new_key
+    from tht.accounts import Principal
+    from tht.memory.admin import AdminRequest
+    from tht.protected import new_request, sign
+
+    # the key the service checks signed requests with, known before it starts
+    key_path, key = new_key(tmp_path)
+    tht.env["THT_PROTECTED_REQUEST_KEY_FILE"] = str(key_path)
     assert tht.run("workspace", "create", "acme", "--language", "en").code == 0
     assert tht.run("workspace", "create", "other", "--language", "en").code == 0
     config = tht.runtime("acme", sessions_root=str(tmp_path / "sessions"))
@@ -315,6 +387,21 @@ def principals(tht, tmp_path):
     card = _card(tht, config)["id"]
     data = tmp_path / "card.json"
     data.write_text(json.dumps(card_document()))
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text(json.dumps({"question": "shipped orders", "expected": [card]}) + "\n")
+    cards = tmp_path / "cards.jsonl"
+    cards.write_text(json.dumps(card_document(title="Imported order")) + "\n")
+    backend = Principal("backend", "admin", frozenset({"acme"}))
+
+    def signed() -> str:
+        request = sign(new_request(backend, AdminRequest(workspace="acme", operation="list")), key)
+        path = tmp_path / f"signed-{request['request']['nonce']}.json"
+        path.write_text(json.dumps(request))
+        return str(path)
+
+    gate = tmp_path / "gate.json"
+    wrong_key = b"x" * 64  # a gate request the service's key does not verify
+    gate.write_text(json.dumps(gate_document(wrong_key, "s-1", {"decision": "decline"})))
     tokens = {}
     for role in ROLES:
         made = tht.run("user", "create", f"the-{role}", "--role", role, "--workspace", "acme")
@@ -322,28 +409,81 @@ def principals(tht, tmp_path):
         tokens[role] = made.document["token"]
     stranger = tht.run("user", "create", "stranger", "--role", "admin", "--workspace", "other")
     tokens["stranger"] = stranger.document["token"]
-    return config, card, str(data), tokens
+    files = Files(config, card, str(data), str(cases), str(cards), signed, str(gate))
+    return config, card, str(data), tokens, files
 
 
 @pytest.mark.parametrize("role", sorted(ROLES))
 def test_each_role_runs_exactly_its_commands_through_the_socket(tht, principals, role):
-    config, card, data, tokens = principals
+    *_, tokens, files = principals
     refused, wrong = [], []
-    for capability, command in _matrix(config, card, data, role):
+    for capability, command in _matrix(files, role):
         result = tht.run(*command, token=tokens[role])
-        allowed = capability in ROLES[role]
-        if (allowed and result.code == 5) or (
-            not allowed and result.document.get("error", {}).get("code") != "forbidden"
-        ):
-            wrong.append((command, result.code, result.document))
-        if not allowed:
+        error = result.document.get("error", {}).get("code") if result.code else None
+        if capability == "signed":  # the signature decides, whoever sends it
+            valid = command[:2] == ("memory", "admin")  # the gate request's key is wrong
+            right = result.code == 0 if valid else error == "permission_denied"
+        elif capability in ROLES[role]:
+            right = result.code != 5
+        else:
+            right = error == "forbidden"
             refused.append(command)
+        if not right:
+            wrong.append((command, result.code, result.document))
     assert not wrong
     assert refused  # every role is refused something (demo at least)
 
 
+def test_a_token_principal_may_not_name_any_runtime_setting_but_its_own(tht, principals, tmp_path):
+    """Every key a runtime file may not hold (those of earlier versions, which named an
+    engine, a path or a URL, and any other): a token's command through the service is
+    refused before anything runs, `setting_not_allowed` naming the key, exit 2; no URL
+    is called and no path made."""
+    import yaml
+
+    from tht.settings import MOVED_SETTINGS, RUNTIME_KEYS
+
+    *_, tokens, _files = principals
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.setblocking(False)
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/admin/x?confirm=yes#"
+    untouched = tmp_path / "untouched"
+    values = {
+        "index": {"engine": "edge", "path": str(untouched / "index")},
+        "embedding": {"provider": "openai", "url": url, "model": "m", "dimension": 8},
+        "sessions_root": str(untouched / "sessions"),
+        "dwh": {"url_env": "HOME"},
+        "session": "s-1",
+        "colour": "red",
+    }
+    values = {key: value for key, value in values.items() if key not in RUNTIME_KEYS}
+    assert set(MOVED_SETTINGS) <= set(values)
+    try:
+        for key, value in values.items():
+            path = tmp_path / f"runtime-{key}.yaml"
+            binding = {"workspace": "acme", "database": "dwh", "schema": "sales"}
+            path.write_text(yaml.safe_dump({**binding, key: value}))
+            for role, command in (
+                ("agent", ("memory", "search", "orders")),
+                ("agent", ("memory", "propose", "--session", "s-1", "--data", _files.data)),
+                ("admin", ("memory", "index")),
+                ("admin", ("catalog", "sync")),
+            ):
+                refused = tht.run(*command, "-c", str(path), token=tokens[role])
+                error = refused.document["error"]
+                assert (refused.code, error["code"]) == (2, "setting_not_allowed"), (key, error)
+                assert error["details"]["key"] == key and f"`{key}`" in error["message"]
+        assert not untouched.exists()
+        with pytest.raises(BlockingIOError):
+            listener.accept()  # nobody connected
+    finally:
+        listener.close()
+
+
 def test_a_workspace_created_with_a_token_is_its_creators_and_the_grant_is_audited(tht, principals):
-    _config, _card, _data, tokens = principals
+    _config, _card, _data, tokens, _files = principals
     assert (
         tht.run("workspace", "create", "ws-new", "--language", "en", token=tokens["admin"]).code
         == 0
@@ -356,7 +496,7 @@ def test_a_workspace_created_with_a_token_is_its_creators_and_the_grant_is_audit
 
 
 def test_a_token_of_another_workspace_is_forbidden_and_a_bad_token_unauthenticated(tht, principals):
-    config, _card, _data, tokens = principals
+    config, _card, _data, tokens, _files = principals
     foreign = tht.run("memory", "list", "-c", config, token=tokens["stranger"])
     assert (foreign.code, foreign.document["error"]["code"]) == (5, "forbidden")
     assert (
@@ -367,7 +507,7 @@ def test_a_token_of_another_workspace_is_forbidden_and_a_bad_token_unauthenticat
 
 
 def test_an_agent_cannot_mint_an_admin_nor_write_an_unreviewed_rule(tht, principals):
-    config, _card, data, tokens = principals
+    config, _card, data, tokens, _files = principals
     minted = tht.run(
         "user",
         "create",
@@ -527,11 +667,16 @@ def test_commands_over_http_run_with_the_token_and_its_capabilities(tht, served)
     # over HTTP nobody is the operator, whatever the command
     demo = tht.run("demo", token=admin, **over_http)
     assert (demo.code, demo.document["error"]["code"]) == (5, "forbidden")
+    # the audit log too is the service's: this client has no database of its own
+    no_database = {key: "" for key in tht.env if key.startswith("THT_CATALOG_")}
+    audited = tht.run("audit", "--limit", "5", token=admin, **over_http, **no_database)
+    assert audited.code == 0, audited.document
+    assert {event["action"] for event in audited.document["items"]} >= {"card.create"}
     assert not (tht.home / "elsewhere").exists()
 
 
 def test_the_service_never_runs_the_operators_process_commands(tht, principals):
-    config, _card, _data, tokens = principals
+    config, _card, _data, tokens, _files = principals
     for command, args in (("db.stop", {}), ("serve", {"web": False}), ("memory.migrate", {})):
         request = {
             "protocol": PROTOCOL,
