@@ -77,6 +77,14 @@ class CommandContext:
     _stack: ExitStack = field(default_factory=ExitStack, repr=False)
     _services: Services | None = field(default=None, repr=False)
 
+    @classmethod
+    def serving(cls, services: Services, principal: Principal | None) -> CommandContext:
+        """A command's function run by a face that holds the services and has resolved
+        the principal itself (an HTTP route): the same function the command runs."""
+        context = cls(principal=principal)
+        context._services = services
+        return context
+
     # --- engines ---------------------------------------------------------------------
 
     @property

@@ -18,6 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tht.accounts import AUDIT_LIMIT, MANAGE, Principal
 from tht.bootstrap import Services
+from tht.commands import accounts as account_commands
+from tht.commands import workspaces as workspace_commands
+from tht.commands.context import CommandContext
 from tht.memory.model import WORKSPACE_ID_PATTERN
 from tht.web.schemas import TEXT_PATTERN
 from tht.web.schemas import error_responses as errors
@@ -194,9 +197,13 @@ def admin_router(
     )
     def create_workspace(actor: Actor, body: Annotated[WorkspaceIn, Body()]) -> dict[str, Any]:
         actor.require(MANAGE, None)
-        created = services.workspaces.create(body.id, body.language, body.name, body.embedder)
-        accounts.grant(actor.user, created.id)  # the operator's right: its creator administers it
-        return created.model_dump(mode="json")
+        # `tht workspace create`: its creator administers it
+        return workspace_commands.workspace_create(
+            CommandContext.serving(services, actor),
+            workspace_commands.WorkspaceCreateIn(
+                workspace_id=body.id, language=body.language, name=body.name, embedder=body.embedder
+            ),
+        )
 
     @router.get(
         "/api/admin/users",
@@ -206,7 +213,9 @@ def admin_router(
     )
     def users(actor: Actor) -> dict[str, Any]:
         actor.require(MANAGE, None)
-        return {"items": accounts.users(by=actor)}
+        return account_commands.user_list(
+            CommandContext.serving(services, actor), account_commands.UserListIn()
+        )
 
     @router.post(
         "/api/admin/users",
@@ -235,7 +244,10 @@ def admin_router(
     )
     def set_role(actor: Actor, name: UserName, body: Annotated[RoleIn, Body()]) -> dict[str, Any]:
         actor.require(MANAGE, None)
-        return accounts.set_role(name, body.role, by=actor)
+        return account_commands.user_role(
+            CommandContext.serving(services, actor),
+            account_commands.UserRoleIn(name=name, role=body.role),
+        )
 
     @router.put(
         "/api/admin/users/{name}/workspaces/{workspace}",
@@ -245,7 +257,10 @@ def admin_router(
     )
     def grant(actor: Actor, name: UserName, workspace: WorkspaceId) -> dict[str, Any]:
         actor.require(MANAGE, workspace)
-        return accounts.grant(name, workspace, by=actor)
+        return account_commands.user_grant(
+            CommandContext.serving(services, actor),
+            account_commands.UserGrantIn(name=name, workspace=workspace),
+        )
 
     @router.delete(
         "/api/admin/users/{name}/workspaces/{workspace}",
@@ -255,7 +270,10 @@ def admin_router(
     )
     def revoke(actor: Actor, name: UserName, workspace: WorkspaceId) -> dict[str, Any]:
         actor.require(MANAGE, workspace)
-        return accounts.revoke(name, workspace, by=actor)
+        return account_commands.user_revoke(
+            CommandContext.serving(services, actor),
+            account_commands.UserRevokeIn(name=name, workspace=workspace),
+        )
 
     @router.post(
         "/api/admin/users/{name}/token",
@@ -267,7 +285,12 @@ def admin_router(
         actor: Actor, name: UserName, body: Annotated[TokenIn | None, Body()] = None
     ) -> dict[str, Any]:
         actor.require(MANAGE, None)
-        return accounts.rotate_token(name, expires_in=body.expires_in if body else None, by=actor)
+        return account_commands.user_token_rotate(
+            CommandContext.serving(services, actor),
+            account_commands.UserTokenRotateIn(
+                name=name, expires_in=body.expires_in if body else None
+            ),
+        )
 
     @router.delete(
         "/api/admin/users/{name}",
@@ -277,7 +300,9 @@ def admin_router(
     )
     def delete_user(actor: Actor, name: UserName) -> dict[str, Any]:
         actor.require(MANAGE, None)
-        return accounts.delete_user(name, by=actor)
+        return account_commands.user_delete(
+            CommandContext.serving(services, actor), account_commands.UserDeleteIn(name=name)
+        )
 
     @router.get(
         "/api/admin/audit",
