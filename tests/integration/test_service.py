@@ -502,6 +502,11 @@ def test_a_token_of_another_workspace_is_forbidden_and_a_bad_token_unauthenticat
     assert (
         tht.run("workspace", "list", token=tokens["stranger"]).document["items"][0]["id"] == "other"
     )
+    # an admin lists the users of its workspaces, as the HTTP API shows them
+    users = tht.run("user", "list", token=tokens["stranger"]).document["items"]
+    assert [(u["user"], u["workspaces"]) for u in users] == [("stranger", ["other"])]
+    everyone = tht.run("user", "list").document["items"]  # the operator's view
+    assert {u["user"] for u in everyone} >= {"the-admin", "the-agent", "stranger"}
     bogus = tht.run("memory", "search", "orders", "-c", config, token="tht_not-a-token")
     assert (bogus.code, bogus.document["error"]["code"]) == (5, "unauthenticated")
 
