@@ -24,3 +24,22 @@ def test_the_reference_names_every_command():
     page = (ROOT / "docs" / "cli.md").read_text()
     for command in ("tht demo", "tht workspace list", "tht workspace show", "tht user list"):
         assert f"## {command}\n" in page, command
+
+
+def test_a_groups_own_parser_prints_the_help_of_the_whole_tree(capsys):
+    """`tht memory …` is parsed by the memory group's parser alone (built faster): its
+    help, and every other group's, reads as the reference's whole tree prints it."""
+    import typer.main
+
+    from tests.unit.test_service_commands import _commands
+    from tht.cli.main import app, main
+
+    tree = typer.main.get_command(app)
+    paths = sorted(_commands(tree))
+    groups = sorted({path[:n] for path in paths for n in range(1, len(path))})
+    assert ("memory",) in groups and ("user", "token") in groups
+    for path in [*paths, *groups]:
+        tree.main(args=[*path, "--help"], prog_name="tht", standalone_mode=False)
+        whole = capsys.readouterr().out
+        assert main([*path, "--help"]) == 0
+        assert capsys.readouterr().out == whole, path
