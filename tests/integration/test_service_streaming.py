@@ -318,6 +318,44 @@ def test_a_descriptor_is_taken_only_from_the_socket_never_named_over_http(tht, s
     assert "names no passed descriptor" in json.loads(final["stdout"])["error"]["message"]
 
 
+def test_over_http_a_command_travels_by_name_with_typed_arguments(tht, served):
+    """`POST /api/cli` takes a command's name and its JSON arguments (no command line):
+    they are checked against the command's input model before anything runs, and a
+    command of the operator's own process is refused there."""
+    import base64
+
+    url, token, _marker = served
+    config = tht.runtime("acme")
+    runtime = {"data": base64.b64encode(Path(config).read_bytes()).decode()}
+
+    def run(command: str, args: object) -> tuple[int, dict]:
+        request = {
+            "protocol": PROTOCOL,
+            "version": __version__,
+            "command": command,
+            "args": args,
+            "cwd": "/",
+            "files": {config: runtime},
+        }
+        answer = httpx.post(
+            f"{url}/api/cli", json=request, headers={"Authorization": f"Bearer {token}"}, timeout=60
+        )
+        final = json.loads(answer.text.strip().splitlines()[-1])
+        return final["exit"], json.loads(final["stdout"])
+
+    code, listed = run("memory.list", {"config": config, "filters": {"page_size": 1}})
+    assert code == 0 and listed["page_size"] == 1
+    code, refused = run("memory.search", {"config": config, "question": 5, "colour": "red"})
+    assert code == 2 and refused["error"]["code"] == "invalid_input"
+    assert "question" in refused["error"]["message"] and "'colour'" in refused["error"]["message"]
+    code, refused = run("db.stop", {})
+    assert code == 2 and "its own process" in refused["error"]["message"]
+    code, refused = run("memory.frobnicate", {})
+    assert code == 2 and "unknown command" in refused["error"]["message"]
+    code, refused = run("memory.list", ["-c", config])  # a command line is no arguments
+    assert code == 2 and "JSON object" in refused["error"]["message"]
+
+
 def test_a_client_that_does_not_read_holds_the_export_in_the_service_not_its_output(tht, tmp_path):
     """Backpressure: while the client's stdout is not read, the service sends a few
     pieces (what the socket and the pipe buffer) and its command waits, still running;

@@ -1,8 +1,10 @@
 """``POST /api/cli``: a ``tht`` command run by the service for a client that reaches it
 over HTTP (``THT_SERVICE_URL`` and a token) instead of the local socket.
 
-The body is the request the client sends on the socket (arguments, working directory,
-the named files' bytes: none is passed as a descriptor over HTTP); the answer streams
+The body is the request the client sends on the socket (the command's name and its
+arguments as JSON, the working directory, the bytes of the files they name: none is
+passed as a descriptor over HTTP); the service validates the arguments against the
+command's input model and refuses a command that is not the service's. The answer streams
 the same JSON events, one a line, the command's stdout in pieces as it writes them.
 At most ``QUEUED_EVENTS`` events wait for a slow reader: then the command waits too,
 so the service's memory stays bounded whatever the output's size. A client that goes
