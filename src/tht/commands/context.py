@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 Sink = Callable[[str], None]
 # a file as the client sent it: path -> {"data": base64} | {"fd": n} | {"error", "errno"}
 SentFiles = dict[str, dict[str, Any]]
-MAX_DOCUMENT_BYTES = 1_048_576  # tht.memory.model.MAX_DOCUMENT_BYTES
 
 
 def write_stdout(text: str) -> None:
@@ -159,6 +158,7 @@ class CommandContext:
 
     def read_document(self, path: str) -> Any:
         """A JSON document from a file, or from standard input with '-'."""
+        from tht.memory.model import MAX_DOCUMENT_BYTES
         from tht.validation import parse_json
 
         return parse_json(
