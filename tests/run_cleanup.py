@@ -26,6 +26,7 @@ import secrets
 import shutil
 import signal
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
@@ -46,10 +47,28 @@ def mark_this_run() -> str:
     return value
 
 
+RUN_MARK_FILE = "run-mark"  # in a folder of the run: the mark of the run it belongs to
+
+
 def remove_at_the_end(folder: Path) -> None:
     """A folder of this process's run (a server's data) that goes after its processes,
-    even when the teardown that removes it was cut short (a second Ctrl-C)."""
+    even when the teardown that removes it was cut short (a second Ctrl-C), or the
+    process itself was (its run's sweep finds the folder by the mark written in it)."""
     _FOLDERS.append(folder)
+    (folder / RUN_MARK_FILE).write_text(os.environ.get(MARK, ""))
+
+
+def _marked_folders(value: str) -> list[Path]:
+    """The session clusters' folders whose run is ``value`` or one under it."""
+    found = []
+    for folder in Path(tempfile.gettempdir()).glob(CLUSTER_PREFIX + "*"):
+        try:
+            mark = (folder / RUN_MARK_FILE).read_text()
+        except OSError:
+            continue
+        if mark == value or mark.startswith(value + "/"):
+            found.append(folder)
+    return found
 
 
 def interrupt_on_stop_signals(is_xdist_controller: Callable[[], bool]) -> None:
@@ -151,7 +170,7 @@ def stop_leftovers(value: str) -> list[str]:
         # run of its own left (tests/integration/test_interrupted_run.py) must not remove
         # the data of the server its process still uses
         own = _FOLDERS if value == os.environ.get(MARK) else []
-        for folder in [*clusters, *own]:
+        for folder in [*clusters, *own, *_marked_folders(value)]:
             if folder is not None:
                 shutil.rmtree(folder, ignore_errors=True)
         return described
