@@ -21,6 +21,12 @@ from tht.home import default_home as default_home  # where THT_HOME is, for the 
 
 # The client and the service must speak the same protocol and run the same code.
 PROTOCOL = 3  # a command and its arguments as JSON; stdout in pieces; files passed open
+# A stopping service lets running commands and the pending-work retrier finish within
+# DRAIN_SECONDS (one deadline for both), then closes its engines; whoever waits for it
+# to go allows STOP_SECONDS, so a stop that keeps to its own bounds is never reported
+# as a timeout.
+DRAIN_SECONDS = 30.0
+STOP_SECONDS = DRAIN_SECONDS + 30.0
 
 
 def run_dir(home: str | os.PathLike[str]) -> str:

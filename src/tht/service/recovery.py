@@ -99,13 +99,20 @@ class PendingRetrier:
     def start(self) -> None:
         self._thread = start_stage(self._run, "tht-pending-retry")
 
-    def stop(self, timeout: float = 30.0) -> None:
+    def request_stop(self) -> None:
         """End the loop: a drain in progress finishes its batch, none starts."""
         self._stopped.set()
         self._wake.set()
-        if self._thread is not None:
-            self._thread.wait(timeout)  # an event, not join (python/cpython#90882)
-            self._thread = None
+
+    def wait(self, timeout: float) -> bool:
+        """True once the loop has ended (within ``timeout``)."""
+        if self._thread is None:
+            return True
+        return self._thread.wait(timeout)  # an event, not join (python/cpython#90882)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self.request_stop()
+        self.wait(timeout)
 
     def state(self) -> dict[str, Any]:
         now = time.monotonic()

@@ -75,7 +75,7 @@ MAX_PEER_CONNECTIONS = 64  # of which peers of other users: the operator keeps r
 CHUNK_CHARS = 64 * 1024  # stdout is sent in pieces of this size (the last one shorter)
 HEARTBEAT_SECONDS = 5.0
 POOL_CONNECTIONS = 16  # concurrent commands that reach PostgreSQL at once
-DRAIN_SECONDS = 30.0  # how long a stopping service lets running commands finish
+DRAIN_SECONDS = paths.DRAIN_SECONDS  # how long a stopping service lets running work finish
 BUILD_CHECK_SECONDS = 2.0  # how often the service looks at the installed code's stamp
 DATABASE_CHECK_SECONDS = 2.0  # how often it looks whether its embedded PostgreSQL runs
 
@@ -268,23 +268,33 @@ class Service:
             self.stopped.set()
 
     def close(self) -> None:
-        """Stop listening, let running commands finish (bounded), close the engines."""
+        """Stop listening, let running commands and the retrier finish (one bounded
+        drain), close the engines. A stage that keeps the stop waiting is logged."""
         self.stopped.set()  # ends the watchers
-        if self.retrier is not None:
-            self.retrier.stop(timeout=DRAIN_SECONDS)
-            self.retrier = None
+        deadline = time.monotonic() + DRAIN_SECONDS
+        retrier, self.retrier = self.retrier, None
+        if retrier is not None:
+            retrier.request_stop()  # it finishes its batch while the commands finish
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
         with self._state:
-            self._state.wait_for(lambda: self._active == 0, timeout=DRAIN_SECONDS)
+            if not self._state.wait_for(
+                lambda: self._active == 0, timeout=max(0.0, deadline - time.monotonic())
+            ):
+                log.warning("stopping with %d command(s) still running", self._active)
+        if retrier is not None and not retrier.wait(max(0.0, deadline - time.monotonic())):
+            log.warning("stopping while the pending-work retrier still runs")
         Path(paths.socket_path(self.home)).unlink(missing_ok=True)
         (self.run_dir / "service.json").unlink(missing_ok=True)
+        started = time.monotonic()
         try:
             if self.engines is not None:
                 self.engines.close()
         finally:
+            if time.monotonic() - started > 5.0:
+                log.warning("closing the engines took %.1f s", time.monotonic() - started)
             if self._lock_file is not None:
                 self._lock_file.close()  # releases the lock
                 self._lock_file = None
@@ -656,7 +666,7 @@ def _peer_is_operator(connection: socket.socket) -> bool:
     return uid in (os.geteuid(), 0)
 
 
-def take_over(home: Path, service: Service, *, wait: float = 30.0) -> None:
+def take_over(home: Path, service: Service, *, wait: float = paths.STOP_SECONDS) -> None:
     """Become the service, first asking an auto-started (headless, idle-exiting) one to
     stop; a service someone runs on purpose (``tht serve``) is left alone."""
     try:
