@@ -4,16 +4,23 @@ dependencies on the tables and columns they name and a few links, loaded once.""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from tht.catalog.model import Binding
 from tht.errors import Conflict
 from tht.memory.model import ListQuery, parse_card_input
+from tht.memory.projector import Progress
 from tht.memory.service import MemoryService
 
 DEMO_WORKSPACE = "demo"
 DEMO_SESSIONS = "sessions"  # in THT_HOME: the demo's sessions root, when none is configured
+# The DWH an agent of the demo queries: recall over HTTP and MCP is bound to it (the
+# demo has no DWH to scan, so the binding is for recall only). Its cards cover eleven
+# BIRD databases; a runtime file names this one too, or an admin binds another.
+DEMO_DATABASE, DEMO_SCHEMA = "california_schools", "public"
 
 
 def demo_sessions_root(home: Path) -> Path:
@@ -29,16 +36,25 @@ def demo_cards() -> list[dict[str, Any]]:
     return data["cards"]
 
 
-def load_demo(services: Any) -> dict[str, Any]:
-    """Create the demo workspace and its cards if it has none; index them in batches."""
+def load_demo(
+    services: Any,
+    say: Callable[[str], None] = lambda _message: None,
+    index_progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Create the demo workspace and its cards if it has none; index them in batches
+    (the first time, most of a minute with the bundled model: ``say`` and
+    ``index_progress`` tell the operator)."""
     try:
         services.workspaces.create(DEMO_WORKSPACE, "en", "Demo (BIRD Mini-Dev)")
     except Conflict:
         pass
+    if services.catalog.binding(DEMO_WORKSPACE) is None:
+        services.catalog.bind(Binding(DEMO_WORKSPACE, DEMO_DATABASE, DEMO_SCHEMA, None))
     created = services.workspaces.show(DEMO_WORKSPACE).cards == {}
     if created:
         # archive first (no per-card propagation), then one batched rebuild
         archive_only = MemoryService(services.archive)
+        say(f"loading the demo workspace: {len(demo_cards())} cards from BIRD Mini-Dev")
         ids: dict[str, list[str]] = {}
         for document in demo_cards():
             card = archive_only.create_card(DEMO_WORKSPACE, parse_card_input(document)).card
@@ -47,7 +63,7 @@ def load_demo(services: Any) -> dict[str, Any]:
             for dep in card.dependencies:
                 ids.setdefault(f"table:{dep.table}", []).append(card.id)
         _link_solved_questions(archive_only, ids)
-        services.projector.rebuild(DEMO_WORKSPACE)
+        services.projector.rebuild(DEMO_WORKSPACE, index_progress)
     elif services.memory.pending(DEMO_WORKSPACE):
         services.projector.drain(DEMO_WORKSPACE)  # an earlier load that stopped half-way
     page = services.memory.list_cards(DEMO_WORKSPACE, ListQuery(page_size=10))

@@ -22,6 +22,7 @@ from tests.integration.workflow_support import (
 )
 from tht.accounts import MANAGE, PROPOSE, RECALL, ROLE_PERMISSIONS, Principal
 from tht.bootstrap import build_services
+from tht.catalog.model import Binding
 from tht.memory.agent import DwhBinding, recall_command
 from tht.memory.recall_service import parse_recall_query
 from tht.web.app import WebSettings, create_app
@@ -372,6 +373,12 @@ def test_recall_is_bound_by_the_workspace_configuration_never_the_request(world)
         "/api/workspaces/ws-b/memory/search", json=question, headers=world.bearer("admin_b")
     )
     assert unbound.status_code == 409 and unbound.json()["error"]["code"] == "binding_required"
+    # a binding for recall only (no DWH connection to scan) binds recall all the same
+    world.services.catalog.bind(Binding("ws-b", "dwh", "sales", None))
+    recall_only = world.client.post(
+        "/api/workspaces/ws-b/memory/search", json=question, headers=world.bearer("admin_b")
+    )
+    assert recall_only.status_code == 200, recall_only.json()
     bound = _http(world, "search", question).json()
     assert made["sales_rule"] in [r["id"] for r in bound["results"]]
     assert made["other_rule"] not in [r["id"] for r in bound["results"]]

@@ -510,3 +510,22 @@ def test_catalog_tables_are_isolated_and_reference_nothing_in_memory(database):
                 "INSERT INTO thoth_catalog.bindings (workspace_id, database_name, schema_name, connection)"
                 " VALUES ('acme', 'dwh', 'sales', 'Y')"
             )
+
+
+def test_a_binding_without_connection_binds_recall_and_refuses_a_sync(cli, runtime_file, tmp_path):
+    assert cli("workspace", "create", "acme", "--language", "en").code == 0
+    config = runtime_file("acme")
+    bound = cli("catalog", "bind", "-c", config)
+    assert bound.code == 0 and bound.document["connection"] is None, bound.document
+    status = cli("catalog", "status", "-c", config).document
+    assert (status["binding"]["database"], status["binding"]["connection"]) == ("dwh", None)
+    refused = sync(cli, config)
+    assert refused.code == 2, refused.document
+    assert refused.document["error"]["details"] == {"workspace": "acme", "reason": "no_connection"}
+    assert cli("catalog", "runs", "-c", config).document["items"] == []  # nothing recorded
+    # recall is bound by it: another database is refused, naming the recorded one
+    other = tmp_path / "other.yaml"
+    other.write_text("workspace: acme\ndatabase: archive\nschema: old\n")
+    unknown = cli("memory", "search", "order totals", "-c", str(other))
+    assert unknown.document["error"]["code"] == "binding_unknown", unknown.document
+    assert cli("memory", "search", "order totals", "-c", config).code == 0

@@ -60,6 +60,13 @@ def test_first_use_prepares_everything_and_later_runs_reuse_it(home, tmp_path):
         home, "memory", "list", "-c", str(config), "--filters", '{"q": "excellence rate"}'
     )
     assert code == 0 and listing["total"] >= 1
+    # the service's faces (HTTP, MCP) recall bound to the demo's DWH, which no sync scans
+    code, status, _ = run(home, "catalog", "status", "-c", str(config))
+    assert code == 0 and status["binding"]["connection"] is None, status
+    assert (status["binding"]["database"], status["binding"]["schema"]) == (
+        "california_schools",
+        "public",
+    )
 
     embedded = EmbeddedPostgres(home)
     with psycopg.connect(embedded.superuser_conninfo("thoth")) as conn:

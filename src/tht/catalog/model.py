@@ -17,13 +17,14 @@ RUN_PREFIX = "run-"
 
 @dataclass(frozen=True)
 class Binding:
-    """A workspace's DWH binding: the database and schema its cards' dependencies name,
-    and the installation's DWH connection (by name) the Catalog scans them through."""
+    """A workspace's DWH binding: the database and schema its agents query (recall
+    returns the cards whose dependencies fit them), and the installation's DWH
+    connection (by name) the Catalog scans them through; None: recall only, no sync."""
 
     workspace: str
     database: str
     schema: str
-    connection: str
+    connection: str | None
     updated_at: datetime | None = None
 
     def as_json(self) -> dict[str, Any]:
@@ -36,7 +37,7 @@ class Binding:
         }
 
 
-def binding_from_runtime(runtime: RuntimeConfig, connection: str) -> Binding:
+def binding_from_runtime(runtime: RuntimeConfig, connection: str | None) -> Binding:
     """The binding a runtime file's database and schema make with ``connection``."""
     if not runtime.database or not runtime.schema_name:
         raise ConfigurationError(

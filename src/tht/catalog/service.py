@@ -110,7 +110,8 @@ class Catalog:
         return self.connections[name]
 
     def bind(self, binding: Binding) -> dict[str, Any]:
-        self.connection(binding.connection)  # a binding names a connection that exists
+        if binding.connection is not None:
+            self.connection(binding.connection)  # a binding names a connection that exists
         with self.store.transaction(binding.workspace, lock=True) as tx:
             tx.put_binding(binding)
             bound = tx.binding()
@@ -196,6 +197,13 @@ class Catalog:
                     " one of the installation's DWH connections)",
                     details={"workspace": workspace, "reason": "no_binding"},
                 )
+        if binding.connection is None:
+            raise InvalidInput(
+                f"workspace '{workspace}' is bound to {binding.database}.{binding.schema} for"
+                " recall only: no DWH connection to scan; bind it with `tht catalog bind -c"
+                " runtime.yaml --connection NAME` (one of the installation's DWH connections)",
+                details={"workspace": workspace, "reason": "no_connection"},
+            )
         with self.store.transaction(workspace) as tx:
             self._refuse_if_pending(tx)  # before a possibly long scan
         run_id = uuid.uuid4()

@@ -16,18 +16,20 @@ ConfigOption = Annotated[
     typer.Option("-c", "--config", help="Runtime file (YAML): workspace, database, schema"),
 ]
 ConnectionOption = Annotated[
-    str,
+    str | None,
     typer.Option(
         "--connection",
-        help="One of the installation's DWH connections (`dwh:` in its configuration), by name",
+        help="One of the installation's DWH connections (`dwh:` in its configuration), by"
+        " name; without it the binding serves recall only and no sync can scan it",
     ),
 ]
 
 
 @catalog_app.command("bind")
-def catalog_bind(config: ConfigOption, connection: ConnectionOption) -> int:
+def catalog_bind(config: ConfigOption, connection: ConnectionOption = None) -> int:
     """Record the workspace's DWH binding (the runtime file's database and schema, an
-    installation's DWH connection by name) without syncing."""
+    installation's DWH connection by name) without syncing. The services' faces (HTTP,
+    MCP) recall with it."""
     return submit("catalog.bind", {"config": path(config), "connection": connection})
 
 

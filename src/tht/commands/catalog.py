@@ -13,7 +13,7 @@ from tht.errors import InvalidInput
 
 class CatalogBindIn(CommandInput):
     config: str
-    connection: str
+    connection: str | None = None  # None: a binding for recall only, which no sync scans
 
 
 def catalog_bind(ctx: CommandContext, args: CatalogBindIn) -> dict[str, Any]:

@@ -19,9 +19,10 @@ class DemoIn(CommandInput):
 
 
 def demo(ctx: CommandContext, args: DemoIn) -> dict[str, Any]:
+    from tht.commands.progress_rate import RateProgress
     from tht.demo import load_demo
 
-    result: dict[str, Any] = load_demo(ctx.services)
+    result: dict[str, Any] = load_demo(ctx.services, ctx.progress, RateProgress(ctx.progress))
     return result
 
 

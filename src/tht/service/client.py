@@ -363,9 +363,7 @@ class StdoutWriter:
             self("\n")
 
 
-def stop_service(
-    home: str, token: str | None = None, timeout: float = paths.STOP_SECONDS
-) -> bool:
+def stop_service(home: str, token: str | None = None, timeout: float = paths.STOP_SECONDS) -> bool:
     """Ask the service to stop and wait for it to go; False if none was running."""
     sock = _connect(home, timeout)
     if sock is None:

@@ -94,7 +94,12 @@ def run_server(
         service.start()
         services = service.open_engines().services()
         if demo:
-            load_demo(services)
+            from tht.commands.progress_rate import RateProgress
+
+            def say(message: str) -> None:
+                print(message, file=sys.stderr, flush=True)
+
+            load_demo(services, say, RateProgress(say))
         token_file = ensure_admin(services, home)
         if demo:  # the operator asked for the demo: the admin may see it
             services.accounts.add_memberships(ADMIN_USER, [DEMO_WORKSPACE])

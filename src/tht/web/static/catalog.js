@@ -83,7 +83,7 @@
     clear(binding);
     if (data.binding) {
       [["Database", data.binding.database], ["Schema", data.binding.schema],
-       ["Connection", data.binding.connection],
+       ["Connection", data.binding.connection || "none: recall only (a sync needs `tht catalog bind --connection NAME`)"],
        ["Last snapshot", data.snapshot ? when(data.snapshot.taken_at) + " · " + data.snapshot.tables +
          " tables, " + data.snapshot.columns + " columns" : "none"]].forEach(function (pair) {
         binding.appendChild(h("dt", { text: pair[0] }));
@@ -94,7 +94,7 @@
       binding.appendChild(h("dd", { class: "muted", "data-testid": "no-binding" }, "No DWH binding yet: an admin runs ",
         h("code", { text: "tht catalog bind -c runtime.yaml --connection NAME" }), " (the runtime file's database and schema, one of the installation's DWH connections)."));
     }
-    this.syncButton.disabled = !data.binding;
+    this.syncButton.disabled = !(data.binding && data.binding.connection);
     var pending = this.article.querySelector('[data-role="pending"]');
     if (data.pending_run) {
       pending.textContent = "The Memory cleanup of run " + data.pending_run.run_id +
