@@ -101,5 +101,6 @@ def test_missing_catalog_schema_is_reported_and_memory_migrate_applies_it(cli, b
     assert migrated.code == 0 and migrated.document["catalog"]["applied"] == [
         "001_catalog",
         "002_binding_connection",
+        "003_binding_without_connection",
     ], migrated.document
     assert cli("catalog", "runs", "-c", bound).document == {"items": []}
