@@ -214,7 +214,13 @@ class Engines:
                     holder=self.holder,
                 )
                 embedder = build_embedder(settings)
-                projector = IndexProjector(self.archive, index, embedder)
+                projector = IndexProjector(
+                    self.archive,
+                    index,
+                    embedder,
+                    collection=self.installation.index.collection_of(profile),
+                    profile=profile,
+                )
                 self._projections[profile] = (
                     projector,
                     RecallService(self.archive, index, embedder, projector),
