@@ -1,14 +1,14 @@
 # Two entry points for a fresh machine (Python 3.11+, make, git):
 #   make run   - the administration web app on the embedded engines, with a demo workspace
 #   make test  - the lint and type gates, then the whole test suite against real engines (installs Debian's chromium
-#                for the browser tests when it is missing and we are root)
+#                for the browser tests and Debian's haproxy for the scale-out tests when missing and we are root)
 # and, while editing: make test-fast (unit and contract tests, no slow or browser ones), make lint
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: run test test-fast test-real-postgres lint install lock bench bench-peers clean chromium
+.PHONY: run test test-fast test-real-postgres lint install lock bench bench-peers clean chromium haproxy
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,12 @@ chromium:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else echo "chromium is missing: install Debian's chromium package (sudo apt-get install chromium)" >&2; exit 1; fi; }
 
+# The scale-out tests put Debian's HAProxy in front of two service replicas (scripts/cluster.py).
+haproxy:
+	@command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null; \
+	  else echo "haproxy is missing: install Debian's haproxy package (sudo apt-get install haproxy)" >&2; exit 1; fi; }
+
 # The gates run before the tests: lint and format (ruff), types (mypy, with the baseline in
 # pyproject.toml).
 lint: $(STAMP)
@@ -42,7 +48,7 @@ lint: $(STAMP)
 # `exec`: a SIGTERM that make passes on reaches pytest itself, not a shell that would die of
 # it and leave pytest running; pytest then stops what the run started (tests/run_cleanup.py).
 TEST_WORKERS ?= 2
-test: $(STAMP) lint chromium
+test: $(STAMP) lint chromium haproxy
 	@exec $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=20 $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory test-real-postgres
 

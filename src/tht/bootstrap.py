@@ -214,7 +214,13 @@ class Engines:
                     holder=self.holder,
                 )
                 embedder = build_embedder(settings)
-                projector = IndexProjector(self.archive, index, embedder)
+                projector = IndexProjector(
+                    self.archive,
+                    index,
+                    embedder,
+                    collection=self.installation.index.collection_of(profile),
+                    profile=profile,
+                )
                 self._projections[profile] = (
                     projector,
                     RecallService(self.archive, index, embedder, projector),
@@ -260,6 +266,19 @@ class Engines:
             for profile, (projector, _) in built
         }
         return indexes, embedders, [projector for _, (projector, _) in built]
+
+    def check_schemas(self) -> None:
+        """Refuse a database whose schema this code does not know, older or newer: the
+        archive's migrations (checked when its pool opened), the Catalog's and, for the
+        pgvector engine, its own. A service checks at start, so a replica started
+        against such a database stops there with ``schema_not_ready`` (or
+        ``index_schema_not_ready``) naming the migrations, instead of serving errors."""
+        CatalogStore(self.archive).check_schema()
+        indexes, _, _ = self.in_use()
+        for index in indexes.values():
+            check = getattr(index, "check_schema", None)
+            if check is not None:
+                check()
 
     def services(self) -> Services:
         """The application services on these engines; each workspace's projection is

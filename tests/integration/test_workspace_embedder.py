@@ -255,3 +255,46 @@ def test_every_face_answers_the_same_on_a_workspace_with_its_own_embedder(databa
             server.wait(30)
     finally:
         tht.stop()
+
+
+def test_a_replica_that_has_not_seen_a_switch_projects_its_saves_with_the_new_profile(
+    database, tmp_path, monkeypatch
+):
+    """Two service replicas on one database (pgvector): A switches the workspace's
+    embedder while B still trusts the profile it read (kept ``PROFILE_SECONDS``, made long
+    here). B's save is projected with the workspace's new profile, never recorded with
+    the one it left (that card would be missing from recall until a rebuild); B's
+    rebuild or check reads the profile again."""
+    import tht.bootstrap
+    from tht.installation import IndexConfig
+
+    monkeypatch.setattr(tht.bootstrap, "PROFILE_SECONDS", 3600.0)
+    installation = installation_of(embedders={"small": SMALL}).model_copy(
+        update={"index": IndexConfig(engine="pgvector")}
+    )
+    env = {**database.env(), "THT_HOME": str(tmp_path / "home")}
+    a, b = (
+        build_services(env, installation=installation),
+        build_services(env, installation=installation),
+    )
+    try:
+        a.workspaces.create("acme", "en")
+        first = a.memory.create_card("acme", card(title="Order status first")).card.id
+        assert b.projector.of("acme").embedder.dimension == 64  # B reads the profile now
+        assert a.projector.switch("acme", "small")["status"] == "switched"
+        assert b.projector.of("acme").embedder.dimension == 64  # and keeps it
+        saved = b.memory.create_card("acme", card(title="Order status on b"))
+        assert saved.status == "saved", saved.as_json()
+        assert a.memory.pending("acme") == []
+        shown = a.memory.get_card("acme", saved.card.id).index
+        assert shown is not None and shown.current
+        found = a.recall.of("acme").recall(
+            "acme", "order status", "search", database="dwh", schema="sales"
+        )
+        assert {r.card.id for r in found} == {first, saved.card.id}
+        report = b.projector.check("acme")  # drift raises IndexDrift (exit 8)
+        assert report["cards"] == report["points"] == 2
+        assert b.projector.rebuild("acme")["cards"] == 2
+    finally:
+        a.close()
+        b.close()

@@ -212,6 +212,16 @@ class CatalogStore:
         self._archive = archive
         self._schema_checked = False
 
+    def check_schema(self) -> None:
+        """Raise ``SchemaNotReady`` unless the Catalog's migrations are applied unchanged
+        (a service checks at start: a schema its code does not know stops it there)."""
+        try:
+            with self._archive.connection() as conn:
+                check_schema(conn, PACK)
+        except psycopg.Error as exc:
+            raise translate(exc, ERRORS) from exc
+        self._schema_checked = True
+
     @contextmanager
     def transaction(self, workspace: str, *, lock: bool = False) -> Iterator[CatalogTransaction]:
         try:

@@ -126,10 +126,22 @@ class SyncReport:
 
 
 class IndexProjector:
-    def __init__(self, archive: Archive, index: SearchIndex, embedder: Embedder) -> None:
+    def __init__(
+        self,
+        archive: Archive,
+        index: SearchIndex,
+        embedder: Embedder,
+        *,
+        collection: str = "",
+        profile: str | None = None,
+    ) -> None:
         self.archive = archive
         self.index = index
         self.embedder = embedder
+        # what the cross-process rebuild lock is named after: the index's collection
+        self.collection = collection
+        # the embedder profile this projector embeds with (None: whatever the workspace's)
+        self.profile = profile
         self._encoders: dict[str, SparseEncoder] = {}
         self._collection_ready = False
         self._rebuilding: set[str] = set()  # workspaces being rebuilt or compacted here
@@ -425,6 +437,15 @@ class IndexProjector:
         try:
             if unavailable is not None:
                 raise unavailable
+            if self.profile is not None and workspace.embedder != self.profile:
+                # another process switched the workspace's embedder since this one read
+                # it: these vectors are of the profile it left; the work stays pending,
+                # for a projection with the new one
+                raise IndexUnavailable(
+                    f"the embedder of workspace '{workspace.id}' is now '{workspace.embedder}'"
+                    f" (was '{self.profile}' when this projection began): projected again",
+                    details={"workspace": workspace.id, "embedder": workspace.embedder},
+                )
             ready: list[tuple[Card, Prepared]] = []
             stale = []
             for card in present:
@@ -525,19 +546,19 @@ class IndexProjector:
 
     @contextmanager
     def rebuilding(self, workspace: str) -> Iterator[None]:
-        """Hold the workspace as being rebuilt by this projector: a rebuild, a
-        compaction or an embedder switch, one at a time (``Conflict`` otherwise)."""
+        """Hold the workspace as being rebuilt into this projector's collection: a
+        rebuild, a compaction or an embedder switch, one at a time in this process and
+        across every process on the archive (service replicas: an advisory lock, which
+        a process that dies releases); ``Conflict`` otherwise."""
         with self._rebuild_lock:
             if workspace in self._rebuilding:
-                raise Conflict(
-                    f"a rebuild of workspace '{workspace}' (or a compaction of its index,"
-                    " which ends an import and follows many saves, or a switch of its"
-                    " embedder) is already running; wait for it",
-                    details={"workspace": workspace},
-                )
+                raise _rebuild_running(workspace)
             self._rebuilding.add(workspace)
         try:
-            yield
+            with self.archive.held(f"rebuild:{self.collection}:{workspace}") as taken:
+                if not taken:
+                    raise _rebuild_running(workspace, elsewhere=True)
+                yield
         finally:
             with self._rebuild_lock:
                 self._rebuilding.discard(workspace)
@@ -764,6 +785,13 @@ class IndexProjector:
         pairs = list(zip(cards, prepared, strict=True))
         points = encode_points(self.index, _points(pairs, current))
         with self.index.session(), self.archive.transaction(workspace, lock=True) as tx:
+            if self.profile is not None and tx.require_workspace().embedder != self.profile:
+                raise Conflict(
+                    f"the embedder of workspace '{workspace}' was switched (by another"
+                    f" process) while it was projected with '{self.profile}': run"
+                    " `tht memory index` again",
+                    details={"workspace": workspace, "embedder": self.profile},
+                )
             now = tx.revisions_of([point.id for point in points])
             kept = [n for n, point in enumerate(points) if now.get(point.id) == point.revision]
             ready = [pairs[n] for n in kept]
@@ -1077,6 +1105,16 @@ class ImportCompactions:
         if last is None and self._outcomes:  # only failures, and nothing to do at the end
             return self._outcomes[-1]
         return last
+
+
+def _rebuild_running(workspace: str, *, elsewhere: bool = False) -> Conflict:
+    return Conflict(
+        f"a rebuild of workspace '{workspace}' (or a compaction of its index, which ends an"
+        " import and follows many saves, or a switch of its embedder) is already running"
+        + (" in another process (another service replica)" if elsewhere else "")
+        + "; wait for it",
+        details={"workspace": workspace, **({"elsewhere": True} if elsewhere else {})},
+    )
 
 
 def _sound_vector(stored: list[float] | None, fresh: list[float] | None, dimension: int) -> bool:

@@ -115,7 +115,16 @@ class WorkspaceProjector:
         return self.of(workspace).known_format(language)
 
     def propagate(self, workspace: str, card_uuid: uuid.UUID) -> IndexOutcome:
-        return self.of(workspace).propagate(workspace, card_uuid)
+        projector = self.of(workspace)
+        outcome = projector.propagate(workspace, card_uuid)
+        if outcome.status == "pending":
+            # the profile read may be another process's switch behind (Engines keeps it
+            # a moment): read it again, and project with the new one at once
+            self._profiles.forget_profile(workspace)
+            switched = self.of(workspace)
+            if switched is not projector:
+                outcome = switched.propagate(workspace, card_uuid)
+        return outcome
 
     def sync(self, workspace: str, card_uuids: Sequence[uuid.UUID]) -> SyncReport:
         return self.of(workspace).sync(workspace, card_uuids)
@@ -124,13 +133,20 @@ class WorkspaceProjector:
         return self.of(workspace).retry(workspace, card_id)
 
     def drain(self, workspace: str) -> dict[str, Any]:
-        return self.of(workspace).drain(workspace)
+        return self._read_again(workspace).drain(workspace)
 
     def rebuild(self, workspace: str, progress: Progress | None = None) -> dict[str, Any]:
-        return self.of(workspace).rebuild(workspace, progress)
+        return self._read_again(workspace).rebuild(workspace, progress)
 
     def check(self, workspace: str, repair: bool = False) -> dict[str, Any]:
-        return self.of(workspace).check(workspace, repair=repair)
+        return self._read_again(workspace).check(workspace, repair=repair)
+
+    def _read_again(self, workspace: str) -> IndexProjector:
+        """The projector of the profile the workspace records now (an operator's
+        command, rare and long: not the profile read a moment ago, which another
+        process may have switched since)."""
+        self._profiles.forget_profile(workspace)
+        return self.of(workspace)
 
     def importing(self, workspace: str) -> AbstractContextManager[None]:
         return self.of(workspace).importing(workspace)

@@ -164,6 +164,7 @@ class Service:
         engines = self.engines = Engines(
             installation=self.installation, max_connections=POOL_CONNECTIONS, holder="service"
         )
+        engines.check_schemas()
         path = Path(paths.socket_path(self.home))
         path.unlink(missing_ok=True)
         service = self

@@ -12,7 +12,6 @@ the principal again (MemoryAdmin, tht.memory.agent).
 
 import hashlib
 import hmac
-import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
@@ -63,20 +62,16 @@ HERE = Path(__file__).parent
 OPENAPI_URL = "/api/openapi.json"
 API_DOCS_ASSETS = "/api/docs/assets"
 SWAGGER_UI = Path(fastapi_offline.__file__).parent / "static"
+CSRF_PURPOSE = b"thoth-memory csrf token"
 
 
 @dataclass
 class WebSettings:
     secure: bool = False  # served over HTTPS: __Host- cookie with Secure
-    csrf_key: bytes = b""
     body_timeout: float = 30.0  # seconds a client has to send a whole request body
     # Origins (scheme://host[:port]) the pages are served from: a cookie-authenticated
     # write must come from one. Not the request's Host: an attacker controls both.
     public_origins: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if not self.csrf_key:
-            self.csrf_key = secrets.token_bytes(32)
 
     @property
     def cookie_name(self) -> str:
@@ -152,9 +147,11 @@ def create_app(
         )
 
     def csrf_token(session: str) -> str:
-        return hmac.new(
-            settings.csrf_key, hashlib.sha256(session.encode()).digest(), hashlib.sha256
-        ).hexdigest()
+        # Keyed with the session id itself (256 random bits that page scripts never see:
+        # the cookie is HttpOnly), not with a secret of this process: every replica behind
+        # a load balancer, and this one after a restart, computes the same token, and
+        # the token tells nothing of the id.
+        return hmac.new(session.encode(), CSRF_PURPOSE, hashlib.sha256).hexdigest()
 
     # --- errors -------------------------------------------------------------------------
 

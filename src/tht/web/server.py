@@ -39,7 +39,10 @@ def ensure_admin(services: Any, home: Path) -> Path | None:
         return token_file if token_file.exists() else None
     workspaces = [w.id for w in services.workspaces.list()]
     if not workspaces:
-        services.workspaces.create("default", "en", "Default workspace")
+        try:
+            services.workspaces.create("default", "en", "Default workspace")
+        except Conflict:  # another replica, starting at the same time, made it
+            pass
         workspaces = ["default"]
     try:
         token = services.accounts.create_user(ADMIN_USER, "admin", workspaces)["token"]

@@ -446,6 +446,10 @@ class ArchiveTx(Protocol):
 
 
 class Archive(Protocol):
+    def held(self, name: str) -> AbstractContextManager[bool]:
+        """Hold the lock ``name`` across every process sharing the archive, for a block;
+        tried without waiting: whether it was taken."""
+
     def transaction(
         self,
         workspace: str | None,

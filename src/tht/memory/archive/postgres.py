@@ -8,6 +8,7 @@ workspace's advisory lock, which serializes them.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import uuid
@@ -229,6 +230,31 @@ class PostgresArchive:
         """A pooled runtime-login connection, for a schema with its own transaction
         context (the Catalog's): the same database and login need no second pool."""
         return self._connector.connection()
+
+    @contextmanager
+    def held(self, name: str) -> Iterator[bool]:
+        """Hold the lock ``name`` for the block, across every process on this database
+        (service replicas included): a session-level advisory lock on a pooled
+        connection kept for the block, tried without waiting. Yields whether it was
+        taken (False: another session holds it, and nothing is held). A process that
+        dies releases it with its connection."""
+        try:
+            with self._connector.connection() as conn:
+                conn.autocommit = True
+                try:
+                    row = conn.execute(_q("held_try_lock"), {"name": name}).fetchone()
+                    taken = bool(row and row[0])
+                    try:
+                        yield taken
+                    finally:
+                        if taken:  # a connection lost meanwhile took the lock with it
+                            with contextlib.suppress(psycopg.Error):
+                                conn.execute(_q("held_unlock"), {"name": name})
+                finally:
+                    with contextlib.suppress(psycopg.Error):  # a broken one leaves the pool
+                        conn.autocommit = False
+        except psycopg.Error as exc:
+            raise _translate(exc) from exc
 
     @contextmanager
     def transaction(

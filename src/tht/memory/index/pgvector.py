@@ -180,6 +180,11 @@ class PgVectorIndex:
         """A database serves many processes: nothing to hold."""
         return nullcontext()
 
+    def check_schema(self) -> None:
+        """Raise ``IndexSchemaNotReady`` unless this engine's migrations are applied
+        unchanged (checked when the pool opens: a service checks at start)."""
+        self._connector.open()
+
     def collection_exists(self) -> bool:
         with self._transaction("") as conn:
             return self._stored_layout(conn, "") is not None

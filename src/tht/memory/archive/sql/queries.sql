@@ -22,6 +22,15 @@ SELECT set_config('role', %(role)s, true),
                 hashtextextended('thoth_memory.workspace:' || %(workspace)s, 0)))
             END) AS locked);
 
+-- name: held_try_lock
+-- A session-level advisory lock on a name (``PostgresArchive.held``): one holder at a
+-- time across every process on this database, released with its connection. Its key
+-- space ('held:') differs from the workspace lock's and the drain's.
+SELECT pg_try_advisory_lock(hashtextextended('thoth_memory.held:' || %(name)s, 0));
+
+-- name: held_unlock
+SELECT pg_advisory_unlock(hashtextextended('thoth_memory.held:' || %(name)s, 0));
+
 -- name: snapshot
 -- A read-only snapshot (an export): every query of the transaction sees the archive as
 -- of its first query, and none may write. It must precede set_context, whose SELECT is
