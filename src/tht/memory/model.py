@@ -75,6 +75,13 @@ FAMILY_FIELDS: dict[str, dict[str, bool]] = {
     },
 }
 TEXT_FIELDS = ("content", "scope", "rationale", "question", "sql", "context")
+# A card's own fields, in the order documents, files and summaries list them. The one
+# definition: the CSV columns, the review summary's changes and the import's comparison
+# derive from it; tests/unit/test_card_fields.py holds every other copy (the models
+# below, the HTTP schemas, the Python client, the archive's and the index's rows) equal
+# to it. What an edit of a card changes besides its dependencies and links:
+CONTENT_FIELDS = ("title", *TEXT_FIELDS, "error_signature", "concepts")
+CARD_FIELDS = ("family", *CONTENT_FIELDS, "dependencies", "links")
 
 # The identifiers, one definition each: every entry point (the runtime file, the CLI, the
 # API's paths and JSON Schema, the index's shard names) accepts exactly these.

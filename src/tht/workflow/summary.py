@@ -11,22 +11,17 @@ from typing import Any
 from tht.accounts import Principal
 from tht.errors import ThothError
 from tht.memory.archive.port import Archive
-from tht.memory.model import Card, CardInput, card_id_to_uuid, parse_card_input, uuid_to_card_id
+from tht.memory.model import (
+    CONTENT_FIELDS,
+    Card,
+    CardInput,
+    card_id_to_uuid,
+    parse_card_input,
+    uuid_to_card_id,
+)
 from tht.workflow.contract import GATE
 from tht.workflow.recorded import receipt_json, recorded_proposals
 from tht.workflow.session import SessionStore
-
-CARD_FIELDS = (
-    "title",
-    "content",
-    "scope",
-    "rationale",
-    "question",
-    "sql",
-    "context",
-    "error_signature",
-    "concepts",
-)
 
 
 class SummaryService:
@@ -156,7 +151,7 @@ class SummaryService:
 
 def _changes(current: Card, proposed: CardInput) -> list[dict[str, Any]]:
     changes = []
-    for field in CARD_FIELDS:
+    for field in CONTENT_FIELDS:
         before, after = getattr(current, field), getattr(proposed, field)
         if field == "error_signature" and "error_signature" not in proposed.model_fields_set:
             continue

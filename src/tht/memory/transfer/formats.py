@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from tht.errors import InvalidInput
 from tht.memory.model import (
+    CARD_FIELDS,
     MAX_DOCUMENT_BYTES,
     MAX_TITLE,
     CardInput,
@@ -66,26 +67,7 @@ LINE_LIMIT = MAX_DOCUMENT_BYTES
 META_KEYS = ("id", "origin", "source", "revision", "created_at", "updated_at")
 IGNORED_KEYS = ("workspace", "incoming_links", "index", "imported")
 CARD_KEYS = tuple(CardInput.model_fields)
-CSV_COLUMNS = (
-    "id",
-    "family",
-    "title",
-    "content",
-    "scope",
-    "rationale",
-    "question",
-    "sql",
-    "context",
-    "error_signature",
-    "concepts",
-    "dependencies",
-    "links",
-    "origin",
-    "source",
-    "revision",
-    "created_at",
-    "updated_at",
-)
+CSV_COLUMNS = ("id", *CARD_FIELDS, *META_KEYS[1:])  # id, the card, then the other meta keys
 CSV_JSON_COLUMNS = ("concepts", "dependencies", "links", "source")
 VANNA_COLUMNS = ("id", "question", "content", "training_data_type")
 VANNA_KEYS = set(VANNA_COLUMNS)

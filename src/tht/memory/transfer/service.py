@@ -48,7 +48,14 @@ from tht.errors import Conflict, Interrupted, InvalidInput, NotFound, ThothError
 from tht.faults import pause_point
 from tht.memory import projector as projector_module
 from tht.memory.archive.port import Archive, ArchiveTx
-from tht.memory.model import Card, card_id_to_uuid, import_to_id, import_uuid, uuid_to_card_id
+from tht.memory.model import (
+    TEXT_FIELDS,
+    Card,
+    card_id_to_uuid,
+    import_to_id,
+    import_uuid,
+    uuid_to_card_id,
+)
 from tht.memory.projector import ImportCompactions, IndexProjector, Prepared
 from tht.memory.stages import hand_over, start_stage, take_over
 from tht.memory.transfer.embedding_ahead import EmbeddingAhead
@@ -200,18 +207,14 @@ class _Resolver:
         return named is not None and bool(self.present.get(named))
 
 
+# The fields an import compares one by one (dependencies and links are compared as sets).
+_COMPARED = ("family", "title", *TEXT_FIELDS, "error_signature")
+
+
 def _comparable_input(item: ImportCard, targets: dict[str, uuid.UUID]) -> tuple:
     d = item.data
     return (
-        d.family,
-        d.title,
-        d.content,
-        d.scope,
-        d.rationale,
-        d.question,
-        d.sql,
-        d.context,
-        d.error_signature,
+        *(getattr(d, name) for name in _COMPARED),
         tuple(d.concepts),
         tuple(dep.key() for dep in d.dependencies),
         frozenset((targets[ref], meaning) for ref, meaning in item.links),
@@ -220,15 +223,7 @@ def _comparable_input(item: ImportCard, targets: dict[str, uuid.UUID]) -> tuple:
 
 def _comparable_card(card: Card) -> tuple:
     return (
-        card.family,
-        card.title,
-        card.content,
-        card.scope,
-        card.rationale,
-        card.question,
-        card.sql,
-        card.context,
-        card.error_signature,
+        *(getattr(card, name) for name in _COMPARED),
         tuple(card.concepts),
         tuple(dep.key() for dep in card.dependencies),
         frozenset((card_id_to_uuid(link.target), link.meaning) for link in card.links),
