@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import typing
+import uuid
 from pathlib import Path
 
 import pytest
@@ -143,19 +144,14 @@ def test_the_indexed_card_reads_every_text_field() -> None:
 
 
 def _indexed_row(values: dict[str, str]) -> IndexedFields:
-    return IndexedFields(
-        id=__import__("uuid").uuid4(),
-        revision=1,
-        family="sql_rule",
-        title=values["title"],
-        content=values["content"],
-        scope=values["scope"],
-        rationale=values["rationale"],
-        question=values["question"],
-        sql=values["sql"],
-        context=values["context"],
-        concepts=["orders"],
-    )
+    row = {
+        "id": uuid.uuid4(),
+        "revision": 1,
+        "family": "sql_rule",
+        **values,
+        "concepts": ["orders"],
+    }
+    return typing.cast(IndexedFields, row)
 
 
 def test_the_archives_indexed_row_holds_every_indexed_field() -> None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from psycopg.types.json import Jsonb
 
-from tht.memory.model import CardInput
+from tht.memory.model import TEXT_FIELDS, CardInput
 from tht.sqlfiles import named_queries
 
 if TYPE_CHECKING:
@@ -150,12 +150,8 @@ def _new_cards(created: Sequence[tuple[uuid.UUID, ImportedCard]]) -> dict[str, l
         "ids": [card_uuid for card_uuid, _ in created],
         "families": [d.family for d in data],
         "titles": [d.title for d in data],
-        "contents": [d.content for d in data],
-        "scopes": [d.scope for d in data],
-        "rationales": [d.rationale for d in data],
-        "questions": [d.question for d in data],
-        "sqls": [d.sql for d in data],
-        "contexts": [d.context for d in data],
+        # the text fields' arrays: "contents", "scopes", ... (import_cards_insert)
+        **{f"{name}s": [getattr(d, name) for d in data] for name in TEXT_FIELDS},
     }
     columns["error_signatures"] = [i.data.error_signature for i in items]
     columns["concepts"] = [json.dumps(i.data.concepts) for i in items]
