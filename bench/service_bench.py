@@ -34,6 +34,7 @@ from pathlib import Path
 import httpx
 
 from bench_common import load_cards, ms, vocabulary
+from tht.bootstrap import migration_packs
 from tht.db.embedded import EmbeddedPostgres
 
 THT = [sys.executable, "-m", "tht"]  # what the `tht` script runs
@@ -77,7 +78,7 @@ class Home:
         )
         assert code == 0, document
         if cards:
-            settings, _ = EmbeddedPostgres(self.path).prepare()
+            settings, _ = EmbeddedPostgres(self.path).prepare(migration_packs())
             load_cards(settings.runtime_conninfo, workspace, cards, random.Random(seed), self.words)
         config = self.runtime(workspace)
         started = time.perf_counter()

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from bench_common import load_cards, vocabulary
+from tht.bootstrap import migration_packs
 from tht.db.embedded import EmbeddedPostgres
 
 THT = [sys.executable, "-m", "tht"]
@@ -192,7 +193,7 @@ def main() -> None:
             capture_output=True,
         )
         if args.cards:
-            settings, _ = EmbeddedPostgres(home).prepare()
+            settings, _ = EmbeddedPostgres(home).prepare(migration_packs())
             rng = random.Random(11)
             load_cards(settings.runtime_conninfo, "bench", args.cards, rng, vocabulary(rng))
         subprocess.run([*THT, "workspace", "list"], env=env, check=True, capture_output=True)

@@ -23,7 +23,7 @@ from tht.memory.cleanup import PhysicalCleanup
 from tht.memory.embedding import Embedder, build_embedder
 from tht.memory.index import SearchIndex
 from tht.memory.index.pgvector_migrations import PACK as PGVECTOR_PACK
-from tht.memory.migrations import migrate
+from tht.memory.migrations import ARCHIVE, MigrationPack, migrate
 from tht.memory.projector import IndexProjector
 from tht.memory.recall_service import RecallService
 from tht.memory.service import MemoryService, WorkspaceService
@@ -49,6 +49,12 @@ def embedded_database(env: Mapping[str, str] | None = None) -> EmbeddedPostgres 
     return EmbeddedPostgres(settings.embedded_home)
 
 
+def migration_packs(*, pgvector: bool = False) -> tuple[MigrationPack, ...]:
+    """The installation's migration packs, in the order they apply: the archive's (it
+    creates the runtime role), the Catalog's, and the pgvector engine's when asked."""
+    return (ARCHIVE, CATALOG_PACK, *((PGVECTOR_PACK,) if pgvector else ()))
+
+
 def resolve_database(
     env: Mapping[str, str] | None = None, *, pgvector: bool = False
 ) -> DatabaseSettings:
@@ -57,7 +63,7 @@ def resolve_database(
     embedded = embedded_database(env)
     if embedded is None:
         return database_settings(env)
-    settings, _ = embedded.prepare(pgvector=pgvector)
+    settings, _ = embedded.prepare(migration_packs(pgvector=pgvector))
     return settings
 
 
@@ -82,7 +88,7 @@ def run_migrations(env: Mapping[str, str] | None = None, *, engine: str | None =
     pgvector = engine == "pgvector"
     embedded = embedded_database(env)
     if embedded is not None:
-        _, report = embedded.prepare(force=True, pgvector=pgvector)
+        _, report = embedded.prepare(migration_packs(pgvector=pgvector), force=True)
         return {"database": "embedded", **(report or {})}
     settings = database_settings(env)
     if not settings.migrator_conninfo:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -20,6 +19,7 @@ import yaml
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from tht.db.connector import DatabaseSettings as DatabaseSettings
 from tht.errors import ConfigurationError, SettingNotAllowed
 from tht.memory.model import WORKSPACE_ID_PATTERN
 from tht.validation import describe_validation_error, validation_details
@@ -213,26 +213,6 @@ def require_directory(path: Path, setting: str, source: str) -> Path:
 
 
 # --- database connection settings -------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DatabaseSettings:
-    """Where the archive lives: an external server (URLs) or the embedded one (home)."""
-
-    runtime_conninfo: str | None = None
-    migrator_conninfo: str | None = None
-    embedded_home: Path | None = None
-
-    @property
-    def embedded(self) -> bool:
-        return self.embedded_home is not None
-
-    @property
-    def runtime_login(self) -> str | None:
-        if not self.runtime_conninfo:
-            return None
-        user = conninfo_to_dict(self.runtime_conninfo).get("user")
-        return None if user is None else str(user)
 
 
 def _read_password(env: Mapping[str, str], variable: str) -> str:

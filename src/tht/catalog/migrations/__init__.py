@@ -6,7 +6,12 @@ replaced without the other. Applied by ``tht memory migrate`` after the archive'
 pack (it reuses the archive's restricted runtime role).
 """
 
-from tht.memory.migrations import MigrationPack
+from tht.db.migrations import MigrationPack
 
 SCHEMA = "thoth_catalog"
-PACK = MigrationPack(__name__, SCHEMA, "`tht memory migrate` (or `python -m tht.memory.migrate`)")
+PACK = MigrationPack(
+    __name__,
+    SCHEMA,
+    "`tht memory migrate` (or `python -m tht.memory.migrate`)",
+    report_key="catalog",
+)

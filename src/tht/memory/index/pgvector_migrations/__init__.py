@@ -5,7 +5,13 @@ superuser must create it, and an installation that uses a Qdrant engine never ne
 it. Applied by ``tht memory migrate --engine pgvector`` after the archive's pack.
 """
 
-from tht.memory.migrations import MigrationPack
+from tht.db.migrations import MigrationPack
 
 SCHEMA = "thoth_memory_pgvector"
-PACK = MigrationPack(__name__, SCHEMA, "`tht memory migrate --engine pgvector`")
+PACK = MigrationPack(
+    __name__,
+    SCHEMA,
+    "`tht memory migrate --engine pgvector`",
+    report_key="pgvector",
+    extensions=("vector",),
+)
