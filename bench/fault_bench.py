@@ -1,4 +1,4 @@
-"""Fault batteries, full mode (issue 8): the short mode runs in CI as
+"""Fault batteries, full mode: the short mode runs in CI as
 tests/integration/test_fault_batteries.py. Real embedded PostgreSQL, real Qdrant Edge,
 the `tht` command as separate processes. Prints one JSON document, then tables.
 

@@ -20,7 +20,7 @@ A title is a short phrase: what a sentence defines (its words before `=`, `refer
 a solved question's title is its question. Every card's context says where in BIRD
 Mini-Dev it comes from. BIRD data is CC BY-SA 4.0: the output keeps the attribution.
 
-    python scripts/build_demo_data.py [../shared/evalcases]
+    python scripts/build_demo_data.py [EVALCASES]  # the folder holding raw/bird_mini_dev
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Fault batteries (issue 8): shared by the CI tests (short mode) and bench/fault_bench.py
+"""Fault batteries: shared by the CI tests (short mode) and bench/fault_bench.py
 (full mode). Real embedded PostgreSQL, real Qdrant Edge, the `tht` command as separate
 processes; no mocks.
 

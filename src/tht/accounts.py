@@ -38,7 +38,7 @@ from tht.memory.archive.port import Archive, ArchiveTx
 from tht.memory.model import Workspace
 
 Role = Literal["admin", "user", "agent"]
-# Capabilities. The service enforces them (DESIGN.md §3a); faces only ask.
+# Capabilities. The service enforces them (docs/accounts.md); faces only ask.
 MANAGE = "memory.manage"  # create, edit, delete, retry; the reviewer's review-apply
 READ = "memory.read"  # browse the archive: list, show, pending, workspaces
 RECALL = "memory.recall"  # search, rules, solved-search

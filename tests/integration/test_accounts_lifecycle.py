@@ -1,4 +1,4 @@
-"""The accounts' lifecycle (issue 16, point 18): memberships granted and revoked, roles
+"""The accounts' lifecycle: memberships granted and revoked, roles
 changed, tokens rotated and expiring, users deleted, and the audit log of it all, on
 every face (HTTP, the CLI in its own process, the service's socket and /api/cli), on
 the real PostgreSQL."""

@@ -145,7 +145,7 @@ def test_capability_matrix_over_every_memory_route(world):
             if expected[0] >= 400:
                 assert set(got["error"]) == {"code", "message", "details"}
                 assert (world.snapshot(), proposals_file.exists()) == before, (actor, method, path)
-    # what each role did, as the capability table says (DESIGN.md §3a)
+    # what each role did, as the capability table says (docs/accounts.md)
     assert allowed_by_role["agent"] == {
         "POST search",
         "POST rules",

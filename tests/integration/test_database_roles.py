@@ -1,6 +1,6 @@
-"""Database logins the DBA got wrong are configuration errors that say what to do
-(issue 16, point 21): a second installation's migrator that may not grant the shared
-runtime role, and a superuser as the runtime login."""
+"""Database logins the DBA got wrong are configuration errors that say what to do: a
+second installation's migrator that may not grant the shared runtime role, and a
+superuser as the runtime login."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Isolation of the embedding (DESIGN §3a): every input is bounded by the embedder, the
+"""Isolation of the embedding: every input is bounded by the embedder, the
 cut is recorded with the projection and shown, and embedding runs outside every lock,
 so a big card's embedding stalls neither another workspace nor its own workspace's
 saves and recalls, and a late embedding never overwrites a newer projection.

@@ -1,4 +1,4 @@
-"""Fault batteries, short mode (issue 8): the full mode is bench/fault_bench.py.
+"""Fault batteries, short mode: the full mode is bench/fault_bench.py.
 
 See tests/fault_battery.py for the crash battery's rows and the precise meaning of
 lost, doubled, stale and leaked.

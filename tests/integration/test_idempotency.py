@@ -1,4 +1,4 @@
-"""Idempotency keys (issue 16, point 11): a retry under the same key answers the first
+"""Idempotency keys: a retry under the same key answers the first
 result and changes nothing; another request under the key is refused; concurrent
 duplicates make one card; the key is committed with the mutation or not at all."""
 

@@ -1,4 +1,4 @@
-"""The service looks after its dependencies (issue 16, points 8 and 10): `/healthz`
+"""The service looks after its dependencies: `/healthz`
 reports each one, the embedded PostgreSQL is started again, and pending index work is
 retried on start and with a bounded, per-workspace backoff."""
 

@@ -1,4 +1,4 @@
-"""One data-access style (issue 18): application services call typed methods of an
+"""One data-access style: application services call typed methods of an
 archive or Catalog transaction; the raw named-SQL accessors belong to the adapters
 (``tht.memory.archive`` with its record classes, ``tht.catalog.store``)."""
 

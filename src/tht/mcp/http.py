@@ -9,8 +9,8 @@ routes' path does, and the principal must belong to it; each call then checks it
 capability again (tht.memory.agent), so a user token may recall but not propose.
 
 Stateless and JSON-only: every request is a whole MCP exchange with nothing kept
-between requests, so any instance behind a load balancer can answer it (DESIGN.md
-§3a) and no app lifespan is needed.
+between requests, so any instance behind a load balancer can answer it and no app
+lifespan is needed.
 """
 
 from __future__ import annotations

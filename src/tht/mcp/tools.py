@@ -1,4 +1,4 @@
-"""The MCP tools: an agent's side of Memory (DESIGN.md §3a, the ``agent`` capability),
+"""The MCP tools: an agent's side of Memory (the ``agent`` capability, docs/accounts.md),
 the same five operations as ``tht memory search|rules|solved-search|propose|summary``
 and the HTTP agent routes, with the same answers.
 

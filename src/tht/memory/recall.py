@@ -13,7 +13,7 @@ Neither callback is ever asked about a card twice: ``eligible`` never about a se
 ``links_of`` only about seeds and cards ``eligible`` accepted, so both stay within
 the 200-card budget in total.
 
-Rules (spec "Hybrid recall and links"):
+Rules (docs/recall.md):
 
 - A direct hit at seed rank ``r`` scores ``1 / (60 + r)``. A card reached by a path of
   ``h`` hops from seed ``s`` gets the linked contribution ``1 / (60 + r_s) * 0.5**h``;
@@ -24,7 +24,7 @@ Rules (spec "Hybrid recall and links"):
 - Per card, the first 20 outgoing links in target-id order. In total, 200 distinct
   cards (seeds included) and 400 inspected links.
 
-Seed order (a deliberate extension, measured by ``bench/quality_bench.py``): the seed
+Seed order (``bench/quality_bench.py`` measures it): the seed
 rank is the card's place in a reciprocal rank fusion (k = 60) of three signals instead
 of two, see ``order_seeds``: its dense rank, its BM25 rank and its *coverage* rank.
 Coverage is the share of the card's indexed vocabulary that the question contains,
@@ -32,8 +32,8 @@ each term weighted by its IDF among the candidates: BM25 asks how much of the qu
 a card holds, coverage asks how much of the card the question is about, which ranks a
 card that merely shares a clause with the question below one that fits it whole.
 
-Language-aware fusion (ours too, ``RecallTuning``, measured and ablated by the quality
-bench, docs/quality.md): a question in another language than the workspace's (told by
+Language-aware fusion (``RecallTuning``, ablated by the quality bench,
+docs/quality.md): a question in another language than the workspace's (told by
 the stop words it uses) loses that language's stop words before BM25, and its seeds
 are ordered by the dense rank (BM25 weight 0, no coverage): across languages,
 BM25 and coverage only meet names and identifiers, and on the cross-lingual dev half
@@ -41,11 +41,10 @@ they cost more than they bring. Such a question's seeds get instead a further RR
 of weight 0.5 (``feedback_ranks``): their coverage of the question expanded with the
 terms of its three first dense neighbours, the question's meaning in the cards' own
 words (pseudo-relevance feedback limited to the seeds: no extra round trip).
-The same feedback for questions in the workspace's language was measured too and is
-off (``feedback`` 0), and so was schema-aware matching (removed): both cost on the dev
-half (docs/quality.md).
+For questions in the workspace's language the feedback is off (``feedback`` 0): it
+costs on the dev half (docs/quality.md).
 
-Named titles (ours too, ``RecallTuning.titles``): a seed whose whole title (the phrase
+Named titles (``RecallTuning.titles``): a seed whose whole title (the phrase
 the card explains, through the workspace's analyzer) is in the question gets a further
 RRF term after the first seed, which stays first (``lift_named_titles``). Knowledge is
 written again in other words for every question that needs it; when a question names

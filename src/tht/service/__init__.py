@@ -2,5 +2,5 @@
 
 Modules here that the command-line client imports (``paths``, ``client``) use only the
 standard library: a command that runs in the service must not pay for pydantic,
-psycopg, numpy or the index engines (see DESIGN.md §3a).
+psycopg, numpy or the index engines.
 """

@@ -1,8 +1,8 @@
 """Pending index work is retried by the service, not left for a person.
 
-Measured before: after a kill -9, `tht memory check` showed missing and stale entries
-(attempts 0) that nothing retried until someone ran `tht memory retry`. The service now
-runs a ``PendingRetrier``: at start and then every ``period`` seconds it looks at each
+After a crash (kill -9) the outbox holds projections nobody is running; without the
+service they would wait for an operator's `tht memory retry`. The service runs a
+``PendingRetrier``: at start and then every ``period`` seconds it looks at each
 workspace's outbox (``projection_ops``) and drains it with ``IndexProjector.drain``
 (the same code as an operator's retry: it reads only current archive state).
 
@@ -24,8 +24,8 @@ After each round it also keeps the embedded index searchable at speed
 (``IndexProjector.compact_quiet``): Qdrant Edge has no background optimizer, so what
 saves write stays in plain segments, searched by brute force; a workspace with enough
 of them that no save has reached for a minute is compacted into an indexed copy, as an
-import ends. A compaction takes seconds per 20 000 new points, about 30 s per 100 000
-here; the next drain waits for it.
+import ends (docs/benchmarks.md gives what a compaction costs); the next drain waits
+for it.
 """
 
 from __future__ import annotations

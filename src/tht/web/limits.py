@@ -1,15 +1,15 @@
 """Connection limits of `tht serve`: how long a client may take, how many it may hold.
 
-Measured before: 500 half-sent requests were all still open after 65 s. uvicorn's
-keep-alive timeout only runs between requests, and it is cancelled by the first byte
-of the next one; nothing bounds a request whose head never completes. The h11
+uvicorn's keep-alive timeout only runs between requests, and it is cancelled by the
+first byte of the next one: nothing bounds a request whose head never completes (500
+half-sent requests all stay open). The h11
 protocol below adds that deadline; the body's deadline is the ASGI guard's
 (`tht.web.guard`), which can answer 408 through the app.
 
 `limit_concurrency` answers 503 once that many connections or tasks are open, so a
 flood of idle connections costs the server a bounded amount; the header deadline
-then frees them. That cap is everybody's: measured, 230 half-sent request heads from
-one address held the server at 503 for every other client until the deadline. So each
+then frees them. That cap is everybody's: half-sent request heads from one address
+would hold the server at 503 for every other client until the deadline. So each
 client address may hold at most ``max_connections_per_client`` of them: a connection
 beyond it is answered 429 and closed at once, before it can send anything.
 
