@@ -17,19 +17,12 @@ from fastapi.testclient import TestClient
 
 from tests.factories import card, card_document, installation_of
 from tests.integration.service_support import installation
-from tests.integration.web_support import ORIGIN, build_world
+from tests.integration.web_support import ORIGIN
 from tht.cli.main import main
 
 PASSWORD = "correct horse battery"
 MEMORY = "/api/workspaces/ws-a/memory"
 RECALL = "/api/workspaces/{}/memory/search"
-
-
-@pytest.fixture
-def world(database, tmp_path):
-    world = build_world(database, tmp_path)
-    yield world
-    world.close()
 
 
 @pytest.fixture

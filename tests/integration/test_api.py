@@ -16,13 +16,6 @@ from tht.memory.admin import AdminRequest
 from tht.protected import new_request, sign
 
 
-@pytest.fixture
-def world(database, tmp_path):
-    world = build_world(database, tmp_path)
-    yield world
-    world.close()
-
-
 def routes(world, workspace: str, card_id: str) -> list[tuple[str, str, dict | None, str]]:
     """The administration routes with the capability each needs (tht.accounts)."""
     base = f"/api/workspaces/{workspace}/memory"

@@ -13,7 +13,6 @@ from fastapi.testclient import TestClient
 
 from tests.embedding_server import EmbeddingServer
 from tests.factories import card_document, installation_of, write_installation
-from tests.integration.web_support import build_world
 from tht.bootstrap import build_services
 from tht.memory.model import parse_list_query
 from tht.memory.projection import KnownFormat, fingerprint
@@ -48,13 +47,6 @@ def test_updated_to_includes_the_whole_day_it_names_on_the_cli(cli, runtime_file
     assert total(updated_from=day.isoformat(), updated_to=day.isoformat()) == 1
     assert total(updated_to=yesterday.isoformat()) == 0
     assert total(updated_from=tomorrow.isoformat()) == 0
-
-
-@pytest.fixture
-def world(database, tmp_path):
-    world = build_world(database, tmp_path)
-    yield world
-    world.close()
 
 
 def test_updated_to_includes_the_whole_day_over_http(world):

@@ -14,7 +14,6 @@ import psycopg
 import pytest
 
 from tests.factories import card, card_document
-from tests.integration.web_support import build_world
 from tht.faults import CRASH_EXIT_CODE
 from tht.memory.archive.postgres import PostgresArchive
 from tht.memory.idempotency import IdempotencyKey, IdempotencyKeyReused
@@ -136,13 +135,6 @@ def test_invalid_keys_are_refused_before_anything_runs():
 
 
 # --- HTTP ---------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def world(database, tmp_path):
-    world = build_world(database, tmp_path)
-    yield world
-    world.close()
 
 
 def test_http_post_and_put_with_an_idempotency_key(world, database):

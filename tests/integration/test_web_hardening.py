@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 
 from tests.factories import card_document, installation_of
 from tests.integration.service_support import wait_for
-from tests.integration.web_support import ORIGIN, build_world, serving
+from tests.integration.web_support import ORIGIN, serving
 from tht import accounts
 from tht.bootstrap import build_services
 from tht.cli.main import main
@@ -29,13 +29,6 @@ from tht.web.limits import ServerLimits, trusted_proxies
 from tht.web.server import _check_port_free
 
 MIB = 1 << 20
-
-
-@pytest.fixture
-def world(database, tmp_path):
-    world = build_world(database, tmp_path)
-    yield world
-    world.close()
 
 
 class RawClient:
