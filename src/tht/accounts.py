@@ -131,7 +131,7 @@ class Principal:
     def require_manage(self, workspace: str) -> None:
         self.require(MANAGE, workspace)
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[str, Any]:
         return {
             "user": self.user,
             "role": self.role,
@@ -231,7 +231,7 @@ class Accounts:
         *,
         expires_in: str | None = None,
         by: Principal | None = None,
-    ) -> dict:
+    ) -> dict[str, Any]:
         """Create a user; returns its API token, shown this once. ``by``: the admin
         asking (None: the operator), who may give access only to what it administers."""
         if not _NAME.match(name or ""):
@@ -294,7 +294,7 @@ class Accounts:
         with self.archive.transaction(None, directory=True) as tx:
             return tx.list_workspaces()
 
-    def list_users(self) -> list[dict]:
+    def list_users(self) -> list[dict[str, Any]]:
         """Every user (the operator's view): see ``users``."""
         return self.users()
 
@@ -498,16 +498,18 @@ class Accounts:
                 details={"user": user.name},
             )
 
-    def grant(self, name: str, workspace: str, *, by: Principal | None = None) -> dict:
+    def grant(self, name: str, workspace: str, *, by: Principal | None = None) -> dict[str, Any]:
         """Make ``name`` a member of ``workspace`` (already one: nothing changes)."""
         return self._membership(name, workspace, member=True, by=by)
 
-    def revoke(self, name: str, workspace: str, *, by: Principal | None = None) -> dict:
+    def revoke(self, name: str, workspace: str, *, by: Principal | None = None) -> dict[str, Any]:
         """End ``name``'s membership of ``workspace``: its token and sessions lose the
         workspace with their next request (not a member: nothing changes)."""
         return self._membership(name, workspace, member=False, by=by)
 
-    def _membership(self, name: str, workspace: str, *, member: bool, by: Principal | None) -> dict:
+    def _membership(
+        self, name: str, workspace: str, *, member: bool, by: Principal | None
+    ) -> dict[str, Any]:
         # the admin must administer the workspace, not the user's other workspaces: an
         # admin of ws-a may add a member of ws-b to ws-a
         if by is not None:
@@ -535,7 +537,7 @@ class Accounts:
             "changed": changed,
         }
 
-    def set_role(self, name: str, role: str, *, by: Principal | None = None) -> dict:
+    def set_role(self, name: str, role: str, *, by: Principal | None = None) -> dict[str, Any]:
         """Change ``name``'s role; the last admin keeps its role (LastAdmin)."""
         if role not in ROLE_PERMISSIONS:
             raise InvalidInput(f"role must be one of {', '.join(ROLES)}, not '{role}'")
@@ -562,7 +564,7 @@ class Accounts:
 
     def rotate_token(
         self, name: str, *, expires_in: str | None = None, by: Principal | None = None
-    ) -> dict:
+    ) -> dict[str, Any]:
         """A new API token for ``name`` (returned this once); the old one stops working
         now, and so do the user's web sessions, which a leaked token may have opened."""
         seconds = token_lifetime(expires_in)
@@ -581,7 +583,7 @@ class Accounts:
             )
         return {"user": name, "token": token, "token_expires_at": expires}
 
-    def delete_user(self, name: str, *, by: Principal | None = None) -> dict:
+    def delete_user(self, name: str, *, by: Principal | None = None) -> dict[str, Any]:
         """Delete ``name`` with its memberships and sessions; the last admin stays."""
         with self.archive.transaction(None, accounts=True) as tx:
             target = self._target(tx, name, by)
@@ -597,7 +599,7 @@ class Accounts:
             )
         return {"deleted": name, "role": target.user.role, "workspaces": target.workspaces}
 
-    def users(self, *, by: Principal | None = None) -> list[dict]:
+    def users(self, *, by: Principal | None = None) -> list[dict[str, Any]]:
         """Users with role, workspaces and token dates (never a secret). An admin sees
         the users of its workspaces, and users of none (to clean them up), with only
         the memberships it administers; ``other_workspaces`` counts the rest."""
@@ -632,7 +634,7 @@ class Accounts:
         user: str | None = None,
         limit: int = 100,
         by: Principal | None = None,
-    ) -> list[dict]:
+    ) -> list[dict[str, Any]]:
         """Audit rows, newest first. The operator reads everything; an admin reads the
         events of the workspaces it administers: an event of a workspace (a card, a
         membership, the workspace's creation) by its ``workspace``, an event about a

@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
@@ -80,7 +80,9 @@ def open_archive(env: Mapping[str, str] | None = None) -> PostgresArchive:
     return PostgresArchive(_runtime_conninfo(resolve_database(env))).open()
 
 
-def run_migrations(env: Mapping[str, str] | None = None, *, engine: str | None = None) -> dict:
+def run_migrations(
+    env: Mapping[str, str] | None = None, *, engine: str | None = None
+) -> dict[str, Any]:
     """Apply the migration pack with the migrator login (never the runtime one); with
     ``engine="pgvector"``, then the pgvector index engine's pack (the Qdrant engines
     keep nothing in PostgreSQL)."""

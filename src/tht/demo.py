@@ -33,7 +33,8 @@ def demo_sessions_root(home: Path) -> Path:
 
 def demo_cards() -> list[dict[str, Any]]:
     data = json.loads(resources.files("tht").joinpath("demo_data/bird_demo.json").read_text())
-    return data["cards"]
+    cards: list[dict[str, Any]] = data["cards"]
+    return cards
 
 
 def load_demo(

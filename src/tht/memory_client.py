@@ -468,7 +468,8 @@ class Memory:
     def _document(code: int, document: Any) -> Document:
         if code != 0:
             raise ThothError.from_dict(document, exit_code=code)
-        return document
+        answer: Document = document
+        return answer
 
 
 def _with_top(filters: Mapping[str, Any] | None, top: int | None) -> dict[str, Any] | None:

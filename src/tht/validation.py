@@ -30,7 +30,7 @@ def parse_json(text: str, what: str) -> Any:
     except RecursionError:
         raise InvalidInput(f"{what} is nested deeper than {MAX_JSON_DEPTH} levels") from None
     # iterative: a recursive walk is what deep documents break
-    pending: list[tuple[Any, tuple]] = [(document, ())]
+    pending: list[tuple[Any, tuple[Any, ...]]] = [(document, ())]
     while pending:
         node, path = pending.pop()
         if len(path) >= MAX_JSON_DEPTH:
@@ -49,7 +49,7 @@ def parse_json(text: str, what: str) -> Any:
     return document
 
 
-def _location(loc: tuple) -> str:
+def _location(loc: tuple[Any, ...]) -> str:
     parts = []
     for item in loc:
         if isinstance(item, int):
@@ -73,7 +73,7 @@ def describe_validation_error(exc: ValidationError) -> str:
     return "; ".join(messages)
 
 
-def validation_details(exc: ValidationError) -> list[dict]:
+def validation_details(exc: ValidationError) -> list[dict[str, Any]]:
     return [
         {
             "field": _location(e["loc"]),

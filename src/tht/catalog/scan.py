@@ -8,6 +8,7 @@ import logging
 import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from tht.catalog.model import Binding, Tables
 from tht.errors import ConfigurationError, DwhUnavailable
@@ -55,7 +56,7 @@ def scan(binding: Binding, connection: DwhConnection, env: Mapping[str, str]) ->
         "connection": binding.connection,
         "dialect": url.get_backend_name(),
     }
-    kwargs: dict = {}
+    kwargs: dict[str, Any] = {}
     if url.get_backend_name() == "sqlite":
         path = url.database
         if not path or path == ":memory:":

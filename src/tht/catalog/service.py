@@ -262,7 +262,7 @@ class Catalog:
         removals: Removals | None = None,
         forgotten: Any = None,
         tables_scanned: int | None = None,
-        errors: list | None = None,
+        errors: list[Any] | None = None,
     ) -> None:
         tx.insert_run(
             run_id,

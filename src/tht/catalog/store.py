@@ -77,12 +77,12 @@ class CatalogTransaction:
         self.conn = conn
         self.workspace = workspace
 
-    def _rows(self, name: str, /, **params: Any) -> list[dict]:
+    def _rows(self, name: str, /, **params: Any) -> list[dict[str, Any]]:
         with self.conn.cursor(row_factory=dict_row) as cur:
             cur.execute(queries()[name], {"workspace": self.workspace, **params})
             return cur.fetchall() if cur.description else []
 
-    def _row(self, name: str, /, **params: Any) -> dict | None:
+    def _row(self, name: str, /, **params: Any) -> dict[str, Any] | None:
         rows = self._rows(name, **params)
         return rows[0] if rows else None
 

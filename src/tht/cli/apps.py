@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
 # every group parses alone too (tht.cli.main builds only the group a command names):
 # with the root's settings, so its help reads the same either way
-GROUP_SETTINGS: dict = {"add_completion": False, "rich_markup_mode": "markdown"}
+GROUP_SETTINGS: dict[str, Any] = {"add_completion": False, "rich_markup_mode": "markdown"}
 
 app = typer.Typer(
     help="Thoth Memory: the reusable knowledge of a text-to-SQL agent. Every command prints one JSON document.",

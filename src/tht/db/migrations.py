@@ -13,6 +13,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 from importlib import resources
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -107,7 +108,7 @@ def migrate(
     runtime_login: str | None = None,
     *,
     target_version: int | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Apply pending migrations on a migrator connection (autocommit mode).
 
     Returns which versions were applied now and which were already there. When

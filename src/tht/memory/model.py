@@ -204,7 +204,7 @@ class Dependency(_Strict):
             "column": self.column,
         }
 
-    def key(self) -> tuple:
+    def key(self) -> tuple[str | None, ...]:
         return (self.database, self.schema_name, self.table, self.column)
 
 

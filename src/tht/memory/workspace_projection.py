@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from tht.errors import ThothError
 
 if TYPE_CHECKING:
-    from tht.memory.projector import IndexProjector, KnownFormat, Progress, SyncReport
+    from tht.memory.projection import KnownFormat
+    from tht.memory.projector import IndexProjector, Progress, SyncReport
     from tht.memory.recall_service import RecallService
     from tht.memory.service import IndexOutcome
 

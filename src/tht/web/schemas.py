@@ -20,11 +20,13 @@ from tht.memory.model import (
     MAX_SQL,
     MAX_TEXT,
     MAX_TITLE,
-    TEXT_PATTERN,
     Card,
     CardSummary,
     PendingOperation,
     Revision,
+)
+from tht.memory.model import (
+    TEXT_PATTERN as TEXT_PATTERN,  # the pages and the API read it from here
 )
 
 # Text as tht.memory.model accepts it: printable, with at least one visible character.

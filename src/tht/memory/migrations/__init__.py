@@ -5,6 +5,8 @@ functions here apply this pack unless told another.
 
 from __future__ import annotations
 
+from typing import Any
+
 import psycopg
 
 from tht.db import migrations as runner
@@ -35,7 +37,7 @@ def migrate(
     *,
     target_version: int | None = None,
     pack: MigrationPack = ARCHIVE,
-) -> dict:
+) -> dict[str, Any]:
     """Apply the pack's pending migrations on a migrator connection (autocommit mode);
     see ``tht.db.migrations.migrate``."""
     return runner.migrate(conn, pack, runtime_login, target_version=target_version)

@@ -211,7 +211,7 @@ class _Resolver:
 _COMPARED = ("family", "title", *TEXT_FIELDS, "error_signature")
 
 
-def _comparable_input(item: ImportCard, targets: dict[str, uuid.UUID]) -> tuple:
+def _comparable_input(item: ImportCard, targets: dict[str, uuid.UUID]) -> tuple[Any, ...]:
     d = item.data
     return (
         *(getattr(d, name) for name in _COMPARED),
@@ -221,7 +221,7 @@ def _comparable_input(item: ImportCard, targets: dict[str, uuid.UUID]) -> tuple:
     )
 
 
-def _comparable_card(card: Card) -> tuple:
+def _comparable_card(card: Card) -> tuple[Any, ...]:
     return (
         *(getattr(card, name) for name in _COMPARED),
         tuple(card.concepts),
