@@ -1001,6 +1001,9 @@ def main(argv: list[str] | None = None) -> int:
                         {v: VARIANTS[v] for v in variants},
                     )
                 )
+                # a long run keeps what it has: the vectors, and each protocol's table
+                embedder.save()
+                print(table(results[-1:]), file=sys.stderr, flush=True)
         finally:
             index.close()
             archive.close()
