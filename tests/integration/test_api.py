@@ -515,7 +515,10 @@ def curation_requests(card_id: str) -> dict[tuple[str, str], tuple[str, dict | N
     return {
         ("GET", bench + "/cases"): (at + "/cases", None),
         ("POST", bench + "/cases"): (at + "/cases", {"question": "q", "expected": [card_id]}),
-        ("POST", bench + "/cases/import"): (at + "/cases/import", {"jsonl": '{"question": "q"}'}),
+        ("POST", bench + "/cases/import"): (
+            at + "/cases/import",
+            {"cases": [{"question": "q", "expected": [card_id]}]},
+        ),
         ("DELETE", bench + "/cases/{caseId}"): (f"{at}/cases/{case}", None),
         ("POST", bench + "/runs"): (at + "/runs", None),
         ("GET", bench + "/runs"): (at + "/runs", None),

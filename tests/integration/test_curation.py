@@ -96,7 +96,7 @@ def test_cases_merge_by_question_and_name_only_cards_of_their_workspace(cli, acm
     assert rules.document["created"] == 1
     # a card of another workspace is refused, naming it: nothing is written
     refused = _add(cli, config, "a foreign question", ids["foreign"])
-    assert refused.code == 2 and refused.document["error"]["code"] == "invalid_input"
+    assert refused.code == 3 and refused.document["error"]["code"] == "not_found"
     assert refused.document["error"]["details"]["cards"] == [ids["foreign"]]
     assert "not a card of workspace 'acme'" in refused.document["error"]["message"]
     # a command that does not recall what the filters ask is refused too
@@ -127,7 +127,7 @@ def test_imports_are_all_or_nothing_and_name_the_bad_line(cli, acme, tmp_path):
 
     good = {"question": "when is an order shipped", "expected": [ids["shipped"]], "id": "ship"}
     foreign = imported(good, {"question": "elsewhere", "expected": [ids["foreign"]]})
-    assert foreign.code == 2 and foreign.document["error"]["details"]["line"] == 2
+    assert foreign.code == 3 and foreign.document["error"]["details"]["line"] == 2
     assert foreign.document["error"]["details"]["cards"] == [ids["foreign"]]
     path.write_text(json.dumps(good) + "\n{not json\n")
     malformed = cli("memory", "benchmark", "import", str(path), "-c", config)
@@ -156,7 +156,8 @@ def test_imports_are_all_or_nothing_and_name_the_bad_line(cli, acme, tmp_path):
 def test_runs_are_stored_compared_and_show_the_card_edits_between_them(cli, acme, tmp_path):
     config, ids = acme
     empty = cli("memory", "benchmark", "run", "-c", config)
-    assert empty.code == 2 and "no benchmark case" in empty.document["error"]["message"]
+    assert empty.code == 4 and empty.document["error"]["code"] == "conflict"
+    assert "no benchmark case" in empty.document["error"]["message"]
     _add(cli, config, "three letter carrier codes of shipped orders", ids["carrier"])
     _add(cli, config, "fiscal year join of movements and jobs", ids["fiscal"], command="rules")
     # a solved question is never what `search` recalls: a miss, with its reason

@@ -26,7 +26,11 @@ def _routes(card_id: str) -> list[tuple[str, str, dict | None]]:
     return [
         ("GET", f"{base}/benchmark/cases", None),
         ("POST", f"{base}/benchmark/cases", {"question": "q", "expected": [card_id]}),
-        ("POST", f"{base}/benchmark/cases/import", {"jsonl": '{"question": "q"}'}),
+        (
+            "POST",
+            f"{base}/benchmark/cases/import",
+            {"cases": [{"question": "q", "expected": [card_id]}]},
+        ),
         ("DELETE", f"{base}/benchmark/cases/{CASE}", None),
         ("POST", f"{base}/benchmark/runs", None),
         ("GET", f"{base}/benchmark/runs", None),
@@ -105,24 +109,49 @@ def test_a_curator_adds_a_miss_runs_edits_the_card_and_sees_the_run_change(world
         json={"question": "other", "expected": [world.cards["ws-b"][0]]},
         headers=admin,
     )
-    assert foreign.status_code == 422 and foreign.json()["error"]["details"]["cards"] == [
+    assert foreign.status_code == 404 and foreign.json()["error"]["details"]["cards"] == [
         world.cards["ws-b"][0]
     ]
     first = world.client.post(f"{base}/runs", headers=admin)
     assert first.status_code == 201, first.json()
     assert first.json()["metrics"]["recall@1"] == 1 and first.json()["misses"] == []
-    # the edit takes the card away from the question: the next run is worse, and says so
+    # the edit moves the card out of the bound database: the next run is worse, and says so
+    elsewhere = [{"database": "legacy", "schema": "ops", "table": "carriers"}]
     services.memory.update_card(
-        "ws-a", target, card(title="Invoice dates", content="An invoice is dated when issued.")
+        "ws-a",
+        target,
+        card(
+            title="Carrier codes",
+            content="Carriers have three letter codes.",
+            dependencies=elsewhere,
+        ),
     )
     second = world.client.post(f"{base}/runs", headers=admin).json()
     assert second["comparison"]["worse"] is True
-    assert second["metrics"]["recall@1"] < 1
+    assert second["metrics"]["recall@10"] == 0
+    assert second["misses"][0]["reasons"][target]["reason"] == "binding"
     assert [c["state"] for c in second["expected_changes"]] == ["changed"]
     history = world.client.get(f"{base}/runs", headers=admin).json()
     assert [r["run"] for r in history["runs"]] == [second["run"], first.json()["run"]]
     assert history["runs"][0]["worse"] and history["runs"][0]["edits_before"]["count"] == 1
     shown = world.client.get(f"{base}/runs/{second['run']}", headers=admin).json()
     assert shown["metrics"] == second["metrics"]
-    bad = world.client.post(f"{base}/cases/import", json={"jsonl": "{not json"}, headers=admin)
-    assert bad.status_code == 422 and bad.json()["error"]["details"]["line"] == 1
+    # an import is all or nothing: a card of another workspace on its second case
+    imported = world.client.post(
+        f"{base}/cases/import",
+        json={
+            "cases": [
+                {"question": "carrier codes", "expected": [target], "name": "carriers"},
+                {"question": "q", "command": "rules", "expected": [world.cards["ws-b"][0]]},
+            ]
+        },
+        headers=admin,
+    )
+    assert imported.status_code == 404 and imported.json()["error"]["details"]["line"] == 2
+    wrong = world.client.post(
+        f"{base}/cases/import",
+        json={"cases": [{"question": "q", "expected": [target], "weight": 2}]},
+        headers=admin,
+    )
+    assert wrong.status_code == 422
+    assert world.client.get(f"{base}/cases", headers=admin).json()["total"] == 1

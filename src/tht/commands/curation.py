@@ -146,9 +146,12 @@ class MemoryRecallsIn(CommandInput):
 
 def memory_recalls(ctx: CommandContext, args: MemoryRecallsIn) -> dict[str, Any]:
     from tht.errors import InvalidInput
+    from tht.memory.recall_log import MAX_LOG_ID
 
     if not 1 <= args.limit <= 1000:
         raise InvalidInput("--limit must be between 1 and 1000", details={"limit": args.limit})
+    if args.before is not None and not 1 <= args.before <= MAX_LOG_ID:
+        raise InvalidInput("--before must be an entry's id", details={"before": args.before})
     return ctx.services.recall_log.entries(
         ctx.workspace, limit=args.limit, before=args.before, principal=args.principal
     )

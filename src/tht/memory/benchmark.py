@@ -5,7 +5,7 @@ Cases live in the archive (``benchmark_cases``): added one at a time (the page's
 "this question should find this card", ``tht memory benchmark add``) or imported from
 the JSON Lines ``tht memory eval --cases`` reads (``tht.memory.evaluation``). A case
 names cards of its own workspace only: any other id (another workspace's card, a
-deleted one, one never created) refuses the whole addition, naming it. One case per
+deleted one, one never created) refuses the whole addition, naming it (not_found). One case per
 command, question and filters: adding the same question again adds its cards to the
 case (``replace``: sets them), and records each card's revision then.
 
@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from tht import audit
-from tht.errors import InvalidInput, NotFound
+from tht.errors import Conflict, InvalidInput, NotFound
 from tht.memory.archive.port import Archive, NewCase
 from tht.memory.evaluation import (
     KS,
@@ -299,7 +299,7 @@ class Benchmarks:
                 unknown = [c for c in case.expected if card_id_to_uuid(c) not in found]
                 if unknown:
                     where = f"case {case.name}" if case.name else f"line {case.line}"
-                    raise InvalidInput(
+                    raise NotFound(
                         f"{where} expects {', '.join(unknown)}, not a card of workspace"
                         f" '{workspace}' (another workspace's, deleted, or never made): a case"
                         " names cards of its own workspace",
@@ -410,7 +410,7 @@ class Benchmarks:
             rows = tx.curation.cases(MAX_CASES)
             previous = tx.curation.last_run()
         if not rows:
-            raise InvalidInput(
+            raise Conflict(
                 f"workspace '{workspace}' has no benchmark case yet: add one on the Recall quality"
                 " page, with `tht memory benchmark add` or `tht memory benchmark import`",
                 details={"workspace": workspace},

@@ -51,6 +51,7 @@ EXPIRY_SECONDS = 60.0  # how often a workspace's expired entries are deleted
 IDF_SECONDS = 300.0  # how long the writer keeps a workspace's term frequencies
 MAX_TEXT = 2_000  # a question or an error is kept up to this many characters
 MAX_SESSION = 200
+MAX_LOG_ID = 2**63 - 1  # entries are numbered by a bigint identity
 
 
 class RecallLogSettings(Protocol):

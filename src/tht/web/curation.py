@@ -10,6 +10,7 @@ Recall here uses the workspace's recorded DWH binding, as the agent routes do.
 No `from __future__ import annotations`: FastAPI must resolve the local Annotated aliases.
 """
 
+import json
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal
 
@@ -20,30 +21,48 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tht.accounts import Principal
 from tht.bootstrap import Services
+from tht.memory import agent_requests as requests
 from tht.memory.agent import recall_binding
 from tht.memory.benchmark import CASE_ID_PATTERN, RUN_ID_PATTERN, one_case
+from tht.memory.evaluation import MAX_CASES, parse_case
 from tht.memory.model import CARD_ID_PATTERN, WORKSPACE_ID_PATTERN
-from tht.memory.recall_log import gaps
+from tht.memory.recall_log import MAX_LOG_ID, gaps
 from tht.web.schemas import TEXT_PATTERN
 from tht.web.schemas import error_responses as errors
-
-MAX_JSONL_CHARS = 4 * 1024 * 1024  # the request body's own bound is the app's
 
 
 class _Input(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-Command = Literal["search", "rules", "solved"]
 CardId = Annotated[str, Field(pattern=CARD_ID_PATTERN)]
+Question = Annotated[str, Field(min_length=1, max_length=2000, pattern=TEXT_PATTERN)]
 
 
-class CaseIn(_Input):
-    question: Annotated[str, Field(min_length=1, max_length=2000, pattern=TEXT_PATTERN)]
+class _Imported(_Input):
+    question: Question
     expected: Annotated[list[CardId], Field(min_length=1, max_length=100)]
-    command: Command = "search"
-    filters: dict[str, Any] = Field(default_factory=dict)
     name: Annotated[str | None, Field(min_length=1, max_length=200)] = None
+
+
+# Each command with the filters it takes (those of its agent route): a case's filters
+# are checked against its command before anything is written.
+class SearchImported(_Imported):
+    command: Literal["search"] = "search"
+    filters: requests.SearchFiltersIn | requests.SearchColumnFiltersIn | None = None
+
+
+class RulesImported(_Imported):
+    command: Literal["rules"]
+    filters: requests.RulesFiltersIn | requests.RulesColumnFiltersIn | None = None
+
+
+class SolvedImported(_Imported):
+    command: Literal["solved"]
+    filters: requests.SolvedFiltersIn | requests.SolvedColumnFiltersIn | None = None
+
+
+class _Written(_Input):
     replace: bool = Field(
         default=False,
         description="The case of this question expects exactly these cards (default: added)",
@@ -54,24 +73,59 @@ class CaseIn(_Input):
     )
 
 
+class SearchCaseIn(SearchImported, _Written):
+    pass
+
+
+class RulesCaseIn(RulesImported, _Written):
+    pass
+
+
+class SolvedCaseIn(SolvedImported, _Written):
+    pass
+
+
+CaseIn = SearchCaseIn | RulesCaseIn | SolvedCaseIn
+
+
 class CasesImport(_Input):
-    jsonl: Annotated[
-        str,
-        Field(
-            min_length=1,
-            max_length=MAX_JSONL_CHARS,
-            description="JSON Lines, the format of `tht memory eval --cases`",
-        ),
+    """The lines of a cases file (``tht memory eval --cases``), parsed by the page: a
+    case a line, ``id`` given as ``name``."""
+
+    cases: Annotated[
+        list[SearchImported | RulesImported | SolvedImported],
+        Field(min_length=1, max_length=MAX_CASES),
     ]
 
 
-class TryIn(_Input):
-    question: Annotated[str, Field(min_length=1, max_length=2000, pattern=TEXT_PATTERN)]
-    command: Command = "search"
-    filters: dict[str, Any] = Field(default_factory=dict)
+class _Try(_Input):
+    question: Question
     explain: Annotated[list[CardId], Field(max_length=20)] = Field(
         default_factory=list, description="Cards to say why they are or are not returned"
     )
+
+
+class SearchTryIn(_Try):
+    command: Literal["search"] = "search"
+    filters: requests.SearchFiltersIn | requests.SearchColumnFiltersIn | None = None
+
+
+class RulesTryIn(_Try):
+    command: Literal["rules"]
+    filters: requests.RulesFiltersIn | requests.RulesColumnFiltersIn | None = None
+
+
+class SolvedTryIn(_Try):
+    command: Literal["solved"]
+    filters: requests.SolvedFiltersIn | requests.SolvedColumnFiltersIn | None = None
+
+
+TryIn = SearchTryIn | RulesTryIn | SolvedTryIn
+
+
+def _filters(given: BaseModel | None) -> dict[str, Any]:
+    """The filters as stored and recalled with: what was given, no defaults."""
+    return {} if given is None else given.model_dump(mode="json", exclude_defaults=True)
 
 
 def curation_router(
@@ -117,7 +171,7 @@ def curation_router(
             "question": case.question,
             "expected": case.expected,
             "command": case.command,
-            "filters": case.filters,
+            "filters": _filters(case.filters),
             **({"id": case.name} if case.name is not None else {}),
         }
         return benchmarks.add(
@@ -129,13 +183,28 @@ def curation_router(
         status_code=201,
         responses=errors(401, 403, 404, 413, 415, 422, 503),
         tags=["curation"],
-        summary="Import cases from JSON Lines: one bad line and nothing is written",
+        summary="Import cases (the lines of a cases file): one bad case and nothing is written",
     )
     def import_cases(
         actor: Actor, workspace: WorkspaceId, body: Annotated[CasesImport, Body()]
     ) -> dict[str, Any]:
         actor.require_manage(workspace)
-        return benchmarks.import_cases(workspace, body.jsonl)
+        cases = [
+            parse_case(
+                json.dumps(
+                    {
+                        "question": case.question,
+                        "expected": case.expected,
+                        "command": case.command,
+                        "filters": _filters(case.filters),
+                        **({"id": case.name} if case.name is not None else {}),
+                    }
+                ),
+                line,
+            )
+            for line, case in enumerate(body.cases, start=1)
+        ]
+        return benchmarks.add(workspace, cases, origin="import")
 
     @router.delete(
         base + "/cases/{caseId}",
@@ -196,7 +265,7 @@ def curation_router(
             workspace,
             body.question,
             body.command,
-            body.filters,
+            _filters(body.filters),
             body.explain,
             database=database,
             schema=schema,
@@ -228,7 +297,7 @@ def curation_router(
         actor: Actor,
         workspace: WorkspaceId,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-        before: Annotated[int | None, Query(ge=1)] = None,
+        before: Annotated[int | None, Query(ge=1, le=MAX_LOG_ID)] = None,
         principal_name: Annotated[
             str | None, Query(alias="principal", min_length=1, max_length=100)
         ] = None,

@@ -431,7 +431,22 @@
     var note = $("curation-feedback");
     if (!input.files || !input.files.length) { feedback(note, "warning", "Choose a JSON Lines file first."); return; }
     input.files[0].text().then(function (text) {
-      return api("POST", self.base() + "/benchmark/cases/import", { jsonl: text });
+      // a case a line, as `tht memory eval --cases` reads them; the server checks each
+      var cases = [];
+      text.split(/\r?\n/).forEach(function (line, i) {
+        if (!line.trim()) return;
+        var doc;
+        try { doc = JSON.parse(line); } catch (e) {
+          throw { message: "line " + (i + 1) + " is not valid JSON (" + e.message + ")" };
+        }
+        if (doc && typeof doc === "object" && !Array.isArray(doc) && "id" in doc) {
+          doc.name = doc.id;
+          delete doc.id;
+        }
+        cases.push(doc);
+      });
+      if (!cases.length) throw { message: "the file holds no case" };
+      return api("POST", self.base() + "/benchmark/cases/import", { cases: cases });
     }).then(function (result) {
       feedback(note, "saved", "Imported: " + result.created + " new cases, " + result.updated + " updated, " +
         result.unchanged + " already there.");
