@@ -27,6 +27,7 @@ every ``HALF_LIFE_DAYS`` days of age; ties by the latest ask.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -94,8 +95,8 @@ class Gap:
         return f"gap-{digest[:16]}"
 
     def score(self, now: datetime) -> float:
-        return sum(
-            0.5 ** (max(0.0, (now - a.at).total_seconds()) / 86_400 / HALF_LIFE_DAYS)
+        return math.fsum(
+            math.pow(0.5, max(0.0, (now - a.at).total_seconds()) / 86_400 / HALF_LIFE_DAYS)
             for a in self.asks
         )
 
