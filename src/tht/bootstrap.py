@@ -19,12 +19,14 @@ from tht.errors import ArchiveUnavailable, ConfigurationError
 from tht.installation import IndexConfig, Installation, load_installation
 from tht.memory.admin import MemoryAdmin
 from tht.memory.archive.postgres import PostgresArchive
+from tht.memory.benchmark import Benchmarks
 from tht.memory.cleanup import PhysicalCleanup
 from tht.memory.embedding import Embedder, build_embedder
 from tht.memory.index import SearchIndex
 from tht.memory.index.pgvector_migrations import PACK as PGVECTOR_PACK
 from tht.memory.migrations import ARCHIVE, MigrationPack, migrate
 from tht.memory.projector import IndexProjector
+from tht.memory.recall_log import RecallLog
 from tht.memory.recall_service import RecallService
 from tht.memory.service import MemoryService, WorkspaceService
 from tht.memory.workspace_projection import WorkspaceProjector, WorkspaceRecall
@@ -167,6 +169,8 @@ class Services:
     catalog: Catalog
     installation: Installation
     engines: Engines
+    benchmarks: Benchmarks  # the workspaces' benchmark cases and runs
+    recall_log: RecallLog  # what agents asked (the engines': one writer per process)
     owns_engines: bool = False  # built for these services alone: closed with them
 
     def close(self) -> None:
@@ -209,6 +213,8 @@ class Engines:
         self._projections: dict[str, tuple[IndexProjector, RecallService]] = {}
         self._profiles: dict[str, tuple[float, str]] = {}  # workspace -> (read at, profile)
         self._lock = threading.Lock()
+        # one per process: its writer thread batches every command's recalls
+        self.recall_log = RecallLog(self.archive, self.installation.recall_log)
 
     def projection(self, profile: str) -> tuple[IndexProjector, RecallService]:
         """The projector and recall of one of the installation's embedder profiles."""
@@ -293,6 +299,7 @@ class Engines:
         the one of the profile it records."""
         archive = self.archive
         projector = WorkspaceProjector(self)
+        recall = WorkspaceRecall(self)
         memory = MemoryService(archive, projector)
         cleanup = PhysicalCleanup(archive, projector)
         # the Catalog connects on first use: memory commands never depend on its schema
@@ -314,17 +321,20 @@ class Engines:
             summaries=SummaryService(archive, sessions),
             review=ReviewService(archive, projector, sessions),
             projector=projector,
-            recall=WorkspaceRecall(self),
+            recall=recall,
             cleanup=cleanup,
             catalog=catalog,
             installation=self.installation,
             engines=self,
+            benchmarks=Benchmarks(archive, recall, projector),
+            recall_log=self.recall_log,
         )
 
     def close(self) -> None:
         with self._lock:
             built, self._projections = list(self._projections.values()), {}
         try:
+            self.recall_log.close()  # what is queued is written while the archive is open
             for projector, _ in built:
                 projector.index.close()
         finally:

@@ -3,7 +3,7 @@
 Engines and their locations (the index engine, its path or URL, its collection), the
 embedder profiles (a name for each model a workspace may use, with its URL, timeout
 and the name of the environment variable holding its key), the workflow's sessions
-root, the named DWH connections and the limits. A request never names any of these:
+root, the named DWH connections, the recall log's bound and the limits. A request never names any of these:
 a workspace records which embedder profile its vectors come from and which DWH
 connection it is bound to, by name; a caller names a workspace, a database and a
 schema.
@@ -81,6 +81,15 @@ class DwhConnection(_Section):
     timeout: float = Field(default=10.0, gt=0, le=MAX_TIMEOUT_SECONDS)  # seconds to connect
 
 
+class RecallLogConfig(_Section):
+    """The recall log (what agents asked each workspace, mined for gaps): on or off,
+    and its bound per workspace, the oldest entries dropped first."""
+
+    enabled: bool = True
+    retention_days: int = Field(default=30, ge=1, le=3650)
+    max_entries: int = Field(default=100_000, ge=100, le=10_000_000)
+
+
 class Installation(_Section):
     index: IndexConfig = IndexConfig()
     # profile name -> embedder settings (tht.memory.embedding.factory); the built-in
@@ -90,6 +99,7 @@ class Installation(_Section):
     )
     sessions_root: Path | None = None  # the workflow's session directories, per workspace
     dwh: dict[str, DwhConnection] = Field(default_factory=dict)
+    recall_log: RecallLogConfig = RecallLogConfig()
     source: str | None = Field(default=None, exclude=True)  # the file it was read from
 
     @field_validator("embedders")

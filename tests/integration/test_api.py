@@ -506,6 +506,29 @@ def test_the_list_filters_cards_by_the_import_that_wrote_them(world, tmp_path):
 NOT_ADMINISTRATIVE_TAGS = {"session", "workspaces", "agent", "service"}
 
 
+def curation_requests(card_id: str) -> dict[tuple[str, str], tuple[str, dict | None]]:
+    """The Recall quality routes: the benchmark, the gaps and the recall log (every
+    agent's questions) are an administrator's."""
+    bench, at = "/api/workspaces/{workspaceId}/benchmark", "/api/workspaces/ws-a/benchmark"
+    case = "case-00000000-0000-4000-8000-000000000000"
+    run = "bench-00000000-0000-4000-8000-000000000000"
+    return {
+        ("GET", bench + "/cases"): (at + "/cases", None),
+        ("POST", bench + "/cases"): (at + "/cases", {"question": "q", "expected": [card_id]}),
+        ("POST", bench + "/cases/import"): (
+            at + "/cases/import",
+            {"cases": [{"question": "q", "expected": [card_id]}]},
+        ),
+        ("DELETE", bench + "/cases/{caseId}"): (f"{at}/cases/{case}", None),
+        ("POST", bench + "/runs"): (at + "/runs", None),
+        ("GET", bench + "/runs"): (at + "/runs", None),
+        ("GET", bench + "/runs/{runId}"): (f"{at}/runs/{run}", None),
+        ("POST", bench + "/try"): (at + "/try", {"question": "q"}),
+        ("GET", "/api/workspaces/{workspaceId}/gaps"): ("/api/workspaces/ws-a/gaps", None),
+        ("GET", "/api/workspaces/{workspaceId}/recalls"): ("/api/workspaces/ws-a/recalls", None),
+    }
+
+
 def administrative_requests(world) -> dict[tuple[str, str], tuple[str, dict | None]]:
     """One request for each administrative operation of the OpenAPI document."""
     memory = "/api/workspaces/{workspaceId}/memory"
@@ -534,6 +557,7 @@ def administrative_requests(world) -> dict[tuple[str, str], tuple[str, dict | No
             f"/api/workspaces/ws-a/catalog/runs/{run}/retry",
             None,
         ),
+        **curation_requests(card_id),
         ("GET", review): ("/api/workspaces/ws-a/review/sessions", None),
         ("GET", review + "/{sessionId}"): ("/api/workspaces/ws-a/review/sessions/s-1", None),
         ("POST", review + "/{sessionId}/apply"): (

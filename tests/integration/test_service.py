@@ -278,6 +278,8 @@ ROLES = {  # what each role may do, written out here rather than read from the c
 }
 RUN = "run-00000000-0000-4000-8000-000000000000"
 IMPORT = "imp-00000000-0000-4000-8000-000000000000"
+CASE = "case-00000000-0000-4000-8000-000000000000"
+BENCH = "bench-00000000-0000-4000-8000-000000000000"
 
 
 @dataclass
@@ -327,6 +329,15 @@ def _matrix(files: Files, role: str) -> list[tuple[str, tuple[str, ...]]]:
         ("manage", ("memory", "check", "--repair", "-c", config)),
         ("manage", ("memory", "import", files.cards, "--dry-run", "-c", config)),
         ("manage", ("memory", "imports", "undo", IMPORT, "-c", config)),
+        ("manage", ("memory", "benchmark", "add", "shipped", "-c", config, "--expected", card)),
+        ("manage", ("memory", "benchmark", "import", files.cases, "-c", config)),
+        ("manage", ("memory", "benchmark", "list", "-c", config)),
+        ("manage", ("memory", "benchmark", "remove", CASE, "-c", config)),
+        ("manage", ("memory", "benchmark", "run", "-c", config)),
+        ("manage", ("memory", "benchmark", "runs", "-c", config)),
+        ("manage", ("memory", "benchmark", "show", BENCH, "-c", config)),
+        ("manage", ("memory", "gaps", "-c", config)),
+        ("manage", ("memory", "recalls", "-c", config)),
         ("manage", ("workspace", "create", f"new-{role}", "--language", "en")),
         ("manage", ("workspace", "embedder", "acme", "default")),
         ("manage", ("user", "create", f"made-by-{role}", "--role", "user", "--workspace", "acme")),

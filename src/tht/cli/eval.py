@@ -31,5 +31,7 @@ def memory_eval(
         ),
     ],
 ) -> int:
-    """Measure recall on a cases file: recall@1/5/10, MRR and the misses, as one JSON document."""
+    """Measure recall on a cases file: recall@1/5/10, MRR and the misses, as one JSON
+    document. Nothing is stored: the workspace's own benchmark, kept and followed over
+    time, is `tht memory benchmark` (its `import` reads this file's format)."""
     return submit("memory.eval", {"cases": path(cases), "config": path(config)})

@@ -591,6 +591,7 @@ def _main(args: list[str], token: str | None) -> int:
 # the command modules that register themselves on the groups above (imported for that)
 import tht.cli.accounts  # noqa: E402  (user grant/revoke/role/token/delete, audit)
 import tht.cli.catalog  # noqa: E402  (catalog)
+import tht.cli.curation  # noqa: E402  (memory benchmark, gaps, recalls)
 import tht.cli.mcp  # noqa: E402  (mcp)
 import tht.cli.transfer  # noqa: E402  (memory import, imports, export)
 import tht.cli.workflow  # noqa: E402, F401  (last, as before: propose, summary, review-apply, solved-index)

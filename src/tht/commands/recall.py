@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from tht.commands.context import CommandContext
 from tht.commands.dispatch import CommandInput
@@ -87,62 +87,23 @@ class MemoryEvalIn(CommandInput):
 
 
 def memory_eval(ctx: CommandContext, args: MemoryEvalIn) -> dict[str, Any]:
-    from tht.errors import InvalidInput
     from tht.memory.agent import DwhBinding, recall_binding
-    from tht.memory.evaluation import MISS_K, parse_cases, report
-    from tht.memory.recall_service import parse_recall_query
+    from tht.memory.benchmark import measure
+    from tht.memory.evaluation import parse_cases
 
     runtime = ctx.runtime
     assert runtime is not None
     parsed = parse_cases(ctx.read_text(args.cases, MAX_CASES_BYTES))
-    queries = []
-    for case in parsed:
-        try:
-            query = parse_recall_query(case.filters)
-        except InvalidInput as exc:
-            raise InvalidInput(
-                f"cases line {case.line}: {exc.message}",
-                details={"line": case.line, "filters": exc.details},
-            ) from exc
-        # at least MISS_K results, so recall@10 and the misses mean what they say
-        queries.append(query.model_copy(update={"top": max(query.top, MISS_K)}))
     services = ctx.services
     binding = recall_binding(
         services, runtime.workspace, DwhBinding(runtime.database, runtime.schema_name)
     )
-    recall = services.recall.of(runtime.workspace)
-    answers, returned = [], []
-    for case, query in zip(parsed, queries, strict=True):
-        results = recall.recall(
-            runtime.workspace,
-            case.question,
-            cast("RecallKind", case.command),
-            database=binding.database,
-            schema=binding.schema,
-            query=query,
-        )
-        answers.append(results)
-        returned.append([result.card.id for result in results])
-    document = report(parsed, returned)
-    # each missing card with the reason `memory search --explain` would give
-    by_line = {
-        case.line: (case, query, results)
-        for case, query, results in zip(parsed, queries, answers, strict=True)
-    }
-    for miss in document["misses"]:
-        case, query, results = by_line[miss["line"]]
-        miss["reasons"] = {
-            card_id: recall.explain(
-                runtime.workspace,
-                case.question,
-                cast("RecallKind", case.command),
-                card_id,
-                results,
-                database=binding.database,
-                schema=binding.schema,
-                query=query.model_copy(update={"top": MISS_K}),
-                strict=False,
-            ).as_json()
-            for card_id in miss["missing"]
-        }
+    document = measure(
+        services.recall.of(runtime.workspace),
+        runtime.workspace,
+        parsed,
+        database=binding.database,
+        schema=binding.schema,
+    )
+    document.pop("returned")
     return {"workspace": runtime.workspace, **document}

@@ -114,6 +114,21 @@ COMMANDS: dict[str, Command] = {
         _row("transfer", "memory.export", READ, files=_CONFIG, output=LINES),
         _row("transfer", "memory.imports.list", READ, files=_CONFIG),
         _row("transfer", "memory.imports.undo", MANAGE, files=_CONFIG),
+        # --- curation: the benchmark and the gaps (the recall log is every agent's questions)
+        *(
+            _row("curation", name, MANAGE, files=files)
+            for name, files in (
+                ("memory.benchmark.add", _CONFIG),
+                ("memory.benchmark.import", ("config", "file")),
+                ("memory.benchmark.list", _CONFIG),
+                ("memory.benchmark.remove", _CONFIG),
+                ("memory.benchmark.run", _CONFIG),
+                ("memory.benchmark.runs", _CONFIG),
+                ("memory.benchmark.show", _CONFIG),
+                ("memory.gaps", _CONFIG),
+                ("memory.recalls", _CONFIG),
+            )
+        ),
         # --- workspaces --------------------------------------------------------------------
         _row("workspaces", "workspace.create", MANAGE, runtime=None, workspace=None),
         _row("workspaces", "workspace.list", READ, runtime=None, workspace=None),

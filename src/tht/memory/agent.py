@@ -17,10 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tht import audit
 from tht.accounts import PROPOSE, RECALL, Principal
 from tht.errors import BindingRequired, BindingUnknown, InvalidInput
 from tht.memory.idempotency import IdempotencyKey
 from tht.memory.recall_errors import rules_for_error
+from tht.memory.recall_log import logged
 from tht.memory.recall_service import RecallKind, RecallQuery, RecallService, parse_recall_query
 
 if TYPE_CHECKING:
@@ -133,8 +135,9 @@ def recall_command(
         raise InvalidInput(
             "explain says why a question's recall left a card out; ask it without the error"
         )
+    asker = principal.user if principal is not None else audit.actor()
     if error is not None:
-        return rules_for_error(
+        found = rules_for_error(
             recall,
             workspace,
             error,
@@ -144,6 +147,19 @@ def recall_command(
             query=query,
             exclude=exclude,
         )
+        services.recall_log.record(
+            logged(
+                workspace,
+                "rules",
+                question,
+                found["results"],
+                error=error,
+                session=session,
+                principal=asker,
+                exact=found["exact"] > 0,
+            )
+        )
+        return found
     if question is None:
         raise InvalidInput("a question is required")
     results = recall.recall(
@@ -154,6 +170,10 @@ def recall_command(
         schema=binding.schema,
         query=query,
         exclude=exclude,
+    )
+    # what agents ask, for the curators' gaps: queued here, written off this thread
+    services.recall_log.record(
+        logged(workspace, kind, question, results, session=session, principal=asker)
     )
     answer: dict[str, Any] = {"results": [r.as_json() for r in results]}
     if explain is not None:
@@ -217,7 +237,11 @@ def propose_command(
     _check(principal, PROPOSE, workspace)
     require_sessions(services, workspace, session)
     key = IdempotencyKey.given(idempotency_key, principal.user if principal else None)
-    return services.proposals.propose(workspace, session, document, idempotency=key)
+    result = services.proposals.propose(workspace, session, document, idempotency=key)
+    if any(p.get("action") == "add" for p in result.get("proposals", [])):
+        # the session's recalls ended in a new card: a gap the curators should see
+        services.recall_log.proposed(workspace, session)
+    return result
 
 
 def summary_command(

@@ -544,6 +544,12 @@ class IndexProjector:
         with self.rebuilding(workspace):
             return self._rebuild(workspace, progress)
 
+    def rebuilding_now(self, workspace: str) -> bool:
+        """Whether this projector is rebuilding (or compacting, or switching) the
+        workspace's projection: recall reads the serving generation meanwhile."""
+        with self._rebuild_lock:
+            return workspace in self._rebuilding
+
     @contextmanager
     def rebuilding(self, workspace: str) -> Iterator[None]:
         """Hold the workspace as being rebuilt into this projector's collection: a

@@ -115,6 +115,12 @@ class WorkspaceProjector:
     def known_format_of(self, workspace: str, language: str) -> KnownFormat:
         return self.of(workspace).known_format(language)
 
+    def profile_of(self, workspace: str) -> str:
+        return self._profiles.profile_of(workspace)
+
+    def rebuilding_now(self, workspace: str) -> bool:
+        return self.of(workspace).rebuilding_now(workspace)
+
     def propagate(self, workspace: str, card_uuid: uuid.UUID) -> IndexOutcome:
         projector = self.of(workspace)
         outcome = projector.propagate(workspace, card_uuid)

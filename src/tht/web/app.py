@@ -54,6 +54,7 @@ from tht.web.admin_api import admin_router
 from tht.web.agent import agent_router
 from tht.web.catalog import catalog_router
 from tht.web.cli_route import cli_router
+from tht.web.curation import curation_router
 from tht.web.guard import SAFE_METHODS, RequestGuard, normalized_origin, security_headers
 from tht.web.headers import IdempotencyKeyHeader
 from tht.web.review import review_router
@@ -598,6 +599,7 @@ def create_app(
 
     app.include_router(admin_router(services, principal, render))  # accounts, workspaces, audit
     app.include_router(review_router(services, principal, render))  # the reviewer's page and API
+    app.include_router(curation_router(services, principal, render))  # benchmark and gaps
     if run_command is not None:
         # tht commands over HTTP (THT_SERVICE_URL)
         app.include_router(cli_router(run_command, services.accounts.by_token))

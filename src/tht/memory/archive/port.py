@@ -319,6 +319,96 @@ class TransferStore(Protocol):
     def card_count(self) -> int: ...
 
 
+@dataclass(frozen=True)
+class NewCase:
+    """A case as written: its expected cards with their revisions now."""
+
+    id: uuid.UUID
+    name: str | None
+    question: str
+    command: str
+    filters: Mapping[str, Any]
+    expected: Sequence[uuid.UUID]
+    revisions: Sequence[int]
+    origin: str
+
+
+@dataclass(frozen=True)
+class LogRow:
+    """One recall as the log writes it."""
+
+    at: datetime
+    principal: str | None
+    command: str
+    question: str | None
+    error: str | None
+    session: str | None
+    returned: Sequence[uuid.UUID]
+    scores: Sequence[float | None]
+    terms: Sequence[int]
+    coverage: float | None
+
+
+class CurationStore(Protocol):
+    """The workspace's benchmark (cases, stored runs) and its recall log."""
+
+    def card_revisions(
+        self, card_uuids: Sequence[uuid.UUID]
+    ) -> dict[uuid.UUID, dict[str, Any]]: ...
+
+    def cases(self, limit: int) -> list[dict[str, Any]]: ...
+
+    def case(self, case_id: uuid.UUID) -> dict[str, Any] | None: ...
+
+    def insert_cases(self, cases: Sequence[NewCase], principal: str | None) -> None: ...
+
+    def update_cases(self, cases: Sequence[NewCase]) -> None: ...
+
+    def delete_case(self, case_id: uuid.UUID) -> bool: ...
+
+    def insert_run(
+        self, run_id: uuid.UUID, principal: str | None, run: Mapping[str, Any]
+    ) -> None: ...
+
+    def last_run(self) -> dict[str, Any] | None: ...
+
+    def runs(self, limit: int) -> list[dict[str, Any]]: ...
+
+    def run(self, run_id: uuid.UUID) -> dict[str, Any] | None: ...
+
+    def prune_runs(self, keep: int) -> None: ...
+
+    def card_edits(
+        self, intervals: Sequence[tuple[datetime, datetime]], sample: int
+    ) -> list[dict[str, Any]]: ...
+
+    def commit_without_waiting(self) -> None: ...
+
+    def projection_terms(self, card_uuids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[int]]: ...
+
+    def term_frequencies(self) -> tuple[dict[int, int], int]: ...
+
+    def insert_log(self, rows: Sequence[LogRow]) -> None: ...
+
+    def mark_proposed(self, session: str, at: datetime) -> None: ...
+
+    def log_count(self) -> int: ...
+
+    def drop_oldest(self, keep: int) -> int: ...
+
+    def expire(self, days: int) -> int: ...
+
+    def add_to_state(self, *, dropped: int = 0, expired: int = 0, lost: int = 0) -> None: ...
+
+    def log_state(self) -> dict[str, Any]: ...
+
+    def log_entries(
+        self, limit: int, before: int | None = None, principal: str | None = None
+    ) -> list[dict[str, Any]]: ...
+
+    def log_window(self, since: datetime, limit: int) -> list[dict[str, Any]]: ...
+
+
 class ArchiveTx(Protocol):
     """One archive transaction, scoped to its workspace."""
 
@@ -339,6 +429,9 @@ class ArchiveTx(Protocol):
 
     @property
     def transfer(self) -> TransferStore: ...
+
+    @property
+    def curation(self) -> CurationStore: ...
 
     # --- workspaces -------------------------------------------------------------------
 

@@ -42,6 +42,7 @@ from tht.errors import (
 )
 from tht.memory.archive.account_records import AccountRecords
 from tht.memory.archive.cleanup_records import CleanupRecords
+from tht.memory.archive.curation_records import CurationRecords
 from tht.memory.archive.idempotency_records import IdempotencyRecords
 from tht.memory.archive.port import (
     IndexedFields,
@@ -344,7 +345,7 @@ class ArchiveTransaction:
     def _using(self, named: Mapping[str, str]) -> ArchiveTransaction:
         """The same transaction, with _row/_rows/_execute naming the queries of another
         SQL file: for the record adapters of this package (``tx.reviews``, ``tx.cleanup``,
-        ``tx.accounts``, ``tx.idempotency``, ``tx.transfer``), never for a service."""
+        ``tx.accounts``, ``tx.idempotency``, ``tx.transfer``, ``tx.curation``), never for a service."""
         return ArchiveTransaction(self.conn, self.workspace_id, named)
 
     def _bound_workspace(self) -> str:
@@ -397,6 +398,11 @@ class ArchiveTransaction:
     def transfer(self) -> TransferRecords:
         """Bulk import's batches and export's count."""
         return TransferRecords(self)
+
+    @property
+    def curation(self) -> CurationRecords:
+        """The workspace's benchmark (cases, runs) and its recall log."""
+        return CurationRecords(self)
 
     def use_nonce(self, nonce: str, expires_at: datetime | None) -> bool:
         """Count a signed request's nonce once: False when it was already used."""

@@ -795,6 +795,23 @@
       (card ? $("edit-title") : $("edit-family")).focus();
     }
 
+    // A new card prefilled from the Recall quality page's gap (draft=1 and draft_* in
+    // the URL): the curator reviews it, then creates it.
+    function startDraft(params) {
+      if (params.get("draft") !== "1") return;
+      var family = params.get("draft_family") || "";
+      startEdit(null);
+      if (FAMILIES[family]) { $("edit-family").value = family; applyFamily(family); }
+      $("edit-title").value = (params.get("draft_title") || "").slice(0, 300);
+      ["content", "question"].forEach(function (name) {
+        if (params.get("draft_" + name)) $("edit-" + name).value = params.get("draft_" + name);
+      });
+      state.dirty = true;
+      setFeedback(els.feedback, "info", "A draft from a gap agents asked about.",
+        "Write what they needed to know, then Create card.");
+      $("edit-title").focus();
+    }
+
     $("new-card").addEventListener("click", function () {
       if (blockedByEdit()) return;
       hideConfirm(false);
@@ -1189,6 +1206,7 @@
       : options.indexOf(els.workspace.value) >= 0 ? els.workspace.value : "";
     els.workspace.value = chosen;
     if (chosen) chooseWorkspace(chosen, initial.card);
+    if (chosen) startDraft(new URLSearchParams(window.location.search));
   }
 
   // --- boot ---------------------------------------------------------------------------
