@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,11 +30,13 @@ from tests.full_disk import copies_run_out_of_space
 from tht.errors import Conflict
 from tht.memory.embedding import HashingEmbedder
 from tht.memory.index import EdgeIndex, QdrantServerIndex
+from tht.memory.index.edge import EdgeGeneration
 from tht.memory.index.pgvector import PgVectorIndex
-from tht.memory.model import card_id_to_uuid
+from tht.memory.model import card_id_to_uuid, uuid_to_card_id
 from tht.memory.projector import SEQUENTIAL_PART, IndexProjector
 from tht.memory.recall_service import RecallQuery, RecallService
 from tht.memory.service import MemoryService, WorkspaceService
+from tht.memory.stages import start_stage
 
 CHUNK = 32  # the embedder's batch: one embedder call per chunk
 
@@ -931,3 +934,83 @@ def test_a_rebuild_reports_progress_while_it_embeds_not_only_at_the_end(
     assert embedder.saw_report == [True] * 3  # the second part's batches waited for it
     assert counts[0] == 0 and counts[-1] == 200 and counts == sorted(counts)
     assert SEQUENTIAL_PART in counts  # the first part reported before the rest embedded
+
+
+def _bulk_cards(database, workspace: str, count: int, topic: str = "topic") -> list[str]:
+    """``count`` cards written straight into the archive (as a bulk load would), their
+    ids in order; card ``n`` is about ``<topic><n>``."""
+    ids = [uuid.uuid4() for _ in range(count)]
+    with psycopg.connect(database.runtime) as conn, conn.transaction():
+        conn.execute("SET LOCAL ROLE thoth_memory_runtime")
+        conn.execute("SELECT set_config('thoth.workspace', %s, true)", (workspace,))
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO thoth_memory.cards (workspace_id, id, family, language, title,"
+                " content, scope, rationale, concepts, origin)"
+                " VALUES (%s, %s, 'domain_clarification', 'en', %s, %s, 'Bench', 'why', '{}',"
+                " 'manual')",
+                [(workspace, i, f"Card {n}", f"{topic}{n} words") for n, i in enumerate(ids)],
+            )
+    return [uuid_to_card_id(i) for i in ids]
+
+
+@pytest.mark.slow
+def test_a_rebuild_switches_to_merged_segments_and_a_compaction_keeps_them_small(
+    archive, database, tmp_path, monkeypatch
+):
+    """A rebuild's generation is written in segments of ``_MAX_SEGMENT_KB``, each
+    indexed while the next is written; its switch merges them, since every search
+    visits every segment. A compaction indexes what saves left in segments of
+    ``_MAX_SEGMENT_KB`` again, without indexing the merged one again."""
+    # 1536 dimensions: the engine indexes a segment from 10 MB (1 700 points) on, and
+    # keeps segments under 13 MB (2 200 points); each 2 000 points written are indexed
+    # before the next are written
+    monkeypatch.setattr("tht.memory.projector.OPTIMIZE_EVERY", 2000)
+    monkeypatch.setattr("tht.memory.index.edge._MAX_SEGMENT_KB", 13_000)
+
+    def indexed_at_once(stage, name):
+        started = start_stage(stage, name)
+        if name == "rebuild-index":
+            started.wait()
+        return started
+
+    monkeypatch.setattr("tht.memory.projector.start_stage", indexed_at_once)
+    WorkspaceService(archive).create("acme", "en")
+    ids = _bulk_cards(database, "acme", 9000)
+    index = EdgeIndex(tmp_path / "edge")
+    embedder = HashingEmbedder(1536)
+    projector = IndexProjector(archive, index, embedder)
+
+    def optimizers() -> dict:
+        path = index.workspace_path("acme") / "edge_config.json"
+        return json.loads(path.read_text())["optimizers"]
+
+    try:
+        written: list[int] = []
+        real_switch = EdgeGeneration.switch
+
+        def switch(generation):  # the generation's segments as the rebuild wrote them
+            written.append(generation.shard.info().segments_count)
+            real_switch(generation)
+
+        monkeypatch.setattr(EdgeGeneration, "switch", switch)
+        assert projector.rebuild("acme")["indexed"] == 9000
+        with index.session():
+            merged = index.shard("acme").info().segments_count
+        assert written[0] >= 4 and merged <= 2, (written, merged)
+        assert optimizers()["default_segment_number"] == 1
+        assert optimizers()["max_segment_size"] >= 160_000 * 1536 * 4 // 1024
+        recall = RecallService(archive, index, embedder, projector)
+        found = recall.recall("acme", "topic4242 words", "search", query=RecallQuery(top=1))
+        assert found[0].card.id == ids[4242]
+
+        # what saves write: projected into the serving shard's plain segment
+        fresh = _bulk_cards(database, "acme", 2000, topic="fresh")
+        for start in range(0, 2000, 500):
+            projector.sync("acme", [card_id_to_uuid(i) for i in fresh[start : start + 500]])
+        assert index.compact("acme", least=1) == 11_000
+        assert optimizers()["max_segment_size"] == 13_000  # not the merged size
+        found = recall.recall("acme", "fresh42 words", "search", query=RecallQuery(top=1))
+        assert found[0].card.id == fresh[42] and index.count("acme") == 11_000
+    finally:
+        index.close()

@@ -87,6 +87,14 @@ _WRITTEN = ".written"
 # Segments of at most this many kilobytes (about 20 000 cards of 384 dimensions): a
 # rebuild indexes each full one while it embeds the next, instead of all at the end.
 _MAX_SEGMENT_KB = 32_000
+# What a rebuild's switch merges those segments into: segments of up to this many points,
+# one of them for a workspace of up to this size. Every search visits every segment,
+# and each costs about as much as one ten times its size (measured at 100 000 cards,
+# 384 dimensions: 3.5 ms a recall's engine query over six segments of 20 000 points, a
+# plain scan each under recall's family filter; 1.1 ms over one merged segment; the
+# merge indexes every point again: about a minute at that size). A save or an import
+# compaction adds segments of at most ``_MAX_SEGMENT_KB`` again, until the next rebuild.
+_SERVING_SEGMENT_POINTS = 160_000
 # Plain (unindexed) dense vectors in a serving shard before an import compacts it: one
 # full segment, searched by brute force in about 3 ms.
 COMPACT_UNINDEXED = 20_000
@@ -877,6 +885,16 @@ def _engine_errors() -> Iterator[None]:
         raise IndexUnavailable(f"the embedded index failed: {exc}") from exc
 
 
+def _segments(dimension: int, *, merge: bool) -> tuple[int, int]:
+    """The optimizer's segment size (KB) and target segment count (0: the engine's,
+    one per CPU) that indexing a generation uses: a rebuild's switch merges (see
+    ``_SERVING_SEGMENT_POINTS``); indexing while building or compacting keeps the
+    segments at ``_MAX_SEGMENT_KB``."""
+    if merge:
+        return -(-_SERVING_SEGMENT_POINTS * dimension * 4 // 1024), 1
+    return _MAX_SEGMENT_KB, 0
+
+
 def _config(dimension: int) -> qe.EdgeConfig:
     # Payloads in memory: recall reads every hit's revision and fingerprint, which
     # costs twice as much from the on-disk store. Dense vectors also kept as int8
@@ -980,11 +998,14 @@ class EdgeGeneration:
             with _engine_errors():
                 self.shard.update(operation)
 
-    def optimize(self) -> None:
-        """Index the segments filled so far, in a child process. This process stalls
-        only while the engine closes and opens the shard again (longest stall 0.3 s at
-        20 000 points, 0.8-1.7 s at 100 000 here, against 5 s and 30-45 s for the
-        optimize run in this process; bench/edge_stall_bench.py)."""
+    def optimize(self, *, merge: bool = False) -> None:
+        """Index the segments filled so far, in a child process; with ``merge``, also
+        merge them into as few as ``_SERVING_SEGMENT_POINTS`` allows (the switch's
+        last indexing). This process stalls only while the engine closes and opens the
+        shard again (longest stall 0.3 s at 20 000 points, 0.8-1.7 s at 100 000 here,
+        against 5 s and 30-45 s for the optimize run in this process;
+        bench/edge_stall_bench.py)."""
+        segment_kb, segments = _segments(self.index._dimension(), merge=merge)
         with self._gate:
             if self._closed or self._optimizer is not None:
                 raise self._closed_error()
@@ -998,7 +1019,16 @@ class EdgeGeneration:
                 self._held_back = []
             self._optimizer = subprocess.Popen(
                 # -P: the script's folder (this package's modules) stays off sys.path
-                [sys.executable, "-P", str(_OPTIMIZER), str(self.path), str(os.getpid())],
+                [
+                    sys.executable,
+                    "-P",
+                    str(_OPTIMIZER),
+                    str(self.path),
+                    str(os.getpid()),
+                    str(segment_kb),
+                    str(segments),
+                    SPARSE,
+                ],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
@@ -1038,7 +1068,7 @@ class EdgeGeneration:
             _private(self.path)  # the new segments' files
 
     def switch(self) -> None:
-        self.optimize()
+        self.optimize(merge=True)
         self.index._switch(self)
 
     def close(self) -> None:

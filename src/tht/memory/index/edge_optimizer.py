@@ -3,8 +3,11 @@
 qdrant-edge-py 0.9.0 holds the GIL for the whole of ``EdgeShard.optimize()`` (5 s at
 20 000 points of 384 dimensions, 30-45 s at 100 000 here): run in the service, it
 would stop every other thread, recall included. A rebuild therefore closes the generation it
-is building and runs this file as a script (``python -P edge_optimizer.py SHARD PARENT``),
-so the process imports nothing of the package but what it needs.
+is building and runs this file as a script (``python -P edge_optimizer.py SHARD PARENT
+SEGMENT_KB SEGMENTS SPARSE``), so the process imports nothing of the package but what it
+needs. ``SEGMENT_KB`` and ``SEGMENTS`` are the optimizer's segment size and target
+segment count (0: the engine's own), ``SPARSE`` the name of the shard's BM25 vector
+(the engine takes a configuration only with a vector it can check).
 """
 
 from __future__ import annotations
@@ -22,10 +25,19 @@ _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: edge_optimizer.py SHARD_PATH PARENT_PID", file=sys.stderr)
+    if len(argv) != 5:
+        print(
+            "usage: edge_optimizer.py SHARD_PATH PARENT_PID SEGMENT_KB SEGMENTS SPARSE",
+            file=sys.stderr,
+        )
         return 2
-    path, parent = argv[0], int(argv[1])
+    path, parent, segment_kb, segments, sparse = (
+        argv[0],
+        int(argv[1]),
+        int(argv[2]),
+        int(argv[3]),
+        argv[4],
+    )
     # Killed with the thread that started it (a service killed with -9 leaves no
     # optimizer writing into a generation the next rebuild may remove or reuse).
     try:
@@ -34,7 +46,13 @@ def main(argv: list[str]) -> int:
         pass
     if os.getppid() != parent:  # the parent died before the signal was asked for
         return 3
-    shard = qe.EdgeShard.load(path)
+    config = qe.EdgeConfig(
+        sparse_vectors={sparse: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+        optimizers=qe.EdgeOptimizersConfig(
+            max_segment_size=segment_kb, default_segment_number=segments
+        ),
+    )
+    shard = qe.EdgeShard.load(path, config)
     try:
         crash_point("edge.optimizing")
         pause_point("edge.optimizing")  # a test acts while the shard is being indexed
