@@ -1,0 +1,78 @@
+"""The archive's transactions as the pool runs them: BEGIN and COMMIT travel with the
+queries (one pipeline), an exception rolls everything back, and a connection the
+server ended is replaced when it is taken, without an error reaching the caller."""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+import pytest
+
+from tht.errors import NotFound, ThothError
+from tht.memory.archive.postgres import PostgresArchive
+
+
+def _names(archive: PostgresArchive) -> set[str]:
+    with archive.transaction(None, directory=True) as tx:
+        return {w.id for w in tx.list_workspaces()}
+
+
+def test_a_transaction_commits_what_it_wrote(archive):
+    with archive.transaction("acme", lock=True) as tx:
+        assert tx.insert_workspace("Acme", "en") is not None
+    assert "acme" in _names(archive)
+    with archive.transaction("acme") as tx:
+        assert tx.require_workspace().language == "en"
+
+
+def test_an_exception_inside_rolls_back_what_was_written(archive):
+    with pytest.raises(RuntimeError), archive.transaction("acme", lock=True) as tx:
+        tx.insert_workspace("Acme", "en")
+        raise RuntimeError("the caller gave up")
+    assert "acme" not in _names(archive)
+    with pytest.raises(NotFound), archive.transaction("acme") as tx:
+        tx.require_workspace()
+
+
+def test_a_failed_statement_rolls_back_and_the_connection_serves_again(database):
+    archive = PostgresArchive(database.runtime, max_connections=1).open()
+    try:
+        with pytest.raises(ThothError), archive.transaction("acme", lock=True) as tx:
+            tx.insert_workspace("Acme", "en")
+            tx.conn.execute("SELECT 1 / 0").fetchall()
+        assert "acme" not in _names(archive)  # the one connection, back in service
+        with archive.transaction("acme", lock=True) as tx:
+            tx.insert_workspace("Acme", "en")
+        assert "acme" in _names(archive)
+    finally:
+        archive.close()
+
+
+def test_a_connection_the_server_ended_is_replaced_when_taken(database):
+    """After a restart or a terminated backend, the pool's idle connection is dead: it
+    is found so when taken (its socket says so) and replaced, the caller sees nothing."""
+    archive = PostgresArchive(database.runtime, max_connections=1).open()
+    try:
+        with archive.transaction("acme", lock=True) as tx:
+            tx.insert_workspace("Acme", "en")
+        with psycopg.connect(database.cluster.superuser, autocommit=True) as admin:
+            ended = admin.execute(
+                "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = %s AND pid <> pg_backend_pid()) t",
+                (database.name,),
+            ).fetchone()
+            assert ended is not None and ended[0] >= 1
+            deadline = time.monotonic() + 30
+            while admin.execute(  # terminating is asynchronous: until the backends are gone
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s"
+                " AND pid <> pg_backend_pid()",
+                (database.name,),
+            ).fetchone() != (0,):
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+        for _ in range(3):
+            with archive.transaction("acme") as tx:
+                assert tx.require_workspace().name == "Acme"
+    finally:
+        archive.close()
