@@ -21,7 +21,7 @@ from tht.memory.admin import MemoryAdmin
 from tht.memory.archive.postgres import PostgresArchive
 from tht.memory.benchmark import Benchmarks
 from tht.memory.cleanup import PhysicalCleanup
-from tht.memory.embedding import Embedder, build_embedder
+from tht.memory.embedding import CachedQueryEmbedder, Embedder, build_embedder
 from tht.memory.index import SearchIndex
 from tht.memory.index.pgvector_migrations import PACK as PGVECTOR_PACK
 from tht.memory.migrations import ARCHIVE, MigrationPack, migrate
@@ -227,7 +227,8 @@ class Engines:
                     self.env,
                     holder=self.holder,
                 )
-                embedder = build_embedder(settings)
+                # an agent's recalls of one question embed it once
+                embedder = CachedQueryEmbedder(build_embedder(settings))
                 projector = IndexProjector(
                     self.archive,
                     index,

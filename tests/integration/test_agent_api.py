@@ -24,7 +24,8 @@ from tht.accounts import MANAGE, PROPOSE, RECALL, ROLE_PERMISSIONS, Principal
 from tht.bootstrap import build_services
 from tht.catalog.model import Binding
 from tht.memory.agent import DwhBinding, recall_command
-from tht.memory.recall_service import parse_recall_query
+from tht.memory.embedding import uncached
+from tht.memory.recall_service import RecallService, parse_recall_query
 from tht.web.app import WebSettings, create_app
 from tht.workflow.contract import Review
 
@@ -631,3 +632,27 @@ def test_http_propose_retried_under_its_idempotency_key_answers_the_first_result
     other = {"session": "s-propose", "data": {"version": 1, "proposals": []}}
     reused = world.client.post(url, json=other, headers=headers)
     assert reused.status_code == 409 and reused.json()["error"]["code"] == "idempotency_key_reused"
+
+
+def test_an_agents_three_recalls_of_one_question_embed_it_once(world):
+    """`search`, `rules` and `solved-search` of one question: one query embedding (the
+    service keeps it), and the answers an embedder without the cache gives."""
+    _cards_for_recall(world)
+    recall = world.services.recall
+    model = uncached(recall.embedder)  # the hashing embedder, counting its calls
+    bare = RecallService(recall.archive, recall.index, model, recall.projector)
+    question = "order totals per customer"
+    before = model.calls
+    answers = {
+        route: _http(world, route, {"question": question}).json()["results"]
+        for route in ("search", "rules", "solved-search")
+    }
+    assert model.calls == before + 1
+    for route, kind in (("search", "search"), ("rules", "rules"), ("solved-search", "solved")):
+        expected = bare.recall("ws-a", question, kind)
+        assert [r["id"] for r in answers[route]] == [r.card.id for r in expected]
+        assert [r["score"] for r in answers[route]] == [r.ranked.score for r in expected]
+    assert answers["rules"] and answers["solved-search"]
+    calls = model.calls
+    assert _http(world, "search", {"question": "cancelled orders"}).status_code == 200
+    assert model.calls == calls + 1  # another question: embedded

@@ -39,7 +39,7 @@ from typing import Any
 from tht.errors import ThothError, first_line
 from tht.faults import simulated_outage
 from tht.memory.archive.postgres import PostgresArchive
-from tht.memory.embedding import Embedder
+from tht.memory.embedding import Embedder, uncached
 from tht.memory.index import IndexUnavailable, SearchIndex
 
 PROBE_SECONDS = 2.0  # a probe that has not answered by then reports its dependency down
@@ -255,7 +255,7 @@ def index_dependency(name: str, index: SearchIndex) -> Dependency:
 
 def embedder_dependency(name: str, embedder: Embedder) -> Dependency:
     def check() -> dict[str, Any]:
-        vector = embedder.embed_query("health check")
+        vector = uncached(embedder).embed_query("health check")  # the model, not a kept vector
         return {"model": embedder.model_id, "dimension": len(vector)}
 
     return Dependency(name, "embedder", False, check)

