@@ -87,8 +87,8 @@ _WRITTEN = ".written"
 # Segments of at most this many kilobytes (about 20 000 cards of 384 dimensions): a
 # rebuild indexes each full one while it embeds the next, instead of all at the end.
 _MAX_SEGMENT_KB = 32_000
-# What a rebuild's switch merges those segments into: segments of up to this many points,
-# one of them for a workspace of up to this size. Every search visits every segment,
+# What a rebuild's switch merges those segments into, when it wrote more than one:
+# segments of up to this many points, one of them for a workspace of up to this size. Every search visits every segment,
 # and each costs about as much as one ten times its size (measured at 100 000 cards,
 # 384 dimensions: 3.5 ms a recall's engine query over six segments of 20 000 points, a
 # plain scan each under recall's family filter; 1.1 ms over one merged segment; the
@@ -1068,7 +1068,12 @@ class EdgeGeneration:
             _private(self.path)  # the new segments' files
 
     def switch(self) -> None:
-        self.optimize(merge=True)
+        # merged when the rebuild indexed more than one segment of it already (beside
+        # the one being filled): below that, a merge would index it again for nothing
+        with self._gate, _engine_errors():
+            is_open = self._held_back is None and self._shard is not None
+            written = self._shard.info().segments_count if is_open and self._shard else 0
+        self.optimize(merge=written > 2)
         self.index._switch(self)
 
     def close(self) -> None:
