@@ -410,15 +410,24 @@ def _checkout(rev: str, where: Path) -> tuple[str, Path, str]:
     return sha, where / "src", str(where / ".venv" / "bin" / "python")
 
 
+def _figure(result: dict[str, Any], path: str) -> float | None:
+    value: Any = result
+    for key in path.split("."):
+        value = value.get(key) if isinstance(value, dict) else None
+    return float(value) if isinstance(value, int | float) else None
+
+
 def _value(results: list[dict[str, Any]], path: str) -> float | None:
-    values = []
-    for result in results:
-        value: Any = result
-        for key in path.split("."):
-            value = value.get(key) if isinstance(value, dict) else None
-        if isinstance(value, int | float):
-            values.append(float(value))
+    values = [v for v in (_figure(r, path) for r in results) if v is not None]
     return round(statistics.median(values), 2) if values else None
+
+
+def _ratio(base: list[dict[str, Any]], work: list[dict[str, Any]], path: str) -> str:
+    """The median of the rounds' ratios: each round's two runs are neighbours in time,
+    so a ratio of a pair moves less with the machine's load than a ratio of medians."""
+    pairs = [(_figure(b, path), _figure(w, path)) for b, w in zip(base, work, strict=False)]
+    ratios = [w / b for b, w in pairs if b and w is not None]
+    return f"{statistics.median(ratios):.2f}" if ratios else "—"
 
 
 # (label, task key, figure path, True when larger is better)
@@ -451,14 +460,15 @@ FIGURES = [
 def table(rev: str, sha: str, variants: list[Variant], results: dict[str, dict[str, list]]) -> str:
     base, work = variants
     lines = [
-        f"| figure | {rev} ({sha[:7]}) | working tree | working ÷ {rev} |",
+        f"| figure (median of the rounds) | {rev} ({sha[:7]}) | working tree"
+        f" | working ÷ {rev} (median of the rounds' ratios) |",
         "| --- | --- | --- | --- |",
     ]
     for label, key, path, _ in FIGURES:
         if key not in results:
             continue
         b, w = (_value(results[key][v.name], path) for v in variants)
-        ratio = f"{w / b:.2f}" if b and w is not None else "—"
+        ratio = _ratio(results[key]["base"], results[key]["work"], path)
         lines.append(f"| {label} | {b} | {w} | {ratio} |")
     for v_label, path in (
         ("rebuild 100 000 cards (cards/s, once)", "rebuild_cards_per_second"),
