@@ -23,7 +23,7 @@ from tests.integration.workflow_support import (
 from tht.accounts import MANAGE, PROPOSE, RECALL, ROLE_PERMISSIONS, Principal
 from tht.bootstrap import build_services
 from tht.catalog.model import Binding
-from tht.memory.agent import DwhBinding, recall_command
+from tht.memory.agent import DwhBinding, recall_binding, recall_command
 from tht.memory.embedding import uncached
 from tht.memory.recall_service import RecallService, parse_recall_query
 from tht.web.app import WebSettings, create_app
@@ -638,7 +638,7 @@ def test_an_agents_three_recalls_of_one_question_embed_it_once(world):
     """`search`, `rules` and `solved-search` of one question: one query embedding (the
     service keeps it), and the answers an embedder without the cache gives."""
     _cards_for_recall(world)
-    recall = world.services.recall
+    recall = world.services.recall.of("ws-a")
     model = uncached(recall.embedder)  # the hashing embedder, counting its calls
     bare = RecallService(recall.archive, recall.index, model, recall.projector)
     question = "order totals per customer"
@@ -648,8 +648,9 @@ def test_an_agents_three_recalls_of_one_question_embed_it_once(world):
         for route in ("search", "rules", "solved-search")
     }
     assert model.calls == before + 1
+    bound = recall_binding(world.services, "ws-a")
     for route, kind in (("search", "search"), ("rules", "rules"), ("solved-search", "solved")):
-        expected = bare.recall("ws-a", question, kind)
+        expected = bare.recall("ws-a", question, kind, database=bound.database, schema=bound.schema)
         assert [r["id"] for r in answers[route]] == [r.card.id for r in expected]
         assert [r["score"] for r in answers[route]] == [r.ranked.score for r in expected]
     assert answers["rules"] and answers["solved-search"]

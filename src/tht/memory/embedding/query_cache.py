@@ -26,7 +26,8 @@ from tht.memory.embedding.port import Embedder, InputCut
 
 QUERY_CACHE_ENTRIES = 1024
 
-QueryKey = tuple[str, int, str]  # model id, dimension, text
+# model id, dimension (None while a remote provider has not told it), text
+QueryKey = tuple[str, int | None, str]
 
 
 class QueryEmbeddingCache:
@@ -104,6 +105,10 @@ class CachedQueryEmbedder:
     def dimension(self) -> int:
         return self.inner.dimension
 
+    @property
+    def known_dimension(self) -> int | None:
+        return self.inner.known_dimension
+
     def bound(self, text: str, *, query: bool = False) -> InputCut:
         return self.inner.bound(text, query=query)
 
@@ -112,8 +117,10 @@ class CachedQueryEmbedder:
 
     def embed_query(self, text: str) -> list[float]:
         inner = self.inner
+        # the known dimension: asking ``dimension`` of a remote provider that has not
+        # answered yet would cost it a probe request
         return self.cache.get(
-            (inner.model_id, inner.dimension, text), lambda: inner.embed_query(text)
+            (inner.model_id, inner.known_dimension, text), lambda: inner.embed_query(text)
         )
 
 
