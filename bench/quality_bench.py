@@ -702,6 +702,57 @@ def summarize_by_command(
     return {name: round(value, 4) for name, value in metrics.items()}
 
 
+THRESHOLDS = tuple(round(0.70 + 0.02 * step, 2) for step in range(14))
+
+
+def relevance_table(
+    asked: list[tuple[bool, list[tuple[float | None, bool]]]],
+) -> list[dict[str, Any]]:
+    """What a similarity threshold means, per threshold: among the hits at or above it
+    (``asked``: per query, whether it was asked where its cards are, and each hit's
+    similarity and whether it is expected), the share that are expected (precision);
+    the share of the expected hits it keeps; the share of queries with a hit at or
+    above it, asked where their cards are (``own``) and where they are not
+    (``foreign``: any hit there is irrelevant). Link-only hits have no similarity."""
+    own = [hits for home, hits in asked if home]
+    foreign = [hits for home, hits in asked if not home]
+    expected = [s for hits in own for s, good in hits if good]
+    rows = []
+    for threshold in THRESHOLDS:
+        above = [good for hits in own for s, good in hits if s is not None and s >= threshold]
+        rows.append(
+            {
+                "threshold": threshold,
+                "hits": len(above),
+                "precision": round(sum(above) / len(above), 3) if above else None,
+                "expected_kept": round(
+                    sum(1 for s in expected if s is not None and s >= threshold) / len(expected), 3
+                )
+                if expected
+                else None,
+                "own_queries_with_a_hit": round(
+                    sum(1 for hits in own if any(s is not None and s >= threshold for s, _ in hits))
+                    / len(own),
+                    3,
+                )
+                if own
+                else None,
+                "foreign_queries_with_a_hit": round(
+                    sum(
+                        1
+                        for hits in foreign
+                        if any(s is not None and s >= threshold for s, _ in hits)
+                    )
+                    / len(foreign),
+                    3,
+                )
+                if foreign
+                else None,
+            }
+        )
+    return rows
+
+
 def run_protocol(
     name: str,
     spaces: list[Workspace],
@@ -710,6 +761,7 @@ def run_protocol(
     embedder: Any,
     show_misses: bool,
     tunings: dict[str, RecallTuning] | None = None,
+    relevance: bool = False,
 ) -> dict[str, Any]:
     tunings = VARIANTS if tunings is None else tunings
     memory = MemoryService(archive)
@@ -770,7 +822,12 @@ def run_protocol(
     by_command: dict[str, list[dict[str, list[str]]]] = {m: [] for m in methods}
     out_of_scope = dict.fromkeys(methods, 0)
     latencies: dict[str, list[float]] = {variant: [] for variant in tunings}
-    for case in cases:
+    # the first tuning, as the agent asks (by command): per query, each hit's similarity
+    # and whether it is expected; also asked in another workspace of the protocol
+    # (``foreign``)
+    similarities: list[tuple[bool, list[tuple[float | None, bool]]]] = []
+    bound = {space.id: space.database for space in spaces}
+    for number, case in enumerate(cases):
         schema = SCHEMA if case.database else None
         # every reusable family, widened explicitly (`--filters {"families": [...]}`):
         # the baselines' pool, and the largest one (the cross-lingual cards are all
@@ -828,6 +885,26 @@ def run_protocol(
                 answers[method][command] = ids
         for method in BASELINES:
             by_command[method].append(answers[method])
+        if relevance:
+            elsewhere = sorted(w for w in bound if w != case.workspace)
+            places = [(case.workspace, True)]
+            if elsewhere:
+                places.append((elsewhere[number % len(elsewhere)], False))
+            for workspace, home in places:
+                database = bound[workspace]
+                hits = [
+                    (r.similarity, home and r.card.id in case.expected)
+                    for command in BY_COMMAND
+                    for r in next(iter(variants.values())).recall(
+                        workspace,
+                        case.question,
+                        command,
+                        database=database,
+                        schema=SCHEMA if database else None,
+                        query=RecallQuery(top=TOP),
+                    )
+                ]
+                similarities.append((home, hits))
         for method in methods:
             out_of_scope[method] += sum(
                 1 for i in returned[method][-1] if i not in in_scope[case.workspace]
@@ -884,6 +961,8 @@ def run_protocol(
                 parts[f"by command named {group or 'all'}"] = by_command_metrics(
                     method, group, named=True
                 )
+    if relevance:
+        document["relevance"] = relevance_table(similarities)
     if show_misses:
         document["misses"] = [
             {"question": c.question, "group": c.group, "expected": c.expected, "ours": r[:5]}
@@ -908,6 +987,22 @@ def table(results: Iterable[dict[str, Any]]) -> str:
                     f"{values['recall@10']:.3f} | {values['mrr']:.3f} | "
                     + (f"{m['out_of_scope']} |" if part == "all" else "|")
                 )
+    return "\n".join(lines)
+
+
+def relevance_markdown(results: Iterable[dict[str, Any]]) -> str:
+    lines = [
+        "| protocol | similarity ≥ | hits | expected among them | expected hits kept |"
+        " queries with such a hit | same, asked in another workspace |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for result in results:
+        for row in result.get("relevance", []):
+            lines.append(
+                f"| {result['protocol']} | {row['threshold']:.2f} | {row['hits']} |"
+                f" {row['precision']} | {row['expected_kept']} | {row['own_queries_with_a_hit']}"
+                f" | {row['foreign_queries_with_a_hit']} |"
+            )
     return "\n".join(lines)
 
 
@@ -945,6 +1040,13 @@ def main(argv: list[str] | None = None) -> int:
         default="all",
         choices=["dev", "test", "all"],
         help="only the databases of one half: dev decides every setting, test only reports",
+    )
+    parser.add_argument(
+        "--relevance",
+        action="store_true",
+        help="what a similarity threshold means: per threshold, the share of the first"
+        " tuning's hits at or above it that are expected, and of queries asked elsewhere"
+        " with such a hit",
     )
     args = parser.parse_args(argv)
     variants = args.variants.split(",")
@@ -999,6 +1101,7 @@ def main(argv: list[str] | None = None) -> int:
                         embedder,
                         args.misses,
                         {v: VARIANTS[v] for v in variants},
+                        args.relevance,
                     )
                 )
                 # a long run keeps what it has: the vectors, and each protocol's table
@@ -1013,6 +1116,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(home, ignore_errors=True)
     print(json.dumps({"embedder": embedder.model_id, "results": results}, indent=1))
     print(table(results))
+    if args.relevance:
+        print(relevance_markdown(results))
     return 0
 
 

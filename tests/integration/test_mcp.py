@@ -47,12 +47,24 @@ def calls() -> list[tuple[str, dict, tuple[str, ...]]]:
         (
             "memory_search",
             {"question": "when is an order shipped", "top": 3},
-            ("search", "--filters", '{"top": 3}', "--", "when is an order shipped"),
+            (
+                "search",
+                "--view",
+                "compact",
+                "--filters",
+                '{"top": 3}',
+                "--",
+                "when is an order shipped",
+            ),
         ),
-        ("memory_rules", {"question": "join jobs on code"}, ("rules", "join jobs on code")),
+        (
+            "memory_rules",
+            {"question": "join jobs on code"},
+            ("rules", "join jobs on code", "--view", "compact"),
+        ),
         (
             "memory_solved_search",
-            {"question": "orders per customer", "filters": {"concepts": ["order"]}},
+            {"question": "orders per customer", "filters": {"concepts": ["order"]}, "view": "full"},
             ("solved-search", "orders per customer", "--filters", '{"concepts": ["order"]}'),
         ),
         ("memory_summary", {"session": "s-1"}, ("summary", "--session", "s-1")),
@@ -117,11 +129,22 @@ async def exercise(session) -> list[tuple[tuple[str, ...], dict]]:
         assert not result.is_error, (name, result)
         answers.append((command, document(result)))
     found = document(await session.call_tool("memory_search", {"question": "shipped order"}))
-    assert found["results"] and found["results"][0]["title"] == "Shipped order"
-    shipped = found["results"][0]["id"]
-    # explain, on every recall tool: returned by search, not rules' family
+    # compact by default: no null or empty field, no ranking score, a similarity to threshold
+    first = found["results"][0]
+    assert first["content"].startswith("An order is shipped") and "score" not in first
+    assert 0 < first["similarity"] <= 1 and not _empties(found)
+    full = document(
+        await session.call_tool("memory_search", {"question": "shipped order", "view": "full"})
+    )
+    assert full["results"][0]["title"] == "Shipped order"
+    assert full["results"][0]["retrieval"]["similarity"] == first["similarity"]
+    shipped = first["id"]
+    # explain_card_id (explain is accepted too), on every recall tool: returned by search,
+    # not rules' family
     explained = document(
-        await session.call_tool("memory_search", {"question": "shipped order", "explain": shipped})
+        await session.call_tool(
+            "memory_search", {"question": "shipped order", "explain_card_id": shipped}
+        )
     )
     assert explained["explain"]["returned"] is True
     explained = document(
@@ -131,6 +154,17 @@ async def exercise(session) -> list[tuple[tuple[str, ...], dict]]:
     summary = document(await session.call_tool("memory_summary", {"session": "s-1"}))
     assert summary["proposals_digest"] == recorded["digest"]
     return answers
+
+
+def _empties(value) -> list:
+    """The null or empty values of a JSON document, at any depth."""
+    if isinstance(value, dict):
+        return [v for v in value.values() if v in (None, "", [], {})] + [
+            e for v in value.values() for e in _empties(v)
+        ]
+    if isinstance(value, list):
+        return [e for v in value for e in _empties(v)]
+    return []
 
 
 def same_as_the_cli(tht, config, answers, token=None, **env) -> None:

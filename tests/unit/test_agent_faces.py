@@ -26,6 +26,7 @@ def test_a_recall_call_is_its_command_with_typed_arguments_that_stay_what_they_a
         "filters": {"top": 4},
         "session": "s-1",
         "error": "--help",
+        "view": "compact",  # what a model reads, unless it asks for the full cards
     }
     assert stdin is None
     request = build_request(name, args, None)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from tht.commands.context import CommandContext
 from tht.commands.dispatch import CommandInput
 from tht.commands.memory import Filters, json_argument
+from tht.memory.recall_answer import View
 
 if TYPE_CHECKING:
     from tht.memory.recall_service import RecallKind
@@ -19,7 +20,8 @@ MAX_CASES_BYTES = 16 * 1024 * 1024
 class _RecallIn(CommandInput):
     config: str
     filters: Filters = None
-    explain: str | None = None
+    explain: str | None = None  # a card id
+    view: View = "full"
     json_output: bool = False  # accepted for compatibility: the output is always JSON
 
 
@@ -51,6 +53,7 @@ def _recall(
             services, runtime.workspace, DwhBinding(runtime.database, runtime.schema_name)
         ),
         principal=ctx.principal,
+        view=args.view,
     )
 
 

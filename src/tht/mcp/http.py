@@ -59,10 +59,12 @@ class McpEndpoint:
                 raise NotFound(f"no workspace '{workspace}': the URL is /mcp/<workspace id>")
             principal = await self._principal(scope)
             if not (principal.can(RECALL, workspace) or principal.can(PROPOSE, workspace)):
-                raise Forbidden(
-                    f"user {principal.user} does not belong to workspace '{workspace}'",
-                    details={"permission": RECALL, "workspace": workspace},
-                )
+                if workspace in principal.workspaces:  # a member whose role has neither
+                    raise Forbidden(
+                        f"user {principal.user} (role {principal.role}) may not recall nor propose",
+                        details={"permission": RECALL, "workspace": workspace},
+                    )
+                raise await anyio.to_thread.run_sync(principal.outside, RECALL, workspace)
         except ThothError as exc:
             await _error(exc, scope, receive, send)
             return
@@ -102,7 +104,8 @@ class McpEndpoint:
                 arguments.filters_document(),
                 session=getattr(arguments, "session", None),
                 error=getattr(arguments, "error", None),
-                explain=arguments.explain,
+                explain=arguments.explain_card_id,
+                view=arguments.view or "compact",
             )
         principal.require(PROPOSE, workspace)  # before the session is looked at
         if word == "propose":

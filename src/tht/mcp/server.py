@@ -28,9 +28,13 @@ from tht.mcp.tools import TOOLS, Tool
 log = logging.getLogger("tht.mcp")
 
 INSTRUCTIONS = (
-    "Thoth Memory holds a text-to-SQL workspace's reusable knowledge. Before writing SQL,"
-    " call memory_search (clarifications, rules, explained errors) and memory_solved_search"
-    " (approved exemplars); after a database error, memory_rules with the error. At the end"
+    "Thoth Memory holds a text-to-SQL workspace's reviewed knowledge. Before writing SQL,"
+    " call memory_search (domain clarifications only: what the business means by its words),"
+    " memory_rules (SQL rules: joins, formulas, filters; and explained errors) and"
+    " memory_solved_search (earlier questions with approved SQL: exemplars, not approvals)."
+    " After a database error, call memory_rules with the error. Each answers"
+    ' {"results": [...]}, best first, each card with its similarity to the question (0-1):'
+    " prefer cards of 0.80 and more, and ignore an empty answer rather than guess. At the end"
     " of a workflow session, memory_propose what was learned and memory_summary to review it."
 )
 

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ValidationError
 from tht.errors import InvalidInput
 from tht.memory import agent_requests as requests
 from tht.memory.model import CARD_ID_PATTERN
+from tht.memory.recall_answer import VIEWS
 from tht.validation import validation_details
 
 _FILTERS = {
@@ -66,9 +67,23 @@ _LEDGER_SESSION = {
 _EXPLAIN = {
     "type": "string",
     "pattern": CARD_ID_PATTERN,
-    "description": "A card id (optional): the answer also says why that card is or is not"
-    " among the results",
+    "description": "A card id (mem-<uuid>, optional; not a flag): the answer's explain says"
+    " why that card is or is not among the results",
 }
+_VIEW = {
+    "type": "string",
+    "enum": list(VIEWS),
+    "description": "compact (default): each card's non-empty texts, its similarity and its"
+    " dependencies; full: each card as `tht memory show` prints it, with its ranking score",
+}
+# What every recall tool answers, in its description.
+_RECALL_ANSWER = (
+    ' Returns {"results": [card, ...]}, best first: each card its id, family, revision,'
+    " non-empty texts (title only when the content does not already say it) and depends_on"
+    " (tables and columns), and similarity: the cosine similarity of the question and the"
+    " card, 0-1 (a card under 0.80 is rarely what the question needs; a card reached through"
+    " a link has linked_from and link instead). imported: true marks a card an import wrote."
+)
 
 
 RECALL_COMMANDS = ("memory.search", "memory.rules", "memory.solved-search")
@@ -131,11 +146,10 @@ TOOLS: dict[str, Tool] = {
             command="memory.search",
             title="Recall domain memory",
             description=(
-                "Recall the workspace's domain clarifications for a user's question before"
-                " writing SQL (memory_rules gives the SQL rules), verified against the archive"
-                " and ranked (score is a ranking score, not a similarity). Returns"
-                ' {"results": [card, ...]}, each card with its fields, dependencies, links and'
-                " how it was found (retrieval)."
+                "Recall the workspace's domain clarifications (what the business means by"
+                " its words) for a user's question, before writing SQL. Clarifications only:"
+                " the SQL rules and explained errors are memory_rules' (or widen with"
+                " filters.families)." + _RECALL_ANSWER
             ),
             input_schema=_object(
                 {
@@ -143,7 +157,8 @@ TOOLS: dict[str, Tool] = {
                     "filters": _FILTERS,
                     "top": _TOP,
                     "session": _LEDGER_SESSION,
-                    "explain": _EXPLAIN,
+                    "explain_card_id": _EXPLAIN,
+                    "view": _VIEW,
                 },
                 ["question"],
             ),
@@ -154,10 +169,11 @@ TOOLS: dict[str, Tool] = {
             command="memory.rules",
             title="Recall SQL rules",
             description=(
-                "Recall the SQL rules and explained errors that apply to a question, or to a"
-                " database error text (error: exact error-signature matches come first, then"
-                " recall). Give a question, an error, or both. Returns"
-                ' {"results": [card, ...]} (with error also error_signature and exact).'
+                "Recall the SQL rules (how to write the SQL: joins, formulas, filters) and"
+                " explained errors that apply to a question, or to a database error text"
+                " (error: exact error-signature matches come first, marked"
+                " exact_error_match, then recall). Give a question, an error, or both."
+                + _RECALL_ANSWER
             ),
             input_schema=_object(
                 {
@@ -173,10 +189,11 @@ TOOLS: dict[str, Tool] = {
                     "filters": _FILTERS,
                     "top": _TOP,
                     "session": _LEDGER_SESSION,
-                    "explain": {
+                    "explain_card_id": {
                         **_EXPLAIN,
                         "description": _EXPLAIN["description"] + " (not with error)",
                     },
+                    "view": _VIEW,
                 },
                 [],
             ),
@@ -188,11 +205,17 @@ TOOLS: dict[str, Tool] = {
             title="Recall solved questions",
             description=(
                 "Recall solved questions similar to the user's: earlier questions with the SQL a"
-                " reviewer approved. They are consultative exemplars, never an approval of new"
-                ' SQL. Returns {"results": [card, ...]}.'
+                " reviewer approved (question, sql). They are consultative exemplars, never an"
+                " approval of new SQL." + _RECALL_ANSWER
             ),
             input_schema=_object(
-                {"question": _QUESTION, "filters": _FILTERS, "top": _TOP, "explain": _EXPLAIN},
+                {
+                    "question": _QUESTION,
+                    "filters": _FILTERS,
+                    "top": _TOP,
+                    "explain_card_id": _EXPLAIN,
+                    "view": _VIEW,
+                },
                 ["question"],
             ),
             arguments=requests.SolvedSearchIn,
@@ -247,7 +270,9 @@ def command_arguments(
     if tool.command in RECALL_COMMANDS:
         args["question"] = arguments.question
         args["filters"] = arguments.filters_document() or None
-    for name in ("session", "error", "explain"):
+        args["explain"] = arguments.explain_card_id
+        args["view"] = arguments.view or "compact"  # what a model reads: no null, no copy
+    for name in ("session", "error"):
         args[name] = getattr(arguments, name, None)
     stdin = None
     data = getattr(arguments, "data", None)

@@ -21,6 +21,7 @@ from tht import audit
 from tht.accounts import PROPOSE, RECALL, Principal
 from tht.errors import BindingRequired, BindingUnknown, InvalidInput
 from tht.memory.idempotency import IdempotencyKey
+from tht.memory.recall_answer import View, compact_answer
 from tht.memory.recall_errors import rules_for_error
 from tht.memory.recall_log import logged
 from tht.memory.recall_service import RecallKind, RecallQuery, RecallService, parse_recall_query
@@ -117,12 +118,44 @@ def recall_command(
     explain: str | None = None,
     binding: DwhBinding = NO_BINDING,
     principal: Principal | None = None,
+    view: View = "full",
 ) -> dict[str, Any]:
     """The answer of `tht memory search|rules|solved-search`: ``{"results": [...]}``,
     or with ``error`` (rules only) the exact error-signature matches first. With
     ``explain`` (a card id), ``"explain"`` says why that card is or is not among the
     results (tht.memory.recall_explain); an id that is not the workspace's card is
-    refused as `memory show` refuses it."""
+    refused as `memory show` refuses it. ``view``: each card whole (``full``), or
+    what an agent needs of it (``compact``, tht.memory.recall_answer)."""
+    answer = _recall_answer(
+        services,
+        workspace,
+        kind,
+        question,
+        query,
+        session=session,
+        error=error,
+        explain=explain,
+        binding=binding,
+        principal=principal,
+    )
+    if view == "compact":
+        return compact_answer(answer, binding.database, binding.schema)
+    return answer
+
+
+def _recall_answer(
+    services: Services,
+    workspace: str,
+    kind: RecallKind,
+    question: str | None,
+    query: RecallQuery,
+    *,
+    session: str | None,
+    error: str | None,
+    explain: str | None,
+    binding: DwhBinding,
+    principal: Principal | None,
+) -> dict[str, Any]:
     _check(principal, RECALL, workspace)
     recall = _recall(services, workspace)
     exclude = (
@@ -202,6 +235,7 @@ def service_recall(
     session: str | None = None,
     error: str | None = None,
     explain: str | None = None,
+    view: View = "full",
 ) -> dict[str, Any]:
     """Recall for a token's principal in the service (the HTTP routes, the MCP tools):
     the workspace's configured binding, sessions from the service's sessions_root, and
@@ -221,6 +255,7 @@ def service_recall(
         explain=explain,
         binding=recall_binding(services, workspace),
         principal=principal,
+        view=view,
     )
 
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 from tht.memory.model import CARD_ID_PATTERN, MAX_CONCEPT, TEXT_PATTERN
+from tht.memory.recall_answer import View
 
 
 class _Input(BaseModel):
@@ -131,11 +132,20 @@ class RecallRequest(_Input):
     top: Annotated[int, Field(ge=1, le=100)] | None = Field(
         default=None, description="Results: the same as filters.top (give one of them)"
     )
-    explain: Annotated[str, Field(pattern=CARD_ID_PATTERN)] | None = Field(
+    explain_card_id: Annotated[str, Field(pattern=CARD_ID_PATTERN)] | None = Field(
+        default=None,
+        validation_alias=AliasChoices("explain_card_id", "explain"),
+        description=(
+            "A card id (mem-<uuid>): the answer's `explain` says why that card is or is not"
+            " among the results (`--explain` of the CLI command; `explain` is accepted too)"
+        ),
+    )
+    view: View | None = Field(
         default=None,
         description=(
-            "A card id: the answer's `explain` says why it is or is not among the results"
-            " (`--explain` of the CLI command)"
+            "compact: what an agent needs of each card, no null or empty field, with its"
+            " similarity; full: each card whole, with its ranking score. Default: full"
+            " (compact for the MCP tools)"
         ),
     )
 
@@ -200,10 +210,10 @@ class RulesIn(RecallRequest):
             "allOf": [
                 {
                     "not": {
-                        "required": ["error", "explain"],
+                        "required": ["error", "explain_card_id"],
                         "properties": {
                             "error": {"type": "string"},
-                            "explain": {"type": "string"},
+                            "explain_card_id": {"type": "string"},
                         },
                     }
                 }

@@ -134,6 +134,14 @@ class RecallResult:
     ranked: RankedCard
     hit: IndexHit | None  # the direct hit, if the card was one
 
+    @property
+    def similarity(self) -> float | None:
+        """The cosine similarity of the question and the card's dense match, rounded to
+        three places: the relevance signal an agent may threshold (docs/recall.md);
+        None for a card reached only through a link."""
+        similarity = self.hit.similarity if self.hit else None
+        return round(similarity, 3) if similarity is not None else None
+
     def as_json(self) -> dict[str, Any]:
         data = self.card.as_json()
         data.pop("incoming_links", None)
@@ -152,6 +160,7 @@ class RecallResult:
             # which dense projection matched: the card's text, or an explained error's
             # symptom (the difference between "about your topic" and "explains your error")
             "matched_kind": self.hit.matched_kind if self.hit else None,
+            "similarity": self.similarity,
             "hops": self.ranked.hops,
             "meanings": list(self.ranked.meanings),
         }

@@ -46,7 +46,6 @@ def agent_router(services: Services, principal: Callable[..., Awaitable[Principa
         question: str | None,
         session: str | None = None,
         error: str | None = None,
-        explain: str | None = None,
     ) -> JSONResponse:
         return answer(
             agent.service_recall(
@@ -58,7 +57,8 @@ def agent_router(services: Services, principal: Callable[..., Awaitable[Principa
                 request.filters_document(),
                 session=session,
                 error=error,
-                explain=explain,
+                explain=request.explain_card_id,
+                view=request.view or "full",  # the document the CLI prints, unless asked
             )
         )
 
@@ -78,7 +78,6 @@ def agent_router(services: Services, principal: Callable[..., Awaitable[Principa
             request,
             question=request.question,
             session=request.session,
-            explain=request.explain,
         )
 
     @router.post(
@@ -98,7 +97,6 @@ def agent_router(services: Services, principal: Callable[..., Awaitable[Principa
             question=request.question,
             session=request.session,
             error=request.error,
-            explain=request.explain,
         )
 
     @router.post(
@@ -110,9 +108,7 @@ def agent_router(services: Services, principal: Callable[..., Awaitable[Principa
     def solved_search(
         actor: Actor, workspace: WorkspaceId, request: Annotated[requests.SolvedSearchIn, Body()]
     ) -> JSONResponse:
-        return recall(
-            actor, workspace, "solved", request, question=request.question, explain=request.explain
-        )
+        return recall(actor, workspace, "solved", request, question=request.question)
 
     @router.post(
         "/propose",

@@ -408,7 +408,12 @@ class PgVectorIndex:
             dense_hits, nearest = self._dense_branch(conn, layout, dense, filters, limit)
             sparse_hits = self._bm25_branch(conn, layout, sparse, filters, limit)
         return [
-            replace(hit, matched_kind=nearest[hit.id][0], distance=nearest[hit.id][1])
+            replace(
+                hit,
+                matched_kind=nearest[hit.id][0],
+                distance=nearest[hit.id][1],
+                similarity=1.0 - nearest[hit.id][1],
+            )
             if hit.id in nearest
             else hit
             for hit in fuse(dense_hits, sparse_hits, limit)

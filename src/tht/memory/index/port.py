@@ -116,6 +116,10 @@ class IndexHit:
     # The raw cosine distance of that dense match, where the engine reports it
     # (pgvector), never converted to a similarity; None otherwise.
     distance: float | None = None
+    # The cosine similarity of the question and that dense match (1 - the cosine
+    # distance), None when the dense branch did not return the point: the relevance an
+    # agent may threshold (it does not depend on the other results, unlike the ranks).
+    similarity: float | None = None
 
 
 class SearchIndex(Protocol):
@@ -219,6 +223,9 @@ def fuse(
 
     dense_ranks, sparse_ranks = ranks(dense), ranks(sparse)
     projection_of = {hit.id: (hit.revision, hit.fingerprint) for hit in [*sparse, *dense]}
+    # a dense branch scores by cosine similarity (an engine scoring otherwise, such as
+    # pgvector's negated distance, replaces it on its hits)
+    similarity_of = {hit.id: hit.score for hit in dense}
 
     def fused_score(point_id: uuid.UUID) -> float:
         return sum(1 / (k + r[point_id]) for r in (dense_ranks, sparse_ranks) if point_id in r)
@@ -231,6 +238,7 @@ def fuse(
             dense_ranks.get(point_id),
             sparse_ranks.get(point_id),
             *projection_of[point_id],
+            similarity=similarity_of.get(point_id),
         )
         for rank, point_id in enumerate(ordered, start=1)
     ]
