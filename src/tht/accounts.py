@@ -15,9 +15,9 @@ import re
 import secrets
 import threading
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, cast
 
@@ -29,6 +29,7 @@ from tht.errors import (
     LastAdmin,
     NotFound,
     PermissionDenied,
+    ThothError,
     TokenExpired,
     TooManyRequests,
     Unauthenticated,
@@ -51,6 +52,9 @@ ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
     "agent": frozenset({RECALL, PROPOSE}),
 }
 ROLES: tuple[str, ...] = tuple(ROLE_PERMISSIONS)
+# The installation's own administrator: `tht serve` creates it on its first start and
+# prints its login link; a workspace the operator creates is granted to it.
+INSTALLATION_ADMIN = "admin"
 SESSION_SECONDS = 8 * 3600
 # API tokens expire (migration 012). A new or rotated token lives this long unless its
 # command or request says otherwise (`--expires-in 30d`, or `never` for a service
@@ -100,6 +104,9 @@ class Principal:
     user: str
     role: Role
     workspaces: frozenset[str]
+    # Whether a workspace exists (the archive's answer), asked only to word a refusal
+    # (``outside``); None: not known, every refusal is the same.
+    workspace_exists: Callable[[str], bool] | None = field(default=None, compare=False, repr=False)
 
     @property
     def permissions(self) -> frozenset[str]:
@@ -120,10 +127,29 @@ class Principal:
                 details={"permission": permission, "role": self.role},
             )
         if workspace is not None and workspace not in self.workspaces:
-            raise Forbidden(
-                f"user {self.user} does not belong to workspace '{workspace}'",
-                details={"permission": permission, "workspace": workspace},
+            raise self.outside(permission, workspace)
+
+    def outside(self, permission: str, workspace: str) -> ThothError:
+        """The refusal of a workspace this user is not a member of. An admin is told
+        whether it exists: an admin may create workspaces, and a taken id is refused
+        there anyway, so existence is no secret to it; it is also told who can add it.
+        Any other role gets one answer for both, so a token cannot probe which
+        workspaces exist."""
+        details = {"permission": permission, "workspace": workspace}
+        if MANAGE not in self.permissions or self.workspace_exists is None:
+            return Forbidden(
+                f"user {self.user} does not belong to workspace '{workspace}' (or it does not"
+                " exist)",
+                details=details,
             )
+        if not self.workspace_exists(workspace):
+            return NotFound(f"workspace '{workspace}' does not exist", details=details)
+        return Forbidden(
+            f"user {self.user} does not belong to workspace '{workspace}': an admin of it, or"
+            f" the installation's operator, adds it (`tht user grant {self.user} --workspace"
+            f" {workspace}`)",
+            details={**details, "exists": True},
+        )
 
     def can_manage(self, workspace: str) -> bool:
         return self.can(MANAGE, workspace)
@@ -298,11 +324,18 @@ class Accounts:
         """Every user (the operator's view): see ``users``."""
         return self.users()
 
-    @staticmethod
-    def _principal(tx: ArchiveTx, user: UserByName | TokenUser | SessionUser) -> Principal:
+    def _principal(self, tx: ArchiveTx, user: UserByName | TokenUser | SessionUser) -> Principal:
         workspaces = frozenset(tx.accounts.user_workspaces(user.id))
         # the column's check constraint (migration 007) admits only the roles
-        return Principal(user=user.name, role=cast(Role, user.role), workspaces=workspaces)
+        return Principal(
+            user=user.name,
+            role=cast(Role, user.role),
+            workspaces=workspaces,
+            workspace_exists=self.workspace_exists,
+        )
+
+    def workspace_exists(self, workspace: str) -> bool:
+        return workspace in {w.id for w in self._workspaces()}
 
     def by_token(self, token: str) -> Principal:
         with self.archive.transaction(None, accounts=True) as tx:
@@ -497,6 +530,18 @@ class Accounts:
                 " the installation; make another user admin first (tht user role NAME admin)",
                 details={"user": user.name},
             )
+
+    def grant_installation_admin(self, workspace: str) -> str | None:
+        """Make the installation's ``admin`` user (``tht serve``'s) a member of a
+        workspace the operator created, so that it administers it on the pages; its
+        name, or None when the installation has no such admin (yet: its first start
+        then grants it every workspace there is)."""
+        with self.archive.transaction(None, accounts=True) as tx:
+            user = tx.accounts.user_by_name(INSTALLATION_ADMIN)
+        if user is None or user.role != "admin":
+            return None
+        self.grant(INSTALLATION_ADMIN, workspace)
+        return INSTALLATION_ADMIN
 
     def grant(self, name: str, workspace: str, *, by: Principal | None = None) -> dict[str, Any]:
         """Make ``name`` a member of ``workspace`` (already one: nothing changes)."""

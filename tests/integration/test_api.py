@@ -115,6 +115,24 @@ def test_workspace_listing_shows_only_memberships(world):
     assert [(w["id"], w["manage"]) for w in listed] == [("ws-a", False)]
 
 
+def test_an_admin_is_told_a_workspace_does_not_exist_other_roles_are_not(world):
+    for user, path, expected in (
+        ("admin_b", "/api/workspaces/nowhere/memory", (404, "not_found")),
+        ("admin_b", "/api/workspaces/ws-a/memory", (403, "forbidden")),
+        ("user_a", "/api/workspaces/nowhere/memory", (403, "forbidden")),
+        ("user_a", "/api/workspaces/ws-b/memory", (403, "forbidden")),
+    ):
+        refused = world.client.get(path, headers=world.bearer(user)).json()["error"]
+        assert (
+            world.client.get(path, headers=world.bearer(user)).status_code,
+            refused["code"],
+        ) == (expected), (user, path, refused)
+        if user == "admin_b" and expected[0] == 403:  # how to become a member
+            assert "tht user grant admin_b --workspace ws-a" in refused["message"]
+        if user == "user_a":  # one answer for both: a token cannot probe which exist
+            assert "exists" not in refused["details"]
+
+
 def test_bad_credentials_and_malformed_requests(world):
     base = "/api/workspaces/ws-a/memory"
     admin = world.bearer("admin_a")
@@ -162,7 +180,7 @@ def test_bad_credentials_and_malformed_requests(world):
             json.dumps(card_document(links=[{"target": world.cards["ws-b"][0], "meaning": "x"}])),
             404,
         ),
-        ("GET", "/api/workspaces/ghost/memory", admin, None, 403),
+        ("GET", "/api/workspaces/ghost/memory", admin, None, 404),  # an admin may know
     ]
     before = world.snapshot()
     for method, path, headers, body, status in cases:

@@ -17,11 +17,20 @@ class WorkspaceCreateIn(CommandInput):
 
 
 def workspace_create(ctx: CommandContext, args: WorkspaceCreateIn) -> dict[str, Any]:
+    """The new workspace, and (``granted``) who administers it on the pages: a token's
+    admin its creator; the operator's, the installation's ``admin`` user (`tht serve`'s),
+    when there is one. Both grants are audited."""
     services = ctx.services
     created = services.workspaces.create(args.workspace_id, args.language, args.name, args.embedder)
-    if ctx.principal is not None:  # a token's admin administers what it creates (audited)
+    document: dict[str, Any] = created.model_dump(mode="json")
+    if ctx.principal is not None:
         services.accounts.grant(ctx.principal.user, created.id)
-    return created.model_dump(mode="json")
+        document["granted"] = [ctx.principal.user]
+    else:
+        admin = services.accounts.grant_installation_admin(created.id)
+        if admin is not None:
+            document["granted"] = [admin]
+    return document
 
 
 class WorkspaceListIn(CommandInput):

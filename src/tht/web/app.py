@@ -35,6 +35,7 @@ from tht.accounts import MANAGE, Principal
 from tht.bootstrap import Services
 from tht.errors import (
     InvalidInput,
+    NotFound,
     PermissionDenied,
     ThothError,
     TooManyRequests,
@@ -560,6 +561,15 @@ def create_app(
             return (
                 f"You belong to workspace “{shown}” but do not administer it: these pages need"
                 " the memory.manage permission there. Choose one of your workspaces below."
+            )
+        refusal = actor.outside(MANAGE, requested)  # an admin is told whether it exists
+        if isinstance(refusal, NotFound):
+            return f"Workspace “{shown}” does not exist. Choose one of your workspaces below."
+        if refusal.details.get("exists"):
+            return (
+                f"You are not a member of workspace “{shown}”: an admin of it, or the"
+                f" installation's operator, adds you (tht user grant {actor.user}"
+                f" --workspace {shown}). Choose one of your workspaces below."
             )
         return (
             f"Workspace “{shown}” does not exist, or you are not a member of it."
