@@ -19,8 +19,11 @@ $(STAMP): requirements.lock pyproject.toml
 
 install: $(STAMP)
 
+# PORT: where the pages and the API listen (make run PORT=8766); stop it with
+# `.venv/bin/tht service stop` (or Ctrl-C)
+PORT ?= 8765
 run: $(STAMP)
-	$(BIN)/tht serve --demo
+	$(BIN)/tht serve --demo --port $(PORT)
 
 # The browser tests drive Debian's chromium (Playwright cannot download browsers here).
 chromium:

@@ -80,6 +80,14 @@ class LastAdmin(Conflict):
     default_message = "the last admin cannot be removed"
 
 
+class PortInUse(Conflict):
+    """``tht serve`` cannot listen on its address: another program (or this
+    installation's own service) holds the port."""
+
+    code = "port_in_use"
+    default_message = "the port is in use"
+
+
 class StaleRevision(Conflict):
     code = "stale_revision"
     default_message = "the card changed since it was read"
@@ -342,7 +350,8 @@ EXIT_CODES = {
     2: "invalid input or configuration (also command-line usage errors, and database logins or"
     " roles the DBA must fix: runtime_role_not_grantable, runtime_login_privileged)",
     3: "not found",
-    4: "conflict (stale revision, duplicate, family_immutable, idempotency_key_reused)",
+    4: "conflict (stale revision, duplicate, family_immutable, idempotency_key_reused; a service"
+    " already running, or its port taken: service_running, port_in_use)",
     5: "permission denied",
     6: "archive unavailable or schema not ready; commit_outcome_unknown: the connection was lost"
     " while a write committed (it may or may not have been applied)",

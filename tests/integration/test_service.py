@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import httpx
 import pytest
 
 from tests.embedding_server import EmbeddingServer
@@ -604,9 +605,14 @@ def test_serve_writes_the_first_admin_token_to_a_private_file_and_leaves_members
     assert ready["admin_token_file"] == str(token_file)
     assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
     token = token_file.read_text().strip()
-    # the CLI on the host runs in this service, not in a process of its own
-    assert tht.run("workspace", "create", "later", "--language", "en").code == 0
+    # the CLI on the host runs in this service, not in a process of its own; the
+    # operator's new workspace is the installation admin's to administer at once
+    created = tht.run("workspace", "create", "later", "--language", "en")
+    assert created.code == 0 and created.document["granted"] == ["admin"]
     assert tht.service_pid() == server.pid
+    listed = httpx.get(f"{url}/api/workspaces", headers={"Authorization": f"Bearer {token}"})
+    assert {w["id"] for w in listed.json()["items"]} == {"acme", "later"}
+    assert tht.run("user", "revoke", "admin", "--workspace", "later").code == 0
     server.terminate()
     server.wait(30)
     again = tht.start("serve", "--port", url.rsplit(":", 1)[1], "-c", str(tht.home / "server.yaml"))
@@ -617,7 +623,7 @@ def test_serve_writes_the_first_admin_token_to_a_private_file_and_leaves_members
             and token_file.read_text().strip() == token
         )
         users = {u["user"]: u for u in tht.run("user", "list").document["items"]}
-        assert users["admin"]["workspaces"] == ["acme"]  # "later" was not added by the restart
+        assert users["admin"]["workspaces"] == ["acme"]  # "later" was not added back by the restart
     finally:
         again.terminate()
         again.wait(30)
@@ -721,6 +727,51 @@ def test_a_second_serve_on_the_same_home_is_refused(tht, served):
     error = json.loads(out)["error"]
     assert second.returncode == 4 and error["code"] == "service_running"
     assert error["details"]["pid"] == server.pid
+
+
+def test_service_status_and_stop_answer_for_the_running_serve(tht, served):
+    server, _ready, url = served
+    status = tht.run("service", "status")
+    assert status.code == 0 and status.document["running"] is True
+    assert (status.document["pid"], status.document["url"]) == (server.pid, f"{url}/")
+    assert status.document["web"] is True and status.document["auto_started"] is False
+    stopped = tht.run("service", "stop")
+    assert stopped.code == 0 and stopped.document == {
+        "stopped": True,
+        "pid": server.pid,
+        "home": str(tht.home),
+    }
+    assert server.wait(30) == 0  # a graceful stop
+    assert tht.run("service", "status").document["running"] is False
+    assert tht.run("service", "stop").document["stopped"] is False
+
+
+def test_a_taken_port_is_named_and_the_running_service_keeps_running(tht, served):
+    _server, _ready, url = served
+    port = url.rsplit(":", 1)[1]
+    # this installation's own service holds it: it is named, with how to stop it
+    again = tht.start("serve", "--port", port, "-c", str(tht.home / "server.yaml"))
+    out, _ = again.communicate(timeout=60)
+    error = json.loads(out)["error"]
+    assert again.returncode == 4 and error["code"] == "port_in_use", error
+    assert "tht service stop" in error["message"] and error["details"]["port"] == int(port)
+
+
+def test_a_serve_that_cannot_listen_leaves_the_auto_started_service_running(tht):
+    assert tht.run("workspace", "create", "acme", "--language", "en").code == 0
+    running = tht.service_pid()
+    assert running is not None and tht.service()["auto_started"] is True
+    with socket.socket() as other_program:
+        other_program.bind(("127.0.0.1", 0))
+        other_program.listen()
+        port = other_program.getsockname()[1]
+        failed = tht.start("serve", "--port", str(port))
+        out, _ = failed.communicate(timeout=60)
+    error = json.loads(out)["error"]
+    assert failed.returncode == 4 and error["code"] == "port_in_use"
+    assert f"--port {port + 1}" in error["message"]  # how to choose another one
+    assert tht.service_pid() == running  # never asked to stop
+    assert tht.run("workspace", "list").code == 0
 
 
 def test_the_service_starts_its_embedded_database_again_after_db_stop(tmp_path):

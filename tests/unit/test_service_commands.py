@@ -47,6 +47,8 @@ def test_only_the_process_commands_stay_out_of_the_service():
         "serve",
         "mcp",
         "health",
+        "service.status",
+        "service.stop",
         "db.status",
         "db.stop",
         "memory.migrate",
@@ -56,6 +58,8 @@ def test_only_the_process_commands_stay_out_of_the_service():
         "serve",
         "mcp",
         "health",
+        "service.status",
+        "service.stop",
     }
     assert all(
         command.capability == table.OPERATOR for command in COMMANDS.values() if not command.remote
@@ -146,15 +150,27 @@ def test_a_token_never_runs_the_operators_command():
     assert json.loads("".join(written))["error"]["code"] == "forbidden"
 
 
+def _tht(home, *argv):
+    return subprocess.run(
+        [sys.executable, "-m", "tht", *argv],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "THT_HOME": str(home), "THT_SERVICE": "auto"},
+        timeout=60,
+        check=False,
+    )
+
+
 def test_a_misspelt_command_starts_no_service(tmp_path):
-    for argv in (["service", "stop"], ["memory", "frobnicate", "-c", "rt.yaml"]):
-        done = subprocess.run(
-            [sys.executable, "-m", "tht", *argv],
-            capture_output=True,
-            text=True,
-            env={**os.environ, "THT_HOME": str(tmp_path), "THT_SERVICE": "auto"},
-            timeout=60,
-            check=False,
-        )
+    for argv in (["servce", "stop"], ["memory", "frobnicate", "-c", "rt.yaml"]):
+        done = _tht(tmp_path, *argv)
         assert done.returncode == 2 and "No such command" in done.stdout, done
     assert list(tmp_path.iterdir()) == []  # no service, no embedded server, no socket
+
+
+def test_asking_about_the_service_never_starts_one(tmp_path):
+    status = _tht(tmp_path, "service", "status")
+    assert status.returncode == 0 and json.loads(status.stdout)["running"] is False, status
+    stop = _tht(tmp_path, "service", "stop")
+    assert stop.returncode == 0 and json.loads(stop.stdout)["stopped"] is False, stop
+    assert list(tmp_path.iterdir()) == []

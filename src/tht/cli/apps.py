@@ -30,6 +30,11 @@ db_app = typer.Typer(
     no_args_is_help=True,
     **GROUP_SETTINGS,
 )
+service_app = typer.Typer(
+    help="The installation's service: whether it runs, and stopping it (`tht serve` starts one).",
+    no_args_is_help=True,
+    **GROUP_SETTINGS,
+)
 user_app = typer.Typer(
     help="Local accounts of the web administration.", no_args_is_help=True, **GROUP_SETTINGS
 )
@@ -42,6 +47,7 @@ catalog_app = typer.Typer(
 app.add_typer(memory_app, name="memory")
 app.add_typer(workspace_app, name="workspace")
 app.add_typer(db_app, name="db")
+app.add_typer(service_app, name="service")
 app.add_typer(user_app, name="user")
 app.add_typer(catalog_app, name="catalog")
 
@@ -50,6 +56,7 @@ GROUPS: dict[str, typer.Typer] = {
     "memory": memory_app,
     "workspace": workspace_app,
     "db": db_app,
+    "service": service_app,
     "user": user_app,
     "catalog": catalog_app,
 }

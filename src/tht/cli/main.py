@@ -25,7 +25,15 @@ from tht.cli._common import (
     path,
     submit,
 )
-from tht.cli.apps import GROUPS, app, db_app, memory_app, user_app, workspace_app
+from tht.cli.apps import (
+    GROUPS,
+    app,
+    db_app,
+    memory_app,
+    service_app,
+    user_app,
+    workspace_app,
+)
 from tht.cli.parsing import take_plain_values
 from tht.errors import InvalidInput, ServiceUnavailable, ThothError
 from tht.service import client
@@ -169,9 +177,29 @@ ExplainOption = Annotated[
     str | None,
     typer.Option(
         "--explain",
+        metavar="CARD_ID",
         help="A card id: say why it is or is not among the results (binding, scope, family, decided, pending, rank)",
     ),
 ]
+ViewOption = Annotated[
+    str | None,
+    typer.Option(
+        "--view",
+        metavar="full|compact",
+        help="full (default): each card whole, with `score` and `retrieval`; compact: what an"
+        " agent needs of each card (no null or empty field), with its `similarity`",
+    ),
+]
+# what the numbers of a recall answer mean, in each recall command's help
+SCORES = (
+    "\n\nEach result carries `score`, its ranking score: 1/(60 + r), r its place once the"
+    " dense, BM25 and coverage ranks are fused, plus half the score of a card linking to it"
+    " (a quarter at two hops). It orders this answer and says nothing about relevance: the"
+    " first result scores 1/61 = 0.0164 whether or not it is relevant. `retrieval.similarity`"
+    " (`similarity` with `--view compact`) is the cosine similarity of the question and the"
+    " card, 0 to 1: what tells a relevant card from filler (docs/recall.md gives its measured"
+    " meaning)."
+)
 
 
 def _recall(name: str, question: str | None, config: Path, filters: str | None, **more: Any) -> int:
@@ -179,7 +207,12 @@ def _recall(name: str, question: str | None, config: Path, filters: str | None, 
     return submit(name, {key: value for key, value in args.items() if value is not None})
 
 
-@memory_app.command("search")
+@memory_app.command(
+    "search",
+    help="Recall domain clarifications for a question. `--filters '{\"families\": [...]}'`"
+    " widens it explicitly to SQL rules and explained errors (`memory rules` serves those)."
+    " Results are verified against the archive." + SCORES,
+)
 def memory_search(
     question: Annotated[str, typer.Argument(help="The user's question")],
     config: ConfigOption,
@@ -187,27 +220,33 @@ def memory_search(
     json_output: JsonFlag = False,
     session: SessionFilter = None,
     explain: ExplainOption = None,
+    view: ViewOption = None,
 ) -> int:
-    """Recall domain clarifications for a question (F2). `--filters '{"families": [...]}'`
-    widens it explicitly to SQL rules and explained errors (`memory rules` serves those).
-
-    Results are verified against the archive; `score` is a ranking score, not a similarity."""
-    return _recall("memory.search", question, config, filters, session=session, explain=explain)
+    return _recall(
+        "memory.search", question, config, filters, session=session, explain=explain, view=view
+    )
 
 
-@memory_app.command("solved-search")
+@memory_app.command(
+    "solved-search",
+    help="Recall solved questions (consultative exemplars: never an approval)." + SCORES,
+)
 def memory_solved_search(
     question: Annotated[str, typer.Argument(help="The user's question")],
     config: ConfigOption,
     filters: FiltersOption = None,
     json_output: JsonFlag = False,
     explain: ExplainOption = None,
+    view: ViewOption = None,
 ) -> int:
-    """Recall solved questions (consultative exemplars: never an approval)."""
-    return _recall("memory.solved-search", question, config, filters, explain=explain)
+    return _recall("memory.solved-search", question, config, filters, explain=explain, view=view)
 
 
-@memory_app.command("rules")
+@memory_app.command(
+    "rules",
+    help="Recall SQL rules and explained errors that apply to a question (or to a database"
+    " error)." + SCORES,
+)
 def memory_rules(
     question: Annotated[
         str | None, typer.Argument(help="The user's question (optional with --error)")
@@ -224,10 +263,17 @@ def memory_rules(
         ),
     ] = None,
     explain: ExplainOption = None,
+    view: ViewOption = None,
 ) -> int:
-    """Recall SQL rules and explained errors that apply to a question (or to a database error)."""
     return _recall(
-        "memory.rules", question, config, filters, session=session, error=error, explain=explain
+        "memory.rules",
+        question,
+        config,
+        filters,
+        session=session,
+        error=error,
+        explain=explain,
+        view=view,
     )
 
 
@@ -477,6 +523,49 @@ def db_status() -> int:
 def db_stop() -> int:
     """Stop the embedded PostgreSQL (the next command starts it again)."""
     return submit("db.stop", {})
+
+
+# --- the service ----------------------------------------------------------------------
+
+
+@service_app.command("status")
+def service_status() -> int:
+    """Whether a service runs for THT_HOME, and which: its pid, the URL of its pages
+    (`tht serve`), whether a command auto-started it (it then exits after
+    `idle_timeout` idle seconds), its socket and the commands running in it
+    (`active`). Exit 0 either way (`running`: false when none runs); it never starts
+    one."""
+    from tht.service import paths
+
+    home = paths.default_home(os.environ)
+    running = client.running_service(home)
+    if running is None:
+        client.emit({"running": False, "home": home})
+    else:
+        client.emit({"running": True, "home": home, **running})
+    return 0
+
+
+@service_app.command("stop")
+def service_stop(
+    timeout: Annotated[
+        float,
+        typer.Option(min=1, help="Seconds to wait for it to stop (running commands finish first)"),
+    ] = 90.0,
+) -> int:
+    """Stop the service of THT_HOME (`tht serve`, `--no-web`, or one a command started):
+    it lets its pending index work and its running commands finish (at most 30 s each),
+    closes the engines and removes its socket. The embedded PostgreSQL keeps running (`tht db stop`). Exit 0 also when
+    none was running (`stopped`: false)."""
+    from tht.service import paths
+
+    home = paths.default_home(os.environ)
+    running = client.running_service(home)
+    if running is None or not client.stop_service(home, timeout=timeout):
+        client.emit({"stopped": False, "running": False, "home": home})
+    else:
+        client.emit({"stopped": True, "pid": running.get("pid"), "home": home})
+    return 0
 
 
 # --- demo ---------------------------------------------------------------------------

@@ -35,8 +35,8 @@ RUNTIME = "runtime"  # the command's workspace is its runtime file's
 @dataclass(frozen=True)
 class Command:
     """One command. ``function`` and ``input`` are ``module:name`` paths; a command
-    without a function (``serve``, ``mcp``, ``health``) starts or asks a process and
-    its parser runs it."""
+    without a function (``serve``, ``mcp``, ``health``, ``service status|stop``) starts
+    or asks a process and its parser runs it."""
 
     name: str  # "memory.search": the words of `tht memory search`
     capability: str
@@ -166,7 +166,7 @@ COMMANDS: dict[str, Command] = {
         ),
         *(
             Command(name, OPERATOR, remote=False, runtime=None, workspace=None)
-            for name in ("serve", "mcp", "health")
+            for name in ("serve", "mcp", "health", "service.status", "service.stop")
         ),
     )
 }

@@ -375,6 +375,19 @@ def stop_service(home: str, token: str | None = None, timeout: float = paths.STO
     return True
 
 
+def running_service(home: str, timeout: float = 5.0) -> dict[str, Any] | None:
+    """What the running service says of itself (its pid, whether it serves the pages
+    and at which URL, whether it was auto-started, ...), asked on its socket; None
+    when none runs. Never starts one."""
+    sock = _connect(home, timeout)
+    if sock is None:
+        return None
+    status = _operation(sock, {"op": "status"}).get("status")
+    if not isinstance(status, dict):
+        raise ServiceLost("the service closed the connection without answering")
+    return status
+
+
 def service_health(home: str, timeout: float = 30.0) -> tuple[int, dict[str, Any]] | None:
     """The running service's ``/healthz`` answer (HTTP status, document), asked on its
     socket; None when no service runs."""

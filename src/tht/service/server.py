@@ -113,6 +113,7 @@ class Service:
         # the installation's configuration (`tht serve -c`, else $THT_CONFIG or
         # $THT_HOME/config.yaml): read when the service starts, never from a request
         self.installation = installation
+        self.url: str | None = None  # the pages' address, when it serves them
         self.build = paths.build_stamp()
         self.build_changed = False
         self.engines: Engines | None = None
@@ -154,17 +155,27 @@ class Service:
             return None
         return running if isinstance(running, dict) else None  # written by `start`: a dict
 
-    def start(self) -> None:
-        """Open the engines, then listen (a stale socket of a killed service is replaced:
-        holding the lock proves nobody else serves it)."""
+    def open(self) -> None:
+        """Start the embedded PostgreSQL and open the archive's pool: what another
+        service of the installation may hold too, so this runs before one is asked to
+        stop (``take_over``), and a start that cannot reach its archive stops nothing.
+        The index and the embedders open on first use."""
         from tht.bootstrap import Engines, embedded_database
+
+        if self.engines is None:
+            self._embedded = embedded_database()
+            self.engines = Engines(
+                installation=self.installation, max_connections=POOL_CONNECTIONS, holder="service"
+            )
+            self.engines.check_schemas()  # a database another version migrated: refused here
+
+    def start(self) -> None:
+        """Open the engines (``open``, unless done), then listen (a stale socket of a
+        killed service is replaced: holding the lock proves nobody else serves it)."""
         from tht.service.recovery import PendingRetrier
 
-        self._embedded = embedded_database()
-        engines = self.engines = Engines(
-            installation=self.installation, max_connections=POOL_CONNECTIONS, holder="service"
-        )
-        engines.check_schemas()
+        self.open()
+        engines = self.open_engines()
         path = Path(paths.socket_path(self.home))
         path.unlink(missing_ok=True)
         service = self
@@ -256,6 +267,7 @@ class Service:
             "protocol": paths.PROTOCOL,
             "build": self.build,
             "web": self.web,
+            **({"url": self.url} if self.url else {}),
             "auto_started": self.auto_started,
             "idle_timeout": self.idle_timeout,
             "socket": paths.socket_path(self.home),
@@ -287,8 +299,9 @@ class Service:
                 log.warning("stopping with %d command(s) still running", self._active)
         if retrier is not None and not retrier.wait(max(0.0, deadline - time.monotonic())):
             log.warning("stopping while the pending-work retrier still runs")
-        Path(paths.socket_path(self.home)).unlink(missing_ok=True)
-        (self.run_dir / "service.json").unlink(missing_ok=True)
+        if self._lock_file is not None:  # ours to remove: another service may hold them
+            Path(paths.socket_path(self.home)).unlink(missing_ok=True)
+            (self.run_dir / "service.json").unlink(missing_ok=True)
         started = time.monotonic()
         try:
             if self.engines is not None:
@@ -667,23 +680,57 @@ def _peer_is_operator(connection: socket.socket) -> bool:
     return uid in (os.geteuid(), 0)
 
 
-def take_over(home: Path, service: Service, *, wait: float = paths.STOP_SECONDS) -> None:
+TAKE_OVER_TRIES = 3  # an auto-started service a racing command starts meanwhile is stopped too
+
+
+def take_over(
+    home: Path, service: Service, *, wait: float = paths.STOP_SECONDS
+) -> dict[str, Any] | None:
     """Become the service, first asking an auto-started (headless, idle-exiting) one to
-    stop; a service someone runs on purpose (``tht serve``) is left alone."""
-    try:
-        service.acquire()
-        return
-    except ServiceRunning as exc:
-        running = exc.details or {}
-        if not running.get("auto_started"):
-            raise ServiceRunning(
-                f"a service already runs for {home} (pid {running.get('pid')}); stop it first",
-                details=running,
-            ) from None
+    stop; a service someone runs on purpose (``tht serve``) is left alone. Returns what
+    the stopped service's ``service.json`` said (None: none was running), so that a
+    start that fails afterwards can leave one running again (``restore``).
+
+    Call it once everything that can fail without the installation's exclusive
+    resources has been checked (the port bound, the archive reached: ``Service.open``):
+    the lock, the socket and the embedded index are all it then waits for."""
     from tht.service.client import stop_service
 
-    stop_service(str(home), timeout=wait)
-    service.acquire()
+    replaced: dict[str, Any] | None = None
+    for _ in range(TAKE_OVER_TRIES):
+        try:
+            service.acquire()
+            return replaced
+        except ServiceRunning as exc:
+            running = exc.details or {}
+            if not running.get("auto_started"):
+                raise ServiceRunning(
+                    f"a service already runs for {home} (pid {running.get('pid')}): stop it"
+                    " first with `tht service stop`",
+                    details=running,
+                ) from None
+        replaced = running
+        stop_service(str(home), timeout=wait)
+    service.acquire()  # a fourth racing start: ServiceRunning, nothing of ours was started
+    return replaced
+
+
+def restore(home: Path, replaced: dict[str, Any] | None) -> dict[str, Any] | None:
+    """After a start that failed once it had stopped an auto-started service: start one
+    again, as the next command would, so that a failed start leaves a service running.
+    Returns the new one's ``service.json`` (None: nothing was replaced, or it did not
+    start: the next command starts one)."""
+    if replaced is None:
+        return None
+    from tht.service.client import start_service
+
+    try:
+        start_service(str(home), os.environ)
+        document = json.loads((Path(paths.run_dir(home)) / "service.json").read_text())
+    except (ThothError, OSError, ValueError) as exc:
+        log.error("could not start the replaced auto-started service again: %s", exc)
+        return None
+    return document if isinstance(document, dict) else None
 
 
 # --- `python -m tht.service`: the headless service ------------------------------------------
@@ -723,8 +770,14 @@ def run_headless(
     service = Service(
         home, idle_timeout=idle_timeout, auto_started=auto_started, installation=installation
     )
+    replaced = None
     if not auto_started:
-        take_over(home, service)
+        service.open()  # before a running service is asked to stop
+        try:
+            replaced = take_over(home, service)
+        except BaseException:
+            service.close()
+            raise
     else:
         try:
             service.acquire()
@@ -732,11 +785,15 @@ def run_headless(
             return 0
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, lambda *_: service.stopped.set())
+    started = False
     try:
         service.start()
+        started = True
         if announce is not None:
             announce(service.status())
         service.stopped.wait()
     finally:
         service.close()
+        if not started:
+            restore(home, replaced)
     return 0

@@ -8,6 +8,7 @@ the first start, never printed) and the service's socket. Logs go to stderr.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -17,7 +18,8 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tht.errors import ConfigurationError, Conflict
+from tht.accounts import INSTALLATION_ADMIN
+from tht.errors import ConfigurationError, Conflict, PortInUse
 from tht.installation import load_installation
 from tht.settings import default_home
 
@@ -25,7 +27,7 @@ if TYPE_CHECKING:
     from tht.service.server import Service
     from tht.web.limits import ServerLimits
 
-ADMIN_USER = "admin"
+ADMIN_USER = INSTALLATION_ADMIN
 ADMIN_TOKEN_FILE = "admin-token"
 
 
@@ -70,8 +72,13 @@ def run_server(
     proxies: tuple[str, ...] = (),
 ) -> None:
     """The installation's service: the engines, the socket, and (unless ``web`` is
-    False) the pages and the API on ``host:port``."""
-    from tht.service.server import Service, run_headless, take_over
+    False) the pages and the API on ``host:port``.
+
+    What can fail is tried before a running auto-started service is asked to stop
+    (``take_over``): the configuration, the port (bound here, then handed to uvicorn,
+    so no other program can take it meanwhile) and the archive. A start that fails
+    after that starts an auto-started service again (``restore``)."""
+    from tht.service.server import Service, restore, run_headless, take_over
 
     home = default_home()
     installation = load_installation(config)
@@ -87,11 +94,23 @@ def run_server(
     from tht.web.guard import served_origins
     from tht.web.limits import ServerLimits, uvicorn_options
 
-    _check_port_free(host, port)
+    listener = listen(host, port, home)
+    port = listener.getsockname()[1]  # --port 0: the one the system chose
+    scheme = "https" if secure else "http"
+    base = f"{scheme}://{_url_host(host)}:{port}"
     if demo and installation.sessions_root is None:
         installation = installation.model_copy(update={"sessions_root": demo_sessions_root(home)})
     service = Service(home, idle_timeout=idle_timeout, web=True, installation=installation)
-    take_over(home, service)
+    service.url = f"{base}/"
+    started = False
+    replaced = None
+    try:
+        service.open()
+        replaced = take_over(home, service)
+    except BaseException:
+        listener.close()
+        service.close()
+        raise
     previous_handlers = _stop_on_termination(service)
     try:
         service.start()
@@ -107,8 +126,6 @@ def run_server(
         if demo:  # the operator asked for the demo: the admin may see it
             services.accounts.add_memberships(ADMIN_USER, [DEMO_WORKSPACE])
         login = services.accounts.open_session(ADMIN_USER, one_time=True)
-        scheme = "https" if secure else "http"
-        base = f"{scheme}://{host}:{port}"
         announcement = {
             "url": f"{base}/",
             "login_url": f"{base}/login/once/{login}",
@@ -116,12 +133,15 @@ def run_server(
             "admin_token_file": str(token_file) if token_file else None,
             "socket": str(service.status()["socket"]),
             "pid": os.getpid(),
+            "stop": "tht service stop",
         }
 
         class AnnouncingServer(uvicorn.Server):
             async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+                nonlocal started
                 await super().startup(sockets)
                 if self.started:  # listening: a client may connect as soon as it reads the line
+                    started = True
                     _announce(announcement)
 
         limits = limits or ServerLimits()
@@ -139,15 +159,18 @@ def run_server(
             )
         )
         service.on_stop = lambda: setattr(server, "should_exit", True)
-        server.run()
+        server.run(sockets=[listener])
     except _Terminated:
         pass  # stopped by the system: as graceful as any other stop, exit 0
     finally:
+        listener.close()
         try:
             service.close()
         finally:
             for signum, handler in previous_handlers.items():
                 signal.signal(signum, handler)
+            if not started:
+                restore(home, replaced)
 
 
 class _Terminated(BaseException):
@@ -180,12 +203,49 @@ def _announce(document: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def _check_port_free(host: str, port: int) -> None:
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
-        # As uvicorn's own listener does: connections of a killed predecessor linger in
-        # TIME-WAIT for a minute and would fail a plain bind; a live listener still does.
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError as exc:
-            raise ConfigurationError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def listen(host: str, port: int, home: Path) -> socket.socket:
+    """A socket bound to ``host:port`` for uvicorn to serve on; a port another program
+    holds is ``port_in_use``, saying which program when it is this installation's own
+    service, and how to choose another port."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    # As uvicorn's own listener does: connections of a killed predecessor linger in
+    # TIME-WAIT for a minute and would fail a plain bind; a live listener still does.
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host, port))
+    except OSError as exc:
+        listener.close()
+        if exc.errno != errno.EADDRINUSE:
+            raise ConfigurationError(
+                f"cannot listen on {host}:{port}: {exc.strerror}",
+                details={"host": host, "port": port},
+            ) from exc
+        raise _port_in_use(host, port, home) from exc
+    listener.set_inheritable(False)
+    return listener
+
+
+def _port_in_use(host: str, port: int, home: Path) -> PortInUse:
+    from tht.service.client import running_service
+
+    details: dict[str, Any] = {"host": host, "port": port}
+    running = running_service(str(home))
+    url = running.get("url") if running else None
+    if running and isinstance(url, str) and url.rstrip("/").endswith(f":{port}"):
+        details["service"] = running
+        return PortInUse(
+            f"this installation's service (pid {running.get('pid')}) already serves {url} on"
+            f" port {port}: open it, or stop it with `tht service stop`",
+            details=details,
+        )
+    other = port + 1 if 0 < port < 65535 else 8766
+    return PortInUse(
+        f"another program listens on {host}:{port}: choose another port, e.g."
+        f" `tht serve --port {other}` (`make run PORT={other}`)",
+        details=details,
+    )
