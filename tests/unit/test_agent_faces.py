@@ -53,6 +53,9 @@ def test_a_proposal_travels_as_standard_input_never_this_process_s():
         ("memory_search", {"question": "q", "filters": {"schema": "s"}}, "filters: schema comes"),
         ("memory_solved_search", {"question": "q", "filters": {"column": "c"}}, "'filters.table'"),
         ("memory_summary", {"session": "a/b"}, "session: String should match pattern"),
+        # a model took `explain` for a flag: told what it takes
+        ("memory_search", {"question": "q", "explain": True}, "explain: takes the id of a card"),
+        ("memory_rules", {"question": "q", "explain_card_id": "yes"}, 'not "yes"'),
     ],
 )
 def test_bad_arguments_are_named_without_the_models_names(tool, arguments, message):

@@ -10,10 +10,12 @@ workspace's configuration: a request naming database or schema is refused (422).
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tht.memory.model import CARD_ID_PATTERN, MAX_CONCEPT, TEXT_PATTERN
 from tht.memory.recall_answer import View
@@ -148,6 +150,17 @@ class RecallRequest(_Input):
             " (compact for the MCP tools)"
         ),
     )
+
+    @field_validator("explain_card_id", mode="before")
+    @classmethod
+    def _a_card_id(cls, value: Any) -> Any:
+        # a model reading "explain" passes true: say what it takes instead of a pattern
+        if value is not None and not (isinstance(value, str) and re.match(CARD_ID_PATTERN, value)):
+            raise ValueError(
+                f"takes the id of a card to explain (mem-<uuid>, from a result's id), not"
+                f" {json.dumps(value)[:60]}; leave it out to recall only"
+            )
+        return value
 
     @model_validator(mode="before")
     @classmethod

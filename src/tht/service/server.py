@@ -471,8 +471,8 @@ class Service:
         if mismatch is not None:
             return _refusal(
                 ServiceVersionMismatch(
-                    f"{mismatch}: stop the service (pid {os.getpid()}); an auto-started one is"
-                    " replaced by the next command",
+                    f"{mismatch}: stop the service (pid {os.getpid()}: `tht service stop`); an"
+                    " auto-started one is replaced by the next command",
                     details={
                         "service": __version__,
                         "client": request.get("version"),
