@@ -279,14 +279,15 @@ def test_every_page_fits_and_says_what_it_waits_for(layout_server, chromium, scr
         shot("review-result")
 
         # --- a workspace in the URL that the user cannot open -----------------------------
-        for url in (
-            f"admin/review?workspace={FOREIGN_WORKSPACE}",
-            "admin/memory?workspace=no-such-workspace",
+        # (an admin is told which, and how to be made a member)
+        for url, says in (
+            (f"admin/review?workspace={FOREIGN_WORKSPACE}", "tht user grant"),
+            ("admin/memory?workspace=no-such-workspace", "does not exist"),
         ):
             page.goto(server.url + url)
             problem = page.get_by_test_id("workspace-problem")
             expect(problem).to_be_visible()
-            expect(problem).to_contain_text("does not exist, or you are not a member")
+            expect(problem).to_contain_text(says)
             _fits(page, width, url)
         expect(page.get_by_test_id("no-workspace")).to_be_visible()
         shot("memory-unknown-workspace")

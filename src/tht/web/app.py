@@ -552,8 +552,8 @@ def create_app(
 
     def workspace_problem(actor: Principal, requested: str | None) -> str | None:
         """Why the workspace named in the URL is not shown, in words: never silently
-        another one. Whether a workspace the actor does not belong to exists is not
-        told."""
+        another one. An admin is told whether a workspace it does not belong to exists,
+        and how to be made a member (``Principal.outside``); other roles are not."""
         if not requested or actor.can_manage(requested):
             return None
         shown = requested if len(requested) <= 64 else requested[:64] + "…"
