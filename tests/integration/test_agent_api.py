@@ -203,9 +203,11 @@ def test_openapi_documents_the_agent_routes_with_their_models_and_errors(world):
         assert not {"database", "schema"} & set(
             components[model]["properties"]
         )  # the binding is not the caller's
-    assert {"session", "error", "explain"} <= set(components["RulesIn"]["properties"])
+    assert {"session", "error", "explain_card_id", "view"} <= set(
+        components["RulesIn"]["properties"]
+    )
     # explain and error together are refused (422), and the schema says so
-    assert components["RulesIn"]["allOf"][0]["not"]["required"] == ["error", "explain"]
+    assert components["RulesIn"]["allOf"][0]["not"]["required"] == ["error", "explain_card_id"]
 
 
 def _cards_for_recall(world) -> dict[str, str]:
