@@ -80,3 +80,18 @@ def test_an_error_document_comes_back_as_the_class_of_its_code():
         "from_the_future",
         8,
     )
+
+
+def test_the_instructions_send_a_model_to_the_tool_that_returns_what_it_needs():
+    from tht.mcp.server import INSTRUCTIONS
+
+    # memory_search returns clarifications only: a model that trusts the instructions
+    # must learn that the rules are memory_rules'
+    assert "memory_search (domain clarifications only" in INSTRUCTIONS
+    assert "memory_rules (SQL rules" in INSTRUCTIONS
+    assert all(name in INSTRUCTIONS for name in TOOLS)
+    assert "Clarifications only" in TOOLS["memory_search"].description
+    assert all(
+        "similarity" in TOOLS[name].description
+        for name in ("memory_search", "memory_rules", "memory_solved_search")
+    )

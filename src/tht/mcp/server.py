@@ -33,8 +33,8 @@ INSTRUCTIONS = (
     " memory_rules (SQL rules: joins, formulas, filters; and explained errors) and"
     " memory_solved_search (earlier questions with approved SQL: exemplars, not approvals)."
     " After a database error, call memory_rules with the error. Each answers"
-    ' {"results": [...]}, best first, each card with its similarity to the question (0-1):'
-    " prefer cards of 0.80 and more, and ignore an empty answer rather than guess. At the end"
+    ' {"results": [...]}, best first, each card with its similarity to the question (cosine,'
+    " 0-1): use the cards that fit the question; an empty answer means none applies. At the end"
     " of a workflow session, memory_propose what was learned and memory_summary to review it."
 )
 
