@@ -40,7 +40,7 @@ def compact_answer(
     to ``database`` and ``schema``."""
     compact: dict[str, Any] = {key: value for key, value in document.items() if key != "results"}
     compact["results"] = [compact_card(card, database, schema) for card in document["results"]]
-    return without_empty(compact)
+    return _without_empty_fields(compact)
 
 
 def compact_card(card: dict[str, Any], database: str | None, schema: str | None) -> dict[str, Any]:
@@ -65,7 +65,7 @@ def compact_card(card: dict[str, Any], database: str | None, schema: str | None)
     compact["revision"] = card["revision"]
     if card.get("imported"):
         compact["imported"] = True
-    return without_empty(compact)
+    return _without_empty_fields(compact)
 
 
 def _says(text: str | None, title: str) -> bool:
@@ -81,6 +81,10 @@ def _dependency(dependency: dict[str, Any], database: str | None, schema: str | 
     if (dependency.get("database"), dependency.get("schema")) != (database, schema):
         parts = [dependency.get("database"), dependency.get("schema"), *parts]
     return ".".join(part for part in parts if part)
+
+
+def _without_empty_fields(document: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in without_empty(document).items()}
 
 
 def without_empty(value: Any) -> Any:
