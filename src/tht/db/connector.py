@@ -12,7 +12,6 @@ connection probes why, so the error names the cause rather than a pool timeout.
 
 from __future__ import annotations
 
-import select
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -23,7 +22,6 @@ from typing import Protocol
 import psycopg
 import psycopg_pool
 from psycopg.conninfo import conninfo_to_dict
-from psycopg.pq import TransactionStatus
 
 from tht.errors import ArchiveLoginRefused, CommitOutcomeUnknown, ThothError, first_line
 from tht.sqlfiles import named_queries
@@ -190,10 +188,13 @@ class PostgresConnector:
                 open=False,
                 timeout=self._timeout,
                 kwargs={"connect_timeout": _seconds(self._timeout), "autocommit": False},
-                # a connection is checked when it is taken (after PostgreSQL restarts, a
-                # long-running service would otherwise hand out dead ones): a round trip
-                # only when the server wrote to its idle socket (it does when it closes it)
-                check=check_idle_connection if self._check_on_checkout else None,
+                # one round trip when a connection is taken: after PostgreSQL restarts, a
+                # long-running service would otherwise hand out dead ones
+                check=(
+                    psycopg_pool.ConnectionPool.check_connection
+                    if self._check_on_checkout
+                    else None
+                ),
                 name=self._name,
             )
             try:
@@ -257,43 +258,6 @@ class PostgresConnector:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.close()
-
-
-def check_idle_connection(conn: psycopg.Connection) -> None:
-    """Raise if an idle pooled connection is dead. The server writes to an idle
-    connection only to end it (a restart, ``pg_terminate_backend``: an error, then the
-    socket closes) or for an asynchronous message: only then does the check cost a round
-    trip (psycopg_pool's ``check_connection``, an empty query, which then fails or
-    consumes the message). A silent socket is taken as alive, without a round trip."""
-    if conn.closed:
-        raise psycopg.OperationalError("the connection is closed")
-    readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
-    if readable:
-        psycopg_pool.ConnectionPool.check_connection(conn)
-
-
-@contextmanager
-def batched_transaction(conn: psycopg.Connection, begin: str = "BEGIN") -> Iterator[None]:
-    """One transaction on ``conn`` (idle, out of autocommit mode) in pipeline mode, its
-    ``begin`` command queued before the first query and its COMMIT before the Sync that
-    ends it: queries are sent when a result is first fetched, so a transaction of one
-    read costs two round trips (psycopg's ``transaction()`` in pipeline mode syncs its
-    BEGIN, and each nested pipeline, on their own: six). Inside, queries run in the
-    pipeline: no nested ``pipeline()`` or ``transaction()``. An exception rolls back."""
-    conn.autocommit = True  # BEGIN and COMMIT are ours, queued with the queries
-    try:
-        with conn.pipeline():
-            conn.execute(begin)
-            yield
-            conn.execute("COMMIT")
-    finally:
-        if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
-            try:
-                conn.execute("ROLLBACK")
-            except psycopg.Error:  # a broken connection: the pool discards it
-                pass
-        if not conn.closed:
-            conn.autocommit = False
 
 
 def _seconds(timeout: float) -> int:

@@ -26,7 +26,6 @@ from tht import audit
 from tht.db.connector import (
     PostgresConnector,
     StoreErrors,
-    batched_transaction,
     commit_outcome_unknown,
     connection_lost,
     translate,
@@ -286,9 +285,9 @@ class PostgresArchive:
                 # the snapshot would be taken before the lock is granted: it could miss
                 # the very mutation the lock waited for
                 raise ValueError("a snapshot takes no workspace lock")
-            # BEGIN and the context travel with the transaction's first query, and
-            # COMMIT with its last Sync (recall pays each round trip)
-            with self._connector.connection() as conn, batched_transaction(conn):
+            # Pipeline mode: BEGIN and the context travel with the transaction's first
+            # query instead of costing two round trips of their own (recall pays each).
+            with self._connector.connection() as conn, conn.pipeline(), conn.transaction():
                 if snapshot:  # transaction-scoped: nothing is left on the pooled connection
                     conn.execute(_q("snapshot"))
                 conn.execute(
@@ -471,9 +470,10 @@ class ArchiveTransaction:
             return {}
         params = self._params(ids=list(card_uuids))
         queries = ("cards_rows", "dependencies_of", "links_of")[: 3 if links else 2]
-        cursors = [self.conn.cursor(row_factory=dict_row) for _ in queries]
-        for cur, name in zip(cursors, queries, strict=True):
-            cur.execute(_q(name), params)  # queued: the first fetch sends them together
+        with self.conn.pipeline():
+            cursors = [self.conn.cursor(row_factory=dict_row) for _ in queries]
+            for cur, name in zip(cursors, queries, strict=True):
+                cur.execute(_q(name), params)
         rows, dep_rows, *link_rows = (cur.fetchall() for cur in cursors)
         return self._cards_from_rows(
             rows, dep_rows=dep_rows, link_rows=link_rows[0] if link_rows else []
@@ -684,12 +684,13 @@ class ArchiveTransaction:
         recorded without terms (before migration 006) cost a second round trip, for the
         fields their indexed text is built from."""
         params = self._params(ids=list(card_uuids))
-        facts, links = (
-            self.conn.cursor(row_factory=dict_row),
-            self.conn.cursor(row_factory=dict_row),
-        )
-        facts.execute(_q("recall_facts"), params)  # queued: the first fetch sends both
-        links.execute(_q("links_with_facts"), params)
+        with self.conn.pipeline():
+            facts, links = (
+                self.conn.cursor(row_factory=dict_row),
+                self.conn.cursor(row_factory=dict_row),
+            )
+            facts.execute(_q("recall_facts"), params)
+            links.execute(_q("links_with_facts"), params)
         fact_rows = facts.fetchall()
         by_source, target_facts = self._links_and_target_facts(links.fetchall())
         without_terms = [
