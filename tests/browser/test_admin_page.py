@@ -85,7 +85,9 @@ def test_memory_management_page(server: Server, chromium, index_blocker, screens
         expect(page.get_by_test_id("current-user")).to_contain_text(USER)
         # Administration: Catalog, immediately followed by Memory management
         nav = page.get_by_role("navigation", name="Main").get_by_role("link")
-        expect(nav).to_have_text(["Catalog", "Memory management", "Memory review", "Accounts"])
+        expect(nav).to_have_text(
+            ["Catalog", "Memory management", "Memory review", "Recall quality", "Accounts"]
+        )
         expect(page.locator("#nav-memory")).to_have_attribute("aria-current", "page")
         # explicit choice, and only the workspaces the user administers
         options = page.locator("#workspace-select option")
