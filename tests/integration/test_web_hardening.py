@@ -21,12 +21,12 @@ from tests.integration.web_support import ORIGIN, serving
 from tht import accounts
 from tht.bootstrap import build_services
 from tht.cli.main import main
-from tht.errors import ConfigurationError, TooManyRequests, Unauthenticated
+from tht.errors import PortInUse, TooManyRequests, Unauthenticated
 from tht.memory.model import MAX_DOCUMENT_BYTES
 from tht.web.app import WebSettings, create_app
 from tht.web.guard import public_origins, served_origins
 from tht.web.limits import ServerLimits, trusted_proxies
-from tht.web.server import _check_port_free
+from tht.web.server import listen
 
 MIB = 1 << 20
 
@@ -477,16 +477,16 @@ async def hello(scope, receive, send):
     await send({"type": "http.response.body", "body": b"ok"})
 
 
-def test_port_probe_accepts_a_port_in_time_wait_and_refuses_a_live_listener():
+def test_port_probe_accepts_a_port_in_time_wait_and_refuses_a_live_listener(tmp_path):
     with serving(hello, ServerLimits()) as (host, port):
-        with pytest.raises(ConfigurationError):
-            _check_port_free(host, port)  # the server still listens
+        with pytest.raises(PortInUse):
+            listen(host, port, tmp_path).close()  # the server still listens
         client = RawClient(host, port)
         client.send(head("GET", "/", host, port, "Connection: close"))
         assert client.closed.wait(timeout=10)  # the server closed first: its end is in TIME-WAIT
         client.close()
     assert client.status() == 200
-    _check_port_free(host, port)  # a restart right after is not blocked for a minute
+    listen(host, port, tmp_path).close()  # a restart right after is not blocked for a minute
 
 
 # --- security headers and the Origin check ----------------------------------------------

@@ -67,3 +67,7 @@ def test_an_exact_error_match_is_marked_and_the_answer_keeps_its_other_keys():
     )
     assert answer["results"][0]["exact_error_match"] is True
     assert answer["error_signature"] == "x" and "exact" not in answer and "explain" not in answer
+
+
+def test_an_answer_that_found_nothing_keeps_its_empty_results():
+    assert compact_answer({"results": [], "explain": None}, "fin", "public") == {"results": []}

@@ -84,7 +84,8 @@ def _dependency(dependency: dict[str, Any], database: str | None, schema: str | 
 
 
 def _without_empty_fields(document: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in without_empty(document).items()}
+    # `results` stays when empty: an answer that found nothing says so, not `{}`
+    return {"results": [], **without_empty(document)}
 
 
 def without_empty(value: Any) -> Any:
