@@ -65,7 +65,8 @@ def compact_card(card: dict[str, Any], database: str | None, schema: str | None)
     compact["revision"] = card["revision"]
     if card.get("imported"):
         compact["imported"] = True
-    return _without_empty_fields(compact)
+    result: dict[str, Any] = without_empty(compact)
+    return result
 
 
 def _says(text: str | None, title: str) -> bool:

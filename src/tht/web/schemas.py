@@ -311,8 +311,19 @@ class Explain(BaseModel):
     details: dict[str, Any]
 
 
+class CompactHit(BaseModel):
+    """A hit of the compact view (`view: compact`): the card's id, family, revision and
+    the fields that say something (no nulls, no title repeating the content), its
+    `similarity` or how a link found it; the order of `results` is the ranking."""
+
+    model_config = ConfigDict(extra="allow")
+    id: str
+    family: str
+    revision: int
+
+
 class RecallOut(BaseModel):
-    results: list[RecallHit]
+    results: list[RecallHit | CompactHit]
 
 
 class SearchOut(RecallOut):
