@@ -63,7 +63,7 @@ from tht.memory.index.port import DENSE, PROJECTION_FIELDS, SPARSE, BranchHit, f
 from tht.memory.migrations import migrate
 from tht.memory.model import parse_card_input, uuid_to_card_id
 from tht.memory.projector import IndexProjector
-from tht.memory.recall import RecallTuning, seed_count
+from tht.memory.recall import DEFINITION_MARKERS, RecallTuning, seed_count
 from tht.memory.recall_filters import REUSABLE_FAMILIES, RecallFilters
 from tht.memory.recall_service import FAMILIES_OF, RecallKind, RecallQuery, RecallService
 from tht.memory.service import MemoryService, WorkspaceService
@@ -76,6 +76,17 @@ BASELINES = ("dense", "bm25", "rrf")
 # the product's recall ("ours", its default tuning) and its ablations, each one
 # signal of ours removed (-) or one alternative setting (+), the tried-and-rejected
 # ones included (docs/quality.md); "spec" is the spec's fusion and link scoring alone
+# further definition markers found in the dev half's evidence ("Tiago Pasqualini is the
+# DisplayName", "total enrollment can be represented by ..."): tried as
+# ``ours+titlemarkers``
+MORE_TITLE_MARKERS = (
+    r"\b(?:is|are)\s+(?:both\s+)?(?:the|a|an)\b",
+    r"\brefers?\b",
+    r"\bcan\s+be\s+(?:computed|calculated|acquired|represented)\s+by\b",
+    r"\bis\s+represented\s+by\b",
+    r"\brepresents?\b",
+    r"\bindicates?\b",
+)
 VARIANTS: dict[str, RecallTuning] = {
     "ours": RecallTuning(),
     "ours-coverage": RecallTuning(coverage=False),
@@ -91,6 +102,8 @@ VARIANTS: dict[str, RecallTuning] = {
     "ours+seeds100": RecallTuning(seeds_at_least=100),
     "ours-titles": RecallTuning(titles=False),
     "ours+titlesw1": RecallTuning(title_weight=1.0),
+    "ours-titlename": RecallTuning(title_markers=()),
+    "ours+titlemarkers": RecallTuning(title_markers=(*DEFINITION_MARKERS, *MORE_TITLE_MARKERS)),
     "spec": RecallTuning.spec_only(),
 }
 # every method is also measured as the agent asks (the ``by command`` parts): F2's

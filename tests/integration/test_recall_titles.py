@@ -61,3 +61,15 @@ def test_the_title_recall_matches_is_the_current_one(recalls):
     content = dict(CARDS)["Refund window"]
     memory.update_card("acme", ids["Refund window"], card(title="Return period", content=content))
     assert recall(RecallTuning())[-1] == "Return period"
+
+
+def test_a_title_that_defines_what_it_names_is_named_by_its_head(recalls):
+    # the head of the card's own text as its title: the question names "refund
+    # window", never the definition that follows the marker
+    memory, ids, recall = recalls
+    content = dict(CARDS)["Refund window"]
+    long_title = "Refund window refers to thirty days from delivery; later requests"
+    memory.update_card("acme", ids["Refund window"], card(title=long_title, content=content))
+    assert recall(RecallTuning(title_markers=()))[-1] == long_title
+    lifted = recall(RecallTuning())
+    assert lifted[1] == long_title

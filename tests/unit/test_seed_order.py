@@ -22,6 +22,7 @@ from tht.memory.recall import (
     lift_named_titles,
     named_title_weights,
     order_seeds,
+    title_name,
 )
 
 
@@ -187,6 +188,40 @@ def test_a_title_is_named_only_when_the_question_holds_all_its_terms():
     # title term is held by no candidate: the IDF of an unseen term
     assert named == pytest.approx({"a": idf(4, 2) + idf(4, 1), "d": idf(4, 0)})
     assert named_title_weights([1, 2], [a, b], {}) == {}  # a card without a known title
+
+
+@pytest.mark.parametrize(
+    ("title", "name"),
+    [
+        ("race no. refers to raceId", "race no."),
+        ("Race number refer to raceId", "Race number"),
+        ("full name = forename, surname", "full name"),
+        (
+            "Elementary School District refers to DOC = 52; Monthly average number of",
+            "Elementary School District",
+        ),
+        ("legal age means age >= 18", "legal age"),
+        ("ZIP stands for zip code", "ZIP"),
+        ("Bond TYPE MEANS the kind of bond", "Bond TYPE"),
+        # no marker, or nothing before it: the whole title
+        ("Refund window", "Refund window"),
+        ("= 52 for elementary school districts", "= 52 for elementary school districts"),
+        # a marker is a whole word: "meaningful" and "referst" are none
+        ("meaningful names", "meaningful names"),
+        ("Cards referst to nothing", "Cards referst to nothing"),
+    ],
+)
+def test_a_title_names_what_comes_before_its_definition(title, name):
+    assert title_name(title) == name
+
+
+def test_title_name_takes_the_first_of_the_given_markers_and_none_keeps_the_title():
+    title = "Tiago Pasqualini is the DisplayName, which means a user"
+    assert title_name(title) == "Tiago Pasqualini is the DisplayName, which"
+    assert title_name(title, (r"\bis the\b", r"\bmeans\b")) == "Tiago Pasqualini"
+    assert title_name(title, ()) == title
+    assert RecallTuning().title_markers  # on by default
+    assert not RecallTuning.spec_only().titles
 
 
 def test_named_titles_follow_the_first_seed_which_stays_first():

@@ -49,7 +49,10 @@ the card explains, through the workspace's analyzer) is in the question gets a f
 RRF term after the first seed, which stays first (``lift_named_titles``). Knowledge is
 written again in other words for every question that needs it; when a question names
 what several near-identical cards explain, the title says which ones it needs, and the
-fused first answer, where both branches agree, is still the best single one.
+fused first answer, where both branches agree, is still the best single one. A title
+that goes on to define what it names ("race no. refers to raceId", the head of a
+card's own text used as its title) names only what comes before its first definition
+marker (``title_name``): no question says the whole definition.
 
 Choices where the rules leave room:
 
@@ -76,9 +79,11 @@ Choices where the rules leave room:
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import chain
 from typing import Literal
 
@@ -91,6 +96,15 @@ MAX_TOP = 100
 MAX_LINKS_PER_CARD = 20
 MAX_CARD_LOOKUPS = 200
 MAX_INSPECTED_LINKS = 400
+
+# where a title stops naming and starts defining (``title_name``): regular
+# expressions, matched case-insensitively
+DEFINITION_MARKERS: tuple[str, ...] = (
+    "=",
+    r"\brefers?\s+to\b",
+    r"\bmeans?\b",
+    r"\bstands?\s+for\b",
+)
 
 LinksOf = Callable[[list[str]], Mapping[str, Sequence[tuple[str, str]]]]
 """Outgoing links ``(target_id, meaning)`` of each requested card; a missing card has none."""
@@ -170,10 +184,29 @@ class RecallTuning:
     # (``lift_named_titles``), their title rank fused with this weight
     titles: bool = True
     title_weight: float = 0.25
+    # a title names what comes before the first of these markers (``title_name``;
+    # empty: the whole title)
+    title_markers: tuple[str, ...] = DEFINITION_MARKERS
 
     @classmethod
     def spec_only(cls) -> RecallTuning:
         return cls(coverage=False, language_aware=False, feedback_across_languages=0, titles=False)
+
+
+def title_name(title: str, markers: Sequence[str] = DEFINITION_MARKERS) -> str:
+    """What a title names: the text before its first definition marker ("Race no."
+    for "race no. refers to raceId"), the whole title when it has none or nothing
+    comes before the marker. A title that goes on to define its name is longer than
+    any question that names it, so the whole of it is never named."""
+    if not markers:
+        return title
+    head = _marker_pattern(tuple(markers)).split(title, maxsplit=1)[0].strip(" ,:;")
+    return head or title
+
+
+@lru_cache(maxsize=8)
+def _marker_pattern(markers: tuple[str, ...]) -> re.Pattern[str]:
+    return re.compile(r"\s*(?:" + "|".join(markers) + r")\s*", re.IGNORECASE)
 
 
 @dataclass(frozen=True)

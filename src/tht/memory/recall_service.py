@@ -32,6 +32,7 @@ from tht.memory.recall import (
     order_seeds,
     rank_recall,
     seed_count,
+    title_name,
 )
 from tht.memory.recall_explain import Explanation, exclusion, ranked
 from tht.memory.recall_filters import (
@@ -396,12 +397,14 @@ class RecallService:
                         terms,
                     )
                 )
-            # the titles' terms, through the workspace's analyzer as the question's:
-            # some 30 short titles, tens of microseconds
+            # the terms of what the titles name, through the workspace's analyzer as
+            # the question's: some 30 short titles, tens of microseconds
             titles = (
                 {
                     uuid_to_card_id(hit.id): frozenset(
-                        encoder.encode_document(read.titles[hit.id]).indices
+                        encoder.encode_document(
+                            title_name(read.titles[hit.id], self.tuning.title_markers)
+                        ).indices
                     )
                     for hit in seeds
                 }
