@@ -98,12 +98,21 @@ MAX_CARD_LOOKUPS = 200
 MAX_INSPECTED_LINKS = 400
 
 # where a title stops naming and starts defining (``title_name``): regular
-# expressions, matched case-insensitively
+# expressions, matched case-insensitively. The first four are the usual ones; the
+# others are how the dev half's knowledge also defines ("Tiago Pasqualini is the
+# DisplayName", "total enrollment can be represented by ...", "most common bond type
+# refers MAX(...)"), chosen there (docs/quality.md)
 DEFINITION_MARKERS: tuple[str, ...] = (
     "=",
     r"\brefers?\s+to\b",
     r"\bmeans?\b",
     r"\bstands?\s+for\b",
+    r"\b(?:is|are)\s+(?:both\s+)?(?:the|a|an)\b",
+    r"\brefers?\b",
+    r"\bcan\s+be\s+(?:computed|calculated|acquired|represented)\s+by\b",
+    r"\bis\s+represented\s+by\b",
+    r"\brepresents?\b",
+    r"\bindicates?\b",
 )
 
 LinksOf = Callable[[list[str]], Mapping[str, Sequence[tuple[str, str]]]]
