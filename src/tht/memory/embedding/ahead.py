@@ -40,7 +40,7 @@ class _Ahead:
                 return
             try:
                 self.embedder.embed_query(question)
-            except Exception:  # noqa: BLE001 - the recall that needs it raises its own
+            except Exception:  # the recall that needs the vector raises its own error
                 continue
 
     def done(self) -> None:
