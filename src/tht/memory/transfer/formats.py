@@ -693,33 +693,46 @@ def read_records(
         for record in _vanna_records(stream):
             yield _one(record, lambda r: vanna_card(r, _scope(scope, r.line), sql_check=sql_check))
     elif fmt == "wrenai":
-        for record in _json_or_lines(stream):
-            if record.error is not None and record.details.get("not_an_object"):
-                if record.label is not None and wrenai_kind(record) is None:
-                    yield Skipped(record.line, "section", record.label)  # e.g. a list of names
-                    continue
-            yield _one(record, lambda r: wrenai_card(r, _scope(scope, r.line), sql_check=sql_check))
+        yield from _wrenai_records(stream, scope, sql_check)
     elif fmt == "bird":
-        seen: set[str] = set()
-        for record in _json_or_lines(stream):
-            if record.error is not None:
-                yield RecordError(record.line, record.error, record.details)
-                continue
-            try:
-                cards = bird_cards(record, sql_check=sql_check)
-            except RecordError as exc:
-                yield exc
-                continue
-            digest = record_digest(record.document)
-            for card in cards:
-                if card.key.startswith("bird:evidence:"):
-                    if card.key in seen:
-                        continue
-                    seen.add(card.key)
-                card.digest = digest
-                yield card
+        yield from _bird_records(stream, sql_check)
     else:  # detect_format refused it already
         raise InvalidInput(f"unknown format '{fmt}'")
+
+
+def _wrenai_records(
+    stream: IO[bytes], scope: str | None, sql_check: SqlCheck | None
+) -> Iterator[ImportCard | RecordError | Skipped]:
+    for record in _json_or_lines(stream):
+        if record.error is not None and record.details.get("not_an_object"):
+            if record.label is not None and wrenai_kind(record) is None:
+                yield Skipped(record.line, "section", record.label)  # e.g. a list of names
+                continue
+        yield _one(record, lambda r: wrenai_card(r, _scope(scope, r.line), sql_check=sql_check))
+
+
+def _bird_records(
+    stream: IO[bytes], sql_check: SqlCheck | None
+) -> Iterator[ImportCard | RecordError | Skipped]:
+    """A BIRD evidence card shared by several questions comes once."""
+    seen: set[str] = set()
+    for record in _json_or_lines(stream):
+        if record.error is not None:
+            yield RecordError(record.line, record.error, record.details)
+            continue
+        try:
+            cards = bird_cards(record, sql_check=sql_check)
+        except RecordError as exc:
+            yield exc
+            continue
+        digest = record_digest(record.document)
+        for card in cards:
+            if card.key.startswith("bird:evidence:"):
+                if card.key in seen:
+                    continue
+                seen.add(card.key)
+            card.digest = digest
+            yield card
 
 
 def _scope(scope: str | None, line: int) -> str:

@@ -57,7 +57,7 @@ from tht.memory.model import (
     uuid_to_card_id,
 )
 from tht.memory.projector import ImportCompactions, IndexProjector, Prepared
-from tht.memory.stages import hand_over, start_stage, take_over
+from tht.memory.stages import Stage, hand_over, start_stage, take_over
 from tht.memory.transfer.embedding_ahead import EmbeddingAhead
 from tht.memory.transfer.formats import (
     CSV_COLUMNS,
@@ -627,168 +627,20 @@ class CardTransfer:
         through ``sync``. A Ctrl-C (here) stops the writer after its current batch;
         every batch it committed keeps its cards, pending for the index if not
         indexed yet."""
-        counts: dict[str, Any] = {"create": 0, "update": 0, "skip": 0, "unchanged": 0}
-        index: dict[str, Any] = {"indexed": 0, "pending": 0}
-        total = len(check.planned)
-        written = [0]  # records in committed batches (the writer's count)
-        committed: queue.Queue[_Committed | None] = queue.Queue(maxsize=INDEX_QUEUE)
-        failures: list[BaseException] = []
-        writing = threading.Lock()  # held by the writer for each batch
-        unembedded: list[uuid.UUID] = []  # committed cards to project through sync
-        statistics = _Statistics(self.archive, workspace)
-        compactions = (
-            ImportCompactions(
-                self.projector, workspace, sum(_embeds(check, k) for k in check.planned)
-            )
-            if self.projector
-            else None
-        )
-
-        def write_archive() -> None:
-            pending_links: dict[uuid.UUID, list[tuple[uuid.UUID, str]]] = {}
-            batch: list[ImportCard] = []
-
-            def flush() -> bool:
-                if ahead is not None and not ahead.feed(
-                    [i for i in batch if i.line > ahead.fed_through and _embeds(check, i)],
-                    wait=True,
-                ):
-                    return False
-                with writing:
-                    if stop.is_set():
-                        return False
-                    actions, to_project = self._write_batch(
-                        workspace, batch, options, resolver, pending_links, import_id
-                    )
-                    for action in actions:
-                        counts[action] += 1
-                    written[0] += len(batch)
-                statistics.wrote(sum(1 for a in actions if a in ("create", "update")))
-                last_line = batch[-1].line
-                batch.clear()
-                pause_point("import.after_batch")
-                return hand_over(committed, _Committed(last_line, to_project), stop)
-
-            try:
-                check.sql.parsing = False  # the check pass's verdicts, not parsed again
-                for item in self._records(open_source, options, check.sql):
-                    if not isinstance(item, ImportCard):
-                        continue
-                    planned = check.planned.get(item.key)
-                    if planned is None or planned.line != item.line:
-                        continue  # invalid, or a later duplicate (--continue)
-                    batch.append(item)
-                    if len(batch) >= BATCH and not flush():
-                        return
-                if batch:
-                    flush()
-            except BaseException as exc:
-                failures.append(exc)
-            finally:
-                hand_over(committed, None, stop)
-                if ahead is not None:
-                    ahead.end()
-
-        def write_index() -> None:
-            """What each committed batch created or updated, with its vectors; up to a
-            projector chunk at a time while the writer is ahead."""
-            prepared: dict[uuid.UUID, Prepared] = {}
-            last_line = 0
-
-            def flush() -> None:
-                if prepared:
-                    assert self.projector is not None
-                    try:
-                        indexed, left = self.projector.write_embedded(
-                            workspace, ahead.language if ahead else "", dict(prepared)
-                        )
-                    except ThothError:  # an index unavailable: sync records it
-                        indexed, left = 0, list(prepared)
-                    index["indexed"] += indexed
-                    unembedded.extend(left)
-                    prepared.clear()
-                    if compactions is not None:
-                        compactions.indexed(indexed)
-                if ahead is not None:
-                    ahead.release_through(last_line)
-
-            try:
-                while (done := take_over(committed, stop)) is not None:
-                    last_line = done.last_line
-                    keys = [key for _, key in done.to_project if _embeds(check, key)]
-                    vectors = ahead.vectors(keys) if ahead is not None else {}
-                    for card_uuid, key in done.to_project:
-                        if key in vectors:
-                            prepared[card_uuid] = vectors[key]
-                        else:
-                            unembedded.append(card_uuid)
-                    if len(prepared) >= projector_module.CHUNK or committed.empty():
-                        flush()
-                flush()
-            except BaseException as exc:
-                failures.append(exc)
-                stop.set()
-
+        run = _WritePass(self, workspace, options, check, resolver, stop, ahead, import_id)
         threads = [
-            start_stage(write_archive, "import-archive"),
-            start_stage(write_index, "import-index"),
+            start_stage(lambda: run.write_archive(open_source), "import-archive"),
+            start_stage(run.write_index, "import-index"),
         ]
-        reported = (0, 0)
         try:
-            while any(thread.running() for thread in threads):
-                threads[1].wait(0.25)  # Ctrl-C reaches the main thread (see the flag below)
-                if ahead is not None and ahead.interrupted.is_set():
-                    raise KeyboardInterrupt  # reached the main thread, which embeds
-                now = (written[0], index["indexed"])
-                if progress and now != reported:
-                    if now[0] != reported[0]:
-                        progress("imported", now[0], total)
-                    if now[1] != reported[1]:
-                        progress("indexed", now[1], None)
-                    reported = now
-            # also when the writer failed: what it committed is indexed
-            if unembedded:
-                indexed, pending = self._project(workspace, unembedded)
-                index["indexed"] += indexed
-                index["pending"] += pending
-            done = index["indexed"] + index["pending"]
-            if progress and done:  # the last count, never left out by the meter's pace
-                progress("indexed", done, done)
-            if compactions is not None and (index["indexed"] or compactions.owed):
-                # what it wrote is searched by brute force until the engine indexes it
-                starting = (
-                    (lambda points: progress("compacting", points, None)) if progress else None
-                )
-                interrupted = ahead.interrupted if ahead is not None else None
-                if (compacted := compactions.finish(starting, interrupted)) is not None:
-                    index["compaction_failed" if "failed" in compacted else "compacted"] = compacted
-            failures += ahead.failures if ahead is not None else []
-            if ahead is not None and ahead.interrupted.is_set():
-                raise KeyboardInterrupt
-            if failures:  # a Ctrl-C that reached the writer is an interruption too
-                raise failures[0]
+            run.wait(threads, progress)
+            run.finish(progress)
         except KeyboardInterrupt:
-            stop.set()
-            with writing:  # the batch being written is committed (or rolled back) first
-                pass
-            raise Interrupted(
-                f"interrupted after {written[0]} of {total} records: every batch written so"
-                " far is committed (one in progress when interrupted is finished). Rerun the same"
-                " command to finish: it is idempotent (written records are skipped as unchanged,"
-                " their index entries completed)",
-                details={
-                    "written": written[0],
-                    "total": total,
-                    "resume": "rerun the same command",
-                    **{k: v for k, v in counts.items()},
-                },
-            ) from None
+            run.stop_writing()
+            raise run.interrupted() from None
         finally:
-            stop.set()  # the writer stops before its next batch
-            with writing:  # and nothing is written after this returns
-                pass
-        counts["index"] = index
-        return counts
+            run.stop_writing()  # nothing is written after this returns
+        return {**run.counts, "index": run.index}
 
     def _write_batch(
         self,
@@ -803,7 +655,6 @@ class CardTransfer:
         operations. Returns each record's action and the cards to index (card, key):
         those created or updated, and those an interrupted run wrote, not indexed."""
         actions: list[str] = []
-        to_project: list[tuple[uuid.UUID, str]] = []
         with self.archive.transaction(workspace, lock=True) as tx:
             workspace_row = tx.workspace()
             if workspace_row is None:
@@ -811,10 +662,7 @@ class CardTransfer:
             resolver.learn(tx, {i.key for i in batch} | {t for i in batch for t, _ in i.links})
             uuids = [resolver.card_uuid(i.key) for i in batch]
             existing = tx.cards(uuids)
-            operations = tx.operations_for(uuids)
             targets_of = [{ref: resolver.card_uuid(ref) for ref, _ in i.links} for i in batch]
-            all_targets = {t for targets in targets_of for t in targets.values()}
-            present = tx.existing_cards(list(all_targets)) | set(uuids)
             # the batch's cards first, then their links: a link may name a later card of it
             created: list[tuple[uuid.UUID, ImportCard]] = []
             revisions: dict[uuid.UUID, int] = {}
@@ -830,32 +678,12 @@ class CardTransfer:
                     revisions[card_uuid] = tx.update_card(card_uuid, item.data)
             if created:
                 tx.transfer.insert_cards(workspace_row.language, created, import_id())
-            new_ids = {card_uuid for card_uuid, _ in created}
-            if replaced := [card_uuid for card_uuid in revisions if card_uuid not in new_ids]:
-                tx.transfer.mark_replaced(import_id(), replaced)
             new = {card_uuid for card_uuid, _ in created}
-            links: list[tuple[uuid.UUID, uuid.UUID, str]] = []
-            for item, card_uuid, targets in zip(batch, uuids, targets_of, strict=True):
-                outgoing = [(targets[ref], meaning) for ref, meaning in item.links]
-                for target, meaning in outgoing:
-                    if target not in present:  # written with the batch that creates it
-                        pending_links.setdefault(target, []).append((card_uuid, meaning))
-                now = sorted((t, m) for t, m in outgoing if t in present)
-                if card_uuid in new:
-                    links += [(card_uuid, target, meaning) for target, meaning in now]
-                elif card_uuid in revisions:  # updated: as `memory update` replaces them
-                    tx.replace_dependencies(card_uuid, item.data.dependencies)
-                    tx.replace_outgoing_links(card_uuid, now)
-                if card_uuid in revisions or card_uuid in operations:
-                    # operations of cards an interrupted run wrote but did not index
-                    to_project.append((card_uuid, item.key))
-            links += [
-                (source, target, meaning)
-                for target in uuids
-                for source, meaning in pending_links.pop(target, [])
-            ]
-            if links:
-                tx.transfer.add_links(links)
+            if replaced := [card_uuid for card_uuid in revisions if card_uuid not in new]:
+                tx.transfer.mark_replaced(import_id(), replaced)
+            to_project = _write_links(
+                tx, _BatchCards(batch, uuids, targets_of, new, revisions), pending_links
+            )
             if revisions:
                 tx.transfer.enqueue_upserts(revisions)
         return actions, to_project
@@ -1032,6 +860,256 @@ class CardTransfer:
             "cards": done,
             "seconds": round(seconds, 3),
         }
+
+
+@dataclass(frozen=True)
+class _BatchCards:
+    """An import batch as its transaction wrote it: each record's card and link
+    targets, the cards it created, and the revisions of those it created or updated."""
+
+    records: list[ImportCard]
+    uuids: list[uuid.UUID]
+    targets_of: list[dict[str, uuid.UUID]]
+    created: set[uuid.UUID]
+    revisions: dict[uuid.UUID, int]
+
+
+def _write_links(
+    tx: ArchiveTx,
+    batch: _BatchCards,
+    pending_links: dict[uuid.UUID, list[tuple[uuid.UUID, str]]],
+) -> list[tuple[uuid.UUID, str]]:
+    """The batch's links (a link to a card of a later batch waits in ``pending_links``
+    for it); the dependencies and links of the cards it updated, replaced as `memory
+    update` replaces them. Returns the cards to index (card, key): those created or
+    updated, and those an interrupted run wrote, not indexed."""
+    to_project: list[tuple[uuid.UUID, str]] = []
+    operations = tx.operations_for(batch.uuids)
+    all_targets = {t for targets in batch.targets_of for t in targets.values()}
+    present = tx.existing_cards(list(all_targets)) | set(batch.uuids)
+    links: list[tuple[uuid.UUID, uuid.UUID, str]] = []
+    for item, card_uuid, targets in zip(batch.records, batch.uuids, batch.targets_of, strict=True):
+        outgoing = [(targets[ref], meaning) for ref, meaning in item.links]
+        for target, meaning in outgoing:
+            if target not in present:  # written with the batch that creates it
+                pending_links.setdefault(target, []).append((card_uuid, meaning))
+        now = sorted((t, m) for t, m in outgoing if t in present)
+        if card_uuid in batch.created:
+            links += [(card_uuid, target, meaning) for target, meaning in now]
+        elif card_uuid in batch.revisions:  # updated: as `memory update` replaces them
+            tx.replace_dependencies(card_uuid, item.data.dependencies)
+            tx.replace_outgoing_links(card_uuid, now)
+        if card_uuid in batch.revisions or card_uuid in operations:
+            # operations of cards an interrupted run wrote but did not index
+            to_project.append((card_uuid, item.key))
+    links += [
+        (source, target, meaning)
+        for target in batch.uuids
+        for source, meaning in pending_links.pop(target, [])
+    ]
+    if links:
+        tx.transfer.add_links(links)
+    return to_project
+
+
+class _WritePass:
+    """The write pass of one import (`CardTransfer._write`): the archive writer's and
+    the index writer's stages, and what they share with the thread that waits."""
+
+    def __init__(
+        self,
+        transfer: CardTransfer,
+        workspace: str,
+        options: ImportOptions,
+        check: _Check,
+        resolver: _Resolver,
+        stop: threading.Event,
+        ahead: EmbeddingAhead | None,
+        import_id: Callable[[], uuid.UUID],
+    ) -> None:
+        self.transfer = transfer
+        self.workspace = workspace
+        self.options = options
+        self.check = check
+        self.resolver = resolver
+        self.stop = stop
+        self.ahead = ahead
+        self.import_id = import_id
+        self.counts: dict[str, Any] = {"create": 0, "update": 0, "skip": 0, "unchanged": 0}
+        self.index: dict[str, Any] = {"indexed": 0, "pending": 0}
+        self.total = len(check.planned)
+        self.written = 0  # records in committed batches (the writer's count)
+        self.committed: queue.Queue[_Committed | None] = queue.Queue(maxsize=INDEX_QUEUE)
+        self.failures: list[BaseException] = []
+        self.writing = threading.Lock()  # held by the writer for each batch
+        self.unembedded: list[uuid.UUID] = []  # committed cards to project through sync
+        self.statistics = _Statistics(transfer.archive, workspace)
+        self.compactions = (
+            ImportCompactions(
+                transfer.projector, workspace, sum(_embeds(check, k) for k in check.planned)
+            )
+            if transfer.projector
+            else None
+        )
+
+    # --- the archive writer's stage ------------------------------------------------------
+
+    def write_archive(self, open_source: Opener) -> None:
+        check, ahead = self.check, self.ahead
+        pending_links: dict[uuid.UUID, list[tuple[uuid.UUID, str]]] = {}
+        batch: list[ImportCard] = []
+        try:
+            check.sql.parsing = False  # the check pass's verdicts, not parsed again
+            for item in self.transfer._records(open_source, self.options, check.sql):
+                if not isinstance(item, ImportCard):
+                    continue
+                planned = check.planned.get(item.key)
+                if planned is None or planned.line != item.line:
+                    continue  # invalid, or a later duplicate (--continue)
+                batch.append(item)
+                if len(batch) >= BATCH and not self._commit(batch, pending_links):
+                    return
+            if batch:
+                self._commit(batch, pending_links)
+        except BaseException as exc:
+            self.failures.append(exc)
+        finally:
+            hand_over(self.committed, None, self.stop)
+            if ahead is not None:
+                ahead.end()
+
+    def _commit(
+        self, batch: list[ImportCard], pending_links: dict[uuid.UUID, list[tuple[uuid.UUID, str]]]
+    ) -> bool:
+        """Writes the batch and hands it to the index writer; False: stop writing."""
+        check, ahead = self.check, self.ahead
+        if ahead is not None and not ahead.feed(
+            [i for i in batch if i.line > ahead.fed_through and _embeds(check, i)],
+            wait=True,
+        ):
+            return False
+        with self.writing:
+            if self.stop.is_set():
+                return False
+            actions, to_project = self.transfer._write_batch(
+                self.workspace, batch, self.options, self.resolver, pending_links, self.import_id
+            )
+            for action in actions:
+                self.counts[action] += 1
+            self.written += len(batch)
+        self.statistics.wrote(sum(1 for a in actions if a in ("create", "update")))
+        last_line = batch[-1].line
+        batch.clear()
+        pause_point("import.after_batch")
+        return hand_over(self.committed, _Committed(last_line, to_project), self.stop)
+
+    # --- the index writer's stage --------------------------------------------------------
+
+    def write_index(self) -> None:
+        """What each committed batch created or updated, with its vectors; up to a
+        projector chunk at a time while the writer is ahead."""
+        prepared: dict[uuid.UUID, Prepared] = {}
+        last_line = 0
+        try:
+            while (done := take_over(self.committed, self.stop)) is not None:
+                last_line = done.last_line
+                self._prepare(done, prepared)
+                if len(prepared) >= projector_module.CHUNK or self.committed.empty():
+                    self._index(prepared, last_line)
+            self._index(prepared, last_line)
+        except BaseException as exc:
+            self.failures.append(exc)
+            self.stop.set()
+
+    def _prepare(self, done: _Committed, prepared: dict[uuid.UUID, Prepared]) -> None:
+        """The committed batch's cards with vectors go to ``prepared``, the others to
+        ``unembedded``."""
+        ahead = self.ahead
+        keys = [key for _, key in done.to_project if _embeds(self.check, key)]
+        vectors = ahead.vectors(keys) if ahead is not None else {}
+        for card_uuid, key in done.to_project:
+            if key in vectors:
+                prepared[card_uuid] = vectors[key]
+            else:
+                self.unembedded.append(card_uuid)
+
+    def _index(self, prepared: dict[uuid.UUID, Prepared], last_line: int) -> None:
+        ahead = self.ahead
+        if prepared:
+            projector = self.transfer.projector
+            assert projector is not None
+            try:
+                indexed, left = projector.write_embedded(
+                    self.workspace, ahead.language if ahead else "", dict(prepared)
+                )
+            except ThothError:  # an index unavailable: sync records it
+                indexed, left = 0, list(prepared)
+            self.index["indexed"] += indexed
+            self.unembedded.extend(left)
+            prepared.clear()
+            if self.compactions is not None:
+                self.compactions.indexed(indexed)
+        if ahead is not None:
+            ahead.release_through(last_line)
+
+    # --- the waiting thread --------------------------------------------------------------
+
+    def wait(self, threads: list[Stage], progress: Progress | None) -> None:
+        """Until both stages end, reporting progress."""
+        reported = (0, 0)
+        while any(thread.running() for thread in threads):
+            threads[1].wait(0.25)  # Ctrl-C reaches the main thread (see the flag below)
+            if self.ahead is not None and self.ahead.interrupted.is_set():
+                raise KeyboardInterrupt  # reached the main thread, which embeds
+            now = (self.written, self.index["indexed"])
+            if progress and now != reported:
+                if now[0] != reported[0]:
+                    progress("imported", now[0], self.total)
+                if now[1] != reported[1]:
+                    progress("indexed", now[1], None)
+                reported = now
+
+    def finish(self, progress: Progress | None) -> None:
+        """Projects what had no vectors, compacts the index, raises the first failure."""
+        index, ahead, compactions = self.index, self.ahead, self.compactions
+        # also when the writer failed: what it committed is indexed
+        if self.unembedded:
+            indexed, pending = self.transfer._project(self.workspace, self.unembedded)
+            index["indexed"] += indexed
+            index["pending"] += pending
+        done = index["indexed"] + index["pending"]
+        if progress and done:  # the last count, never left out by the meter's pace
+            progress("indexed", done, done)
+        if compactions is not None and (index["indexed"] or compactions.owed):
+            # what it wrote is searched by brute force until the engine indexes it
+            starting = (lambda points: progress("compacting", points, None)) if progress else None
+            interrupted = ahead.interrupted if ahead is not None else None
+            if (compacted := compactions.finish(starting, interrupted)) is not None:
+                index["compaction_failed" if "failed" in compacted else "compacted"] = compacted
+        failures = self.failures + (ahead.failures if ahead is not None else [])
+        if ahead is not None and ahead.interrupted.is_set():
+            raise KeyboardInterrupt
+        if failures:  # a Ctrl-C that reached the writer is an interruption too
+            raise failures[0]
+
+    def stop_writing(self) -> None:
+        self.stop.set()  # the writer stops before its next batch
+        with self.writing:  # the batch being written is committed (or rolled back) first
+            pass
+
+    def interrupted(self) -> Interrupted:
+        return Interrupted(
+            f"interrupted after {self.written} of {self.total} records: every batch written so"
+            " far is committed (one in progress when interrupted is finished). Rerun the same"
+            " command to finish: it is idempotent (written records are skipped as unchanged,"
+            " their index entries completed)",
+            details={
+                "written": self.written,
+                "total": self.total,
+                "resume": "rerun the same command",
+                **{k: v for k, v in self.counts.items()},
+            },
+        )
 
 
 def export_document(card: Card) -> dict[str, Any]:

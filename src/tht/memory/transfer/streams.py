@@ -165,6 +165,7 @@ def nested_too_deeply(line: int) -> str:
     return f"the record on line {line} is JSON nested too deeply to read"
 
 
+_LEADING_BLANKS = b" \t\r\n\xef\xbb\xbf"  # and a UTF-8 byte order mark
 _STRUCTURE = re.compile(rb'["\\\[\]{}\n]')
 _IN_STRING = re.compile(rb'["\\\n]')
 
@@ -206,18 +207,22 @@ class _Scanner:
         return self.stack in _RECORD_LEVELS
 
     def feed(self, chunk: bytes) -> Iterator[RawRecord]:
-        pos = 0
         if self.element is not None:
             self.element_start = 0
         if not self.started:
-            stripped = chunk.lstrip(b" \t\r\n\xef\xbb\xbf")
-            if not stripped:
+            if not chunk.lstrip(_LEADING_BLANKS):
                 return
-            self.started = True
-            if stripped[:1] not in (b"[", b"{"):
-                self.fatal = True
-                yield RawRecord(self.line, error="the file is not a JSON array or object")
+            if (refused := self._start(chunk)) is not None:
+                yield refused
                 return
+        yield from self._scan(chunk)
+        if self.element is not None and not self.fatal:
+            self._keep(chunk[self.element_start :])
+
+    def _scan(self, chunk: bytes) -> Iterator[RawRecord]:
+        """The records that end in ``chunk``; stops at an error that breaks the
+        structure (``fatal``)."""
+        pos = 0
         while pos < len(chunk):
             if self.skip_next:
                 self.skip_next = False
@@ -225,10 +230,7 @@ class _Scanner:
                 continue
             match = (_IN_STRING if self.in_string else _STRUCTURE).search(chunk, pos)
             if self._between_records():
-                end = len(chunk) if match is None else match.start()
-                opens_other = match is not None and chunk[match.start()] in (0x22, 0x5B)
-                if opens_other or chunk[pos:end].strip(b" \t\r\n,"):
-                    yield from self._foreign()
+                yield from self._between(chunk, pos, match)
             if match is None:
                 break
             char = chunk[match.start()]
@@ -240,37 +242,69 @@ class _Scanner:
             elif char == 0x22:
                 self._quote(chunk, match.start())
             elif char in (0x5B, 0x7B):  # [ {
-                if not self.stack and self.closed:
-                    self.fatal = True
-                    yield RawRecord(
-                        self.line,
-                        error=f"line {self.line} starts a second JSON document: one array or"
-                        " object is expected (JSON Lines? then pass the jsonl layout)",
-                    )
+                if (refused := self._open(char, match.start())) is not None:
+                    yield refused
                     return
-                if char == 0x7B and self.element is None and self._record_level():
-                    self.element = []
-                    self.element_size = 0
-                    self.element_line = self.line
-                    self.element_label = self.label if self.stack[0] == _OBJECT else None
-                    self.element_start = match.start()
-                if char == _ARRAY and self.element is None and self.stack in _SECTION_LEVELS:
-                    self.label = b"".join(self.key_parts).decode("utf-8", "replace")
-                self.stack.append(char)
             elif char in (0x5D, 0x7D):  # ] }
-                if not self.stack or self.stack[-1] != (0x5B if char == 0x5D else 0x7B):
-                    self.fatal = True
-                    yield RawRecord(self.line, error=f"line {self.line}: unbalanced JSON brackets")
-                    return
-                self.stack.pop()
-                self.closed = not self.stack
-                if char == 0x7D and self.element is not None and self._record_level():
-                    yield self._finish(chunk, match.end())
-        if self.element is not None:
-            self._keep(chunk[self.element_start :])
+                if (found := self._close(chunk, char, match.end())) is not None:
+                    yield found
+                    if self.fatal:
+                        return
+
+    def _start(self, chunk: bytes) -> RawRecord | None:
+        """The first bytes that are not blank: a JSON array or object, else the error
+        that refuses the file."""
+        self.started = True
+        if chunk.lstrip(_LEADING_BLANKS)[:1] not in (b"[", b"{"):
+            self.fatal = True
+            return RawRecord(self.line, error="the file is not a JSON array or object")
+        return None
+
+    def _open(self, char: int, at: int) -> RawRecord | None:
+        """A ``[`` or ``{`` at ``at``: a record starts, or a section's array; the error
+        when it starts a second document (the structure is then broken)."""
+        if not self.stack and self.closed:
+            self.fatal = True
+            return RawRecord(
+                self.line,
+                error=f"line {self.line} starts a second JSON document: one array or"
+                " object is expected (JSON Lines? then pass the jsonl layout)",
+            )
+        if char == 0x7B and self.element is None and self._record_level():
+            self.element = []
+            self.element_size = 0
+            self.element_line = self.line
+            self.element_label = self.label if self.stack[0] == _OBJECT else None
+            self.element_start = at
+        if char == _ARRAY and self.element is None and self.stack in _SECTION_LEVELS:
+            self.label = b"".join(self.key_parts).decode("utf-8", "replace")
+        self.stack.append(char)
+        return None
+
+    def _close(self, chunk: bytes, char: int, end: int) -> RawRecord | None:
+        """A ``]`` or ``}`` ending at ``end``: the record it closes, or the error when
+        it closes nothing open (the structure is then broken)."""
+        if not self.stack or self.stack[-1] != (0x5B if char == 0x5D else 0x7B):
+            self.fatal = True
+            return RawRecord(self.line, error=f"line {self.line}: unbalanced JSON brackets")
+        self.stack.pop()
+        self.closed = not self.stack
+        if char == 0x7D and self.element is not None and self._record_level():
+            return self._finish(chunk, end)
+        return None
 
     def _between_records(self) -> bool:
         return not self.in_string and self.element is None and self._record_level()
+
+    def _between(
+        self, chunk: bytes, pos: int, match: re.Match[bytes] | None
+    ) -> Iterator[RawRecord]:
+        """What is between records, from ``pos`` to the next structural character
+        (``match``): commas and blanks, else an element that is not a record."""
+        end = len(chunk) if match is None else match.start()
+        opens_other = match is not None and chunk[match.start()] in (0x22, 0x5B)
+        if opens_other or chunk[pos:end].strip(b" \t\r\n,"):
+            yield from self._foreign()
 
     def _foreign(self) -> Iterator[RawRecord]:
         """A string, number, literal or array where a record (an object) belongs: an
