@@ -265,9 +265,11 @@ def main() -> None:
         services = build_services(env=env, installation=installation)
         try:
             services.workspaces.create(WORKSPACE, "en")
-            token = services.accounts.create_user("bench_admin", "admin", [WORKSPACE])["token"]
-            services.accounts.create_user("pw_user", "user", [WORKSPACE], password=PASSWORD)
-            services.accounts.create_user("token_user", "user", [WORKSPACE])
+            token = services.accounts.users.create_user("bench_admin", "admin", [WORKSPACE])[
+                "token"
+            ]
+            services.accounts.users.create_user("pw_user", "user", [WORKSPACE], password=PASSWORD)
+            services.accounts.users.create_user("token_user", "user", [WORKSPACE])
             for i in range(60):
                 services.memory.create_card(
                     WORKSPACE,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from tht.accounts import Accounts
+from tht.access import Accounts
 from tht.catalog.migrations import PACK as CATALOG_PACK
 from tht.catalog.service import Catalog
 from tht.catalog.store import CatalogStore

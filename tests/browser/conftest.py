@@ -189,7 +189,7 @@ def _seed(env: dict[str, str]) -> dict[int, str]:
         services.workspaces.create(WORKSPACE, "en", "Acme sales")
         services.workspaces.create(OTHER_WORKSPACE, "it", "Beta vendite")
         services.workspaces.create(FOREIGN_WORKSPACE, "en", "Gamma (not mine)")
-        services.accounts.create_user(
+        services.accounts.users.create_user(
             USER, "admin", [WORKSPACE, OTHER_WORKSPACE], password=PASSWORD
         )
         ids = {}

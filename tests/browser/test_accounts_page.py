@@ -40,7 +40,7 @@ def users(database, server: Server) -> dict[str, dict]:
         env=_server_env(database, server.home), installation=installation_of()
     )
     try:
-        return {u["user"]: u for u in services.accounts.users()}
+        return {u["user"]: u for u in services.accounts.users.users()}
     finally:
         services.close()
 

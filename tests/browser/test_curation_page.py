@@ -43,7 +43,7 @@ def _seed(env: dict[str, str]) -> dict[str, str]:
     services = build_services(env=env, installation=installation_of(dwh=DWH_CONNECTIONS))
     try:
         services.workspaces.create(WORKSPACE, "en", "Acme sales")
-        services.accounts.create_user(USER, "admin", [WORKSPACE], password=PASSWORD)
+        services.accounts.users.create_user(USER, "admin", [WORKSPACE], password=PASSWORD)
         services.catalog.bind(Binding(WORKSPACE, "dwh", "sales", "ACME_DWH_URL"))
         ids = {}
         for key, (title, content, table) in MISSED.items():

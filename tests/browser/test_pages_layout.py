@@ -54,7 +54,7 @@ def _seed(env: dict[str, str], root: Path) -> None:
         services.workspaces.create(WORKSPACE, "en", "Acme accounting")
         services.catalog.bind(Binding(WORKSPACE, "dwh", "main", DWH_ENV))
         services.workspaces.create(FOREIGN_WORKSPACE, "en", "Gamma (not mine)")
-        services.accounts.create_user(USER, "admin", [WORKSPACE], password=PASSWORD)
+        services.accounts.users.create_user(USER, "admin", [WORKSPACE], password=PASSWORD)
         current = services.memory.create_card(
             WORKSPACE,
             parse_card_input(

@@ -42,7 +42,7 @@ def _seed(env: dict[str, str], root: Path) -> dict[str, str]:
     services = build_services(env=env, installation=installation_of(sessions_root=root))
     try:
         services.workspaces.create(WORKSPACE, "en", "Acme sales")
-        services.accounts.create_user(USER, "admin", [WORKSPACE], password=PASSWORD)
+        services.accounts.users.create_user(USER, "admin", [WORKSPACE], password=PASSWORD)
         manual = services.memory.create_card(
             WORKSPACE,
             parse_card_input(

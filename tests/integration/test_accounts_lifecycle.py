@@ -152,7 +152,7 @@ def test_token_lifetimes_default_per_token_never_and_the_configured_default(
     assert timedelta(days=89) < lives <= timedelta(days=90)
     code, never = run(None, "user", "token", "rotate", "svc", "--expires-in", "never")
     assert code == 0 and never["token_expires_at"] is None
-    assert {u["user"]: u for u in world.services.accounts.users()}["svc"][
+    assert {u["user"]: u for u in world.services.accounts.users.users()}["svc"][
         "token_expires_at"
     ] is None
     monkeypatch.setenv("THT_TOKEN_EXPIRES_IN", "12h")
@@ -239,7 +239,7 @@ def test_a_demoted_admin_loses_its_rights_at_once_even_in_an_open_session(world)
         "/api/admin/users/admin_a/role", json={"role": "user"}, headers=world.bearer("admin_b")
     )
     assert (demoted.status_code, error_code(demoted)) == (403, "forbidden")  # not admin_b's user
-    world.services.accounts.set_role("admin_a", "user")  # the operator
+    world.services.accounts.users.set_role("admin_a", "user")  # the operator
     refused = page.post(MEMORY, json=card_document(title="after"), headers=headers)
     assert (refused.status_code, error_code(refused)) == (403, "forbidden")
     assert page.get(MEMORY).status_code == 403  # nor browse: that is the administration
@@ -264,7 +264,7 @@ def test_a_deleted_user_cannot_log_in_nor_use_its_token_or_session(world, run):
     )
     code, document = run(None, "user", "delete", "agent_a")
     assert code == 0 and document["deleted"] == "agent_a"
-    assert "agent_a" not in {u["user"] for u in world.services.accounts.users()}
+    assert "agent_a" not in {u["user"] for u in world.services.accounts.users.users()}
     page.close()
 
 
@@ -282,7 +282,9 @@ def test_the_last_admin_can_be_neither_deleted_nor_demoted(world, run):
     for args in (("user", "delete", "admin_a"), ("user", "role", "admin_a", "user")):
         code, document = run(None, *args)
         assert (code, document["error"]["code"]) == (4, "last_admin")
-    assert {u["user"]: u["role"] for u in world.services.accounts.users()}["admin_a"] == "admin"
+    assert {u["user"]: u["role"] for u in world.services.accounts.users.users()}[
+        "admin_a"
+    ] == "admin"
     assert run(None, "user", "role", "admin_a", "admin")[0] == 0  # already admin: a no-op
     assert run(None, "user", "role", "admin_a", "owner")[0] == 2
     # with a second admin, the first may go
@@ -312,7 +314,7 @@ def admin_routes() -> list[tuple[str, str, dict | None]]:
 
 
 def test_a_user_or_an_agent_gets_403_on_every_admin_route_and_nothing_changes(world):
-    before = world.services.accounts.users()
+    before = world.services.accounts.users.users()
     for actor in ("user_a", "agent_a"):
         for method, path, body in admin_routes():
             response = world.client.request(method, path, json=body, headers=world.bearer(actor))
@@ -324,7 +326,7 @@ def test_a_user_or_an_agent_gets_403_on_every_admin_route_and_nothing_changes(wo
     page, headers = session_client(world, "user_a")  # a cookie session, with its CSRF token
     for method, path, body in admin_routes():
         assert page.request(method, path, json=body, headers=headers).status_code == 403
-    assert world.services.accounts.users() == before
+    assert world.services.accounts.users.users() == before
     assert world.client.get("/api/admin/users").status_code == 401
     page.close()
 
@@ -351,11 +353,11 @@ NEW_COMMANDS = [
 
 @pytest.mark.parametrize("actor", ["user_a", "agent_a"])
 def test_a_user_or_an_agent_gets_exit_5_from_every_new_command(world, run, actor):
-    before = world.services.accounts.users()
+    before = world.services.accounts.users.users()
     for command in NEW_COMMANDS:
         code, document = run(world.tokens[actor], *command)
         assert (code, document["error"]["code"]) == (5, "forbidden"), command
-    assert world.services.accounts.users() == before
+    assert world.services.accounts.users.users() == before
 
 
 def test_an_admin_of_another_workspace_cannot_touch_the_users_of_this_one(world, run):
@@ -473,7 +475,7 @@ def test_every_account_event_and_card_mutation_is_audited_with_its_actor(world, 
 
 
 def test_the_audit_log_is_append_only_and_hidden_from_memory_transactions(world):
-    world.services.accounts.set_role("user_a", "agent")  # one account event
+    world.services.accounts.users.set_role("user_a", "agent")  # one account event
     with world.services.archive.transaction("ws-a") as tx:  # a memory transaction
         assert tx.conn.execute("SELECT count(*) FROM thoth_memory.audit_log").fetchone()[0] == 0
     for statement in (
@@ -492,7 +494,7 @@ def test_the_audit_log_is_append_only_and_hidden_from_memory_transactions(world)
 def test_a_command_does_not_lend_its_actor_to_what_runs_after_it(world, run):
     assert run(world.tokens["admin_a"], "user", "list")[0] == 0
     world.services.memory.create_card("ws-a", card(title="After the command"))
-    latest = world.services.accounts.audit_log(limit=1)[0]
+    latest = world.services.accounts.audit.audit_log(limit=1)[0]
     assert (latest["action"], latest["actor"]) == ("card.create", None)
 
 
@@ -510,9 +512,9 @@ def test_the_accounts_page_shows_its_panels_to_admins_only(world):
 
 
 def test_a_one_time_login_link_is_audited(world):
-    link = world.services.accounts.open_session("user_a", one_time=True)
+    link = world.services.accounts.sessions.open_session("user_a", one_time=True)
     assert world.client.get(f"/login/once/{link}", follow_redirects=False).status_code == 303
-    latest = world.services.accounts.audit_log(limit=1)[0]
+    latest = world.services.accounts.audit.audit_log(limit=1)[0]
     assert (latest["actor"], latest["action"], latest["details"]) == (
         "user_a",
         "login.success",
@@ -532,7 +534,7 @@ def test_a_review_decision_is_audited_as_the_reviewers_via_review(database, tmp_
     )
     try:
         services.workspaces.create("ws-a", "en")
-        token = services.accounts.create_user("reviewer", "admin", ["ws-a"])["token"]
+        token = services.accounts.users.create_user("reviewer", "admin", ["ws-a"])["token"]
         Session(root, "ws-a", "s-1").log(
             decision("d1", "sql_corrected", explanation="code repeats")
         )
@@ -553,7 +555,7 @@ def test_a_review_decision_is_audited_as_the_reviewers_via_review(database, tmp_
                 headers=bearer,
             )
             assert applied.status_code == 200, applied.text
-        latest = services.accounts.audit_log(limit=1)[0]
+        latest = services.accounts.audit.audit_log(limit=1)[0]
         assert (latest["actor"], latest["action"], latest["workspace"]) == (
             "reviewer",
             "card.create",

@@ -517,9 +517,9 @@ def test_an_agent_and_an_admin_of_one_workspace_never_reach_another_workspaces_s
     """ws-b's session s-b, named by ws-a's agent on every agent route and by ws-a's
     admin on the reviewer's routes: not found, nothing of ws-b's read or written; ws-b's
     own agent and admin work with it, and its review receipt stays ws-b's."""
-    world.tokens["agent_b"] = world.services.accounts.create_user("agent_b", "agent", ["ws-b"])[
-        "token"
-    ]
+    world.tokens["agent_b"] = world.services.accounts.users.create_user(
+        "agent_b", "agent", ["ws-b"]
+    )["token"]
     theirs = Session(world.root, "ws-b", "s-b").log(
         decision("d1", "sql_corrected", explanation="A job code repeats across fiscal years."),
         decision("d2", "sql_approved", question="Total of the 2024 orders", sql=APPROVED_SQL),
@@ -611,7 +611,7 @@ def test_user_create_accepts_the_agent_role(cli):
 
 
 def test_an_agent_token_carries_recall_and_propose_only(world):
-    principal = world.services.accounts.by_token(world.tokens["agent_a"])
+    principal = world.services.accounts.tokens.by_token(world.tokens["agent_a"])
     assert principal.permissions == {RECALL, PROPOSE}
     session = world.client.get("/api/session", headers=world.bearer("agent_a")).json()
     assert session["principal"]["permissions"] == sorted([PROPOSE, RECALL])

@@ -331,7 +331,7 @@ def test_secure_cookie_over_https(database, tmp_path):
 
 
 def test_one_time_login_link(world):
-    link = world.services.accounts.open_session("admin_a", one_time=True)
+    link = world.services.accounts.sessions.open_session("admin_a", one_time=True)
     world.client.cookies.set("tht_session", link)
     assert world.client.get("/api/session").status_code == 401  # not a session yet
     world.client.cookies.clear()
@@ -622,7 +622,7 @@ def test_every_administrative_route_needs_memory_manage_reads_included(world):
         if not set(operation["tags"]) & NOT_ADMINISTRATIVE_TAGS
     }
     assert documented == set(requests)  # a new administrative route joins the table above
-    before, users = world.snapshot(), world.services.accounts.users()
+    before, users = world.snapshot(), world.services.accounts.users.users()
     csrf = login(world, "user_a")  # the client now carries user_a's session cookie
     cookie_headers = {"Origin": ORIGIN, "Sec-Fetch-Site": "same-origin", "X-CSRF-Token": csrf}
     attempts = [(actor, world.bearer(actor)) for actor in ("user_a", "agent_a")]
@@ -633,7 +633,7 @@ def test_every_administrative_route_needs_memory_manage_reads_included(world):
             assert response.status_code == 403, (actor, method, path, response.text)
             error = response.json()["error"]
             assert (error["code"], error["details"]["permission"]) == ("forbidden", MANAGE)
-    assert world.snapshot() == before and world.services.accounts.users() == users
+    assert world.snapshot() == before and world.services.accounts.users.users() == users
     # what a user reads instead: recall, through the agent-facing routes
     recalled = world.client.post(
         "/api/workspaces/ws-a/memory/search",

@@ -109,7 +109,7 @@ def test_healthz_shows_anonymous_callers_statuses_and_administrators_the_details
     try:
         services.workspaces.create("acme", "en")
         tokens = {
-            role: services.accounts.create_user(f"{role}-1", role, ["acme"])["token"]
+            role: services.accounts.users.create_user(f"{role}-1", role, ["acme"])["token"]
             for role in ("admin", "user", "agent")
         }
         with TestClient(create_app(services, WebSettings())) as web:

@@ -79,7 +79,7 @@ def test_healthz_reports_each_dependency_and_503_when_the_archive_is_down(
 ):
     services = services_for(database, tmp_path)
     services.workspaces.create("acme", "en")
-    admin = services.accounts.create_user("boss", "admin", ["acme"])["token"]
+    admin = services.accounts.users.create_user("boss", "admin", ["acme"])["token"]
     web = TestClient(create_app(services, WebSettings()))
 
     def health(token: str | None = None):

@@ -24,11 +24,11 @@ def review_world(database, tmp_path):
     services.workspaces.create("ws-a", "en")
     services.workspaces.create("ws-b", "en")
     tokens = {
-        "admin_a": services.accounts.create_user(
+        "admin_a": services.accounts.users.create_user(
             "admin_a", "admin", ["ws-a"], password="correct horse battery"
         )["token"],
-        "admin_b": services.accounts.create_user("admin_b", "admin", ["ws-b"])["token"],
-        "user_a": services.accounts.create_user("user_a", "user", ["ws-a"])["token"],
+        "admin_b": services.accounts.users.create_user("admin_b", "admin", ["ws-b"])["token"],
+        "user_a": services.accounts.users.create_user("user_a", "user", ["ws-a"])["token"],
     }
     Session(root, "ws-a", "s-1").log(
         decision("d1", "sql_corrected", explanation="code repeats across years")

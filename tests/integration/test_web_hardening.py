@@ -372,7 +372,7 @@ def test_wrong_passwords_meet_a_backoff_shared_through_postgresql(
     )
     try:
         with pytest.raises(TooManyRequests):
-            other.accounts.by_password("admin_a", PASSWORD, "another-instance-client")
+            other.accounts.sessions.by_password("admin_a", PASSWORD, "another-instance-client")
     finally:
         other.close()
     with psycopg.connect(database.superuser) as conn:  # the backoff's time passes
@@ -649,7 +649,9 @@ def test_a_burst_of_concurrent_guesses_gets_no_more_than_the_free_failures(world
 
     def guess() -> None:
         try:
-            world.services.accounts.by_password("admin_a", "wrong password!!", "burst-client")
+            world.services.accounts.sessions.by_password(
+                "admin_a", "wrong password!!", "burst-client"
+            )
         except TooManyRequests:
             outcomes.append("429")
         except Unauthenticated:

@@ -68,7 +68,7 @@ def test_every_face_recalls_a_workspace_with_its_own_embedder(services):
     assert small_index is not services.projector.of("ws-default").index
     assert services.projector.of("ws-small").embedder.dimension == 32
 
-    token = services.accounts.create_user("agent_s", "agent", ["ws-small"])["token"]
+    token = services.accounts.users.create_user("agent_s", "agent", ["ws-small"])["token"]
     client = TestClient(
         create_app(services, WebSettings(public_origins=(ORIGIN,))), base_url=ORIGIN
     )

@@ -74,14 +74,14 @@ def build_world(
     for workspace in bound:
         services.catalog.bind(Binding(workspace, "dwh", "sales", "DWH_URL"))
     tokens = {
-        "admin_a": services.accounts.create_user(
+        "admin_a": services.accounts.users.create_user(
             "admin_a", "admin", ["ws-a"], password="correct horse battery"
         )["token"],
-        "admin_b": services.accounts.create_user("admin_b", "admin", ["ws-b"])["token"],
-        "user_a": services.accounts.create_user(
+        "admin_b": services.accounts.users.create_user("admin_b", "admin", ["ws-b"])["token"],
+        "user_a": services.accounts.users.create_user(
             "user_a", "user", ["ws-a"], password="correct horse battery"
         )["token"],
-        "agent_a": services.accounts.create_user("agent_a", "agent", ["ws-a"])["token"],
+        "agent_a": services.accounts.users.create_user("agent_a", "agent", ["ws-a"])["token"],
     }
     cards = {
         ws: [

@@ -248,6 +248,7 @@ PACKAGE_TIERS: tuple[tuple[str, ...], ...] = (
     ("tht.settings",),
     ("tht.installation",),
     ("tht.catalog", "tht.accounts"),
+    ("tht.access",),  # the accounts over the archive: users, tokens, sessions, audit
     ("tht.protected",),
     ("tht.workflow", "tht.demo"),
     ("tht.bootstrap",),

@@ -30,7 +30,7 @@ def user_create(ctx: CommandContext, args: UserCreateIn) -> dict[str, Any]:
     if args.password_file is not None:
         password = ctx.read_text(args.password_file, MAX_PASSWORD_BYTES).rstrip("\r\n")
     # an admin gives access only to what it administers (tht.accounts checks it)
-    result: dict[str, Any] = ctx.services.accounts.create_user(
+    result: dict[str, Any] = ctx.services.accounts.users.create_user(
         args.name,
         args.role,
         args.workspace,
@@ -48,7 +48,7 @@ class UserListIn(CommandInput):
 def user_list(ctx: CommandContext, args: UserListIn) -> dict[str, Any]:
     """The users an admin sees (those of its workspaces, with only the memberships it
     administers); the operator sees every user."""
-    return {"items": ctx.services.accounts.users(by=ctx.principal)}
+    return {"items": ctx.services.accounts.users.users(by=ctx.principal)}
 
 
 class UserGrantIn(CommandInput):
@@ -57,7 +57,7 @@ class UserGrantIn(CommandInput):
 
 
 def user_grant(ctx: CommandContext, args: UserGrantIn) -> dict[str, Any]:
-    result: dict[str, Any] = ctx.services.accounts.grant(
+    result: dict[str, Any] = ctx.services.accounts.users.grant(
         args.name, args.workspace, by=ctx.principal
     )
     return result
@@ -68,7 +68,7 @@ class UserRevokeIn(UserGrantIn):
 
 
 def user_revoke(ctx: CommandContext, args: UserRevokeIn) -> dict[str, Any]:
-    result: dict[str, Any] = ctx.services.accounts.revoke(
+    result: dict[str, Any] = ctx.services.accounts.users.revoke(
         args.name, args.workspace, by=ctx.principal
     )
     return result
@@ -80,7 +80,9 @@ class UserRoleIn(CommandInput):
 
 
 def user_role(ctx: CommandContext, args: UserRoleIn) -> dict[str, Any]:
-    result: dict[str, Any] = ctx.services.accounts.set_role(args.name, args.role, by=ctx.principal)
+    result: dict[str, Any] = ctx.services.accounts.users.set_role(
+        args.name, args.role, by=ctx.principal
+    )
     return result
 
 
@@ -93,7 +95,7 @@ def user_token_rotate(ctx: CommandContext, args: UserTokenRotateIn) -> dict[str,
     from tht.accounts import token_lifetime
 
     token_lifetime(args.expires_in)  # a bad lifetime is exit 2 before anything is opened
-    result: dict[str, Any] = ctx.services.accounts.rotate_token(
+    result: dict[str, Any] = ctx.services.accounts.tokens.rotate_token(
         args.name, expires_in=args.expires_in, by=ctx.principal
     )
     return result
@@ -104,7 +106,7 @@ class UserDeleteIn(CommandInput):
 
 
 def user_delete(ctx: CommandContext, args: UserDeleteIn) -> dict[str, Any]:
-    result: dict[str, Any] = ctx.services.accounts.delete_user(args.name, by=ctx.principal)
+    result: dict[str, Any] = ctx.services.accounts.users.delete_user(args.name, by=ctx.principal)
     return result
 
 
@@ -136,7 +138,7 @@ class AuditIn(CommandInput):
 
 def audit(ctx: CommandContext, args: AuditIn) -> dict[str, Any]:
     moment = parse_since(args.since)
-    items = ctx.services.accounts.audit_log(
+    items = ctx.services.accounts.audit.audit_log(
         since=moment, user=args.user, limit=args.limit, by=ctx.principal
     )
     return {"items": items}

@@ -124,7 +124,7 @@ def authorize(found: Command, parsed: Any, context: CommandContext) -> None:
     if context.token is None:
         audit.act_as(audit.OPERATOR)
         return
-    principal = context.principal = context.services.accounts.by_token(context.token)
+    principal = context.principal = context.services.accounts.tokens.by_token(context.token)
     audit.act_as(principal.user)
     capability = found.capability_for(parsed.model_dump())
     if capability != SIGNED:

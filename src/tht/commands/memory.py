@@ -152,6 +152,6 @@ def memory_admin(ctx: CommandContext, args: MemoryAdminIn) -> dict[str, Any]:
         ctx.read_document(args.config), key, workspace=args.workspace
     )
     services = ctx.services
-    services.accounts.use_nonce(nonce, expires)
+    services.accounts.tokens.use_nonce(nonce, expires)
     result: dict[str, Any] = services.admin.execute(principal, request)
     return result

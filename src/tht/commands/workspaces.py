@@ -24,10 +24,10 @@ def workspace_create(ctx: CommandContext, args: WorkspaceCreateIn) -> dict[str, 
     created = services.workspaces.create(args.workspace_id, args.language, args.name, args.embedder)
     document: dict[str, Any] = created.model_dump(mode="json")
     if ctx.principal is not None:
-        services.accounts.grant(ctx.principal.user, created.id)
+        services.accounts.users.grant(ctx.principal.user, created.id)
         document["granted"] = [ctx.principal.user]
     else:
-        admin = services.accounts.grant_installation_admin(created.id)
+        admin = services.accounts.users.grant_installation_admin(created.id)
         if admin is not None:
             document["granted"] = [admin]
     return document

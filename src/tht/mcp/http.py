@@ -77,7 +77,7 @@ class McpEndpoint:
         scheme, _, token = Headers(scope=scope).get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise Unauthenticated("use 'Authorization: Bearer <token>'")
-        return await anyio.to_thread.run_sync(self.services.accounts.by_token, token.strip())
+        return await anyio.to_thread.run_sync(self.services.accounts.tokens.by_token, token.strip())
 
     async def _call(self, tool: Tool, arguments: Any, ctx: Any) -> tuple[bool, dict[str, Any]]:
         scope = ctx.request.scope

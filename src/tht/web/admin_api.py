@@ -227,7 +227,7 @@ def admin_router(
     def create_user(actor: Actor, body: Annotated[UserIn, Body()]) -> dict[str, Any]:
         for workspace in body.workspaces:
             actor.require(MANAGE, workspace)
-        return accounts.create_user(
+        return accounts.users.create_user(
             body.name,
             body.role,
             body.workspaces,
@@ -319,7 +319,7 @@ def admin_router(
         actor.require(MANAGE, None)
         if since is not None and since.tzinfo is None:
             since = since.replace(tzinfo=UTC)
-        return {"items": accounts.audit_log(since=since, user=user, limit=limit, by=actor)}
+        return {"items": accounts.audit.audit_log(since=since, user=user, limit=limit, by=actor)}
 
     @router.get("/admin/accounts", include_in_schema=False, response_class=HTMLResponse)
     def accounts_page(request: Request) -> Response:

@@ -92,7 +92,7 @@ def create_app(
     app.include_router(curation_router(services, principal, render))  # benchmark and gaps
     if run_command is not None:
         # tht commands over HTTP (THT_SERVICE_URL)
-        app.include_router(cli_router(run_command, services.accounts.by_token))
+        app.include_router(cli_router(run_command, services.accounts.tokens.by_token))
     # an agent's MCP tools (streamable HTTP), see tht.mcp.http
     app.router.routes.append(mcp_route(services, settings.public_origins))
     app.include_router(health_router(health or services_health(services), auth, settings))

@@ -87,11 +87,11 @@ def request_auth(services: Services, settings: WebSettings) -> RequestAuth:
             scheme, _, token = authorization.partition(" ")
             if scheme.lower() != "bearer" or not token.strip():
                 raise Unauthenticated("use 'Authorization: Bearer <token>'")
-            return services.accounts.by_token(token.strip())
+            return services.accounts.tokens.by_token(token.strip())
         session = request.cookies.get(settings.cookie_name)
         if not session:
             raise Unauthenticated()
-        found = services.accounts.by_session(session)
+        found = services.accounts.sessions.by_session(session)
         if request.method not in SAFE_METHODS:
             check_csrf(request, session)
         return found
@@ -108,7 +108,7 @@ def request_auth(services: Services, settings: WebSettings) -> RequestAuth:
         session = request.cookies.get(settings.cookie_name)
         if not session:
             raise Unauthenticated()
-        return services.accounts.by_session(session), session
+        return services.accounts.sessions.by_session(session), session
 
     def set_session_cookie(response: Response, session: str) -> None:
         response.set_cookie(

@@ -109,7 +109,7 @@ def pages_router(
     @router.get("/login/once/{token}")
     def login_once(token: str) -> Response:
         try:
-            session = services.accounts.redeem_one_time(token)
+            session = services.accounts.sessions.redeem_one_time(token)
         except Unauthenticated:
             return RedirectResponse("/login?link=spent", status_code=303)
         response = RedirectResponse("/admin/memory", status_code=303)

@@ -37,7 +37,7 @@ def ensure_admin(services: Any, home: Path) -> Path | None:
     Later starts change no account: an administrator's memberships are the
     administrators' business. Returns the token file when it exists."""
     token_file = home / ADMIN_TOKEN_FILE
-    if any(user["user"] == ADMIN_USER for user in services.accounts.list_users()):
+    if any(user["user"] == ADMIN_USER for user in services.accounts.users.list_users()):
         return token_file if token_file.exists() else None
     workspaces = [w.id for w in services.workspaces.list()]
     if not workspaces:
@@ -47,7 +47,7 @@ def ensure_admin(services: Any, home: Path) -> Path | None:
             pass
         workspaces = ["default"]
     try:
-        token = services.accounts.create_user(ADMIN_USER, "admin", workspaces)["token"]
+        token = services.accounts.users.create_user(ADMIN_USER, "admin", workspaces)["token"]
     except Conflict:  # another process created it meanwhile
         return token_file if token_file.exists() else None
     home.mkdir(parents=True, exist_ok=True)
@@ -124,8 +124,8 @@ def run_server(
             load_demo(services, say, RateProgress(say))
         token_file = ensure_admin(services, home)
         if demo:  # the operator asked for the demo: the admin may see it
-            services.accounts.add_memberships(ADMIN_USER, [DEMO_WORKSPACE])
-        login = services.accounts.open_session(ADMIN_USER, one_time=True)
+            services.accounts.users.add_memberships(ADMIN_USER, [DEMO_WORKSPACE])
+        login = services.accounts.sessions.open_session(ADMIN_USER, one_time=True)
         announcement = {
             "url": f"{base}/",
             "login_url": f"{base}/login/once/{login}",

@@ -33,11 +33,13 @@ def session_router(services: Services, auth: RequestAuth, settings: WebSettings)
         # only from the proxies it trusts, loopback by default)
         client = request.client.host if request.client else "unknown"
         if isinstance(credentials, schemas.TokenLogin):
-            found = services.accounts.by_token(credentials.token)
-            services.accounts.record_token_login(found, client)
+            found = services.accounts.tokens.by_token(credentials.token)
+            services.accounts.sessions.record_token_login(found, client)
         else:
-            found = services.accounts.by_password(credentials.name, credentials.password, client)
-        session = services.accounts.open_session(found.user)
+            found = services.accounts.sessions.by_password(
+                credentials.name, credentials.password, client
+            )
+        session = services.accounts.sessions.open_session(found.user)
         auth.set_session_cookie(response, session)
         return {"principal": found.as_json(), "csrf_token": csrf_token(session)}
 
@@ -61,7 +63,7 @@ def session_router(services: Services, auth: RequestAuth, settings: WebSettings)
         summary="Log out",
     )
     def logout(actor: Actor, request: Request) -> Response:
-        services.accounts.close_session(request.cookies.get(settings.cookie_name, ""))
+        services.accounts.sessions.close_session(request.cookies.get(settings.cookie_name, ""))
         response = Response(status_code=204)
         response.delete_cookie(
             settings.cookie_name, path="/", secure=settings.secure, samesite="strict"
