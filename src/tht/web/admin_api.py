@@ -29,6 +29,9 @@ USER_PATTERN = r"^[A-Za-z0-9._@-]{1,64}$"
 # what tht.accounts.token_lifetime accepts, bounded below its 10000-day cap
 LIFETIME_PATTERN = r"^(never|[1-9][0-9]{0,3}[hd]|[1-9][0-9]{0,2}w)$"
 Role = Literal["admin", "user", "agent"]
+UserName = Annotated[str, PathParam(pattern=USER_PATTERN)]
+WorkspaceId = Annotated[str, PathParam(pattern=WORKSPACE_ID_PATTERN)]
+PrincipalOf = Callable[..., Awaitable[Principal]]
 
 
 class _Input(BaseModel):
@@ -166,10 +169,20 @@ def admin_router(
 ) -> APIRouter:
     """``render``: the app's page renderer (the session's principal and CSRF token)."""
     router = APIRouter(tags=["administration"])
+    _workspace_routes(router, services, principal)
+    _user_routes(router, services, principal)
+    _membership_routes(router, services, principal)
+
+    @router.get("/admin/accounts", include_in_schema=False, response_class=HTMLResponse)
+    def accounts_page(request: Request) -> Response:
+        # the page shows its panels to admins only; the routes it calls check on their own
+        return render(request, "accounts.html", "accounts")
+
+    return router
+
+
+def _workspace_routes(router: APIRouter, services: Services, principal: PrincipalOf) -> None:
     Actor = Annotated[Principal, Depends(principal)]
-    UserName = Annotated[str, PathParam(pattern=USER_PATTERN)]
-    WorkspaceId = Annotated[str, PathParam(pattern=WORKSPACE_ID_PATTERN)]
-    accounts = services.accounts
 
     @router.get(
         "/api/admin/workspaces",
@@ -204,6 +217,12 @@ def admin_router(
                 workspace_id=body.id, language=body.language, name=body.name, embedder=body.embedder
             ),
         )
+
+
+def _user_routes(router: APIRouter, services: Services, principal: PrincipalOf) -> None:
+    """The users of the admin's workspaces: list, create, role."""
+    Actor = Annotated[Principal, Depends(principal)]
+    accounts = services.accounts
 
     @router.get(
         "/api/admin/users",
@@ -248,6 +267,12 @@ def admin_router(
             CommandContext.serving(services, actor),
             account_commands.UserRoleIn(name=name, role=body.role),
         )
+
+
+def _membership_routes(router: APIRouter, services: Services, principal: PrincipalOf) -> None:
+    """Memberships, token rotation, deletion, the audit log."""
+    Actor = Annotated[Principal, Depends(principal)]
+    accounts = services.accounts
 
     @router.put(
         "/api/admin/users/{name}/workspaces/{workspace}",
@@ -320,10 +345,3 @@ def admin_router(
         if since is not None and since.tzinfo is None:
             since = since.replace(tzinfo=UTC)
         return {"items": accounts.audit.audit_log(since=since, user=user, limit=limit, by=actor)}
-
-    @router.get("/admin/accounts", include_in_schema=False, response_class=HTMLResponse)
-    def accounts_page(request: Request) -> Response:
-        # the page shows its panels to admins only; the routes it calls check on their own
-        return render(request, "accounts.html", "accounts")
-
-    return router

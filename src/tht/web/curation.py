@@ -128,23 +128,41 @@ def _filters(given: BaseModel | None) -> dict[str, Any]:
     return {} if given is None else given.model_dump(mode="json", exclude_defaults=True)
 
 
+WorkspaceId = Annotated[str, PathParam(alias="workspaceId", pattern=WORKSPACE_ID_PATTERN)]
+CaseId = Annotated[str, PathParam(alias="caseId", pattern=CASE_ID_PATTERN)]
+RunId = Annotated[str, PathParam(alias="runId", pattern=RUN_ID_PATTERN)]
+PrincipalOf = Callable[..., Awaitable[Principal]]
+BASE = "/api/workspaces/{workspaceId}/benchmark"
+
+
 def curation_router(
     services: Services,
-    principal: Callable[..., Awaitable[Principal]],
+    principal: PrincipalOf,
     render: Callable[..., Response],
 ) -> APIRouter:
     router = APIRouter()
-    Actor = Annotated[Principal, Depends(principal)]
-    WorkspaceId = Annotated[str, PathParam(alias="workspaceId", pattern=WORKSPACE_ID_PATTERN)]
-    CaseId = Annotated[str, PathParam(alias="caseId", pattern=CASE_ID_PATTERN)]
-    RunId = Annotated[str, PathParam(alias="runId", pattern=RUN_ID_PATTERN)]
-    base = "/api/workspaces/{workspaceId}/benchmark"
-    benchmarks = services.benchmarks
+    _case_routes(router, services, principal)
+    _run_routes(router, services, principal)
+    _log_routes(router, services, principal)
 
-    def bound(actor: Principal, workspace: str) -> tuple[str | None, str | None]:
-        actor.require_manage(workspace)
-        binding = recall_binding(services, workspace)
-        return binding.database, binding.schema
+    @router.get("/admin/curation", include_in_schema=False, response_class=HTMLResponse)
+    def curation_page(request: Request) -> Response:
+        return render(request, "curation.html", "curation")
+
+    return router
+
+
+def _bound(services: Services, actor: Principal, workspace: str) -> tuple[str | None, str | None]:
+    actor.require_manage(workspace)
+    binding = recall_binding(services, workspace)
+    return binding.database, binding.schema
+
+
+def _case_routes(router: APIRouter, services: Services, principal: PrincipalOf) -> None:
+    """The benchmark's cases: list, add, import, remove."""
+    Actor = Annotated[Principal, Depends(principal)]
+    base = BASE
+    benchmarks = services.benchmarks
 
     @router.get(
         base + "/cases",
@@ -216,6 +234,16 @@ def curation_router(
         actor.require_manage(workspace)
         return benchmarks.remove(workspace, case)
 
+
+def _run_routes(router: APIRouter, services: Services, principal: PrincipalOf) -> None:
+    """The benchmark's runs, and a question tried as a case would be."""
+    Actor = Annotated[Principal, Depends(principal)]
+    base = BASE
+    benchmarks = services.benchmarks
+
+    def bound(actor: Principal, workspace: str) -> tuple[str | None, str | None]:
+        return _bound(services, actor, workspace)
+
     @router.post(
         base + "/runs",
         status_code=201,
@@ -271,6 +299,11 @@ def curation_router(
             schema=schema,
         )
 
+
+def _log_routes(router: APIRouter, services: Services, principal: PrincipalOf) -> None:
+    """What agents asked: the gaps recall left, the recall log."""
+    Actor = Annotated[Principal, Depends(principal)]
+
     @router.get(
         "/api/workspaces/{workspaceId}/gaps",
         responses=errors(401, 403, 404, 422, 503),
@@ -306,9 +339,3 @@ def curation_router(
         return services.recall_log.entries(
             workspace, limit=limit, before=before, principal=principal_name
         )
-
-    @router.get("/admin/curation", include_in_schema=False, response_class=HTMLResponse)
-    def curation_page(request: Request) -> Response:
-        return render(request, "curation.html", "curation")
-
-    return router

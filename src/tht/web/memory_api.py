@@ -23,20 +23,32 @@ from tht.web import schemas
 from tht.web.headers import IdempotencyKeyHeader
 
 BASE = "/api/workspaces/{workspaceId}/memory"
+WorkspaceId = Annotated[str, PathParam(alias="workspaceId", pattern=WORKSPACE_ID_PATTERN)]
+CardId = Annotated[str, PathParam(alias="cardId", pattern=CARD_ID_PATTERN)]
+PrincipalOf = Callable[..., Awaitable[Principal]]
+errors = schemas.error_responses
 
 
-def memory_router(services: Services, principal: Callable[..., Awaitable[Principal]]) -> APIRouter:
+def memory_router(services: Services, principal: PrincipalOf) -> APIRouter:
+    """The routes in this order: a request goes to the first that matches (the
+    pending list before a card id)."""
     router = APIRouter()
-    Actor = Annotated[Principal, Depends(principal)]
-    WorkspaceId = Annotated[str, PathParam(alias="workspaceId", pattern=WORKSPACE_ID_PATTERN)]
-    CardId = Annotated[str, PathParam(alias="cardId", pattern=CARD_ID_PATTERN)]
-    errors = schemas.error_responses
+    _workspace_routes(router, services, principal)
+    _search_route(router, services, principal)
+    _card_reads(router, services, principal)
+    _card_changes(router, services, principal)
+    return router
 
-    def admin(actor: Principal, request: AdminRequest) -> dict[str, Any]:
-        actor.require(
-            required_permission(request.operation), request.workspace
-        )  # MemoryAdmin checks again
-        return services.admin.execute(actor, request)
+
+def _admin(services: Services, actor: Principal, request: AdminRequest) -> dict[str, Any]:
+    actor.require(
+        required_permission(request.operation), request.workspace
+    )  # MemoryAdmin checks again
+    return services.admin.execute(actor, request)
+
+
+def _workspace_routes(router: APIRouter, services: Services, principal: PrincipalOf) -> None:
+    Actor = Annotated[Principal, Depends(principal)]
 
     @router.get(
         "/api/workspaces",
@@ -52,6 +64,13 @@ def memory_router(services: Services, principal: Callable[..., Awaitable[Princip
                 {**w.model_dump(mode="json"), "manage": actor.can_manage(w.id)} for w in visible
             ]
         }
+
+
+def _search_route(router: APIRouter, services: Services, principal: PrincipalOf) -> None:
+    Actor = Annotated[Principal, Depends(principal)]
+
+    def admin(actor: Principal, request: AdminRequest) -> dict[str, Any]:
+        return _admin(services, actor, request)
 
     @router.get(
         BASE,
@@ -119,6 +138,14 @@ def memory_router(services: Services, principal: Callable[..., Awaitable[Princip
         }
         return admin(actor, AdminRequest(workspace, "list", filters=filters))
 
+
+def _card_reads(router: APIRouter, services: Services, principal: PrincipalOf) -> None:
+    """Create a card, the pending list, read a card."""
+    Actor = Annotated[Principal, Depends(principal)]
+
+    def admin(actor: Principal, request: AdminRequest) -> dict[str, Any]:
+        return _admin(services, actor, request)
+
     @router.post(
         BASE,
         status_code=201,
@@ -162,6 +189,14 @@ def memory_router(services: Services, principal: Callable[..., Awaitable[Princip
     )
     def show_card(actor: Actor, workspace: WorkspaceId, card_id: CardId) -> dict[str, Any]:
         return admin(actor, AdminRequest(workspace, "show", card_id=card_id))
+
+
+def _card_changes(router: APIRouter, services: Services, principal: PrincipalOf) -> None:
+    """Save a card, delete it, retry its projection."""
+    Actor = Annotated[Principal, Depends(principal)]
+
+    def admin(actor: Principal, request: AdminRequest) -> dict[str, Any]:
+        return _admin(services, actor, request)
 
     @router.put(
         BASE + "/{cardId}",
@@ -222,5 +257,3 @@ def memory_router(services: Services, principal: Callable[..., Awaitable[Princip
     )
     def retry(actor: Actor, workspace: WorkspaceId, card_id: CardId) -> dict[str, Any]:
         return admin(actor, AdminRequest(workspace, "retry", card_id=card_id))
-
-    return router
