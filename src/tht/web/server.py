@@ -24,6 +24,9 @@ from tht.installation import load_installation
 from tht.settings import default_home
 
 if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from tht.bootstrap import Services
     from tht.service.server import Service
     from tht.web.limits import ServerLimits
 
@@ -89,8 +92,7 @@ def run_server(
         return
     import uvicorn
 
-    from tht.demo import DEMO_WORKSPACE, demo_sessions_root, load_demo
-    from tht.web.app import WebSettings, create_app
+    from tht.demo import demo_sessions_root
     from tht.web.guard import served_origins
     from tht.web.limits import ServerLimits, uvicorn_options
 
@@ -115,26 +117,7 @@ def run_server(
     try:
         service.start()
         services = service.open_engines().services()
-        if demo:
-            from tht.commands.progress_rate import RateProgress
-
-            def say(message: str) -> None:
-                print(message, file=sys.stderr, flush=True)
-
-            load_demo(services, say, RateProgress(say))
-        token_file = ensure_admin(services, home)
-        if demo:  # the operator asked for the demo: the admin may see it
-            services.accounts.users.add_memberships(ADMIN_USER, [DEMO_WORKSPACE])
-        login = services.accounts.sessions.open_session(ADMIN_USER, one_time=True)
-        announcement = {
-            "url": f"{base}/",
-            "login_url": f"{base}/login/once/{login}",
-            "admin_user": ADMIN_USER,
-            "admin_token_file": str(token_file) if token_file else None,
-            "socket": str(service.status()["socket"]),
-            "pid": os.getpid(),
-            "stop": "tht service stop",
-        }
+        announcement = _welcome(services, service, home, demo, base)
 
         class AnnouncingServer(uvicorn.Server):
             async def startup(self, sockets: list[socket.socket] | None = None) -> None:
@@ -145,13 +128,12 @@ def run_server(
                     _announce(announcement)
 
         limits = limits or ServerLimits()
-        settings = WebSettings(
+        app = _web_app(
+            services,
+            service,
+            limits,
+            public_origins or served_origins(scheme, host, port),
             secure=secure,
-            body_timeout=limits.body_timeout,
-            public_origins=public_origins or served_origins(scheme, host, port),
-        )
-        app = create_app(
-            services, settings, run_command=service.run_command, health=service.health_check
         )
         server = AnnouncingServer(
             uvicorn.Config(
@@ -171,6 +153,56 @@ def run_server(
                 signal.signal(signum, handler)
             if not started:
                 restore(home, replaced)
+
+
+def _welcome(
+    services: Services, service: Service, home: Path, demo: bool, base: str
+) -> dict[str, Any]:
+    """The demo loaded when asked, the installation's admin made sure of, and the line
+    `tht serve` prints once it listens: its URLs, the admin's one-time login link and
+    token file, the service's socket."""
+    from tht.demo import DEMO_WORKSPACE, load_demo
+
+    if demo:
+        from tht.commands.progress_rate import RateProgress
+
+        def say(message: str) -> None:
+            print(message, file=sys.stderr, flush=True)
+
+        load_demo(services, say, RateProgress(say))
+    token_file = ensure_admin(services, home)
+    if demo:  # the operator asked for the demo: the admin may see it
+        services.accounts.users.add_memberships(ADMIN_USER, [DEMO_WORKSPACE])
+    login = services.accounts.sessions.open_session(ADMIN_USER, one_time=True)
+    return {
+        "url": f"{base}/",
+        "login_url": f"{base}/login/once/{login}",
+        "admin_user": ADMIN_USER,
+        "admin_token_file": str(token_file) if token_file else None,
+        "socket": str(service.status()["socket"]),
+        "pid": os.getpid(),
+        "stop": "tht service stop",
+    }
+
+
+def _web_app(
+    services: Services,
+    service: Service,
+    limits: ServerLimits,
+    public_origins: tuple[str, ...],
+    *,
+    secure: bool,
+) -> FastAPI:
+    """The pages and the API over the service's engines, with its command runner
+    (`POST /api/cli`) and its health report."""
+    from tht.web.app import WebSettings, create_app
+
+    settings = WebSettings(
+        secure=secure, body_timeout=limits.body_timeout, public_origins=public_origins
+    )
+    return create_app(
+        services, settings, run_command=service.run_command, health=service.health_check
+    )
 
 
 class _Terminated(BaseException):
