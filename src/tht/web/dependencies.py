@@ -53,6 +53,22 @@ def csrf_token(session: str) -> str:
     return hmac.new(session.encode(), CSRF_PURPOSE, hashlib.sha256).hexdigest()
 
 
+def check_csrf(request: Request, session: str, settings: WebSettings) -> None:
+    """A cookie-authenticated unsafe request: same-origin, from a public origin, with
+    the session's CSRF token."""
+    fetch_site = request.headers.get("sec-fetch-site")
+    origin = request.headers.get("origin")
+    if fetch_site is not None and fetch_site not in ("same-origin", "none"):
+        raise PermissionDenied("cross-site request refused", details={"reason": "sec-fetch-site"})
+    if origin is not None and normalized_origin(origin) not in settings.public_origins:
+        raise PermissionDenied("cross-origin request refused", details={"reason": "origin"})
+    if fetch_site is None and origin is None:
+        raise PermissionDenied("request origin unknown: refused", details={"reason": "origin"})
+    token = request.headers.get("x-csrf-token", "")
+    if not hmac.compare_digest(token, csrf_token(session)):
+        raise PermissionDenied("missing or invalid CSRF token", details={"reason": "csrf"})
+
+
 @dataclass(frozen=True)
 class RequestAuth:
     """The request dependencies of one app (see `request_auth`)."""
@@ -66,21 +82,6 @@ class RequestAuth:
 def request_auth(services: Services, settings: WebSettings) -> RequestAuth:
     """The principal of a request to an app over ``services``, and its session cookie."""
 
-    def check_csrf(request: Request, session: str) -> None:
-        fetch_site = request.headers.get("sec-fetch-site")
-        origin = request.headers.get("origin")
-        if fetch_site is not None and fetch_site not in ("same-origin", "none"):
-            raise PermissionDenied(
-                "cross-site request refused", details={"reason": "sec-fetch-site"}
-            )
-        if origin is not None and normalized_origin(origin) not in settings.public_origins:
-            raise PermissionDenied("cross-origin request refused", details={"reason": "origin"})
-        if fetch_site is None and origin is None:
-            raise PermissionDenied("request origin unknown: refused", details={"reason": "origin"})
-        token = request.headers.get("x-csrf-token", "")
-        if not hmac.compare_digest(token, csrf_token(session)):
-            raise PermissionDenied("missing or invalid CSRF token", details={"reason": "csrf"})
-
     def resolve_principal(request: Request) -> Principal:
         authorization = request.headers.get("authorization")
         if authorization:
@@ -93,7 +94,7 @@ def request_auth(services: Services, settings: WebSettings) -> RequestAuth:
             raise Unauthenticated()
         found = services.accounts.sessions.by_session(session)
         if request.method not in SAFE_METHODS:
-            check_csrf(request, session)
+            check_csrf(request, session, settings)
         return found
 
     async def principal(request: Request) -> Principal:
