@@ -87,6 +87,7 @@ def work_prepare(args: argparse.Namespace) -> dict[str, Any]:
     """A new installation: workspace bench with ``--cards`` generated cards, projected
     by this variant's `tht memory index` (the rebuild figure)."""
     from bench_common import load_cards
+    from tht.bootstrap import migration_packs
     from tht.db.embedded import EmbeddedPostgres
 
     home = _home(args.home, args.embedder)
@@ -95,7 +96,7 @@ def work_prepare(args: argparse.Namespace) -> dict[str, Any]:
     )
     assert code == 0, document
     home.bind("bench")
-    settings, _ = EmbeddedPostgres(home.path).prepare()
+    settings, _ = EmbeddedPostgres(home.path).prepare(migration_packs())
     load_cards(settings.runtime_conninfo, "bench", args.cards, random.Random(11), home.words)
     return _rebuild_of(home)
 
@@ -117,6 +118,7 @@ def work_rebuild(args: argparse.Namespace) -> dict[str, Any]:
 
 def work_recall(args: argparse.Namespace) -> dict[str, Any]:
     from bench_common import CONCEPTS, TABLES, ms
+    from tht.bootstrap import migration_packs
     from tht.db.embedded import EmbeddedPostgres
     from tht.memory.archive.postgres import PostgresArchive
     from tht.memory.embedding import build_embedder
@@ -125,7 +127,7 @@ def work_recall(args: argparse.Namespace) -> dict[str, Any]:
     from tht.memory.recall_service import RecallQuery, RecallService
 
     home = _home(args.home)
-    settings, _ = EmbeddedPostgres(home.path).prepare()
+    settings, _ = EmbeddedPostgres(home.path).prepare(migration_packs())
     archive = PostgresArchive(settings.runtime_conninfo).open()
     index = EdgeIndex(home.path / "index", "thoth_memory", open_timeout=30)
     embedder = build_embedder({"provider": "hashing", "dimension": 384})
