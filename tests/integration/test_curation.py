@@ -372,6 +372,28 @@ def test_the_log_keeps_its_bound_and_counts_what_it_drops(database, tmp_path, mo
         services.close()
 
 
+def test_the_log_reads_back_an_exact_error_match_without_a_score(database, tmp_path):
+    services = _services(database, tmp_path)
+    try:
+        services.workspaces.create("acme", "en")
+        exact_id = "mem-00000000-0000-4000-8000-000000000001"
+        ranked_id = "mem-00000000-0000-4000-8000-000000000002"
+        services.recall_log.record(
+            LoggedRecall(
+                "acme", "rules", None, "relation does not exist", None, "agent",
+                (exact_id, ranked_id), (None, 0.5), exact=True,
+            )
+        )  # fmt: skip
+        services.recall_log.flush()
+        [entry] = services.recall_log.entries("acme", limit=10)["entries"]
+        assert entry["returned"] == [
+            {"id": exact_id, "score": None},
+            {"id": ranked_id, "score": 0.5},
+        ]
+    finally:
+        services.close()
+
+
 def test_the_log_can_be_turned_off(database, tmp_path):
     services = _services(database, tmp_path, recall_log={"enabled": False})
     try:

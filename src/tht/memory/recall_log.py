@@ -403,7 +403,11 @@ class RecallLog:
                     "error": row["error"],
                     "session": row["session"],
                     "returned": [
-                        {"id": uuid_to_card_id(i), "score": round(float(s), 6)}
+                        # no score: an exact error-signature match (no rank score)
+                        {
+                            "id": uuid_to_card_id(i),
+                            "score": None if s is None else round(float(s), 6),
+                        }
                         for i, s in zip(row["returned"], row["scores"], strict=True)
                     ],
                     "coverage": None if row["coverage"] is None else round(row["coverage"], 3),
