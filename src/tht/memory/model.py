@@ -82,6 +82,21 @@ TEXT_FIELDS = ("content", "scope", "rationale", "question", "sql", "context")
 # to it. What an edit of a card changes besides its dependencies and links:
 CONTENT_FIELDS = ("title", *TEXT_FIELDS, "error_signature", "concepts")
 CARD_FIELDS = ("family", *CONTENT_FIELDS, "dependencies", "links")
+# The longest text each field holds, where it is not MAX_TEXT (the input model's types
+# below say the same; the API's schemas and the pages read it from here).
+TEXT_LIMITS: dict[str, int] = {"scope": MAX_SCOPE, "sql": MAX_SQL}
+
+
+def text_limit(name: str) -> int:
+    return TEXT_LIMITS.get(name, MAX_TEXT)
+
+
+def texts_in_order(*first: str) -> tuple[str, ...]:
+    """The text fields, ``first`` leading and the others after them in TEXT_FIELDS'
+    order: a reader that puts some texts first (the indexed text, the compact recall
+    answer) still reads a text field added to the model."""
+    return (*first, *(name for name in TEXT_FIELDS if name not in first))
+
 
 # The identifiers, one definition each: every entry point (the runtime file, the CLI, the
 # API's paths and JSON Schema, the index's shard names) accepts exactly these.

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from tht.memory.model import Card, Dependency
+from tht.memory.model import Card, Dependency, texts_in_order
 from tht.memory.recall_filters import CardFacts
 
 # Bump when indexed_text changes: every projection becomes stale.
@@ -77,22 +77,13 @@ def searchable(text: str) -> str:
 
 class IndexedCard(Protocol):
     """What ``indexed_text`` reads: a ``Card``, or the same fields from an archive row
-    (read-only members, so that a frozen ``Card`` conforms)."""
+    (read-only members, so that a frozen ``Card`` conforms). Besides these members it
+    reads every text field of the model (TEXT_FIELDS) by name."""
 
     @property
     def title(self) -> str: ...
     @property
-    def content(self) -> str | None: ...
-    @property
     def scope(self) -> str | None: ...
-    @property
-    def rationale(self) -> str | None: ...
-    @property
-    def question(self) -> str | None: ...
-    @property
-    def sql(self) -> str | None: ...
-    @property
-    def context(self) -> str | None: ...
     @property
     def concepts(self) -> Sequence[str]: ...
     @property
@@ -105,13 +96,24 @@ class ProjectedCard(IndexedCard, Protocol):
 
     @property
     def family(self) -> str: ...
+    @property
+    def context(self) -> str | None: ...
+
+
+# The texts in the order the indexed text lists them after the title; the scope
+# follows them, labelled.
+INDEXED_TEXTS = tuple(
+    name
+    for name in texts_in_order("question", "content", "context", "rationale", "sql")
+    if name != "scope"
+)
 
 
 def indexed_text(card: IndexedCard) -> str:
-    """Title, content, scope, rationale, question, exemplar SQL, context, concepts and
-    qualified physical dependencies, then the words of the camelCase identifiers among
-    them: what both the dense and the BM25 branch see."""
-    parts = [card.title, card.question, card.content, card.context, card.rationale, card.sql]
+    """Title, question, content, context, rationale, exemplar SQL (and any other text
+    field), scope, concepts and qualified physical dependencies, then the words of the
+    camelCase identifiers among them: what both the dense and the BM25 branch see."""
+    parts = [card.title, *(getattr(card, name) for name in INDEXED_TEXTS)]
     if card.scope:
         parts.append(f"Scope: {card.scope}")
     if card.concepts:

@@ -14,7 +14,7 @@ default) keeps, per card:
   ``exact_error_match`` for an explained error whose signature is the error's;
 - the card's texts that are not empty: ``title`` only when its content (or question)
   does not already say it, then ``content``, ``question``, ``sql``, ``context``,
-  ``rationale``, ``scope``;
+  ``rationale``, ``scope`` (then any other text field of the model);
 - ``depends_on``: its dependencies as ``table`` or ``table.column``, qualified with
   ``database.schema.`` only where they are not the recall's binding;
 - ``imported``: true for a card an import wrote (not reviewed in this installation).
@@ -27,9 +27,11 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
+from tht.memory.model import texts_in_order
+
 View = Literal["compact", "full"]
 VIEWS: tuple[View, ...] = ("compact", "full")
-TEXTS = ("content", "question", "sql", "context", "rationale", "scope")
+TEXTS = texts_in_order("content", "question", "sql", "context", "rationale", "scope")
 _NOT_WORD = re.compile(r"\W+")
 
 

@@ -10,6 +10,7 @@ own data. Index payloads are never returned.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Literal
@@ -22,7 +23,14 @@ from tht.memory.embedding import Embedder, SparseEncoder, SparseVector
 from tht.memory.embedding.sparse import text_language, without_stopwords
 from tht.memory.index import IndexHit, IndexUnavailable, SearchIndex
 from tht.memory.index.errors import IndexLost
-from tht.memory.model import MAX_CONCEPT, Card, Dependency, card_id_to_uuid, uuid_to_card_id
+from tht.memory.model import (
+    MAX_CONCEPT,
+    TEXT_FIELDS,
+    Card,
+    Dependency,
+    card_id_to_uuid,
+    uuid_to_card_id,
+)
 from tht.memory.projection import indexed_text, searchable
 from tht.memory.projector import IndexProjector
 from tht.memory.recall import (
@@ -438,14 +446,10 @@ class RecallService:
 def _indexed_card(fields: IndexedFields, dependencies: tuple[Dependency, ...]) -> SimpleNamespace:
     """Just what ``indexed_text`` reads, from the archive's row (a pydantic model
     would cost more than the text itself)."""
+    texts: Mapping[str, object] = fields  # the row holds every text field, by name
     return SimpleNamespace(
+        **{name: texts[name] for name in TEXT_FIELDS},
         title=fields["title"],
-        content=fields["content"],
-        scope=fields["scope"],
-        rationale=fields["rationale"],
-        question=fields["question"],
-        sql=fields["sql"],
-        context=fields["context"],
         concepts=fields["concepts"] or [],
         dependencies=dependencies,
     )

@@ -79,18 +79,13 @@ RecallFacts = tuple[ProjectionState, CardFacts]
 
 class IndexedFields(TypedDict):
     """The fields a card's indexed text is built from, besides its dependencies (a
-    row as read: a model would cost recall more than the text itself)."""
+    row as read: a model would cost recall more than the text itself): these, and
+    every text field of the model (TEXT_FIELDS), by name."""
 
     id: uuid.UUID
     revision: int
     family: str
     title: str
-    content: str
-    scope: str | None
-    rationale: str | None
-    question: str | None
-    sql: str | None
-    context: str | None
     concepts: list[str] | None
 
 

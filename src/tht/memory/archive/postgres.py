@@ -56,6 +56,7 @@ from tht.memory.archive.review_records import ReviewRecords
 from tht.memory.archive.transfer_records import TransferRecords
 from tht.memory.migrations import RUNTIME_ROLE, check_schema
 from tht.memory.model import (
+    TEXT_FIELDS,
     Card,
     CardIndex,
     CardInput,
@@ -103,7 +104,7 @@ _ORDER_BY = {
 
 
 def queries() -> dict[str, str]:
-    return named_queries(__package__, "sql/queries.sql")
+    return named_queries(__package__, "sql/queries.sql", texts=TEXT_FIELDS)
 
 
 def _q(name: str) -> str:
@@ -522,12 +523,7 @@ class ArchiveTransaction:
                 workspace=row["workspace_id"],
                 family=row["family"],
                 title=row["title"],
-                content=row["content"],
-                scope=row["scope"],
-                rationale=row["rationale"],
-                question=row["question"],
-                sql=row["sql"],
-                context=row["context"],
+                **{name: row[name] for name in TEXT_FIELDS},
                 error_signature=row["error_signature"],
                 concepts=row["concepts"],
                 dependencies=deps[row["id"]],
@@ -560,12 +556,7 @@ class ArchiveTransaction:
         return {
             "family": data.family,
             "title": data.title,
-            "content": data.content,
-            "scope": data.scope,
-            "rationale": data.rationale,
-            "question": data.question,
-            "sql": data.sql,
-            "context": data.context,
+            **{name: getattr(data, name) for name in TEXT_FIELDS},
             "error_signature": data.error_signature,
             "concepts": data.concepts,
         }

@@ -42,7 +42,7 @@ class ImportedCard(Protocol):
 
 
 def _queries() -> dict[str, str]:
-    return named_queries("tht.memory.archive", "sql/transfer.sql")
+    return named_queries("tht.memory.archive", "sql/transfer.sql", texts=TEXT_FIELDS)
 
 
 class TransferRecords:

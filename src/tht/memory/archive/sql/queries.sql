@@ -1,6 +1,8 @@
 -- Queries of the PostgreSQL archive, loaded by name ("-- name: <name>").
 -- Every query also names the workspace explicitly: row-level security is the
--- backstop, not the only filter.
+-- backstop, not the only filter. {texts: PATTERN} stands for a card's text columns (the
+-- model's TEXT_FIELDS, in order): PATTERN once per column, $ its name, joined by commas
+-- (tht.sqlfiles).
 
 -- name: set_context
 -- The transaction's context in one round trip. set_config('role', ..., true) is SET
@@ -71,8 +73,8 @@ SELECT count(*) FROM thoth_memory.projection_ops WHERE workspace_id = %(workspac
 
 -- name: card_get
 -- With the import that wrote the card, if one did (015).
-SELECT c.id, c.workspace_id, c.family, c.title, c.content, c.scope, c.rationale, c.question,
-       c.sql, c.context, c.error_signature, c.concepts, c.origin, c.source_session,
+SELECT c.id, c.workspace_id, c.family, c.title, {texts: c.$}, c.error_signature,
+       c.concepts, c.origin, c.source_session,
        c.source_decisions, c.revision, c.created_at, c.updated_at, c.import_id,
        c.import_action, i.file_name AS import_file, i.format AS import_format,
        i.started_at AS import_at, i.principal AS import_by
@@ -111,19 +113,17 @@ SELECT id FROM thoth_memory.cards WHERE workspace_id = %(workspace)s AND id = AN
 
 -- name: card_insert
 INSERT INTO thoth_memory.cards
-       (workspace_id, id, family, language, title, content, scope, rationale, question, sql,
-        context, error_signature, concepts, origin, source_session, source_decisions)
-VALUES (%(workspace)s, %(id)s, %(family)s, %(language)s, %(title)s, %(content)s, %(scope)s,
-        %(rationale)s, %(question)s, %(sql)s, %(context)s, %(error_signature)s, %(concepts)s, %(origin)s,
-        %(source_session)s, %(source_decisions)s)
+       (workspace_id, id, family, language, title, {texts: $},
+        error_signature, concepts, origin, source_session, source_decisions)
+VALUES (%(workspace)s, %(id)s, %(family)s, %(language)s, %(title)s, {texts: %($)s},
+        %(error_signature)s, %(concepts)s, %(origin)s, %(source_session)s, %(source_decisions)s)
 RETURNING revision;
 
 -- name: card_update
 -- Origin and source references are never touched by an edit. An edit that does not
 -- mention the error signature keeps it (while the card stays an explained error).
 UPDATE thoth_memory.cards
-   SET family = %(family)s, title = %(title)s, content = %(content)s, scope = %(scope)s,
-       rationale = %(rationale)s, question = %(question)s, sql = %(sql)s, context = %(context)s,
+   SET family = %(family)s, title = %(title)s, {texts: $ = %($)s},
        error_signature = CASE WHEN %(family)s <> 'explained_error' THEN NULL
                               WHEN %(keep_signature)s THEN error_signature
                               ELSE %(error_signature)s END,
@@ -215,8 +215,8 @@ SELECT c.id, c.family, c.title, c.scope, c.concepts, c.origin, c.revision,
  LIMIT %(limit)s OFFSET %(offset)s;
 
 -- name: cards_rows
-SELECT c.id, c.workspace_id, c.family, c.title, c.content, c.scope, c.rationale, c.question,
-       c.sql, c.context, c.error_signature, c.concepts, c.origin, c.source_session,
+SELECT c.id, c.workspace_id, c.family, c.title, {texts: c.$}, c.error_signature,
+       c.concepts, c.origin, c.source_session,
        c.source_decisions, c.revision, c.created_at, c.updated_at, c.import_id,
        c.import_action, i.file_name AS import_file, i.format AS import_format,
        i.started_at AS import_at, i.principal AS import_by
@@ -376,6 +376,6 @@ RETURNING nonce;
 -- The fields a card's indexed text is built from, besides its dependencies (which
 -- recall_facts carries): recall derives the coverage signal's terms from them for a
 -- projection recorded without its terms (before migration 006).
-SELECT id, revision, family, title, content, scope, rationale, question, sql, context, concepts
+SELECT id, revision, family, title, {texts: $}, concepts
   FROM thoth_memory.cards
  WHERE workspace_id = %(workspace)s AND id = ANY(%(ids)s);

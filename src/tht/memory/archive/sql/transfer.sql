@@ -1,6 +1,7 @@
 -- Queries of bulk import and export, loaded by name ("-- name: <name>"). Like the
 -- archive's, every query names the workspace explicitly (row-level security is the
--- backstop).
+-- backstop). {texts: PATTERN} stands for a card's text columns (the model's TEXT_FIELDS,
+-- in order): PATTERN once per column, $ its name, joined by commas (tht.sqlfiles).
 
 -- name: import_cards_insert
 -- A batch of new cards in one statement (arrays, one element per card). A card as an
@@ -8,11 +9,10 @@
 -- a new card's defaults), so export -> import -> export is lossless. Concepts and
 -- source decisions travel as JSON arrays (text[] cannot hold lists of lists).
 INSERT INTO thoth_memory.cards
-       (workspace_id, id, family, language, title, content, scope, rationale, question, sql,
-        context, error_signature, concepts, origin, source_session, source_decisions,
+       (workspace_id, id, family, language, title, {texts: $}, error_signature, concepts,
+        origin, source_session, source_decisions,
         revision, created_at, updated_at, import_id, import_revision, import_action)
-SELECT %(workspace)s, c.id, c.family, %(language)s, c.title, c.content, c.scope, c.rationale,
-       c.question, c.sql, c.context, c.error_signature,
+SELECT %(workspace)s, c.id, c.family, %(language)s, c.title, {texts: c.$}, c.error_signature,
        ARRAY(SELECT jsonb_array_elements_text(c.concepts::jsonb)),
        c.origin, c.source_session,
        CASE WHEN c.source_decisions IS NULL THEN NULL
@@ -21,13 +21,12 @@ SELECT %(workspace)s, c.id, c.family, %(language)s, c.title, c.content, c.scope,
        coalesce(c.created_at, now()),
        coalesce(c.updated_at, c.created_at, now()),
        %(import_id)s, coalesce(c.revision, 1), 'create'
-  FROM unnest(%(ids)s::uuid[], %(families)s::text[], %(titles)s::text[], %(contents)s::text[],
-              %(scopes)s::text[], %(rationales)s::text[], %(questions)s::text[], %(sqls)s::text[],
-              %(contexts)s::text[], %(error_signatures)s::text[], %(concepts)s::text[],
+  FROM unnest(%(ids)s::uuid[], %(families)s::text[], %(titles)s::text[],
+              {texts: %($s)s::text[]}, %(error_signatures)s::text[], %(concepts)s::text[],
               %(origins)s::text[], %(source_sessions)s::text[], %(source_decisions)s::text[],
               %(revisions)s::bigint[], %(created_ats)s::timestamptz[], %(updated_ats)s::timestamptz[])
-       AS c(id, family, title, content, scope, rationale, question, sql, context, error_signature,
-            concepts, origin, source_session, source_decisions, revision, created_at, updated_at);
+       AS c(id, family, title, {texts: $}, error_signature, concepts, origin, source_session,
+            source_decisions, revision, created_at, updated_at);
 
 -- name: import_dependencies_add
 -- The dependencies of new cards, in order of position per card.
