@@ -1,7 +1,9 @@
 """A card's fields have one definition (tht.memory.model: TEXT_FIELDS, FAMILY_FIELDS,
-CONTENT_FIELDS, CARD_FIELDS). Where a copy cannot derive from it (a typed model, a
-protocol, a row type, a page's script), these tests hold the copy equal to it: a field
-added to the model and missed in one copy fails here, naming the copy."""
+CONTENT_FIELDS, CARD_FIELDS). The archive's statements, the API's family schemas, the
+indexed text, the compact recall answer and the pages' field lists derive from it;
+where a copy cannot (a typed model, the Python client), these tests hold it equal to
+the definition: a field added to the model and missed in one copy fails here, naming
+the copy."""
 
 from __future__ import annotations
 
@@ -12,11 +14,12 @@ import uuid
 from pathlib import Path
 
 import pytest
-from pydantic import BaseModel
 
 from tht import memory_client
-from tht.memory import projection
+from tht.memory import projection, recall_answer
 from tht.memory.archive.port import IndexedFields
+from tht.memory.archive.postgres import queries
+from tht.memory.archive.transfer_records import _queries as transfer_queries
 from tht.memory.model import (
     CARD_FIELDS,
     CONTENT_FIELDS,
@@ -26,6 +29,7 @@ from tht.memory.model import (
     Card,
     CardInput,
     Dependency,
+    text_limit,
 )
 from tht.memory.recall_service import _indexed_card
 from tht.memory.transfer.formats import CSV_COLUMNS, META_KEYS
@@ -75,16 +79,14 @@ def test_the_csv_columns_are_the_card_fields_between_the_meta_keys() -> None:
     assert CSV_COLUMNS == ("id", *CARD_FIELDS, *META_KEYS[1:])
 
 
-HTTP_MODELS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
-    "domain_clarification": (schemas.DomainClarificationIn, schemas.DomainClarificationUpdate),
-    "sql_rule": (schemas.SqlRuleIn, schemas.SqlRuleUpdate),
-    "solved_question": (schemas.SolvedQuestionIn, schemas.SolvedQuestionUpdate),
-    "explained_error": (schemas.ExplainedErrorIn, schemas.ExplainedErrorUpdate),
-}
+HTTP_MODELS = schemas.FAMILY_MODELS
 
 
 def test_every_family_has_its_http_schemas() -> None:
     assert set(HTTP_MODELS) == set(FAMILIES)
+    for family, (created, updated) in HTTP_MODELS.items():
+        name = "".join(part.capitalize() for part in family.split("_"))
+        assert (created.__name__, updated.__name__) == (f"{name}In", f"{name}Update")
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -102,6 +104,12 @@ def test_the_http_schemas_of_a_family_are_its_fields(family: str) -> None:
             if name in TEXT_FIELDS
         }
         assert required == FAMILY_FIELDS[family], model.__name__
+        limits = {
+            name: model.model_json_schema()["properties"][name] for name in FAMILY_FIELDS[family]
+        }
+        for name, schema in limits.items():
+            text = schema if "anyOf" not in schema else schema["anyOf"][0]
+            assert text["maxLength"] == text_limit(name), (model.__name__, name)
 
 
 def test_the_python_clients_card_reads_every_field() -> None:
@@ -124,23 +132,9 @@ def test_the_python_clients_card_reads_every_field() -> None:
     assert card.concepts == ("orders",)
 
 
-def _members(protocol: type) -> set[str]:
-    return {
-        name
-        for klass in protocol.__mro__
-        if klass is not object and klass is not typing.Protocol and klass is not typing.Generic
-        for name, value in vars(klass).items()
-        if isinstance(value, property)
-    }
-
-
-def test_the_indexed_card_reads_every_text_field() -> None:
-    assert _members(projection.IndexedCard) == {
-        "title",
-        *TEXT_FIELDS,
-        "concepts",
-        "dependencies",
-    }
+def test_the_indexed_text_and_the_compact_answer_list_every_text_field() -> None:
+    assert set(projection.INDEXED_TEXTS) == set(TEXT_FIELDS) - {"scope"}  # scope: labelled
+    assert sorted(recall_answer.TEXTS) == sorted(TEXT_FIELDS)
 
 
 def _indexed_row(values: dict[str, str]) -> IndexedFields:
@@ -154,15 +148,21 @@ def _indexed_row(values: dict[str, str]) -> IndexedFields:
     return typing.cast(IndexedFields, row)
 
 
-def test_the_archives_indexed_row_holds_every_indexed_field() -> None:
-    assert set(IndexedFields.__annotations__) == {
-        "id",
-        "revision",
-        "family",
-        "title",
-        *TEXT_FIELDS,
-        "concepts",
-    }
+@pytest.mark.parametrize(
+    ("loaded", "statements"),
+    [
+        (queries, ("card_get", "cards_rows", "card_insert", "card_update", "indexed_fields")),
+        (transfer_queries, ("import_cards_insert",)),
+    ],
+)
+def test_the_archives_statements_name_every_text_column(
+    loaded: typing.Callable[[], dict[str, str]], statements: tuple[str, ...]
+) -> None:
+    for name in statements:
+        statement = loaded()[name]
+        assert "{texts" not in statement, name
+        for field in TEXT_FIELDS:
+            assert re.search(rf"\b{field}\b", statement), (name, field)
 
 
 def test_the_indexed_text_holds_every_text_field_from_a_card_and_from_a_row() -> None:
@@ -180,31 +180,28 @@ def _script(name: str) -> str:
     return (STATIC / "static" / name).read_text()
 
 
-def test_the_administration_page_knows_every_family_field() -> None:
-    script = _script("app.js")
-    families = script[script.index("var FAMILIES = {") : script.index("var TEXT_FIELDS")]
-    found: dict[str, dict[str, bool]] = {}
-    for block in re.finditer(r"(\w+): \{(.*?)\]\s*\]", families, re.S):
-        entries = re.findall(r'\["(\w+)", "[^"]*", (true|false)', block.group(2))
-        found[block.group(1)] = {name: required == "true" for name, required in entries}
-    assert found == FAMILY_FIELDS
-    listed = re.search(r"var TEXT_FIELDS = \[([^\]]*)\]", script)
-    assert listed is not None
-    assert set(re.findall(r'"(\w+)"', listed.group(1))) == set(TEXT_FIELDS)
-    template = (STATIC / "templates" / "memory.html").read_text()
-    loop = re.search(r"\{% for name in \[([^\]]*)\] %\}", template)
-    assert loop is not None
-    assert set(re.findall(r'"(\w+)"', loop.group(1))) == set(TEXT_FIELDS)
-
-
-def test_the_review_page_knows_every_family_field() -> None:
-    script = _script("review.js")
-    block = script[script.index("var FIELDS = {") : script.index("var LABELS")]
-    found = {
-        family: set(re.findall(r'\["(\w+)", "', fields))
-        for family, fields in re.findall(r"(\w+): \[(.*?)\]\],?", block, re.S)
+def test_the_pages_are_given_every_family_field() -> None:
+    fields = schemas.PAGE_CARD_FIELDS
+    families = {
+        family: {name: required for name, required in entries}
+        for family, entries in fields["families"]
     }
-    expected = {family: set(fields) for family, fields in FAMILY_FIELDS.items()}
-    expected["solved_question"].discard("sql")  # the approved SQL shows read-only, apart
-    expected["explained_error"].add("error_signature")
-    assert found == expected
+    assert families == FAMILY_FIELDS
+    assert [family for family, _ in fields["families"]] == list(FAMILIES)
+    assert sorted(fields["texts"]) == sorted(TEXT_FIELDS)
+    assert fields["limits"] == {name: text_limit(name) for name in TEXT_FIELDS}
+    base = (STATIC / "templates" / "base.html").read_text()
+    assert '<script type="application/json" id="card-fields">{{ card_fields | tojson }}' in base
+    template = (STATIC / "templates" / "memory.html").read_text()
+    assert "{% for name in card_fields.texts %}" in template
+
+
+@pytest.mark.parametrize("name", ["app.js", "review.js"])
+def test_the_pages_scripts_read_the_fields_from_the_page(name: str) -> None:
+    script = _script(name)
+    assert 'JSON.parse(document.getElementById("card-fields").textContent)' in script
+    # the words they keep for fields name only fields of the model
+    words = script[script.index("var CARD_FIELDS") : script.index("\n  function ")]
+    named = set(re.findall(r"\b(\w+): \[?\"", words))
+    assert named, name
+    assert named - {"label", "hint", *FAMILIES} <= set(TEXT_FIELDS), name

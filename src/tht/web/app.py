@@ -38,6 +38,7 @@ from tht.web.mcp_route import mcp_route
 from tht.web.memory_api import memory_router
 from tht.web.pages import api_docs_router, page_renderer, pages_router
 from tht.web.review import review_router
+from tht.web.schemas import PAGE_CARD_FIELDS
 from tht.web.session_api import session_router
 
 __all__ = ["WebSettings", "create_app"]
@@ -66,6 +67,7 @@ def create_app(
         description='Administration → Memory management. Errors are {"error": {"code", "message", "details"}}.',
     )
     templates = Jinja2Templates(directory=str(HERE / "templates"))
+    templates.env.globals["card_fields"] = PAGE_CARD_FIELDS
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
     # Swagger UI's own files, from the installed package: the API docs need no CDN.
     app.mount(API_DOCS_ASSETS, StaticFiles(directory=str(SWAGGER_UI)), name="api-docs-assets")

@@ -4,12 +4,14 @@ tht.memory.model; these models describe the same rules to API clients."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, cast
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from tht.memory.model import (
     CARD_ID_PATTERN,
+    FAMILIES,
+    FAMILY_FIELDS,
     MAX_CONCEPT,
     MAX_CONCEPTS,
     MAX_DEPENDENCIES,
@@ -20,10 +22,13 @@ from tht.memory.model import (
     MAX_SQL,
     MAX_TEXT,
     MAX_TITLE,
+    TEXT_FIELDS,
     Card,
     CardSummary,
     PendingOperation,
     Revision,
+    text_limit,
+    texts_in_order,
 )
 from tht.memory.model import (
     TEXT_PATTERN as TEXT_PATTERN,  # the pages and the API read it from here
@@ -122,43 +127,38 @@ class _CardBase(_Input):
     )
 
 
-class _DomainClarification(_CardBase):
-    family: Literal["domain_clarification"]
-    content: Text
-    scope: Scope
-    rationale: Text | None = None
-    context: Text | None = None
+# Where a family's text field means something its name does not say.
+_FIELD_DESCRIPTIONS: dict[tuple[str, str], str] = {
+    ("explained_error", "context"): "The error observed",
+    ("explained_error", "content"): "The correction",
+}
 
 
-class _SqlRule(_CardBase):
-    family: Literal["sql_rule"]
-    content: Text
-    scope: Scope
-    rationale: Text
-    sql: SqlText | None = None
-    context: Text | None = None
+def _text(name: str) -> Any:
+    """A text field's schema: printable, bounded as the model bounds it."""
+    return Annotated[str, Field(max_length=text_limit(name), pattern=TEXT_PATTERN)]
 
 
-class _SolvedQuestion(_CardBase):
-    family: Literal["solved_question"]
-    question: Text
-    sql: SqlText
-    context: Text
-    scope: Scope | None = None
-    content: Text | None = None
-
-
-class _ExplainedError(_CardBase):
-    family: Literal["explained_error"]
-    context: Text = Field(description="The error observed")
-    content: Text = Field(description="The correction")
-    rationale: Text
-    scope: Scope | None = None
-    sql: SqlText | None = None
-    error_signature: Text | None = Field(
-        default=None,
-        description="The database error text; stored normalized. Omitted on an edit: kept",
-    )
+def _family_fields(family: str) -> dict[str, Any]:
+    """The fields of a family's documents, from the model: its text fields in the
+    model's order (the required ones without a default), and an explained error's
+    signature."""
+    fields: dict[str, Any] = {"family": (Literal[family], ...)}
+    for name, required in FAMILY_FIELDS[family].items():
+        description = _FIELD_DESCRIPTIONS.get((family, name))
+        if required:
+            fields[name] = (_text(name), Field(description=description))
+        else:
+            fields[name] = (_text(name) | None, Field(default=None, description=description))
+    if family == "explained_error":
+        fields["error_signature"] = (
+            _text("error_signature") | None,
+            Field(
+                default=None,
+                description="The database error text; stored normalized. Omitted on an edit: kept",
+            ),
+        )
+    return fields
 
 
 class _Revision(BaseModel):
@@ -167,38 +167,53 @@ class _Revision(BaseModel):
     )
 
 
-class DomainClarificationUpdate(_DomainClarification, _Revision): ...
+def _family_models(family: str) -> tuple[type[_CardBase], type[_CardBase]]:
+    """A family's document on create (``<Family>In``) and on update
+    (``<Family>Update``, with the revision edited)."""
+    name = "".join(part.capitalize() for part in family.split("_"))
+    base = create_model(f"_{name}", __base__=_CardBase, **_family_fields(family))
+    # the revision first, as a class (base, _Revision) lists it; create_model's stub
+    # wants every base to be the first one's kind
+    bases = cast("tuple[type[_CardBase], ...]", (base, _Revision))
+    return (
+        create_model(f"{name}In", __base__=base),
+        create_model(f"{name}Update", __base__=bases),
+    )
 
 
-class SqlRuleUpdate(_SqlRule, _Revision): ...
+# One pair per family of the model, named as the API documents them: SqlRuleIn and
+# SqlRuleUpdate, ...
+FAMILY_MODELS: dict[str, tuple[type[_CardBase], type[_CardBase]]] = {
+    family: _family_models(family) for family in FAMILIES
+}
+
+if TYPE_CHECKING:
+    # what a route reads of a card's body: any family's document
+    CardIn = _CardBase
+    CardUpdate = _CardBase
+else:
+    CardIn = Annotated[
+        Union[tuple(created for created, _ in FAMILY_MODELS.values())],  # noqa: UP007
+        Field(discriminator="family"),
+    ]
+    CardUpdate = Annotated[
+        Union[tuple(updated for _, updated in FAMILY_MODELS.values())],  # noqa: UP007
+        Field(discriminator="family"),
+    ]
 
 
-class SolvedQuestionUpdate(_SolvedQuestion, _Revision): ...
-
-
-class ExplainedErrorUpdate(_ExplainedError, _Revision): ...
-
-
-class DomainClarificationIn(_DomainClarification): ...
-
-
-class SqlRuleIn(_SqlRule): ...
-
-
-class SolvedQuestionIn(_SolvedQuestion): ...
-
-
-class ExplainedErrorIn(_ExplainedError): ...
-
-
-CardIn = Annotated[
-    DomainClarificationIn | SqlRuleIn | SolvedQuestionIn | ExplainedErrorIn,
-    Field(discriminator="family"),
-]
-CardUpdate = Annotated[
-    DomainClarificationUpdate | SqlRuleUpdate | SolvedQuestionUpdate | ExplainedErrorUpdate,
-    Field(discriminator="family"),
-]
+# What the pages know of a card's fields (base.html puts it in every page as JSON, for
+# the scripts and the editor's template): each family (in order) with its text fields in
+# the model's order and whether they are required, every text field in the editor's order, and their
+# bounds. The words shown for them (labels, hints) are the pages' own.
+PAGE_CARD_FIELDS: dict[str, Any] = {
+    "families": [
+        [family, [[name, required] for name, required in FAMILY_FIELDS[family].items()]]
+        for family in FAMILIES
+    ],
+    "texts": list(texts_in_order("question", "content", "scope", "rationale", "sql", "context")),
+    "limits": {name: text_limit(name) for name in TEXT_FIELDS},
+}
 
 
 # Responses reuse the domain's models: one definition of a card and its parts.

@@ -9,52 +9,73 @@
 
   // --- families: fields in display order, label, required ----------------------------
 
-  var FAMILIES = {
+  // Which text fields each family has, in order, and which are required: the server's
+  // model, in the page as JSON (base.html). The words for them are the page's own; a
+  // field without words here shows its name.
+  var CARD_FIELDS = JSON.parse(document.getElementById("card-fields").textContent);
+  var FAMILY_WORDS = {
     domain_clarification: {
       label: "Domain clarification",
       hint: "A reusable definition or interpretation, with scope and context.",
-      fields: [
-        ["content", "Clarification", true, "The definition or interpretation."],
-        ["scope", "Scope", true, "Where it applies (e.g. a business area or report)."],
-        ["rationale", "Rationale", false, "Why this interpretation holds."],
-        ["context", "Context", false, "Background that helps apply it."]
-      ]
+      fields: {
+        content: ["Clarification", "The definition or interpretation."],
+        scope: ["Scope", "Where it applies (e.g. a business area or report)."],
+        rationale: ["Rationale", "Why this interpretation holds."],
+        context: ["Context", "Background that helps apply it."]
+      }
     },
     sql_rule: {
       label: "SQL rule",
       hint: "Guidance for constructing SQL, with scope and rationale.",
-      fields: [
-        ["content", "Rule", true, "The guidance, stated so that it can be followed."],
-        ["scope", "Scope", true, "Where the rule applies."],
-        ["rationale", "Rationale", true, "Why the rule exists."],
-        ["sql", "SQL example", false, "An example that follows the rule."],
-        ["context", "Context", false, "Background that helps apply it."]
-      ]
+      fields: {
+        content: ["Rule", "The guidance, stated so that it can be followed."],
+        scope: ["Scope", "Where the rule applies."],
+        rationale: ["Rationale", "Why the rule exists."],
+        sql: ["SQL example", "An example that follows the rule."],
+        context: ["Context", "Background that helps apply it."]
+      }
     },
     solved_question: {
       label: "Solved question",
       hint: "A question, its approved SQL and context; a consultative exemplar.",
-      fields: [
-        ["question", "Question", true, "The question as a person asked it."],
-        ["sql", "Approved SQL", true, "The SQL that answers it."],
-        ["context", "Context", true, "What makes the SQL right for the question."],
-        ["scope", "Scope", false, "Where the exemplar applies."],
-        ["content", "Notes", false, "Anything else worth knowing."]
-      ]
+      fields: {
+        question: ["Question", "The question as a person asked it."],
+        sql: ["Approved SQL", "The SQL that answers it."],
+        context: ["Context", "What makes the SQL right for the question."],
+        scope: ["Scope", "Where the exemplar applies."],
+        content: ["Notes", "Anything else worth knowing."]
+      }
     },
     explained_error: {
       label: "Explained error",
       hint: "A correction and its rationale, to avoid repeating a known error.",
-      fields: [
-        ["context", "Error observed", true, "The error message or the wrong pattern."],
-        ["content", "Correction", true, "What to do instead."],
-        ["rationale", "Rationale", true, "Why the correction is right."],
-        ["scope", "Scope", false, "Where the error occurs."],
-        ["sql", "Corrected SQL", false, "The corrected query, if useful."]
-      ]
+      fields: {
+        context: ["Error observed", "The error message or the wrong pattern."],
+        content: ["Correction", "What to do instead."],
+        rationale: ["Rationale", "Why the correction is right."],
+        scope: ["Scope", "Where the error occurs."],
+        sql: ["Corrected SQL", "The corrected query, if useful."]
+      }
     }
   };
-  var TEXT_FIELDS = ["question", "content", "scope", "rationale", "sql", "context"];
+
+  function capitalized(name) { return name.charAt(0).toUpperCase() + name.slice(1); }
+
+  // family -> {label, hint, fields: [[name, label, required, hint], ...]}
+  var FAMILIES = {};
+  CARD_FIELDS.families.forEach(function (entry) {
+    var family = entry[0];
+    var words = FAMILY_WORDS[family] || { label: capitalized(family.replace(/_/g, " ")), hint: "", fields: {} };
+    FAMILIES[family] = {
+      label: words.label,
+      hint: words.hint,
+      fields: entry[1].map(function (field) {
+        var said = words.fields[field[0]] || [capitalized(field[0]), ""];
+        return [field[0], said[0], field[1], said[1]];
+      })
+    };
+  });
+  var TEXT_FIELDS = CARD_FIELDS.texts;
   var FIELD_LABELS = { title: "Title", family: "Family", concepts: "Concepts", dependencies: "Dependencies",
     links: "Links", revision: "Revision" };
 
@@ -69,7 +90,7 @@
         if (spec.fields[i][0] === name) return spec.fields[i][1];
       }
     }
-    return FIELD_LABELS[name] || (name.charAt(0).toUpperCase() + name.slice(1));
+    return FIELD_LABELS[name] || capitalized(name);
   }
 
   // --- DOM helpers --------------------------------------------------------------------
@@ -758,7 +779,7 @@
         show(box.querySelector(".req"), f[2]);
         input.required = f[2];
         input.setAttribute("aria-required", f[2] ? "true" : "false");
-        box.querySelector(".hint").textContent = f[3] + (f[2] ? "" : " Optional.");
+        box.querySelector(".hint").textContent = (f[3] + (f[2] ? "" : " Optional.")).trim();
         container.appendChild(box);  // family order
         show(box, true);
       });

@@ -7,15 +7,29 @@
 (function () {
   "use strict";
 
-  var FIELDS = {
-    domain_clarification: [["content", "Clarification"], ["scope", "Scope"], ["rationale", "Rationale"],
-      ["context", "Context"]],
-    sql_rule: [["content", "Rule"], ["scope", "Scope"], ["rationale", "Rationale"], ["sql", "SQL example"],
-      ["context", "Context"]],
-    solved_question: [["question", "Question"], ["context", "Context"], ["scope", "Scope"], ["content", "Notes"]],
-    explained_error: [["context", "Error observed"], ["content", "Correction"], ["rationale", "Rationale"],
-      ["scope", "Scope"], ["sql", "Corrected SQL"], ["error_signature", "Error signature"]]
+  // Each family's text fields in order: the server's model, in the page as JSON
+  // (base.html). A solved question's SQL shows read-only, apart; an explained error's
+  // signature follows its texts. A field without a label here shows its name.
+  var CARD_FIELDS = JSON.parse(document.getElementById("card-fields").textContent);
+  var WORDS = {
+    domain_clarification: { content: "Clarification" },
+    sql_rule: { content: "Rule", sql: "SQL example" },
+    solved_question: { content: "Notes" },
+    explained_error: { context: "Error observed", content: "Correction", sql: "Corrected SQL" }
   };
+  var FIELDS = {};
+  CARD_FIELDS.families.forEach(function (entry) {
+    var family = entry[0];
+    var words = WORDS[family] || {};
+    var names = entry[1].map(function (field) { return field[0]; }).filter(function (name) {
+      return !(family === "solved_question" && name === "sql");
+    });
+    if (family === "explained_error") names.push("error_signature");
+    FIELDS[family] = names.map(function (name) {
+      return [name, words[name] || (name === "error_signature" ? "Error signature"
+        : name.charAt(0).toUpperCase() + name.slice(1))];
+    });
+  });
   var LABELS = { domain_clarification: "Domain clarification", sql_rule: "SQL rule",
     solved_question: "Solved question", explained_error: "Explained error" };
 
