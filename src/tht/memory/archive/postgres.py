@@ -79,6 +79,8 @@ from tht.sqlfiles import named_queries
 
 log = logging.getLogger(__name__)
 
+Row = dict[str, Any]  # a row as psycopg's dict_row reads it
+
 TS_CONFIG = {"en": "english", "it": "italian"}
 _WORD = re.compile(r"\w+", re.UNICODE)
 _ID_PREFIX = re.compile(r"^(?:mem-)?([0-9a-f][0-9a-f-]{0,35})$")
@@ -360,15 +362,15 @@ class ArchiveTransaction:
     def _sql(self, query: str) -> str:
         return _q(query) if self._named is None else self._named[query]
 
-    def _row(self, query: str, /, **params: Any) -> dict | None:
+    def _row(self, query: str, /, **params: Any) -> Row | None:
         with self.conn.cursor(row_factory=dict_row) as cur:
             return cur.execute(self._sql(query), self._params(**params)).fetchone()
 
-    def _one(self, query: str, /, **params: Any) -> dict:
+    def _one(self, query: str, /, **params: Any) -> Row:
         """The row of a query that always returns one (a count, an INSERT ... RETURNING)."""
         return _only(self._row(query, **params))
 
-    def _rows(self, query: str, /, **params: Any) -> list[dict]:
+    def _rows(self, query: str, /, **params: Any) -> list[Row]:
         with self.conn.cursor(row_factory=dict_row) as cur:
             return cur.execute(self._sql(query), self._params(**params)).fetchall()
 
@@ -482,10 +484,10 @@ class ArchiveTransaction:
 
     def _cards_from_rows(
         self,
-        rows: list[dict],
+        rows: list[Row],
         incoming: dict[uuid.UUID, list[IncomingLink]] | None = None,
-        dep_rows: list[dict] | None = None,
-        link_rows: list[dict] | None = None,
+        dep_rows: list[Row] | None = None,
+        link_rows: list[Row] | None = None,
     ) -> dict[uuid.UUID, Card]:
         ids = [row["id"] for row in rows]
         if dep_rows is None:
@@ -579,13 +581,16 @@ class ArchiveTransaction:
             source_decisions=source.decisions if source else None,
             **self._fields(data),
         )
-        return row["revision"]
+        revision: int = row["revision"]
+        return revision
 
     def update_card(self, card_uuid: uuid.UUID, data: CardInput) -> int:
         keep_signature = "error_signature" not in data.model_fields_set
-        return self._one(
+        row = self._one(
             "card_update", id=card_uuid, keep_signature=keep_signature, **self._fields(data)
-        )["revision"]
+        )
+        revision: int = row["revision"]
+        return revision
 
     def delete_card(self, card_uuid: uuid.UUID) -> tuple[int, int]:
         """Delete the card, locked by the caller (dependencies and incident links
@@ -702,7 +707,7 @@ class ArchiveTransaction:
         )
 
     def _links_and_target_facts(
-        self, rows: list[dict]
+        self, rows: list[Row]
     ) -> tuple[dict[uuid.UUID, list[tuple[uuid.UUID, str]]], dict[uuid.UUID, RecallFacts]]:
         links: dict[uuid.UUID, list[tuple[uuid.UUID, str]]] = {}
         facts = {}
@@ -711,7 +716,7 @@ class ArchiveTransaction:
             facts[r["target_id"]] = self._facts(r)
         return links, facts
 
-    def _facts(self, row: dict) -> RecallFacts:
+    def _facts(self, row: Row) -> RecallFacts:
         deps = tuple(
             Dependency.model_construct(database=d[0], schema_name=d[1], table=d[2], column=d[3])
             for d in row["deps"]
