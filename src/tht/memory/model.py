@@ -76,10 +76,12 @@ FAMILY_FIELDS: dict[str, dict[str, bool]] = {
 }
 TEXT_FIELDS = ("content", "scope", "rationale", "question", "sql", "context")
 # A card's own fields, in the order documents, files and summaries list them. The one
-# definition: the CSV columns, the review summary's changes and the import's comparison
-# derive from it; tests/unit/test_card_fields.py holds every other copy (the models
-# below, the HTTP schemas, the Python client, the archive's and the index's rows) equal
-# to it. What an edit of a card changes besides its dependencies and links:
+# definition: the CSV columns, the review summary's changes, the import's comparison,
+# the archive's statements and rows, the indexed text, the compact recall answer, the
+# API's family schemas and the pages' field lists derive from it;
+# tests/unit/test_card_fields.py holds the copies that cannot (the models below, the
+# Python client) equal to it. What an edit of a card changes besides its dependencies
+# and links:
 CONTENT_FIELDS = ("title", *TEXT_FIELDS, "error_signature", "concepts")
 CARD_FIELDS = ("family", *CONTENT_FIELDS, "dependencies", "links")
 # The longest text each field holds, where it is not MAX_TEXT (the input model's types
