@@ -16,7 +16,11 @@ from tht.memory.archive.postgres import PostgresArchive
 from tht.memory.index.pgvector_migrations import PACK as PGVECTOR_PACK
 from tht.memory.migrations import migrate
 from tht.memory.model import ListQuery
-from tht.memory.projection import indexed_text
+
+try:
+    from tht.memory.projection_format import indexed_text
+except ImportError:  # compare.py measuring a revision from before its name
+    from tht.memory.projection import indexed_text
 
 TABLES = [f"table_{i}" for i in range(50)]
 CONCEPTS = [f"concept{i}" for i in range(50)]

@@ -60,9 +60,9 @@ from tht.memory.benchmark import Benchmarks
 from tht.memory.embedding import CachedQueryEmbedder, QueryEmbeddingCache, build_embedder
 from tht.memory.evaluation import EvalCase
 from tht.memory.index import EdgeIndex
+from tht.memory.indexing import IndexProjector
 from tht.memory.migrations import migrate
 from tht.memory.model import parse_card_input
-from tht.memory.projector import IndexProjector
 from tht.memory.recall_filters import REUSABLE_FAMILIES
 from tht.memory.recall_service import RecallService
 from tht.memory.service import MemoryService, WorkspaceService
@@ -125,7 +125,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             memory, workspaces = MemoryService(archive), WorkspaceService(archive)
             projector = IndexProjector(archive, index, embedder)
-            one = _One(RecallService(archive, index, embedder, projector), projector, "bench")
+            one = _One(
+                RecallService(archive, index, embedder, projector.format), projector, "bench"
+            )
             benchmarks = Benchmarks(archive, one, one)
             left = args.cases
             for space in spaces:

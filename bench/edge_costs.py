@@ -30,8 +30,8 @@ from tht.memory.index import EdgeIndex
 from tht.memory.index import edge as edge_engine
 from tht.memory.index import filters as index_filters
 from tht.memory.index.port import DENSE, PROJECTION_FIELDS, SPARSE
-from tht.memory.projection import searchable
-from tht.memory.projector import IndexProjector
+from tht.memory.indexing import IndexProjector
+from tht.memory.projection_format import searchable
 from tht.memory.recall import seed_count
 from tht.memory.recall_filters import REUSABLE_FAMILIES, RecallFilters
 from tht.memory.service import WorkspaceService

@@ -70,8 +70,8 @@ from tht.db.embedded import EmbeddedPostgres
 from tht.memory.archive.postgres import PostgresArchive
 from tht.memory.embedding import build_embedder
 from tht.memory.index import EdgeIndex
-from tht.memory.projection import indexed_text
-from tht.memory.projector import IndexProjector
+from tht.memory.indexing import IndexProjector
+from tht.memory.projection_format import indexed_text
 from tht.memory.recall_service import RecallQuery, RecallService
 from tht.memory.service import MemoryService, WorkspaceService
 
@@ -420,7 +420,7 @@ def profile_recall(
     from tht.memory.recall_filters import RecallFilters
 
     timer = StageTimer()
-    recall = RecallService(archive, index, embedder, projector)
+    recall = RecallService(archive, index, embedder, projector.format)
     recall.recall(
         WORKSPACE, questions[0], "search", database="dwh", schema="public"
     )  # language, encoder
@@ -433,7 +433,7 @@ def profile_recall(
         saved.append((owner, name, vars(owner)[name] if shared else None))
         setattr(owner, name, wrapper)
 
-    encoder = projector.encoder("en")
+    encoder = projector.format.encoder("en")
     patch(
         embedder,
         "embed_query",
@@ -635,7 +635,7 @@ def run_size(
         "cards_per_second": rebuild["cards_per_second"],
     }
     log(f"{size}: thoth rebuild with precomputed vectors {rebuild['seconds']} s")
-    recall = RecallService(archive, index, embedder, projector)
+    recall = RecallService(archive, index, embedder, projector.format)
 
     peers_dir = home / f"peers-{size}"
     built = {}

@@ -61,9 +61,9 @@ from tht.memory.index import EdgeIndex
 from tht.memory.index import edge as edge_engine
 from tht.memory.index import filters as index_filters
 from tht.memory.index.port import DENSE, PROJECTION_FIELDS, SPARSE, BranchHit, fuse
+from tht.memory.indexing import IndexProjector
 from tht.memory.migrations import migrate
 from tht.memory.model import parse_card_input, uuid_to_card_id
-from tht.memory.projector import IndexProjector
 from tht.memory.recall import DEFINITION_MARKERS, RecallTuning, seed_count
 from tht.memory.recall_filters import REUSABLE_FAMILIES, RecallFilters
 from tht.memory.recall_service import FAMILIES_OF, RecallKind, RecallQuery, RecallService
@@ -828,7 +828,7 @@ def run_protocol(
         in_scope[space.id] = indexed & set(
             ids[: len(space.documents)]
         )  # not the solved questions, not the decoys
-        encoder = projector.encoder(space.language)
+        encoder = projector.format.encoder(space.language)
         cases += [
             Case(
                 space.id,
@@ -850,7 +850,7 @@ def run_protocol(
     )
 
     variants = {
-        variant: RecallService(archive, index, embedder, projector, tuning=tuning)
+        variant: RecallService(archive, index, embedder, projector.format, tuning=tuning)
         for variant, tuning in tunings.items()
     }
     methods = (*tunings, *BASELINES)
@@ -905,7 +905,7 @@ def run_protocol(
             schema_name=schema,
         )
         dense = embedder.embed_query(case.question)
-        sparse = projector.encoder(languages[case.workspace]).encode_query(case.question)
+        sparse = projector.format.encoder(languages[case.workspace]).encode_query(case.question)
         for method, ids in branch_rankings(index, dense, sparse, filters, seed_count(TOP)).items():
             returned[method].append(ids)
         answers: dict[str, dict[str, list[str]]] = {m: {} for m in BASELINES}

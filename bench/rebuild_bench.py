@@ -48,8 +48,8 @@ from tht.db.embedded import EmbeddedPostgres
 from tht.memory.archive.postgres import PostgresArchive
 from tht.memory.embedding import build_embedder
 from tht.memory.index import EdgeIndex
-from tht.memory.projection import indexed_text
-from tht.memory.projector import IndexProjector
+from tht.memory.indexing import IndexProjector
+from tht.memory.projection_format import indexed_text
 from tht.memory.service import WorkspaceService
 from tht.memory.transfer.service import CardTransfer
 

@@ -49,7 +49,7 @@ from tht.memory.embedding import build_embedder
 from tht.memory.embedding.port import BatchingEmbedder
 from tht.memory.index import EdgeIndex
 from tht.memory.index.pgvector import PgVectorIndex
-from tht.memory.projector import IndexProjector
+from tht.memory.indexing import IndexProjector
 from tht.memory.recall_service import RecallQuery, RecallService
 from tht.memory.service import WorkspaceService
 
@@ -113,7 +113,7 @@ def run_size(
     rebuild = projector.rebuild("bench", progress)
     rebuild_calls = embedder.calls - calls_before
     analyze(embedded, database, vacuum=True)  # the rebuild rewrote every projection row
-    recall = RecallService(archive, index, embedder, projector)
+    recall = RecallService(archive, index, embedder, projector.format)
     questions = [" ".join(rng.choices(words, k=6)) for _ in range(queries)]
     for _ in range(warmup):  # steady state: other questions first
         recall.recall(

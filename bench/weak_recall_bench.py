@@ -59,10 +59,10 @@ from tht.db.embedded import MIGRATOR, RUNTIME, EmbeddedPostgres
 from tht.memory.archive.postgres import PostgresArchive
 from tht.memory.embedding import build_embedder
 from tht.memory.index import EdgeIndex
+from tht.memory.indexing import IndexProjector
 from tht.memory.migrations import migrate
 from tht.memory.model import card_id_to_uuid, parse_card_input
-from tht.memory.projection import indexed_text, searchable
-from tht.memory.projector import IndexProjector
+from tht.memory.projection_format import indexed_text, searchable
 from tht.memory.recall_filters import REUSABLE_FAMILIES
 from tht.memory.recall_service import RecallQuery, RecallService
 from tht.memory.service import MemoryService, WorkspaceService
@@ -174,8 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             memory, workspaces = MemoryService(archive), WorkspaceService(archive)
             projector = IndexProjector(archive, index, embedder)
-            recall = RecallService(archive, index, embedder, projector)
-            encoder = projector.encoder("en")
+            recall = RecallService(archive, index, embedder, projector.format)
+            encoder = projector.format.encoder("en")
             for space in spaces:
                 workspaces.create(space.id, space.language)
                 ids = [

@@ -87,8 +87,8 @@ from tht.faults import CRASH_EXIT_CODE
 from tht.memory.archive.postgres import PostgresArchive
 from tht.memory.embedding import HashingEmbedder
 from tht.memory.index import EdgeIndex, IndexDrift
+from tht.memory.indexing import IndexProjector
 from tht.memory.model import card_id_to_uuid
-from tht.memory.projector import IndexProjector
 from tht.memory.recall_service import WIDEST_FAMILIES_OF, RecallQuery, RecallService
 from tht.memory.service import MemoryService, WorkspaceService
 
@@ -207,7 +207,9 @@ class Stack:
         self.memory = MemoryService(archive, self.projector)
         self.offline = MemoryService(archive)  # saves that leave their index work pending
         self.workspaces = WorkspaceService(archive)
-        self.recall_service = RecallService(archive, self.index, self.embedder, self.projector)
+        self.recall_service = RecallService(
+            archive, self.index, self.embedder, self.projector.format
+        )
 
     def recall(
         self, workspace: str, question: str, kind: str = "search", top: int = 50
@@ -620,7 +622,7 @@ def audit(stack: Stack, target: Target, launch, config: str, trial: Trial) -> Au
     # drift is what the audit below counts; any other failure of the check is a finding
     if check.code != 0 and check.document.get("error", {}).get("code") != "index_drift":
         raise AssertionError(f"tht memory check failed: {check.document} {check.stderr}")
-    fingerprint = stack.projector.fingerprint("en")
+    fingerprint = stack.projector.format.fingerprint("en")
     try:
         points = stack.index.scroll_ids(workspace)
         recalls = {
@@ -1142,7 +1144,7 @@ def writers_battery(target: Target, writers: int = 8, mutations: int = 500) -> d
         points = {
             f"mem-{p.id}": (p.revision, p.fingerprint) for p in stack.index.scroll_ids(workspace)
         }
-        fingerprint = stack.projector.fingerprint("en")
+        fingerprint = stack.projector.format.fingerprint("en")
         wanted = {i: (r, fingerprint) for i, r in cards.items()}
         index_differences = sorted(set(points.items()) ^ set(wanted.items()))
         projection_differences = sorted(set(projections.items()) ^ set(wanted.items()))
@@ -1567,7 +1569,7 @@ def recall_machine(archive: PostgresArchive, index_path: Path):
                 f"recall in {workspace} returned {sorted(results)}, current cards are {sorted(current.items())}"
             )
             dense = stack.embedder.embed_query(question)
-            sparse = stack.projector.encoder("en").encode_query(question)
+            sparse = stack.projector.format.encoder("en").encode_query(question)
             raw = stack.index.hybrid_search(
                 dense,
                 sparse,

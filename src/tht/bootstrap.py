@@ -23,9 +23,9 @@ from tht.memory.benchmark import Benchmarks
 from tht.memory.cleanup import PhysicalCleanup
 from tht.memory.embedding import CachedQueryEmbedder, Embedder, build_embedder
 from tht.memory.index import SearchIndex
-from tht.memory.index.pgvector_migrations import PACK as PGVECTOR_PACK
+from tht.memory.index.engines import ENGINES, EngineSite
+from tht.memory.indexing import IndexProjector
 from tht.memory.migrations import ARCHIVE, MigrationPack, migrate
-from tht.memory.projector import IndexProjector
 from tht.memory.recall_log import RecallLog
 from tht.memory.recall_service import RecallService
 from tht.memory.service import MemoryService, WorkspaceService
@@ -51,21 +51,28 @@ def embedded_database(env: Mapping[str, str] | None = None) -> EmbeddedPostgres 
     return EmbeddedPostgres(settings.embedded_home)
 
 
-def migration_packs(*, pgvector: bool = False) -> tuple[MigrationPack, ...]:
+def engine_pack(engine: str | None) -> MigrationPack | None:
+    """The migration pack of the index engine's tables in PostgreSQL (None: it keeps
+    none, or no engine is named)."""
+    return ENGINES[engine].migration_pack() if engine in ENGINES else None
+
+
+def migration_packs(*, engine: str | None = None) -> tuple[MigrationPack, ...]:
     """The installation's migration packs, in the order they apply: the archive's (it
-    creates the runtime role), the Catalog's, and the pgvector engine's when asked."""
-    return (ARCHIVE, CATALOG_PACK, *((PGVECTOR_PACK,) if pgvector else ()))
+    creates the runtime role), the Catalog's, and the index engine's when it has one."""
+    pack = engine_pack(engine)
+    return (ARCHIVE, CATALOG_PACK, *((pack,) if pack is not None else ()))
 
 
 def resolve_database(
-    env: Mapping[str, str] | None = None, *, pgvector: bool = False
+    env: Mapping[str, str] | None = None, *, engine: str | None = None
 ) -> DatabaseSettings:
     """External settings as given, or the embedded server started and prepared (with
-    the pgvector engine's tables when asked)."""
+    the index engine's tables when it has some)."""
     embedded = embedded_database(env)
     if embedded is None:
         return database_settings(env)
-    settings, _ = embedded.prepare(migration_packs(pgvector=pgvector))
+    settings, _ = embedded.prepare(migration_packs(engine=engine))
     return settings
 
 
@@ -86,13 +93,13 @@ def run_migrations(
     env: Mapping[str, str] | None = None, *, engine: str | None = None
 ) -> dict[str, Any]:
     """Apply the migration pack with the migrator login (never the runtime one); with
-    ``engine="pgvector"``, then the pgvector index engine's pack (the Qdrant engines
-    keep nothing in PostgreSQL)."""
+    an ``engine`` that keeps tables in PostgreSQL (pgvector), then that engine's pack
+    (the Qdrant engines keep nothing there)."""
     env = os.environ if env is None else env
-    pgvector = engine == "pgvector"
+    pack = engine_pack(engine)
     embedded = embedded_database(env)
     if embedded is not None:
-        _, report = embedded.prepare(migration_packs(pgvector=pgvector), force=True)
+        _, report = embedded.prepare(migration_packs(engine=engine), force=True)
         return {"database": "embedded", **(report or {})}
     settings = database_settings(env)
     if not settings.migrator_conninfo:
@@ -108,11 +115,11 @@ def run_migrations(
             report["catalog"] = migrate(
                 conn, runtime_login=settings.runtime_login, pack=CATALOG_PACK
             )
-            if pgvector:
-                # needs the extension, which only a superuser can create: the pack's
-                # first migration refuses with that instruction when it is missing
-                report["pgvector"] = migrate(
-                    conn, runtime_login=settings.runtime_login, pack=PGVECTOR_PACK
+            if pack is not None:
+                # pgvector needs the extension, which only a superuser can create: the
+                # pack's first migration refuses with that instruction when it is missing
+                report[pack.report_key] = migrate(
+                    conn, runtime_login=settings.runtime_login, pack=pack
                 )
     except psycopg.OperationalError as exc:
         from tht.db.connector import login_refusal
@@ -133,23 +140,18 @@ def build_index(
     *,
     holder: str = "command",
 ) -> SearchIndex:
-    """The index adapter of one collection of the installation's engine; only the
-    configured engine is imported (qdrant-client alone costs 0.6-1 s)."""
-    if config.engine == "qdrant":
-        from tht.memory.index.qdrant_server import QdrantServerIndex
-
-        assert config.url is not None  # IndexConfig requires it for this engine
-        return QdrantServerIndex.connect(config.url, collection, timeout=config.timeout)
-    if config.engine == "pgvector":
-        # the runtime login, in the archive's database; nothing connects until first use
-        from tht.memory.index.pgvector import PgVectorIndex
-
-        conninfo = _runtime_conninfo(resolve_database(env, pgvector=True))
-        return PgVectorIndex(conninfo, collection, timeout=config.timeout)
-    from tht.memory.index.edge import EdgeIndex
-
-    path = config.path or default_home(env) / "index"
-    return EdgeIndex(path, collection, open_timeout=config.open_timeout, holder=holder)
+    """The index adapter of one collection of the installation's engine
+    (``tht.memory.index.engines``); only the configured engine is imported
+    (qdrant-client alone costs 0.6-1 s)."""
+    engine = config.engine
+    site = EngineSite(
+        config,
+        collection,
+        holder,
+        home=lambda: default_home(env),
+        conninfo=lambda: _runtime_conninfo(resolve_database(env, engine=engine)),
+    )
+    return ENGINES[engine].build(site)
 
 
 @dataclass
@@ -238,7 +240,7 @@ class Engines:
                 )
                 self._projections[profile] = (
                     projector,
-                    RecallService(self.archive, index, embedder, projector),
+                    RecallService(self.archive, index, embedder, projector.format),
                 )
             return self._projections[profile]
 
@@ -291,9 +293,9 @@ class Engines:
         CatalogStore(self.archive).check_schema()
         indexes, _, _ = self.in_use()
         for index in indexes.values():
-            check = getattr(index, "check_schema", None)
-            if check is not None:
-                check()
+            schema = index.capabilities().schema
+            if schema is not None:
+                schema.check_schema()
 
     def services(self) -> Services:
         """The application services on these engines; each workspace's projection is

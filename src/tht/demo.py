@@ -11,8 +11,8 @@ from typing import Any
 
 from tht.catalog.model import Binding
 from tht.errors import Conflict
+from tht.memory.indexing import Progress
 from tht.memory.model import ListQuery, parse_card_input
-from tht.memory.projector import Progress
 from tht.memory.service import MemoryService
 
 DEMO_WORKSPACE = "demo"

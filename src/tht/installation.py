@@ -28,6 +28,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tht.errors import ConfigurationError, NotFound
+from tht.memory.index.engines import ENGINES
 from tht.memory.model import DEFAULT_PROFILE
 from tht.settings import default_home, find_credentials, load_yaml, require_directory
 from tht.validation import describe_validation_error, validation_details
@@ -48,6 +49,7 @@ class _Section(BaseModel):
 class IndexConfig(_Section):
     """The search projection's engine; pgvector keeps its tables in the archive's database."""
 
+    # the names of ``tht.memory.index.engines.ENGINES`` (a test holds them equal)
     engine: Literal["edge", "qdrant", "pgvector"] = "edge"
     path: Path | None = None  # edge: the data directory (default $THT_HOME/index)
     url: str | None = None  # qdrant: the server or cluster; its key is THT_QDRANT_API_KEY
@@ -57,12 +59,15 @@ class IndexConfig(_Section):
 
     @model_validator(mode="after")
     def _engine_settings(self) -> IndexConfig:
-        if self.engine == "qdrant" and not self.url:
-            raise ValueError("engine qdrant needs a url")
-        if self.engine != "qdrant" and self.url:
-            raise ValueError(f"engine {self.engine} takes no url")
-        if self.engine != "edge" and self.path:
-            raise ValueError(f"engine {self.engine} takes no path")
+        engine = ENGINES[self.engine]
+        # the keys without a default: a key the engine does not read is refused
+        given = {"url": self.url, "path": self.path}
+        for key in engine.required:
+            if not given[key]:
+                raise ValueError(f"engine {self.engine} needs a {key}")
+        for key, value in given.items():
+            if key not in engine.keys and value:
+                raise ValueError(f"engine {self.engine} takes no {key}")
         if self.url and not self.url.startswith(("http://", "https://")):
             raise ValueError("the index url must start with http:// or https://")
         return self

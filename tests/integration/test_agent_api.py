@@ -642,7 +642,7 @@ def test_an_agents_three_recalls_of_one_question_embed_it_once(world):
     _cards_for_recall(world)
     recall = world.services.recall.of("ws-a")
     model = uncached(recall.embedder)  # the hashing embedder, counting its calls
-    bare = RecallService(recall.archive, recall.index, model, recall.projector)
+    bare = RecallService(recall.archive, recall.index, model, recall.projection_format)
     question = "order totals per customer"
     before = model.calls
     answers = {

@@ -15,7 +15,7 @@ from tests.embedding_server import EmbeddingServer
 from tests.factories import card_document, installation_of, write_installation
 from tht.bootstrap import build_services
 from tht.memory.model import parse_list_query
-from tht.memory.projection import KnownFormat, fingerprint
+from tht.memory.projection_format import KnownFormat, fingerprint
 from tht.web.app import create_app
 
 BASE = "/api/workspaces/ws-a/memory"

@@ -17,9 +17,9 @@ import pytest
 from tests.factories import card
 from tht.memory.embedding import HashingEmbedder
 from tht.memory.index import EdgeIndex, IndexPoint
+from tht.memory.indexing import IndexProjector
 from tht.memory.model import CardIndex, card_id_to_uuid
-from tht.memory.projection import indexed_text
-from tht.memory.projector import IndexProjector
+from tht.memory.projection_format import indexed_text
 from tht.memory.recall_service import RecallService
 from tht.memory.service import MemoryService, WorkspaceService
 
@@ -70,7 +70,7 @@ class Stack:
         self.embedder = embedder
         self.projector = IndexProjector(archive, index, embedder)
         self.memory = MemoryService(archive, self.projector)
-        self.recall = RecallService(archive, index, embedder, self.projector)
+        self.recall = RecallService(archive, index, embedder, self.projector.format)
 
     def recall_ids(self, workspace: str, question: str, kind: str = "search") -> list[str]:
         return [r.card.id for r in self.recall.recall(workspace, question, kind, **DWH)]

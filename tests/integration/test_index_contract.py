@@ -41,6 +41,7 @@ from tht.memory.index import (
     QdrantServerIndex,
     SearchIndex,
 )
+from tht.memory.index.engines import engine_names
 from tht.memory.index.pgvector import PgVectorIndex
 from tht.memory.index.port import KEYWORD_FIELDS, IndexGeneration, begin_generation
 from tht.memory.model import FAMILIES, Dependency
@@ -147,11 +148,22 @@ def _pgvector(database) -> Engine:
     )
 
 
-@pytest.fixture(params=["edge", "qdrant_local", "pgvector"])
+# Each engine of the installation's table, and how its case opens it here: the qdrant
+# engine's adapter runs on qdrant-client's local mode.
+CASES: dict[str, Callable[[pytest.FixtureRequest, Path], Engine]] = {
+    "edge": lambda request, tmp_path: _edge(tmp_path),
+    "qdrant": lambda request, tmp_path: _qdrant_local(tmp_path),
+    "pgvector": lambda request, tmp_path: _pgvector(request.getfixturevalue("database")),
+}
+
+
+def test_every_engine_of_the_table_has_a_case() -> None:
+    assert list(CASES) == engine_names()
+
+
+@pytest.fixture(params=engine_names())
 def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Engine:
-    if request.param == "pgvector":
-        return _pgvector(request.getfixturevalue("database"))
-    return {"edge": _edge, "qdrant_local": _qdrant_local}[request.param](tmp_path)
+    return CASES[request.param](request, tmp_path)
 
 
 @pytest.fixture
@@ -734,7 +746,7 @@ def test_a_workspace_shard_has_the_payload_indexes(tmp_path: Path) -> None:
 # -- generations (rebuilds beside the serving points) --------------------------------
 
 
-@pytest.mark.parametrize("engine", ["edge", "qdrant_local", "pgvector"], indirect=True)
+@pytest.mark.parametrize("engine", engine_names(), indirect=True)
 def test_a_generation_is_invisible_until_it_switches_and_then_replaces_the_serving_one(
     index: SearchIndex,
 ) -> None:

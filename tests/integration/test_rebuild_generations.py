@@ -31,9 +31,11 @@ from tht.errors import Conflict
 from tht.memory.embedding import HashingEmbedder
 from tht.memory.index import EdgeIndex, QdrantServerIndex
 from tht.memory.index.edge import EdgeGeneration
+from tht.memory.index.engines import engine_names
 from tht.memory.index.pgvector import PgVectorIndex
+from tht.memory.indexing import IndexProjector
+from tht.memory.indexing.pipeline import SEQUENTIAL_PART
 from tht.memory.model import card_id_to_uuid, uuid_to_card_id
-from tht.memory.projector import SEQUENTIAL_PART, IndexProjector
 from tht.memory.recall_service import RecallQuery, RecallService
 from tht.memory.service import MemoryService, WorkspaceService
 from tht.memory.stages import start_stage
@@ -151,7 +153,7 @@ def _qdrant_local(tmp_path, database) -> Engine:
         index.client = QdrantClient(path=location)
 
     return Engine(
-        "qdrant_local",
+        "qdrant",
         lambda: QdrantServerIndex(QdrantClient(path=location)),
         lambda index: index._generations("acme").serving,
         lambda index: index._generations("acme").building,
@@ -161,7 +163,10 @@ def _qdrant_local(tmp_path, database) -> Engine:
     )
 
 
-ENGINES = {"edge": _edge, "pgvector": _pgvector, "qdrant_local": _qdrant_local}
+# each engine of the installation's table (the qdrant engine's adapter on qdrant-client's
+# local mode)
+ENGINES = {"edge": _edge, "qdrant": _qdrant_local, "pgvector": _pgvector}
+assert list(ENGINES) == engine_names()
 # the engines a runtime file can name for a command in its own process (a Qdrant
 # server's URL, not local mode)
 COMMAND_ENGINES = ["edge", "pgvector"]
@@ -174,13 +179,13 @@ def engine(request, tmp_path, database) -> Engine:
 
 @pytest.fixture
 def stack(archive, engine, monkeypatch):
-    monkeypatch.setattr("tht.memory.projector.CHUNK", CHUNK)
+    monkeypatch.setattr("tht.memory.indexing.pipeline.CHUNK", CHUNK)
     WorkspaceService(archive).create("acme", "en")
     index = engine.open()
     embedder = GatedEmbedder()
     projector = IndexProjector(archive, index, embedder)
     memory = MemoryService(archive, projector)
-    recall = RecallService(archive, index, embedder, projector)
+    recall = RecallService(archive, index, embedder, projector.format)
     cards = [
         memory.create_card("acme", card(title=f"Card {i}", content=f"topic{i} common words")).card
         for i in range(100)
@@ -407,7 +412,8 @@ from qdrant_client import QdrantClient
 from tht.memory.archive.postgres import PostgresArchive
 from tht.memory.embedding import HashingEmbedder
 from tht.memory.index import QdrantServerIndex
-from tht.memory.projector import SEQUENTIAL_PART, IndexProjector
+from tht.memory.indexing import IndexProjector
+from tht.memory.indexing.pipeline import SEQUENTIAL_PART
 
 archive = PostgresArchive(sys.argv[1]).open()
 index = QdrantServerIndex(QdrantClient(path=sys.argv[2]))
@@ -515,7 +521,7 @@ def test_a_bulk_sync_projects_every_card_in_the_embedders_batches(
         assert sorted(p.name for p in serving.parent.iterdir() if p.is_dir()) == [
             index.workspace_path("acme").name
         ]
-        recall = RecallService(archive, index, embedder, projector)
+        recall = RecallService(archive, index, embedder, projector.format)
         found = recall.recall("acme", "topic7 words", "search", query=RecallQuery(top=3))
         assert found[0].card.id == saved[7].id
     finally:
@@ -774,7 +780,7 @@ def test_a_failed_compaction_is_tried_again_later(archive, tmp_path, monkeypatch
             for i in range(20):
                 service.create_card(workspace, card(title=f"Card {i}", content=f"topic{i} words"))
         serving = index.workspace_path("acme")
-        with caplog.at_level("WARNING", logger="tht.memory.projector"):
+        with caplog.at_level("WARNING", logger="tht.memory.indexing.compaction"):
             assert set(projector.compact_quiet(quiet=0)) == {"beta"}
         # one line, not copytree's list of every file with both paths
         assert "No space left on device" in caplog.text and len(caplog.text) < 1_000
@@ -783,7 +789,7 @@ def test_a_failed_compaction_is_tried_again_later(archive, tmp_path, monkeypatch
         assert projector.compact_quiet(quiet=0) == {}  # not due yet
         later[0] = 301
         caplog.clear()
-        with caplog.at_level("WARNING", logger="tht.memory.projector"):
+        with caplog.at_level("WARNING", logger="tht.memory.indexing.compaction"):
             assert projector.compact_quiet(quiet=0) == {}  # due, and the disk is still full
         assert "tried again in 600 s" in caplog.text
         later[0] = 301 + 599
@@ -829,7 +835,7 @@ def test_the_service_upkeep_compacts_what_saves_left_once_they_settle(
         assert embedder.rebuild_calls == 0  # a copy: nothing embedded again
         assert index.workspace_path("acme") != serving and index.count("acme") == 41
         assert projector.compact_quiet(quiet=0) == {}  # forgotten until written again
-        recall = RecallService(archive, index, embedder, projector)
+        recall = RecallService(archive, index, embedder, projector.format)
         found = recall.recall("acme", "topic7 words", "search", query=RecallQuery(top=1))
         assert found[0].card.id == saved[7].card.id
     finally:
@@ -840,8 +846,8 @@ def test_a_rebuild_goes_on_writing_while_its_segments_are_indexed(archive, tmp_p
     """The rebuild indexes its filled segments in a child process (the engine's optimize
     holds the GIL) from a thread of its own: the chunks after it are written meanwhile,
     held back by the closed generation and applied when it opens again."""
-    monkeypatch.setattr("tht.memory.projector.CHUNK", 32)
-    monkeypatch.setattr("tht.memory.projector.OPTIMIZE_EVERY", 64)
+    monkeypatch.setattr("tht.memory.indexing.pipeline.CHUNK", 32)
+    monkeypatch.setattr("tht.memory.indexing.pipeline.OPTIMIZE_EVERY", 64)
     monkeypatch.setattr("tht.memory.index.edge.IN_PROCESS_OPTIMIZE_BYTES", 0)
     marker = tmp_path / "optimizing"
     monkeypatch.setenv("THT_PAUSE_AT", "edge.optimizing")
@@ -878,7 +884,7 @@ def test_a_rebuild_goes_on_writing_while_its_segments_are_indexed(archive, tmp_p
     try:
         assert outcome["indexed"] == 300, outcome
         assert index.count("acme") == 300
-        recall = RecallService(archive, index, GatedEmbedder(), projector)
+        recall = RecallService(archive, index, GatedEmbedder(), projector.format)
         found = recall.recall("acme", "topic42 words", "search", query=RecallQuery(top=1))
         assert found[0].card.id == cards[42].id
     finally:
@@ -965,7 +971,7 @@ def test_a_rebuild_switches_to_merged_segments_and_a_compaction_keeps_them_small
     # 1536 dimensions: the engine indexes a segment from 10 MB (1 700 points) on, and
     # keeps segments under 13 MB (2 200 points); each 2 000 points written are indexed
     # before the next are written
-    monkeypatch.setattr("tht.memory.projector.OPTIMIZE_EVERY", 2000)
+    monkeypatch.setattr("tht.memory.indexing.pipeline.OPTIMIZE_EVERY", 2000)
     monkeypatch.setattr("tht.memory.index.edge._MAX_SEGMENT_KB", 13_000)
 
     def indexed_at_once(stage, name):
@@ -974,7 +980,7 @@ def test_a_rebuild_switches_to_merged_segments_and_a_compaction_keeps_them_small
             started.wait()
         return started
 
-    monkeypatch.setattr("tht.memory.projector.start_stage", indexed_at_once)
+    monkeypatch.setattr("tht.memory.indexing.pipeline.start_stage", indexed_at_once)
     WorkspaceService(archive).create("acme", "en")
     ids = _bulk_cards(database, "acme", 9000)
     index = EdgeIndex(tmp_path / "edge")
@@ -1000,7 +1006,7 @@ def test_a_rebuild_switches_to_merged_segments_and_a_compaction_keeps_them_small
         assert written[0] >= 4 and merged <= 2, (written, merged)
         assert optimizers()["default_segment_number"] == 1
         assert optimizers()["max_segment_size"] >= 160_000 * 1536 * 4 // 1024
-        recall = RecallService(archive, index, embedder, projector)
+        recall = RecallService(archive, index, embedder, projector.format)
         found = recall.recall("acme", "topic4242 words", "search", query=RecallQuery(top=1))
         assert found[0].card.id == ids[4242]
 

@@ -26,10 +26,11 @@ from tht.memory.archive.postgres import PostgresArchive
 from tht.memory.embedding import HashingEmbedder
 from tht.memory.embedding.openai_http import OpenAIHttpEmbedder
 from tht.memory.index import EdgeIndex, IndexDrift, IndexPoint, IndexUnavailable, QdrantServerIndex
+from tht.memory.index.engines import engine_names
 from tht.memory.index.pgvector import PgVectorIndex
+from tht.memory.indexing import IndexProjector
 from tht.memory.model import card_id_to_uuid, uuid_to_card_id
-from tht.memory.projection import card_facts, indexed_text
-from tht.memory.projector import IndexProjector
+from tht.memory.projection_format import card_facts, indexed_text
 from tht.memory.recall_filters import CardFacts
 from tht.memory.recall_service import RecallQuery, RecallService, parse_recall_query
 from tht.memory.service import MemoryService, WorkspaceService
@@ -46,7 +47,7 @@ class Stack:
         self.embedder = embedder or HashingEmbedder(64)
         self.projector = IndexProjector(archive, index, self.embedder)
         self.memory = MemoryService(archive, self.projector)
-        self.recall_service = RecallService(archive, index, self.embedder, self.projector)
+        self.recall_service = RecallService(archive, index, self.embedder, self.projector.format)
 
     def add(self, workspace="acme", family="domain_clarification", **fields):
         result = self.memory.create_card(workspace, card(family, **fields))
@@ -72,7 +73,7 @@ def open_index(engine: str, path: Path, database=None):
     return QdrantServerIndex(QdrantClient(path=str(path / "local")))
 
 
-@pytest.fixture(params=["edge", "qdrant_local", "pgvector"])
+@pytest.fixture(params=engine_names())
 def stack(request, archive, tmp_path):
     WorkspaceService(archive).create("acme", "en")
     WorkspaceService(archive).create("other", "en")
@@ -278,7 +279,7 @@ def test_mutations_reach_recall_and_deleted_cards_never_come_back(stack):
 
 
 def plant(stack, workspace, facts_card, text, revision, fingerprint, point_id=None):
-    encoder = stack.projector.encoder("en")
+    encoder = stack.projector.format.encoder("en")
     stack.index.upsert(
         [
             IndexPoint(
@@ -306,7 +307,7 @@ def test_leak_fuzz_planted_points_are_never_returned(stack, database):
     )
     deleted = stack.add(title="Deleted", content="invoice customer fiscal")
     stale_point = stack.index.scroll_ids("acme")
-    current = stack.projector.fingerprint("en")
+    current = stack.projector.format.fingerprint("en")
     acme_facts = card_facts(legit[0])
     # a deleted card whose point survived (as if its delete never reached the index)
     with psycopg.connect(database.migrator) as conn:
@@ -445,7 +446,7 @@ def test_rebuild_after_losing_the_collection_gives_the_same_results(stack):
     questions = [" ".join(rng.choices(words, k=3)) for _ in range(10)]
     before = [stack.recall(q, top=10) for q in questions]
     stack.index.drop_collection()
-    stack.projector._collection_ready = False  # a new process would start this way
+    stack.projector.target._collection_ready = False  # a new process would start this way
     with pytest.raises(IndexUnavailable):
         stack.recall(questions[0])
     summary = stack.projector.rebuild("acme")
@@ -460,7 +461,15 @@ def test_check_reports_and_repairs_drift(stack, database):
     b = stack.add(title="B", content="two")
     stack.index.delete("acme", [card_id_to_uuid(a.id)])  # missing
     orphan = uuid.uuid4()
-    plant(stack, "acme", card_facts(b), "orphan text", 1, stack.projector.fingerprint("en"), orphan)
+    plant(
+        stack,
+        "acme",
+        card_facts(b),
+        "orphan text",
+        1,
+        stack.projector.format.fingerprint("en"),
+        orphan,
+    )
     plant(
         stack, "acme", card_facts(b), "two", 1, "dense-v0|old", card_id_to_uuid(b.id)
     )  # wrong format

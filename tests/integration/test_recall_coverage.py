@@ -11,9 +11,9 @@ import pytest
 from tests.factories import card
 from tht.memory.embedding import HashingEmbedder
 from tht.memory.index import EdgeIndex
+from tht.memory.indexing import IndexProjector
 from tht.memory.model import card_id_to_uuid
-from tht.memory.projection import indexed_text
-from tht.memory.projector import IndexProjector
+from tht.memory.projection_format import indexed_text
 from tht.memory.recall_service import RecallQuery, RecallService, _indexed_card
 from tht.memory.service import MemoryService, WorkspaceService
 
@@ -31,7 +31,7 @@ def services(archive, tmp_path):
     projector = IndexProjector(archive, index, HashingEmbedder(64))
     yield (
         MemoryService(archive, projector),
-        RecallService(archive, index, projector.embedder, projector),
+        RecallService(archive, index, projector.embedder, projector.format),
         projector,
     )
     index.close()
@@ -84,7 +84,7 @@ def _recorded_terms(archive, card_uuid) -> frozenset[int]:
 
 def test_an_edit_is_recalled_with_the_terms_of_its_new_text(services, archive, database):
     memory, recall, projector = services
-    encoder = projector.encoder("en")
+    encoder = projector.format.encoder("en")
     saved = memory.create_card(
         "acme", card(title="Late shipments", content="shipDate after promised date")
     ).card

@@ -11,7 +11,7 @@ import pytest
 from tests.factories import card
 from tht.memory.embedding import HashingEmbedder
 from tht.memory.index import EdgeIndex
-from tht.memory.projector import IndexProjector
+from tht.memory.indexing import IndexProjector
 from tht.memory.recall import RecallTuning
 from tht.memory.recall_service import RecallQuery, RecallService
 from tht.memory.service import MemoryService, WorkspaceService
@@ -50,7 +50,7 @@ def italian(archive, tmp_path):
 def _recalled(italian, tuning: RecallTuning, question: str = QUESTION, top: int = 4) -> list[str]:
     archive, index, projector, ids = italian
     names = {card_id: key for key, card_id in ids.items()}
-    service = RecallService(archive, index, projector.embedder, projector, tuning)
+    service = RecallService(archive, index, projector.embedder, projector.format, tuning)
     results = service.recall("pista", question, "search", query=RecallQuery(top=top))
     return [names[r.card.id] for r in results]
 
@@ -93,7 +93,7 @@ def test_a_tuning_can_search_more_seeds_than_the_spec_never_fewer(italian, monke
 
     monkeypatch.setattr(index, "hybrid_search", recorded)
     for tuning in (RecallTuning(), RecallTuning(seeds_at_least=60), RecallTuning(seeds_at_least=5)):
-        service = RecallService(archive, index, projector.embedder, projector, tuning)
+        service = RecallService(archive, index, projector.embedder, projector.format, tuning)
         found = service.recall("pista", QUESTION, "search", query=RecallQuery(top=10))
         assert found
     assert asked == [30, 60, 30]

@@ -9,7 +9,7 @@ import pytest
 from tests.factories import card
 from tht.memory.embedding import HashingEmbedder
 from tht.memory.index import EdgeIndex
-from tht.memory.projector import IndexProjector
+from tht.memory.indexing import IndexProjector
 from tht.memory.recall import RecallTuning
 from tht.memory.recall_service import RecallQuery, RecallService
 from tht.memory.service import MemoryService, WorkspaceService
@@ -39,7 +39,7 @@ def recalls(archive, tmp_path):
     }
 
     def recall(tuning: RecallTuning) -> list[str]:
-        service = RecallService(archive, index, projector.embedder, projector, tuning)
+        service = RecallService(archive, index, projector.embedder, projector.format, tuning)
         results = service.recall("acme", QUESTION, "search", query=RecallQuery(top=5))
         return [r.card.title for r in results]
 

@@ -207,7 +207,7 @@ def test_pending_work_is_retried_with_backoff_until_the_index_returns(
 
 def test_the_retry_loop_compacts_the_points_saves_left_unindexed(database, tmp_path, monkeypatch):
     monkeypatch.setattr("tht.memory.index.edge.COMPACT_UNINDEXED", 10)
-    monkeypatch.setattr("tht.memory.projector.QUIET_SECONDS", 0.3)
+    monkeypatch.setattr("tht.memory.indexing.compaction.QUIET_SECONDS", 0.3)
     services = services_for(database, tmp_path)
     try:
         services.workspaces.create("acme", "en")

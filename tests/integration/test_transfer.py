@@ -20,8 +20,8 @@ from tests.factories import card, card_document
 from tests.full_disk import copies_run_out_of_space
 from tests.integration.service_support import installation
 from tht.faults import CRASH_EXIT_CODE
-from tht.memory import projector as projector_module
 from tht.memory.archive.postgres import PostgresArchive
+from tht.memory.indexing import IndexProjector, pipeline
 from tht.memory.model import Source, uuid_to_card_id
 from tht.memory.service import MemoryService
 from tht.memory.transfer import service as transfer_service
@@ -503,14 +503,14 @@ def test_embedding_starts_with_the_check_and_batches_are_indexed_while_the_archi
     )
     config = runtime_file("acme")
     monkeypatch.setattr(transfer_service, "BATCH", 4)
-    monkeypatch.setattr(projector_module, "CHUNK", 4)  # the index writer's chunk
+    monkeypatch.setattr(pipeline, "CHUNK", 4)  # the index writer's chunk
     classify, write_batch = (
         transfer_service.CardTransfer._classify,
         transfer_service.CardTransfer._write_batch,
     )
     embed_inputs, write_embedded = (
-        projector_module.IndexProjector.embed_inputs,
-        projector_module.IndexProjector.write_embedded,
+        IndexProjector.embed_inputs,
+        IndexProjector.write_embedded,
     )
     events: list[str] = []
     texts: list[str] = []
@@ -547,8 +547,8 @@ def test_embedding_starts_with_the_check_and_batches_are_indexed_while_the_archi
 
     monkeypatch.setattr(transfer_service.CardTransfer, "_classify", classified)
     monkeypatch.setattr(transfer_service.CardTransfer, "_write_batch", written)
-    monkeypatch.setattr(projector_module.IndexProjector, "embed_inputs", embedded)
-    monkeypatch.setattr(projector_module.IndexProjector, "write_embedded", indexed)
+    monkeypatch.setattr(IndexProjector, "embed_inputs", embedded)
+    monkeypatch.setattr(IndexProjector, "write_embedded", indexed)
     done = _import(cli, path, config)
     assert done.code == 0, done.document
     assert done.document["created"] == 40
@@ -914,14 +914,14 @@ def test_a_refused_file_is_not_embedded_past_its_first_bad_record(
     path = tmp_path / "refused.jsonl"
     path.write_bytes(_jsonl(*good[:8]) + b"{not json\n" + _jsonl(*good[8:]))
     monkeypatch.setattr(transfer_service, "BATCH", 4)
-    embed_inputs = projector_module.IndexProjector.embed_inputs
+    embed_inputs = IndexProjector.embed_inputs
     texts: list[str] = []
 
     def embedded(self, inputs):
         texts.extend(inputs.texts)
         return embed_inputs(self, inputs)
 
-    monkeypatch.setattr(projector_module.IndexProjector, "embed_inputs", embedded)
+    monkeypatch.setattr(IndexProjector, "embed_inputs", embedded)
     refused = _import(cli, path, runtime_file("acme"))
     assert refused.code == 2, refused.document
     assert refused.document["error"]["details"]["line"] == 9
@@ -1021,7 +1021,7 @@ def test_a_large_import_compacts_while_it_writes_then_what_is_left(
     is left when it ends: it no longer waits for the index build of all it wrote. The
     cards written during a compaction reach its copy (else the copy would hold fewer
     points and never be switched to)."""
-    monkeypatch.setattr(projector_module, "OPTIMIZE_EVERY", 300)
+    monkeypatch.setattr(pipeline, "OPTIMIZE_EVERY", 300)
     monkeypatch.setattr("tht.memory.index.edge.ENGINE_INDEXES_FROM_BYTES", 1)
     config, index, _ = _import_cards_to_compact(
         run, runtime_file, tmp_path, monkeypatch, cards=1100, threshold=300

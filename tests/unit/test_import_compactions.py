@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tht.memory import projector as projector_module
-from tht.memory.projector import ImportCompactions
+from tht.memory.indexing import ImportCompactions, pipeline
+from tht.memory.indexing import compaction as compaction_module
 
 
 class RecordingProjector:
@@ -37,7 +37,7 @@ class RecordingProjector:
 
 @pytest.fixture(autouse=True)
 def every_100(monkeypatch):
-    monkeypatch.setattr(projector_module, "OPTIMIZE_EVERY", 100)
+    monkeypatch.setattr(pipeline, "OPTIMIZE_EVERY", 100)
 
 
 def test_one_compaction_at_a_time_each_time_enough_was_indexed():
@@ -105,7 +105,7 @@ def test_the_last_stretch_is_compacted_while_the_import_writes_it(monkeypatch):
     """Told how many points the import indexes, it starts one more compaction once the
     rest falls under IMPORT_TAIL (down to what the engine indexes, as the end would),
     so the end finds little or nothing left plain instead of a whole stretch."""
-    monkeypatch.setattr(projector_module, "IMPORT_TAIL", 25)
+    monkeypatch.setattr(compaction_module, "IMPORT_TAIL", 25)
     projector = RecordingProjector(
         {"points": 100, "seconds": 1.0},
         {"points": 200, "seconds": 1.0},
@@ -130,7 +130,7 @@ def test_the_last_stretch_is_compacted_while_the_import_writes_it(monkeypatch):
 
 
 def test_a_due_compaction_can_be_the_last_stretch_and_none_without_the_size(monkeypatch):
-    monkeypatch.setattr(projector_module, "IMPORT_TAIL", 25)
+    monkeypatch.setattr(compaction_module, "IMPORT_TAIL", 25)
     projector = RecordingProjector({"points": 100, "seconds": 1.0})
     compactions = ImportCompactions(projector, "acme", expected=120)  # type: ignore[arg-type]
     compactions.indexed(100)  # due, and 20 left: the last stretch's, down to what is indexed

@@ -49,7 +49,7 @@ DOMAIN_AND_PORTS = (
     "tht.memory.recall",
     "tht.memory.recall_filters",
     "tht.memory.recall_explain",
-    "tht.memory.projection",
+    "tht.memory.projection_format",
     "tht.memory.error_signature",
     "tht.memory.stages",
     "tht.memory.embedding.sparse",

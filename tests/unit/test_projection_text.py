@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import qdrant_edge
 
 from tht.memory.model import Card, Dependency
-from tht.memory.projection import (
+from tht.memory.projection_format import (
     TEXT_VERSION,
     fingerprint,
     identifier_words,

@@ -36,6 +36,7 @@ from tht.cli.apps import (
 )
 from tht.cli.parsing import take_plain_values
 from tht.errors import InvalidInput, ServiceUnavailable, ThothError
+from tht.memory.index.engines import engine_names, spoken
 from tht.service import client
 
 # --- memory -------------------------------------------------------------------------
@@ -285,8 +286,10 @@ def memory_migrate(
     engine: Annotated[
         str | None,
         typer.Option(
-            help="Also prepare this index engine's tables: pgvector (its extension must exist, created by a"
-            " superuser; the embedded server creates it). edge and qdrant need nothing in PostgreSQL."
+            help="Also prepare this index engine's tables: "
+            + spoken(engine_names(with_tables=True))
+            + " (its extension must exist, created by a superuser; the embedded server creates"
+            f" it). {spoken(engine_names(with_tables=False), 'and')} need nothing in PostgreSQL."
         ),
     ] = None,
 ) -> int:

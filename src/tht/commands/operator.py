@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from tht.commands.context import CommandContext
 from tht.commands.dispatch import CommandInput
 from tht.errors import InvalidInput
+from tht.memory.index.engines import ENGINES, engine_names, spoken
 
 if TYPE_CHECKING:
     from tht.db.embedded import EmbeddedPostgres
@@ -33,9 +34,9 @@ class MemoryMigrateIn(CommandInput):
 def memory_migrate(ctx: CommandContext, args: MemoryMigrateIn) -> dict[str, Any]:
     from tht.bootstrap import run_migrations
 
-    if args.engine not in (None, "edge", "qdrant", "pgvector"):
+    if args.engine is not None and args.engine not in ENGINES:
         raise InvalidInput(
-            f"unknown index engine '{args.engine}' (expected edge, qdrant or pgvector)"
+            f"unknown index engine '{args.engine}' (expected {spoken(engine_names())})"
         )
     return run_migrations(engine=args.engine)
 

@@ -37,7 +37,7 @@ from tht.errors import NotFound, ThothError
 from tht.memory.archive.port import Archive, LogRow
 from tht.memory.embedding.sparse import SparseEncoder
 from tht.memory.model import card_id_to_uuid, uuid_to_card_id
-from tht.memory.projection import searchable
+from tht.memory.projection_format import searchable
 
 if TYPE_CHECKING:
     from tht.memory.recall_service import RecallResult

@@ -31,8 +31,7 @@ from tht.memory.model import (
     card_id_to_uuid,
     uuid_to_card_id,
 )
-from tht.memory.projection import indexed_text, searchable
-from tht.memory.projector import IndexProjector
+from tht.memory.projection_format import ProjectionFormat, indexed_text, searchable
 from tht.memory.recall import (
     RankedCard,
     RecallTuning,
@@ -182,14 +181,14 @@ class RecallService:
         archive: Archive,
         index: SearchIndex,
         embedder: Embedder,
-        projector: IndexProjector,
+        projection_format: ProjectionFormat,
         tuning: RecallTuning | None = None,
     ) -> None:
         self.tuning = tuning or RecallTuning()
         self.archive = archive
         self.index = index
         self.embedder = embedder
-        self.projector = projector
+        self.projection_format = projection_format  # the encoder and fingerprint
         self._languages: dict[str, str] = {}  # a workspace's language never changes
 
     def of(self, workspace: str) -> RecallService:
@@ -226,7 +225,7 @@ class RecallService:
         if not self.index.collection_exists():
             self._raise_unless_empty(workspace)
             return []  # nothing was ever indexed, and the workspace has no card to find
-        current = self.projector.fingerprint(language)
+        current = self.projection_format.fingerprint(language)
         # Content, links and eligibility are read under the workspace lock (shared
         # with other readers), so no mutation interleaves with verification; the index
         # is held first (one lock order with writers).
@@ -243,7 +242,7 @@ class RecallService:
                 query,
                 exclude,
                 sparse,
-                self.projector.encoder(language),
+                self.projection_format.encoder(language),
                 coverage=self.tuning.coverage
                 and (not crossing or self.tuning.coverage_across_languages),
                 bm25_weight=self.tuning.bm25_weight_across_languages if crossing else 1.0,
@@ -263,7 +262,7 @@ class RecallService:
         crossing = asked is not None and asked != language
         if crossing and asked is not None:
             text = without_stopwords(text, asked)
-        return self.projector.encoder(language).encode_query(text), crossing
+        return self.projection_format.encoder(language).encode_query(text), crossing
 
     def explain(
         self,
@@ -299,7 +298,7 @@ class RecallService:
                 )
         language = self._language(workspace)
         filters = self.filters(workspace, kind, database, schema, query)
-        current = self.projector.fingerprint(language)
+        current = self.projection_format.fingerprint(language)
         with self.archive.transaction(workspace, lock="shared") as tx:
             facts = tx.recall_facts([card_uuid]).get(card_uuid)
         if facts is None:

@@ -39,7 +39,7 @@ from tht.memory.model import (
     card_id_to_uuid,
     uuid_to_card_id,
 )
-from tht.memory.projection import KnownFormat
+from tht.memory.projection_format import KnownFormat
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from tht.errors import ThothError
 
 if TYPE_CHECKING:
-    from tht.memory.projection import KnownFormat
-    from tht.memory.projector import IndexProjector, Progress, SyncReport
+    from tht.memory.indexing import IndexProjector, Progress, SyncReport
+    from tht.memory.projection_format import KnownFormat
     from tht.memory.recall_service import RecallService
     from tht.memory.service import IndexOutcome
 
@@ -113,7 +113,7 @@ class WorkspaceProjector:
         }
 
     def known_format_of(self, workspace: str, language: str) -> KnownFormat:
-        return self.of(workspace).known_format(language)
+        return self.of(workspace).known_format_of(workspace, language)
 
     def profile_of(self, workspace: str) -> str:
         return self._profiles.profile_of(workspace)

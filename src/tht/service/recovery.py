@@ -47,7 +47,7 @@ from tht.memory.stages import Stage, start_stage
 from tht.sqlfiles import named_queries
 
 if TYPE_CHECKING:
-    from tht.memory.projector import IndexProjector
+    from tht.memory.indexing import IndexProjector
 
 log = logging.getLogger("tht.service.recovery")
 

@@ -28,7 +28,7 @@ from tht.memory.model import (
     Source,
     Workspace,
 )
-from tht.memory.projection import KnownFormat
+from tht.memory.projection_format import KnownFormat
 from tht.memory.recall_filters import CardFacts
 
 if TYPE_CHECKING:

@@ -73,7 +73,7 @@ from tht.memory.model import (
     import_uuid,
     uuid_to_card_id,
 )
-from tht.memory.projection import KnownFormat
+from tht.memory.projection_format import KnownFormat
 from tht.memory.recall_filters import CardFacts
 from tht.sqlfiles import named_queries
 

@@ -60,6 +60,7 @@ from tht.memory.index.port import (
     SPARSE,
     TENANT_FIELD,
     BranchHit,
+    Capabilities,
     EncodedPoint,
     IndexHit,
     IndexPoint,
@@ -417,6 +418,10 @@ class EdgeIndex:
     def close(self) -> None:
         with self._lock:
             self._release()
+
+    def capabilities(self) -> Capabilities:
+        """Generations, its own point form, and compactions (it indexes nothing on its own)."""
+        return Capabilities(generations=self, encoding=self, compaction=self)
 
     # -- points -------------------------------------------------------------------
 

@@ -51,6 +51,7 @@ from tht.memory.index.errors import IndexIncompatible, IndexUnavailable
 from tht.memory.index.pgvector_migrations import PACK
 from tht.memory.index.port import (
     BranchHit,
+    Capabilities,
     Generations,
     IndexHit,
     IndexPoint,
@@ -151,8 +152,6 @@ class _Layout(Generations):
 
 
 class PgVectorIndex:
-    vector_kinds = KINDS  # see port.stores_symptoms
-
     def __init__(
         self,
         conninfo: str,
@@ -212,6 +211,10 @@ class PgVectorIndex:
 
     def close(self) -> None:
         self._connector.close()
+
+    def capabilities(self) -> Capabilities:
+        """Generations, a symptom projection beside the text, and its own migrations."""
+        return Capabilities(generations=self, schema=self, vector_kinds=KINDS)
 
     def optimize(self) -> None:
         """After a rebuild: planner statistics for the rows just written (the HNSW

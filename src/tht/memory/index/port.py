@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -169,6 +169,72 @@ class SearchIndex(Protocol):
 
     def close(self) -> None: ...
 
+    def capabilities(self) -> Capabilities:
+        """What the engine offers beyond this port (``Capabilities``): declared, so
+        that the projector never guesses at an engine's methods."""
+        ...
+
+
+class Generational(Protocol):
+    """An engine that rebuilds a workspace into a new generation beside the one
+    serving recall (every shipped engine); see ``begin_generation``."""
+
+    def begin_generation(self, workspace: str) -> IndexGeneration: ...
+
+
+class PointEncoding(Protocol):
+    """An engine with its own form of a point, built outside the workspace's lock
+    (the embedded Edge engine); see ``encode_points``."""
+
+    def encode_points(self, points: Sequence[IndexPoint]) -> list[IndexPoint]: ...
+
+
+class Compacting(Protocol):
+    """An engine that indexes nothing on its own (Qdrant Edge): what saves and imports
+    write stays in plain segments until a compaction replaces the workspace's serving
+    points by an indexed copy."""
+
+    def compact(
+        self,
+        workspace: str,
+        starting: Callable[[int], None] | None = None,
+        *,
+        least: int | None = None,
+    ) -> int:
+        """Compact the workspace when at least ``least`` (default: the engine's own
+        threshold) of its points are plain; returns the points copied (0: nothing)."""
+        ...
+
+    def settled_writes(self, quiet: float) -> list[str]:
+        """The workspaces written since the last call and not for ``quiet`` seconds."""
+        ...
+
+    def owed_compactions(self) -> list[str]:
+        """The workspaces an earlier process left to compact."""
+        ...
+
+
+class SchemaChecked(Protocol):
+    """An engine that keeps tables in PostgreSQL, under migrations of its own."""
+
+    def check_schema(self) -> None:
+        """Raise unless the engine's migrations are applied unchanged."""
+        ...
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """An engine's optional capabilities: each is the engine itself where it has it
+    (``Capabilities(generations=self)``, which mypy checks against the protocol), None
+    where it has not. ``vector_kinds``: the dense vectors a point keeps, "text" always
+    and "symptom" where the engine keeps an explained error's second projection."""
+
+    generations: Generational | None = None
+    encoding: PointEncoding | None = None
+    compaction: Compacting | None = None
+    schema: SchemaChecked | None = None
+    vector_kinds: tuple[str, ...] = ("text",)
+
 
 @dataclass(frozen=True)
 class EncodedPoint(IndexPoint):
@@ -177,20 +243,21 @@ class EncodedPoint(IndexPoint):
     engine: Any = None
 
 
-def encode_points(index: Any, points: Sequence[IndexPoint]) -> list[IndexPoint]:
-    """The points in the engine's own form where the engine offers it (``encode_points``,
+def encode_points(index: SearchIndex, points: Sequence[IndexPoint]) -> list[IndexPoint]:
+    """The points in the engine's own form where the engine offers it (``PointEncoding``,
     the embedded Edge engine): built before the workspace's lock is taken, so the locked
     write only hands them over (converting 512 points of 384 floats takes ~0.1 s of
     Python, which would otherwise hold the lock that saves and archive batches wait for)."""
-    encode = getattr(index, "encode_points", None)
-    return encode(points) if encode is not None else list(points)
+    encoding = index.capabilities().encoding
+    return encoding.encode_points(points) if encoding is not None else list(points)
 
 
-def stores_symptoms(index: Any) -> bool:
+def stores_symptoms(index: SearchIndex) -> bool:
     """Whether the engine keeps the symptom projection (``IndexPoint.symptom``): an
-    engine declares its dense vector kinds in ``vector_kinds``; the Qdrant engines keep
-    only the card's text, and embedding symptoms for them would be wasted work."""
-    return "symptom" in getattr(index, "vector_kinds", ("text",))
+    engine declares its dense vector kinds in ``Capabilities.vector_kinds``; the Qdrant
+    engines keep only the card's text, and embedding symptoms for them would be wasted
+    work."""
+    return "symptom" in index.capabilities().vector_kinds
 
 
 def projection(payload: dict[str, Any] | None) -> tuple[int | None, str | None]:
@@ -311,8 +378,10 @@ class InPlaceGeneration:
         self.index.optimize()
 
 
-def begin_generation(index: Any, workspace: str) -> IndexGeneration:
+def begin_generation(index: SearchIndex, workspace: str) -> IndexGeneration:
     """The generation a rebuild of the workspace writes: a new one beside the serving
-    one where the engine offers it (``begin_generation``), else the serving points."""
-    begin = getattr(index, "begin_generation", None)
-    return begin(workspace) if begin is not None else InPlaceGeneration(index, workspace)
+    one where the engine offers it (``Generational``), else the serving points."""
+    generations = index.capabilities().generations
+    if generations is None:
+        return InPlaceGeneration(index, workspace)
+    return generations.begin_generation(workspace)

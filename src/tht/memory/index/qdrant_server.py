@@ -41,6 +41,7 @@ from tht.memory.index.port import (
     SPARSE,
     TENANT_FIELD,
     BranchHit,
+    Capabilities,
     Generations,
     IndexHit,
     IndexPoint,
@@ -175,6 +176,10 @@ class QdrantServerIndex:
     def close(self) -> None:
         with self._engine():
             self.client.close()
+
+    def capabilities(self) -> Capabilities:
+        """Generations (a server indexes what is written on its own)."""
+        return Capabilities(generations=self)
 
     # -- points -------------------------------------------------------------------
 

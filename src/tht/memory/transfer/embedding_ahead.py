@@ -22,9 +22,8 @@ import threading
 from array import array
 from dataclasses import dataclass
 
-from tht.memory import projector as projector_module
 from tht.memory.embedding import EmbedderUnavailable
-from tht.memory.projector import IndexProjector, Prepared, ProjectionInputs
+from tht.memory.indexing import IndexProjector, Prepared, ProjectionInputs, pipeline
 from tht.memory.stages import take_over
 from tht.memory.transfer.formats import ImportCard
 
@@ -133,7 +132,7 @@ class EmbeddingAhead:
                 # the jobs already waiting go in the same call, up to a projector chunk:
                 # the embedder's batches in flight drain at the end of each call
                 jobs = [job]
-                while sum(len(j.keys) for j in jobs) < projector_module.CHUNK:
+                while sum(len(j.keys) for j in jobs) < pipeline.CHUNK:
                     try:
                         waiting = self._jobs.get_nowait()
                     except queue.Empty:

@@ -46,8 +46,8 @@ from typing import IO, Any
 from tht import audit
 from tht.errors import Conflict, Interrupted, InvalidInput, NotFound, ThothError
 from tht.faults import pause_point
-from tht.memory import projector as projector_module
 from tht.memory.archive.port import Archive, ArchiveTx
+from tht.memory.indexing import ImportCompactions, IndexProjector, Prepared, pipeline
 from tht.memory.model import (
     TEXT_FIELDS,
     Card,
@@ -56,7 +56,6 @@ from tht.memory.model import (
     import_uuid,
     uuid_to_card_id,
 )
-from tht.memory.projector import ImportCompactions, IndexProjector, Prepared
 from tht.memory.stages import Stage, hand_over, start_stage, take_over
 from tht.memory.transfer.embedding_ahead import EmbeddingAhead
 from tht.memory.transfer.formats import (
@@ -946,7 +945,9 @@ class _WritePass:
         self.statistics = _Statistics(transfer.archive, workspace)
         self.compactions = (
             ImportCompactions(
-                transfer.projector, workspace, sum(_embeds(check, k) for k in check.planned)
+                transfer.projector.compactions,
+                workspace,
+                sum(_embeds(check, k) for k in check.planned),
             )
             if transfer.projector
             else None
@@ -1014,7 +1015,7 @@ class _WritePass:
             while (done := take_over(self.committed, self.stop)) is not None:
                 last_line = done.last_line
                 self._prepare(done, prepared)
-                if len(prepared) >= projector_module.CHUNK or self.committed.empty():
+                if len(prepared) >= pipeline.CHUNK or self.committed.empty():
                     self._index(prepared, last_line)
             self._index(prepared, last_line)
         except BaseException as exc:

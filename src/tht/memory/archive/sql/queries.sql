@@ -350,7 +350,7 @@ SELECT id FROM thoth_memory.cards
 -- name: stale_projection_ids
 -- Cards with no outstanding operation whose projection is missing, behind, or of
 -- another format: excluded from recall until retried or rebuilt. %(format)s is the
--- running format as a regular expression (tht.memory.projection.KnownFormat).
+-- running format as a regular expression (tht.memory.projection_format.KnownFormat).
 SELECT c.id, c.title, c.revision, p.fingerprint
   FROM thoth_memory.cards c
   LEFT JOIN thoth_memory.projections p ON p.card_id = c.id

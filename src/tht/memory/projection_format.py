@@ -1,5 +1,7 @@
 """What a card looks like in the search index: its indexed text, its filter facts and
-the fingerprint of the projection format. Pure functions, no I/O.
+the fingerprint of the projection format (``ProjectionFormat``: the embedder's model
+and dimension, and the BM25 encoder of each language). No I/O but the embedder's
+dimension, which a remote embedder may have to be asked for.
 
 The fingerprint names everything that decides a point's vectors: embedder model and
 dimension, BM25 settings (language included) and the version of the indexed-text
@@ -12,10 +14,14 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from tht.memory.model import Card, Dependency, texts_in_order
 from tht.memory.recall_filters import CardFacts
+
+if TYPE_CHECKING:  # the embedding package (and the BM25 engine) only where it is used
+    from tht.memory.embedding.port import Embedder
+    from tht.memory.embedding.sparse import SparseEncoder
 
 # Bump when indexed_text changes: every projection becomes stale.
 TEXT_VERSION = "text-v2"
@@ -45,6 +51,37 @@ class KnownFormat:
 
     def matches(self, recorded: str | None) -> bool:
         return recorded is not None and re.fullmatch(self.pattern, recorded) is not None
+
+
+class ProjectionFormat:
+    """The projection format of one embedder: the BM25 encoder of a language, and the
+    fingerprint the points and recorded projections carry. What recall needs of the
+    projection (its question is encoded and its hits verified the same way), shared
+    with the projector of the same embedder."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.embedder = embedder
+        self._encoders: dict[str, SparseEncoder] = {}
+
+    def encoder(self, language: str) -> SparseEncoder:
+        if language not in self._encoders:
+            from tht.memory.embedding.sparse import SparseEncoder
+
+            self._encoders[language] = SparseEncoder(language)
+        return self._encoders[language]
+
+    def fingerprint(self, language: str) -> str:
+        return fingerprint(
+            self.embedder.model_id, self.embedder.dimension, self.encoder(language).settings_id
+        )
+
+    def known_format(self, language: str) -> KnownFormat:
+        """The running format without a call to the embedder (browsing, pending work)."""
+        return KnownFormat.of(
+            self.embedder.model_id,
+            self.embedder.known_dimension,
+            self.encoder(language).settings_id,
+        )
 
 
 def qualified(dep: Dependency) -> str:
