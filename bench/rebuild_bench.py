@@ -111,7 +111,8 @@ def pipeline_seconds(projector: IndexProjector) -> list[float]:
     and writing the points: the part of a rebuild that can keep pace with the embedder;
     the rest is indexing the last segments when the generation switches, and the outbox)."""
     spent: list[float] = []
-    project = projector._project
+    chunks = projector.rebuilds.chunks  # the pipeline every job of the projector shares
+    project = chunks.project
 
     def timed(*args, **kwargs):
         started = time.perf_counter()
@@ -120,7 +121,7 @@ def pipeline_seconds(projector: IndexProjector) -> list[float]:
         finally:
             spent.append(time.perf_counter() - started)
 
-    projector._project = timed  # type: ignore[method-assign]
+    chunks.project = timed  # type: ignore[method-assign]
     return spent
 
 

@@ -513,8 +513,8 @@ def test_a_bulk_sync_projects_every_card_in_the_embedders_batches(
         assert MemoryService(archive, projector).pending("acme") == []
         calls = embedder.rebuild_calls
         if not compacted:  # nor with a lower threshold: the engine would index none of them
-            assert projector.compact("acme", least=1) is None
-        projector.compact("acme")  # as an import ends
+            assert projector.compactions.compact("acme", least=1) is None
+        projector.compactions.compact("acme")  # as an import ends
         assert embedder.rebuild_calls == calls
         assert (index.workspace_path("acme") != serving) is compacted
         assert not (index.workspace_path("acme").parent / "acme.building").exists()
@@ -546,7 +546,7 @@ def _interrupted_compaction(archive, path, monkeypatch, embedder):
     serving = index.workspace_path("acme")
     with monkeypatch.context() as gone:  # nothing runs after the child's death
         gone.setattr(EdgeIndex, "_discard_compaction", lambda self, workspace: True)
-        failed = projector.compact("acme")  # logged; the points stay served
+        failed = projector.compactions.compact("acme")  # logged; the points stay served
     assert failed is not None and failed["retry_in_seconds"] == 300, failed
     assert "indexing the embedded index's new generation" in failed["failed"]
     assert index.workspace_path("acme") == serving
@@ -573,7 +573,7 @@ def test_a_failed_compaction_removes_its_copy_at_once(archive, tmp_path, monkeyp
         monkeypatch.setattr("tht.memory.index.edge.IN_PROCESS_OPTIMIZE_BYTES", 0)
         monkeypatch.setenv("THT_CRASH_AT", "edge.optimizing")  # the child fails
         serving = index.workspace_path("acme")
-        failed = projector.compact("acme")
+        failed = projector.compactions.compact("acme")
         assert failed is not None and "(exit " in failed["failed"], failed
         assert "Traceback" not in failed["failed"], failed
         # no copy left; still owed, should the service stop before its retry
@@ -583,7 +583,7 @@ def test_a_failed_compaction_removes_its_copy_at_once(archive, tmp_path, monkeyp
         ], list(serving.parent.iterdir())
         assert index.workspace_path("acme") == serving and index.count("acme") == 40
         monkeypatch.delenv("THT_CRASH_AT")
-        done = projector.compact("acme")
+        done = projector.compactions.compact("acme")
         assert done is not None and done["points"] == 40, done
     finally:
         index.close()
@@ -609,7 +609,7 @@ def test_an_interrupted_compaction_is_redone_by_the_next_one(
         gone = saved[0]
         MemoryService(archive, projector).delete_card("acme", gone.id)
         embedder.hook = lambda call: None
-        done = projector.compact("acme")
+        done = projector.compactions.compact("acme")
         assert done is not None and done["points"] == 39, done
         assert embedder.rebuild_calls == 0
         assert not left.exists() and index.workspace_path("acme") not in (serving, left)
@@ -748,7 +748,7 @@ def test_a_compaction_never_discards_what_an_interrupted_rebuild_built(
         index = EdgeIndex(tmp_path / "edge")
         projector = IndexProjector(archive, index, embedder)
         with caplog.at_level("WARNING", logger="tht.memory.index.edge"):
-            assert projector.compact("acme") is None
+            assert projector.compactions.compact("acme") is None
         assert "`tht memory index` finishes it" in caplog.text
         assert generation.path.exists() and index.workspace_path("acme") == serving
         embedder.hook = lambda call: None

@@ -542,7 +542,8 @@ def test_embedding_starts_with_the_check_and_batches_are_indexed_while_the_archi
     def indexed(self, *args):
         found = write_embedded(self, *args)
         # marked as imported meanwhile: the service's upkeep does not compact it
-        events.append("index" if self._importing.get(args[0]) == 1 else "index unmarked")
+        importing = self.compactions.claims._importing
+        events.append("index" if importing.get(args[0]) == 1 else "index unmarked")
         return found
 
     monkeypatch.setattr(transfer_service.CardTransfer, "_classify", classified)

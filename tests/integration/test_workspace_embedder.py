@@ -122,7 +122,7 @@ def test_switching_the_embedder_keeps_recall_until_the_new_projection_is_complet
         for i in range(5)
     ]
     old = services.projector.of("acme")
-    old_fingerprint = old.fingerprint("en")
+    old_fingerprint = old.format.fingerprint("en")
     recall = services.recall.of("acme")
 
     def found() -> set[str]:
@@ -167,7 +167,7 @@ def test_switching_the_embedder_keeps_recall_until_the_new_projection_is_complet
     assert found() == {*ids, late.card.id}
     shown = services.memory.get_card("acme", edited.id).index
     assert shown is not None and shown.current  # current in the new profile's format
-    assert new.fingerprint("en") != old_fingerprint
+    assert new.format.fingerprint("en") != old_fingerprint
     # the points left the collection of the profile the workspace left
     with old.index.session():
         assert old.index.count("acme") == 0

@@ -81,8 +81,8 @@ class WorkspaceProjector:
                 "status": "unchanged",
             }
         source = self._profiles.projection(previous)[0]
-        with source.rebuilding(workspace):
-            fingerprint, written = target.build_for_switch(workspace, progress)
+        with source.rebuilds.rebuilding(workspace):
+            fingerprint, written = target.rebuilds.build_for_switch(workspace, progress)
             with source.archive.transaction(workspace, lock=True) as tx:
                 revisions = tx.card_revisions()
                 current = [r for r in written.values() if revisions.get(r.card_uuid) == r.revision]

@@ -11,11 +11,11 @@ drain (``writes``), the chunked pipeline of rebuilds and bulk projections
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from tht.memory.archive.port import Archive, RecordedProjection
+from tht.memory.archive.port import Archive
 from tht.memory.embedding import Embedder
 from tht.memory.index import SearchIndex
 from tht.memory.indexing.ahead import AheadWrites
@@ -96,30 +96,13 @@ class IndexProjector:
     def rebuild(self, workspace: str, progress: Progress | None = None) -> dict[str, Any]:
         return self.rebuilds.rebuild(workspace, progress)
 
-    def rebuilding(self, workspace: str) -> AbstractContextManager[None]:
-        return self.rebuilds.rebuilding(workspace)
-
     def rebuilding_now(self, workspace: str) -> bool:
         return self.rebuilds.rebuilding_now(workspace)
-
-    def build_for_switch(
-        self, workspace: str, progress: Progress | None = None
-    ) -> tuple[str, dict[uuid.UUID, RecordedProjection]]:
-        return self.rebuilds.build_for_switch(workspace, progress)
 
     def check(self, workspace: str, repair: bool = False) -> dict[str, Any]:
         return self.drift.check(workspace, repair)
 
     # --- compactions, an import's writes -------------------------------------------------
-
-    def compact(
-        self,
-        workspace: str,
-        starting: Callable[[int], None] | None = None,
-        *,
-        least: int | None = None,
-    ) -> dict[str, Any] | None:
-        return self.compactions.compact(workspace, starting, least=least)
 
     def compact_quiet(self, quiet: float | None = None) -> dict[str, dict[str, Any]]:
         return self.compactions.compact_quiet(quiet)
