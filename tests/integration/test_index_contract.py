@@ -41,7 +41,7 @@ from tht.memory.index import (
     QdrantServerIndex,
     SearchIndex,
 )
-from tht.memory.index.engines import engine_names
+from tht.memory.index.engines import ENGINES, engine_names
 from tht.memory.index.pgvector import PgVectorIndex
 from tht.memory.index.port import KEYWORD_FIELDS, IndexGeneration, begin_generation
 from tht.memory.model import FAMILIES, Dependency
@@ -164,6 +164,19 @@ def test_every_engine_of_the_table_has_a_case() -> None:
 @pytest.fixture(params=engine_names())
 def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Engine:
     return CASES[request.param](request, tmp_path)
+
+
+def test_an_engine_declares_what_it_offers_beyond_the_port(
+    engine: Engine, request: pytest.FixtureRequest
+) -> None:
+    index = engine.open()
+    offered = index.capabilities()
+    # a schema of its own exactly where the engines' table gives it a migration pack
+    listed = ENGINES[request.node.callspec.params["engine"]]
+    assert (offered.schema is not None) == (listed.migration_pack() is not None)
+    # every shipped engine rebuilds beside the serving points, and keeps the card's text
+    assert offered.generations is not None and offered.vector_kinds[0] == "text"
+    index.close()
 
 
 @pytest.fixture
