@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tht import memory_client
-from tht.memory import projection, recall_answer
+from tht.memory import projection_format, recall_answer
 from tht.memory.archive.port import IndexedFields
 from tht.memory.archive.postgres import queries
 from tht.memory.archive.transfer_records import _queries as transfer_queries
@@ -133,7 +133,7 @@ def test_the_python_clients_card_reads_every_field() -> None:
 
 
 def test_the_indexed_text_and_the_compact_answer_list_every_text_field() -> None:
-    assert set(projection.INDEXED_TEXTS) == set(TEXT_FIELDS) - {"scope"}  # scope: labelled
+    assert set(projection_format.INDEXED_TEXTS) == set(TEXT_FIELDS) - {"scope"}  # scope: labelled
     assert sorted(recall_answer.TEXTS) == sorted(TEXT_FIELDS)
 
 
@@ -168,9 +168,9 @@ def test_the_archives_statements_name_every_text_column(
 def test_the_indexed_text_holds_every_text_field_from_a_card_and_from_a_row() -> None:
     values = _values()
     document = {"family": "sql_rule", **values, "concepts": ["orders"]}
-    from_card = projection.indexed_text(CardInput.model_construct(**document))
+    from_card = projection_format.indexed_text(CardInput.model_construct(**document))
     dependency = Dependency(database="dwh", schema="sales", table="orders")
-    from_row = projection.indexed_text(_indexed_card(_indexed_row(values), (dependency,)))
+    from_row = projection_format.indexed_text(_indexed_card(_indexed_row(values), (dependency,)))
     for name, value in values.items():
         assert value in from_card, name
         assert value in from_row, name
