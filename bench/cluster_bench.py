@@ -311,6 +311,7 @@ def recall(cluster: BenchCluster, args: argparse.Namespace, words: list[str]) ->
             if set(result["statuses"]) != {200}:
                 raise SystemExit(f"{name}: answers other than 200: {result['statuses']}")
             print(f"{name}: {json.dumps(result)}", file=sys.stderr)
+    cluster.replicas_in_use(2)  # a kept cluster is left as `cluster.py up` expects it
     one = statistics.median(t["recalls_per_second"] for t in turns["1 replica"])
     two = statistics.median(t["recalls_per_second"] for t in turns["2 replicas"])
     return {
