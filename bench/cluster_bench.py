@@ -6,6 +6,13 @@ clients recalling for a fixed time.
     .venv/bin/python bench/cluster_bench.py recall --cards 100000 --clients 8 --seconds 30 --rounds 2
     .venv/bin/python bench/cluster_bench.py burst --cards 10000 --writers 4 --clients 4 --seconds 30
 
+With ``--keep DIR`` the cluster and its cards stay in DIR for the next invocation, so
+that loading and measuring can be separate runs (a 100 000-card load takes minutes):
+
+    .venv/bin/python bench/cluster_bench.py load --cards 100000 --keep /tmp/tht-bench-100k
+    .venv/bin/python bench/cluster_bench.py recall --cards 100000 --keep /tmp/tht-bench-100k
+    .venv/bin/python bench/cluster_bench.py down --keep /tmp/tht-bench-100k
+
 The two variants take turns on the same cluster (this machine is noisy): "1 replica" puts
 replica 2 in maintenance through HAProxy's admin socket, "2 replicas" enables it again.
 Each turn prints recalls per second, p50 and p99, and the CPU each process spent per
@@ -83,6 +90,9 @@ class BenchCluster:
         return json.loads(done.stdout)
 
     def up(self) -> None:
+        if (self.root / "cluster.json").exists():  # a kept cluster: its ports as they were
+            self.status = self.script("up", "--replicas", "2", "--config", str(self.config))
+            return
         replica = free_port()
         while not _free(replica + 1):
             replica = free_port()
@@ -130,9 +140,16 @@ class BenchCluster:
 
     def load(self, cards: int, words: list[str]) -> str:
         """The workspace, bound and granted to the admin, with ``cards`` generated cards
-        indexed; its runtime file."""
-        self.tht("workspace", "create", WORKSPACE, "--language", "en")
+        indexed; its runtime file. A kept cluster already loaded with as many cards is
+        used as it is."""
         runtime = self.root / "bench.yaml"
+        marker = self.root / "loaded.json"
+        if marker.exists():
+            loaded_cards = json.loads(marker.read_text())["cards"]
+            if loaded_cards != cards:
+                raise SystemExit(f"{self.root} holds {loaded_cards} cards, not {cards}")
+            return str(runtime)
+        self.tht("workspace", "create", WORKSPACE, "--language", "en")
         runtime.write_text(
             yaml.safe_dump({"workspace": WORKSPACE, "database": "dwh", "schema": "public"})
         )
@@ -142,13 +159,17 @@ class BenchCluster:
         load_cards(self.conninfo("runtime"), WORKSPACE, cards, random.Random(11), words)
         loaded = time.perf_counter()
         self.tht("memory", "index", "-c", str(runtime))
+        indexed = time.perf_counter()
         with psycopg.connect(self.conninfo("migrator"), autocommit=True) as conn:
             conn.execute("VACUUM ANALYZE")
-        print(
-            f"loaded {cards} cards in {loaded - started:.0f} s, indexed them in"
-            f" {time.perf_counter() - loaded:.0f} s",
-            file=sys.stderr,
-        )
+        timing = {
+            "cards": cards,
+            "archive_load_s": round(loaded - started, 1),
+            "index_s": round(indexed - loaded, 1),
+            "vacuum_analyze_s": round(time.perf_counter() - indexed, 1),
+        }
+        marker.write_text(json.dumps(timing))
+        print(json.dumps(timing), file=sys.stderr)
         return str(runtime)
 
     def haproxy(self, command: str) -> str:
@@ -290,6 +311,7 @@ def recall(cluster: BenchCluster, args: argparse.Namespace, words: list[str]) ->
             if set(result["statuses"]) != {200}:
                 raise SystemExit(f"{name}: answers other than 200: {result['statuses']}")
             print(f"{name}: {json.dumps(result)}", file=sys.stderr)
+    cluster.replicas_in_use(2)  # a kept cluster is left as `cluster.py up` expects it
     one = statistics.median(t["recalls_per_second"] for t in turns["1 replica"])
     two = statistics.median(t["recalls_per_second"] for t in turns["2 replicas"])
     return {
@@ -399,7 +421,9 @@ def burst(cluster: BenchCluster, args: argparse.Namespace, words: list[str]) -> 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("scenario", choices=["recall", "burst"], nargs="?", default="recall")
+    parser.add_argument(
+        "scenario", choices=["recall", "burst", "load", "down"], nargs="?", default="recall"
+    )
     parser.add_argument("--cards", type=int, default=100_000)
     parser.add_argument("--clients", type=int, default=8, help="recalling clients (agents)")
     parser.add_argument("--writers", type=int, default=4, help="writers per replica (burst)")
@@ -407,18 +431,35 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=2, help="turns of each variant")
     parser.add_argument("--dimension", type=int, default=384, help="the hashing embedder's")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        help="the cluster's folder, kept for the next invocation (default: a temporary one)",
+    )
     args = parser.parse_args()
-    folder = Path(tempfile.mkdtemp(prefix="tht-cluster-bench-"))
+    if args.keep is None:
+        folder = Path(tempfile.mkdtemp(prefix="tht-cluster-bench-"))
+    else:
+        folder = args.keep.resolve()
+        folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o711)  # PostgreSQL runs as another user when this runs as root
     cluster = BenchCluster(folder / "cluster", args.dimension)
     words = vocabulary(random.Random(7))
-    try:
-        cluster.up()
-        run = recall if args.scenario == "recall" else burst
-        print(json.dumps(run(cluster, args, words), indent=2))
-    finally:
+    if args.scenario == "down":
         cluster.down()
         subprocess.run(["rm", "-rf", str(folder)], check=False)
+        return
+    try:
+        cluster.up()
+        if args.scenario == "load":
+            cluster.load(args.cards, words)
+        else:
+            run = recall if args.scenario == "recall" else burst
+            print(json.dumps(run(cluster, args, words), indent=2))
+    finally:
+        if args.keep is None:
+            cluster.down()
+            subprocess.run(["rm", "-rf", str(folder)], check=False)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 Engines and their locations (the index engine, its path or URL, its collection), the
 embedder profiles (a name for each model a workspace may use, with its URL, timeout
 and the name of the environment variable holding its key), the workflow's sessions
-root, the named DWH connections, the recall log's bound and the limits. A request never names any of these:
+root, the named DWH connections, the recall log's bound, the pending-work retrier's period and the limits. A request never names any of these:
 a workspace records which embedder profile its vectors come from and which DWH
 connection it is bound to, by name; a caller names a workspace, a database and a
 schema.
@@ -95,6 +95,15 @@ class RecallLogConfig(_Section):
     max_entries: int = Field(default=100_000, ge=100, le=10_000_000)
 
 
+class PendingWorkConfig(_Section):
+    """The service's retrier of pending index work (saves whose projection failed or
+    whose process died): how often it looks at every workspace's outbox. A failing
+    workspace backs off on its own schedule whatever this is."""
+
+    # at least 1 s (each look is one query per workspace), at most 300 s (the backoff's cap)
+    retry_seconds: float = Field(default=30.0, ge=1.0, le=300.0)
+
+
 class Installation(_Section):
     index: IndexConfig = IndexConfig()
     # profile name -> embedder settings (tht.memory.embedding.factory); the built-in
@@ -105,6 +114,7 @@ class Installation(_Section):
     sessions_root: Path | None = None  # the workflow's session directories, per workspace
     dwh: dict[str, DwhConnection] = Field(default_factory=dict)
     recall_log: RecallLogConfig = RecallLogConfig()
+    pending_work: PendingWorkConfig = PendingWorkConfig()
     source: str | None = Field(default=None, exclude=True)  # the file it was read from
 
     @field_validator("embedders")

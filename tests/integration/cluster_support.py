@@ -215,6 +215,9 @@ def _running(pid: int) -> bool:
         return False
 
 
+RETRY_SECONDS = 2.0
+
+
 def config_text(sessions: Path) -> str:
     return yaml.safe_dump(
         {
@@ -222,6 +225,8 @@ def config_text(sessions: Path) -> str:
             "embedders": {"default": TEST_EMBEDDER},
             "sessions_root": str(sessions),
             "dwh": {CONNECTION: {"url_env": "WAREHOUSE_URL"}},
+            # the survivor of a kill -9 drains what the dead replica left within this
+            "pending_work": {"retry_seconds": RETRY_SECONDS},
         }
     )
 

@@ -14,6 +14,7 @@ import math
 import random
 import re
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import psycopg
@@ -551,6 +552,59 @@ def test_filtered_search_returns_full_lists_thanks_to_iterative_scans(database, 
         assert len(conn.execute(pv.text_query(64, where), params).fetchall()) < 100
 
 
+def test_the_symptom_scan_is_skipped_when_no_point_with_a_symptom_passes_the_filter(
+    database, populated
+):
+    embedder, points = populated
+    query = embedder.embed_query("error word1 word2")
+    index = PgVectorIndex(database.runtime)
+    others = everything(families=("domain_clarification", "sql_rule"))
+    errors = everything(families=("explained_error",))
+    found = index.dense_search(query, others, 20)
+    assert len(found) == 20 and {kind for _, kind, _ in found} == {"text"}
+    assert "symptom" in {kind for _, kind, _ in index.dense_search(query, errors, 20)}
+
+    def symptom_scan(filters: RecallFilters) -> str:
+        where, params = pv._Where().build(f.recall_condition(filters))
+        params.update(
+            collection="memory",
+            workspace="w1",
+            generation=0,
+            limit=20,
+            query=pv._vector_text(query),
+        )
+        with psycopg.connect(database.runtime) as conn, conn.transaction():
+            _runtime_transaction(conn, "w1")
+            conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+            plan = conn.execute(
+                sql.SQL("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) ") + pv.symptom_query(64, where),
+                params,
+            ).fetchall()
+        (line,) = [row[0] for row in plan if "vectors_symptom_hnsw_64" in row[0]]
+        return line
+
+    # the gate finds no explained error among the filtered points: the scan never runs
+    # (without it, it read every symptom vector and the filter refused each one)
+    assert "never executed" in symptom_scan(others)
+    assert "never executed" not in symptom_scan(errors)
+    # the flag follows the symptom: a point that loses it is no longer one the gate finds
+    error = next(p for p in points if p.symptom is not None)
+    index.upsert([replace(error, symptom=None)])
+    flagged = superuser_rows(
+        database,
+        "SELECT symptom FROM thoth_memory_pgvector.points WHERE id = %s",
+        (error.id,),
+    )
+    assert flagged == [(False,)]
+    assert superuser_rows(
+        database,
+        "SELECT count(*) FROM thoth_memory_pgvector.points p WHERE p.symptom <> EXISTS ("
+        " SELECT 1 FROM thoth_memory_pgvector.vectors v WHERE v.point_id = p.id"
+        " AND v.kind = 'symptom')",
+    ) == [(0,)]
+    index.close()
+
+
 # -- BM25: Qdrant's scores, computed in PostgreSQL ---------------------------------
 
 
@@ -842,7 +896,11 @@ def test_missing_extension_is_refused_with_the_dba_step(empty_database):
     with psycopg.connect(empty_database.superuser, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION vector")  # what the DBA does
     report = run_migrations(empty_database.env(), engine="pgvector")
-    assert report["pgvector"]["applied"] == ["001_projection", "002_generations"]
+    assert report["pgvector"]["applied"] == [
+        "001_projection",
+        "002_generations",
+        "003_symptom_points",
+    ]
     assert PgVectorIndex(empty_database.runtime).collection_exists() is False
 
 
@@ -855,6 +913,7 @@ def test_the_pgvector_pack_is_its_own_ledger_and_a_second_run_is_a_noop(database
     assert report["applied"] == [] and report["already_applied"] == [
         "001_projection",
         "002_generations",
+        "003_symptom_points",
     ]
     assert archive == (0,)
 
@@ -867,6 +926,7 @@ def test_engine_pgvector_in_the_installation(cli, runtime_file, tmp_path):
     assert migrated.code == 0 and migrated.document["pgvector"]["already_applied"] == [
         "001_projection",
         "002_generations",
+        "003_symptom_points",
     ]
     config = runtime_file("acme", index="{engine: pgvector}")
     error = tmp_path / "error.json"
@@ -902,7 +962,7 @@ def test_the_embedded_server_prepares_pgvector_when_asked(tmp_path):
         settings, report = embedded.prepare(migration_packs(engine="pgvector"))
         assert report == {
             "pgvector": {
-                "applied": ["001_projection", "002_generations"],
+                "applied": ["001_projection", "002_generations", "003_symptom_points"],
                 "already_applied": [],
                 "runtime_login": RUNTIME,
             }

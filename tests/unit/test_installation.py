@@ -71,6 +71,9 @@ def test_thtconfig_names_the_file(tmp_path):
         ("dwh: {sales: {url_env: X, timeout: 1000}}\n", "timeout"),
         ("sessions_root: missing\n", "sessions_root"),
         ("workspace: acme\n", "workspace"),
+        ("pending_work: {retry_seconds: 0.1}\n", "retry_seconds"),
+        ("pending_work: {retry_seconds: 3600}\n", "retry_seconds"),
+        ("pending_work: {period: 5}\n", "period"),
     ],
 )
 def test_a_bad_installation_file_is_a_clear_configuration_error(tmp_path, text, names):
@@ -93,6 +96,12 @@ def test_a_credential_in_the_installation_file_is_refused_but_a_variable_name_is
         )
     )
     assert named.embedders["x"]["api_key_env"] == "KEY"
+
+
+def test_the_pending_work_retrier_period_is_read_from_the_file(tmp_path):
+    assert load_installation(write(tmp_path, "")).pending_work.retry_seconds == 30.0
+    read = load_installation(write(tmp_path, "pending_work: {retry_seconds: 2.5}\n"))
+    assert read.pending_work.retry_seconds == 2.5
 
 
 def test_every_timeout_is_bounded():

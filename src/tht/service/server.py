@@ -222,6 +222,7 @@ class Service:
             engines.archive,
             lambda: engines.in_use()[2],
             lambda workspace: engines.projection(engines.profile_of(workspace))[0],
+            period=engines.installation.pending_work.retry_seconds,
         )
         self.retrier.start()
         if self.idle_timeout > 0:

@@ -753,6 +753,7 @@ def _point_row(point: IndexPoint) -> dict[str, Any]:
         "bm25_2": bm25_2,
         "revision": point.revision,
         "fingerprint": point.fingerprint,
+        "symptom": point.symptom is not None,
     }
 
 

@@ -13,6 +13,11 @@
 -- so a filtered search returns a full list. relaxed_order may return them slightly
 -- out of order, hence the outer sort. Only the serving generation (the generation
 -- parameter) is searched: a rebuild's new generation waits for its switch.
+--
+-- Only some points have a symptom vector (explained errors), and a filter that none of
+-- them passes would make the iterative scan walk the whole index for nothing: the gate,
+-- an uncorrelated EXISTS the planner runs once before the scan (an InitPlan), looks for
+-- one such point through the points_with_symptom index and skips the scan without one.
 WITH nearest AS MATERIALIZED (
     SELECT v.point_id, p.revision, p.fingerprint,
            v.embedding::vector({dimension}) <=> %(query)s::vector({dimension}) AS distance
@@ -26,6 +31,13 @@ WITH nearest AS MATERIALIZED (
        AND v.workspace_id = %(workspace)s
        AND v.generation = %(generation)s
        AND {filter}
+       AND EXISTS (SELECT 1
+                     FROM thoth_memory_pgvector.points p
+                    WHERE p.collection = %(collection)s
+                      AND p.workspace_id = %(workspace)s
+                      AND p.generation = %(generation)s
+                      AND p.symptom
+                      AND {filter})
      ORDER BY v.embedding::vector({dimension}) <=> %(query)s::vector({dimension})
      LIMIT %(limit)s
 )

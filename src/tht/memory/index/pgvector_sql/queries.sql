@@ -117,22 +117,24 @@ SELECT %(collection)s, %(workspace)s, %(generation)s, d.term, d.delta
 -- name: points_upsert
 -- First pass: the projection rows. Idempotent; an identical point is not rewritten
 -- (no new row version, no index churn on a rebuild).
+-- symptom says whether the point has a symptom vector (written in the same transaction).
 INSERT INTO thoth_memory_pgvector.points AS p
        (collection, workspace_id, generation, id, family, scope, concepts, deps, dep_paths, dep_prefixes,
-        revision, fingerprint)
+        revision, fingerprint, symptom)
 SELECT %(collection)s, %(workspace)s, %(generation)s, r.id, r.family, r.scope, r.concepts, r.deps, r.dep_paths, r.dep_prefixes,
-       r.revision, r.fingerprint
+       r.revision, r.fingerprint, r.symptom
   FROM jsonb_to_recordset(%(points)s::jsonb) AS r(
        id uuid, family text, scope text, concepts text[], deps jsonb, dep_paths text[], dep_prefixes text[],
-       revision bigint, fingerprint text)
+       revision bigint, fingerprint text, symptom boolean)
 ON CONFLICT (collection, workspace_id, generation, id) DO UPDATE
    SET family = excluded.family, scope = excluded.scope, concepts = excluded.concepts, deps = excluded.deps,
        dep_paths = excluded.dep_paths, dep_prefixes = excluded.dep_prefixes,
-       revision = excluded.revision, fingerprint = excluded.fingerprint, indexed_at = now()
- WHERE (p.family, p.scope, p.concepts, p.deps, p.dep_paths, p.dep_prefixes, p.revision, p.fingerprint)
+       revision = excluded.revision, fingerprint = excluded.fingerprint, symptom = excluded.symptom,
+       indexed_at = now()
+ WHERE (p.family, p.scope, p.concepts, p.deps, p.dep_paths, p.dep_prefixes, p.revision, p.fingerprint, p.symptom)
        IS DISTINCT FROM
        (excluded.family, excluded.scope, excluded.concepts, excluded.deps, excluded.dep_paths,
-        excluded.dep_prefixes, excluded.revision, excluded.fingerprint);
+        excluded.dep_prefixes, excluded.revision, excluded.fingerprint, excluded.symptom);
 
 -- name: bm25_upsert
 -- Second pass, with the dense vectors: each point's BM25 vector, which references it.
