@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -31,13 +32,13 @@ from tht.memory.recall_service import RecallService
 from tht.memory.service import MemoryService, WorkspaceService
 from tht.memory.workspace_projection import WorkspaceProjector, WorkspaceRecall
 from tht.settings import DatabaseSettings, database_settings, default_home
-from tht.workflow.proposals import ProposalService
-from tht.workflow.review import ReviewService
-from tht.workflow.session import SessionStore
-from tht.workflow.summary import SummaryService
 
 if TYPE_CHECKING:
     from tht.db.embedded import EmbeddedPostgres
+    from tht.workflow.proposals import ProposalService
+    from tht.workflow.review import ReviewService
+    from tht.workflow.session import SessionStore
+    from tht.workflow.summary import SummaryService
 
 
 def embedded_database(env: Mapping[str, str] | None = None) -> EmbeddedPostgres | None:
@@ -161,10 +162,6 @@ class Services:
     workspaces: WorkspaceService
     accounts: Accounts
     admin: MemoryAdmin
-    sessions: SessionStore  # the workflow's session directories
-    proposals: ProposalService
-    summaries: SummaryService
-    review: ReviewService
     projector: WorkspaceProjector
     recall: WorkspaceRecall
     cleanup: PhysicalCleanup
@@ -174,6 +171,34 @@ class Services:
     benchmarks: Benchmarks  # the workspaces' benchmark cases and runs
     recall_log: RecallLog  # what agents asked (the engines': one writer per process)
     owns_engines: bool = False  # built for these services alone: closed with them
+
+    # The workflow's sessions and services are built (and imported) on first use: a
+    # recall or a card edit in its own process does not pay for them.
+
+    @cached_property
+    def sessions(self) -> SessionStore:
+        """The workflow's session directories (the installation's sessions_root)."""
+        from tht.workflow.session import SessionStore
+
+        return SessionStore(self.installation.sessions_root)
+
+    @cached_property
+    def proposals(self) -> ProposalService:
+        from tht.workflow.proposals import ProposalService
+
+        return ProposalService(self.archive, self.sessions)
+
+    @cached_property
+    def summaries(self) -> SummaryService:
+        from tht.workflow.summary import SummaryService
+
+        return SummaryService(self.archive, self.sessions)
+
+    @cached_property
+    def review(self) -> ReviewService:
+        from tht.workflow.review import ReviewService
+
+        return ReviewService(self.archive, self.projector, self.sessions)
 
     def close(self) -> None:
         if self.owns_engines:
@@ -312,17 +337,12 @@ class Engines:
             self.env,
             connections=self.installation.dwh,
         )
-        sessions = SessionStore(self.installation.sessions_root)
         return Services(
             archive,
             memory,
             WorkspaceService(archive, tuple(self.installation.embedders)),
             Accounts(archive),
             MemoryAdmin(memory, projector),
-            sessions=sessions,
-            proposals=ProposalService(archive, sessions),
-            summaries=SummaryService(archive, sessions),
-            review=ReviewService(archive, projector, sessions),
             projector=projector,
             recall=recall,
             cleanup=cleanup,

@@ -20,7 +20,6 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from tht.catalog.model import Binding, Removals, Tables, diff, run_id_to_uuid, uuid_to_run_id
-from tht.catalog.scan import scan as scan_dwh
 from tht.catalog.store import CatalogRun, CatalogStore, CatalogTransaction
 from tht.errors import (
     CleanupPending,
@@ -82,7 +81,7 @@ class Catalog:
         store: CatalogStore,
         cleanup: MemoryCleanup,
         env: Mapping[str, str] | None = None,
-        scanner: Scanner = scan_dwh,
+        scanner: Scanner | None = None,  # None: the DWH scanner, imported on first scan
         *,
         connections: Mapping[str, DwhConnection] | None = None,
     ) -> None:
@@ -210,7 +209,7 @@ class Catalog:
         connection = self.connection(binding.connection)
         say(f"scanning {binding.database}.{binding.schema} (connection {binding.connection})")
         try:
-            tables = self.scanner(binding, connection, self.env)
+            tables = (self.scanner or scan_dwh)(binding, connection, self.env)
         except DwhUnavailable as exc:
             # recorded, but nothing else: a failed scan proves no removal
             with self.store.transaction(workspace, lock=True) as tx:
@@ -399,3 +398,10 @@ class Catalog:
                 tx, run_id, "forget", binding, status="completed", phase="done", forgotten=forgotten
             )
         return self.run(workspace, uuid_to_run_id(run_id))
+
+
+def scan_dwh(binding: Binding, connection: DwhConnection, env: Mapping[str, str]) -> Tables:
+    """The DWH scanner (its drivers, sqlite3 among them, are imported by a scan only)."""
+    from tht.catalog.scan import scan
+
+    return scan(binding, connection, env)
