@@ -75,8 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update({"THT_HOME": str(home), "THT_SERVICE": "off"})
     from tht.bootstrap import build_services, embedded_database
     from tht.demo import DEMO_WORKSPACE, load_demo
-    from tht.memory.agent import DwhBinding, recall_command
     from tht.memory.recall_service import parse_recall_query
+    from tht.usecases.recall_and_proposals import DwhBinding, recall_command
 
     label, count = token_counter()
     sizes: dict[str, dict[str, list[int]]] = {}

@@ -18,7 +18,6 @@ from tht.catalog.service import Catalog
 from tht.catalog.store import CatalogStore
 from tht.errors import ArchiveUnavailable, ConfigurationError
 from tht.installation import IndexConfig, Installation, load_installation
-from tht.memory.admin import MemoryAdmin
 from tht.memory.archive.postgres import PostgresArchive
 from tht.memory.benchmark import Benchmarks
 from tht.memory.cleanup import PhysicalCleanup
@@ -32,6 +31,7 @@ from tht.memory.recall_service import RecallService
 from tht.memory.service import MemoryService, WorkspaceService
 from tht.memory.workspace_projection import WorkspaceProjector, WorkspaceRecall
 from tht.settings import DatabaseSettings, database_settings, default_home
+from tht.usecases.card_administration import MemoryAdmin
 
 if TYPE_CHECKING:
     from tht.db.embedded import EmbeddedPostgres

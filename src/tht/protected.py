@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tht.accounts import ROLE_PERMISSIONS, Principal, Role
 from tht.errors import ConfigurationError, InvalidInput, PermissionDenied
-from tht.memory.admin import AdminRequest, Operation
+from tht.usecases.card_administration import AdminRequest, Operation
 from tht.validation import describe_validation_error
 
 KEY_ENV = "THT_PROTECTED_REQUEST_KEY_FILE"

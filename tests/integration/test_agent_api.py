@@ -1,4 +1,4 @@
-"""An agent's HTTP API (tht.web.agent) against the real PostgreSQL and the embedded
+"""An agent's HTTP API (tht.web.agent_api) against the real PostgreSQL and the embedded
 index: the capability matrix over every memory route, the same answers as the CLI,
 the DWH binding from the workspace's configuration, sessions, and the OpenAPI document."""
 
@@ -23,9 +23,9 @@ from tests.integration.workflow_support import (
 from tht.accounts import MANAGE, PROPOSE, RECALL, ROLE_PERMISSIONS, Principal
 from tht.bootstrap import build_services
 from tht.catalog.model import Binding
-from tht.memory.agent import DwhBinding, recall_binding, recall_command
 from tht.memory.embedding import uncached
 from tht.memory.recall_service import RecallService, parse_recall_query
+from tht.usecases.recall_and_proposals import DwhBinding, recall_binding, recall_command
 from tht.web.app import WebSettings, create_app
 from tht.workflow.contract import Review
 
@@ -588,7 +588,11 @@ def test_the_service_checks_the_principal_again(world):
     outsider = Principal("agent_b", "agent", frozenset({"ws-b"}))
     with pytest.raises(Forbidden):
         recall_command(world.services, "ws-a", "search", "x", query, principal=outsider)
-    from tht.memory.agent import propose_command, solved_index_command, summary_command
+    from tht.usecases.recall_and_proposals import (
+        propose_command,
+        solved_index_command,
+        summary_command,
+    )
 
     for call in (
         lambda: propose_command(world.services, "ws-a", "s-1", proposals(), principal=user),

@@ -12,8 +12,8 @@ from tests.factories import card_document
 from tests.integration.web_support import ORIGIN, build_world
 from tht.accounts import MANAGE, ROLE_PERMISSIONS, Principal
 from tht.cli.main import main
-from tht.memory.admin import AdminRequest
 from tht.protected import new_request, sign
+from tht.usecases.card_administration import AdminRequest
 
 
 def routes(world, workspace: str, card_id: str) -> list[tuple[str, str, dict | None, str]]:

@@ -12,9 +12,9 @@ import pytest
 
 from tests.factories import card, card_document, installation_of
 from tht.bootstrap import build_services
-from tht.memory.agent import DwhBinding, recall_command
 from tht.memory.recall_log import LoggedRecall, gaps
 from tht.memory.recall_service import parse_recall_query
+from tht.usecases.recall_and_proposals import DwhBinding, recall_command
 
 
 @pytest.fixture
@@ -410,7 +410,7 @@ def test_the_log_can_be_turned_off(database, tmp_path):
 def test_gaps_group_weak_recalls_and_rank_them_by_frequency_and_recency(database, tmp_path):
     from tests.integration.workflow_support import Session, add, decision, join_rule
     from tht.accounts import Principal
-    from tht.memory.agent import propose_command
+    from tht.usecases.recall_and_proposals import propose_command
 
     root = tmp_path / "sessions"
     root.mkdir()

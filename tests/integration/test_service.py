@@ -386,8 +386,8 @@ def test_the_matrix_covers_every_command_the_service_runs():
 def principals(tht, tmp_path):
     from tests.integration.workflow_support import gate_document, new_key
     from tht.accounts import Principal
-    from tht.memory.admin import AdminRequest
     from tht.protected import new_request, sign
+    from tht.usecases.card_administration import AdminRequest
 
     # the key the service checks signed requests with, known before it starts
     key_path, key = new_key(tmp_path)

@@ -53,8 +53,8 @@ def test_every_face_recalls_a_workspace_with_its_own_embedder(services):
     """The workspace's vectors are 32-dimensional, the installation's default 64: the
     CLI's recall and the HTTP route both use the workspace's profile (the HTTP route
     used the server's and failed with a dimension error)."""
-    from tht.memory.agent import DwhBinding, recall_binding, recall_command
     from tht.memory.recall_service import RecallQuery
+    from tht.usecases.recall_and_proposals import DwhBinding, recall_binding, recall_command
 
     services.workspaces.create("ws-small", "en", embedder="small")
     services.workspaces.create("ws-default", "en")
@@ -95,7 +95,7 @@ def test_every_face_recalls_a_workspace_with_its_own_embedder(services):
 
 def test_recall_is_always_bound_and_a_typo_names_the_known_binding(services):
     from tht.errors import BindingRequired, BindingUnknown
-    from tht.memory.agent import DwhBinding, recall_binding
+    from tht.usecases.recall_and_proposals import DwhBinding, recall_binding
 
     services.workspaces.create("acme", "en")
     with pytest.raises(BindingRequired):  # the service's faces: no recorded binding

@@ -6,7 +6,7 @@ import pytest
 
 from tht.accounts import MANAGE, PROPOSE, READ, RECALL, ROLE_PERMISSIONS, Principal
 from tht.errors import Forbidden, PermissionDenied
-from tht.memory.admin import OPERATIONS, required_permission
+from tht.usecases.card_administration import OPERATIONS, required_permission
 
 TABLE = {
     "admin": {MANAGE, READ, RECALL, PROPOSE},

@@ -249,6 +249,9 @@ PACKAGE_TIERS: tuple[tuple[str, ...], ...] = (
     ("tht.installation",),
     ("tht.catalog", "tht.accounts"),
     ("tht.access",),  # the accounts over the archive: users, tokens, sessions, audit
+    # what a person or an agent may do, the capability checked again: over memory and
+    # the accounts (the workflow is reached through the engines' Services, not imported)
+    ("tht.usecases",),
     ("tht.protected",),
     ("tht.workflow", "tht.demo"),
     ("tht.bootstrap",),
@@ -263,14 +266,6 @@ PACKAGE_TIERS: tuple[tuple[str, ...], ...] = (
 KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {
     ("tht.memory.migrate", "tht.cli.main"): (
         "the documented entry point `python -m tht.memory.migrate` runs `tht memory migrate`"
-    ),
-    ("tht.memory.admin", "tht.accounts"): (
-        "a use case (the admin list) kept in memory/ until the use cases move above"
-        " memory and accounts, and the account records out of memory/archive"
-    ),
-    ("tht.memory.agent", "tht.accounts"): (
-        "a use case (the agent's faces) kept in memory/ until the use cases move above"
-        " memory and accounts, and the account records out of memory/archive"
     ),
 }
 

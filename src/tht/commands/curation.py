@@ -17,7 +17,7 @@ MAX_CASES_BYTES = 16 * 1024 * 1024
 def _binding(ctx: CommandContext) -> tuple[str | None, str | None]:
     """The runtime file's database and schema, checked against the workspace's recorded
     binding as recall checks them."""
-    from tht.memory.agent import DwhBinding, recall_binding
+    from tht.usecases.recall_and_proposals import DwhBinding, recall_binding
 
     runtime = ctx.runtime
     assert runtime is not None

@@ -110,7 +110,7 @@ class MemoryRetryIn(CommandInput):
 
 
 def memory_retry(ctx: CommandContext, args: MemoryRetryIn) -> dict[str, Any]:
-    from tht.memory.admin import retry_index_work
+    from tht.usecases.card_administration import retry_index_work
 
     return retry_index_work(ctx.services.projector, ctx.workspace, args.card_id)
 

@@ -34,8 +34,8 @@ def _recall(
     session: str | None = None,
     error: str | None = None,
 ) -> dict[str, Any]:
-    from tht.memory.agent import DwhBinding, recall_binding, recall_command
     from tht.memory.recall_service import parse_recall_query
+    from tht.usecases.recall_and_proposals import DwhBinding, recall_binding, recall_command
 
     query = parse_recall_query(json_argument(args.filters, "--filters"))
     services, runtime = ctx.services, ctx.runtime
@@ -90,9 +90,9 @@ class MemoryEvalIn(CommandInput):
 
 
 def memory_eval(ctx: CommandContext, args: MemoryEvalIn) -> dict[str, Any]:
-    from tht.memory.agent import DwhBinding, recall_binding
     from tht.memory.benchmark import measure
     from tht.memory.evaluation import parse_cases
+    from tht.usecases.recall_and_proposals import DwhBinding, recall_binding
 
     runtime = ctx.runtime
     assert runtime is not None

@@ -20,7 +20,7 @@ class MemoryProposeIn(CommandInput):
 
 
 def memory_propose(ctx: CommandContext, args: MemoryProposeIn) -> dict[str, Any]:
-    from tht.memory.agent import propose_command
+    from tht.usecases.recall_and_proposals import propose_command
 
     document = ctx.read_document(args.data)
     return propose_command(
@@ -40,7 +40,7 @@ class MemorySummaryIn(CommandInput):
 
 
 def memory_summary(ctx: CommandContext, args: MemorySummaryIn) -> dict[str, Any]:
-    from tht.memory.agent import summary_command
+    from tht.usecases.recall_and_proposals import summary_command
 
     return summary_command(ctx.services, ctx.workspace, args.session, principal=ctx.principal)
 
@@ -73,6 +73,6 @@ class MemorySolvedIndexIn(CommandInput):
 
 
 def memory_solved_index(ctx: CommandContext, args: MemorySolvedIndexIn) -> dict[str, Any]:
-    from tht.memory.agent import solved_index_command
+    from tht.usecases.recall_and_proposals import solved_index_command
 
     return solved_index_command(ctx.services, ctx.workspace, args.session, principal=ctx.principal)

@@ -6,7 +6,7 @@ cookie: nothing here is for a browser). A request that carries an ``Origin`` (a 
 must come from one of the service's public origins: the MCP transport asks servers to
 check it against DNS rebinding, where a page makes a browser post to a local server. The path names the workspace, as the agent
 routes' path does, and the principal must belong to it; each call then checks its
-capability again (tht.memory.agent), so a user token may recall but not propose.
+capability again (tht.usecases.recall_and_proposals), so a user token may recall but not propose.
 
 Stateless and JSON-only: every request is a whole MCP exchange with nothing kept
 between requests, so any instance behind a load balancer can answer it and no app
@@ -89,8 +89,8 @@ class McpEndpoint:
         self, tool: Tool, arguments: Any, principal: Principal, workspace: str
     ) -> dict[str, Any]:
         """The tool's command in the service, through the functions the HTTP agent
-        routes use (tht.memory.agent)."""
-        from tht.memory import agent
+        routes use (tht.usecases.recall_and_proposals)."""
+        from tht.usecases import recall_and_proposals as agent
 
         services = self.services
         word = tool.command.rpartition(".")[2]  # memory.search: search

@@ -1,6 +1,6 @@
 """What an agent may send, whatever the face: the arguments of recall (search, rules,
 solved-search) and of the workflow's side of Memory (propose, summary), as the HTTP
-agent routes take them (tht.web.agent, tht.web.schemas) and the MCP tools validate them
+agent routes take them (tht.web.agent_api, tht.web.schemas) and the MCP tools validate them
 (tht.mcp.tools).
 
 The same fields as the CLI commands `tht memory search|rules|solved-search|propose|

@@ -6,8 +6,8 @@ token bound to the session (header X-CSRF-Token), an Origin among the configured
 origins and a same-origin Sec-Fetch-Site; bodies must be JSON (`tht.web.guard`). Every
 memory route checks its capability (tht.accounts: the administrative routes, reads
 included, `memory.manage`; an agent's recall and proposals `memory.recall` and
-`memory.propose`, see tht.web.agent) and workspace membership, then the service checks
-the principal again (MemoryAdmin, tht.memory.agent).
+`memory.propose`, see tht.web.agent_api) and workspace membership, then the service checks
+the principal again (MemoryAdmin, tht.usecases.recall_and_proposals).
 
 Each area is a router of its own module; the request dependencies they share are in
 tht.web.dependencies. The routers are included in one order: a request goes to the
@@ -26,7 +26,7 @@ from tht.bootstrap import Services
 from tht.memory.model import MAX_DOCUMENT_BYTES
 from tht.service.health import HealthCheck
 from tht.web.admin_api import admin_router
-from tht.web.agent import agent_router
+from tht.web.agent_api import agent_router
 from tht.web.catalog import catalog_router
 from tht.web.cli_route import cli_router
 from tht.web.curation import curation_router

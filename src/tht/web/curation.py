@@ -22,11 +22,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from tht.accounts import Principal
 from tht.bootstrap import Services
 from tht.memory import agent_requests as requests
-from tht.memory.agent import recall_binding
 from tht.memory.benchmark import CASE_ID_PATTERN, RUN_ID_PATTERN, one_case
 from tht.memory.evaluation import MAX_CASES, parse_case
 from tht.memory.model import CARD_ID_PATTERN, WORKSPACE_ID_PATTERN
 from tht.memory.recall_log import MAX_LOG_ID, gaps
+from tht.usecases.recall_and_proposals import recall_binding
 from tht.web.schemas import TEXT_PATTERN
 from tht.web.schemas import error_responses as errors
 

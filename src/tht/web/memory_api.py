@@ -17,8 +17,8 @@ from pydantic import Field
 
 from tht.accounts import Principal
 from tht.bootstrap import Services
-from tht.memory.admin import AdminRequest, required_permission
 from tht.memory.model import CARD_ID_PATTERN, FAMILIES, IMPORT_ID_PATTERN, WORKSPACE_ID_PATTERN
+from tht.usecases.card_administration import AdminRequest, required_permission
 from tht.web import schemas
 from tht.web.headers import IdempotencyKeyHeader
 

@@ -287,7 +287,7 @@ class SessionOut(BaseModel):
     csrf_token: str | None = None
 
 
-# --- an agent's recall and proposals (tht.web.agent) -----------------------------------
+# --- an agent's recall and proposals (tht.web.agent_api) -----------------------------------
 #
 # The requests are tht.memory.agent_requests (the MCP tools validate the same); the
 # answers follow.

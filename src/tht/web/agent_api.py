@@ -2,7 +2,7 @@
 Memory (propose, summary, solved-index), below /api/workspaces/{workspaceId}/memory.
 
 Each route answers the same JSON document as its CLI command (`tht memory search`,
-...), through the same functions (tht.memory.agent). The route checks the capability
+...), through the same functions (tht.usecases.recall_and_proposals). The route checks the capability
 in the path's workspace (memory.recall, memory.propose); the function checks the
 principal again. The DWH binding is the workspace's configuration (the Catalog's
 recorded binding), never the request's. Sessions are directories of the path's
@@ -19,10 +19,10 @@ from fastapi.responses import JSONResponse
 
 from tht.accounts import PROPOSE, Principal
 from tht.bootstrap import Services
-from tht.memory import agent
 from tht.memory import agent_requests as requests
 from tht.memory.model import WORKSPACE_ID_PATTERN
 from tht.memory.recall_service import RecallKind
+from tht.usecases import recall_and_proposals as agent
 from tht.web import schemas
 from tht.web.headers import IdempotencyKeyHeader
 
