@@ -406,6 +406,51 @@ def memory_admin(
     return submit("memory.admin", {"workspace": workspace, "config": path(config)})
 
 
+# The web server's limits and trust, options of `tht serve` (declared here so the command
+# reads as what it does).
+HeaderTimeout = Annotated[
+    float,
+    typer.Option(
+        min=0.1, help="Seconds a client has to send a request's head; then the connection is closed"
+    ),
+]
+BodyTimeout = Annotated[
+    float,
+    typer.Option(
+        min=0.1,
+        help="Seconds a client has to send a request's body; then 408 and the connection is closed",
+    ),
+]
+MaxConnections = Annotated[
+    int,
+    typer.Option(min=1, help="Open connections (or requests) beyond which new requests get 503"),
+]
+MaxConnectionsPerClient = Annotated[
+    int,
+    typer.Option(
+        min=1,
+        help="Open connections one client address may hold (through a --trusted-proxy:"
+        " requests in progress of the client it names); beyond them 429 and closed",
+    ),
+]
+PublicOrigins = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--public-origin",
+        help="scheme://host[:port] the pages are reached at (repeatable); cookie-authenticated "
+        "writes must come from one. Default: the served http(s)://host:port",
+    ),
+]
+TrustedProxies = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--trusted-proxy",
+        help="Address or network (CIDR) of a reverse proxy whose X-Forwarded-For names the "
+        "client (repeatable). Default: none, the TCP peer is the client",
+    ),
+]
+
+
 @app.command("serve")
 def serve(
     host: Annotated[str, typer.Option(help="Address to bind (loopback by default)")] = "127.0.0.1",
@@ -414,7 +459,12 @@ def serve(
         bool, typer.Option("--demo", help="Load the demo workspace (BIRD Mini-Dev evidence) first")
     ] = False,
     config: Annotated[
-        Path | None, typer.Option("-c", "--config", help="YAML with index and embedding sections")
+        Path | None,
+        typer.Option(
+            "-c",
+            "--config",
+            help="The installation's configuration (default: $THT_CONFIG, else $THT_HOME/config.yaml)",
+        ),
     ] = None,
     secure: Annotated[
         bool, typer.Option("--secure", help="Served behind HTTPS: Secure, __Host- session cookie")
@@ -430,50 +480,12 @@ def serve(
     idle_timeout: Annotated[
         float, typer.Option(min=0, help="Exit after this many seconds without a command (0: never)")
     ] = 0,
-    header_timeout: Annotated[
-        float,
-        typer.Option(
-            min=0.1,
-            help="Seconds a client has to send a request's head; then the connection is closed",
-        ),
-    ] = 10.0,
-    body_timeout: Annotated[
-        float,
-        typer.Option(
-            min=0.1,
-            help="Seconds a client has to send a request's body; then 408 and the connection is closed",
-        ),
-    ] = 30.0,
-    max_connections: Annotated[
-        int,
-        typer.Option(
-            min=1, help="Open connections (or requests) beyond which new requests get 503"
-        ),
-    ] = 200,
-    max_connections_per_client: Annotated[
-        int,
-        typer.Option(
-            min=1,
-            help="Open connections one client address may hold (through a --trusted-proxy:"
-            " requests in progress of the client it names); beyond them 429 and closed",
-        ),
-    ] = 50,
-    public_origin: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--public-origin",
-            help="scheme://host[:port] the pages are reached at (repeatable); cookie-authenticated "
-            "writes must come from one. Default: the served http(s)://host:port",
-        ),
-    ] = None,
-    trusted_proxy: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--trusted-proxy",
-            help="Address or network (CIDR) of a reverse proxy whose X-Forwarded-For names the "
-            "client (repeatable). Default: none, the TCP peer is the client",
-        ),
-    ] = None,
+    header_timeout: HeaderTimeout = 10.0,
+    body_timeout: BodyTimeout = 30.0,
+    max_connections: MaxConnections = 200,
+    max_connections_per_client: MaxConnectionsPerClient = 50,
+    public_origin: PublicOrigins = None,
+    trusted_proxy: TrustedProxies = None,
 ) -> int:
     """Run the installation's service: it owns the engines and serves the CLI's socket,
     the administration pages and the HTTP API (the embedded engines, or the configured ones)."""

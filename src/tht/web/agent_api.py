@@ -26,16 +26,25 @@ from tht.usecases import recall_and_proposals as agent
 from tht.web import schemas
 from tht.web.headers import IdempotencyKeyHeader
 
+WorkspaceId = Annotated[str, PathParam(alias="workspaceId", pattern=WORKSPACE_ID_PATTERN)]
+PrincipalOf = Callable[..., Awaitable[Principal]]
+errors = schemas.error_responses
 
-def agent_router(services: Services, principal: Callable[..., Awaitable[Principal]]) -> APIRouter:
+
+def agent_router(services: Services, principal: PrincipalOf) -> APIRouter:
     router = APIRouter(prefix="/api/workspaces/{workspaceId}/memory", tags=["agent"])
-    Actor = Annotated[Principal, Depends(principal)]
-    WorkspaceId = Annotated[str, PathParam(alias="workspaceId", pattern=WORKSPACE_ID_PATTERN)]
-    errors = schemas.error_responses
+    _recall_routes(router, services, principal)
+    _proposal_routes(router, services, principal)
+    return router
 
-    def answer(document: dict[str, Any]) -> JSONResponse:
-        # as the CLI printed it: not re-serialized through the documented model
-        return JSONResponse(document)
+
+def answer(document: dict[str, Any]) -> JSONResponse:
+    # as the CLI printed it: not re-serialized through the documented model
+    return JSONResponse(document)
+
+
+def _recall_routes(router: APIRouter, services: Services, principal: PrincipalOf) -> None:
+    Actor = Annotated[Principal, Depends(principal)]
 
     def recall(
         actor: Principal,
@@ -110,6 +119,10 @@ def agent_router(services: Services, principal: Callable[..., Awaitable[Principa
     ) -> JSONResponse:
         return recall(actor, workspace, "solved", request, question=request.question)
 
+
+def _proposal_routes(router: APIRouter, services: Services, principal: PrincipalOf) -> None:
+    Actor = Annotated[Principal, Depends(principal)]
+
     @router.post(
         "/propose",
         response_model=schemas.ProposeOut,
@@ -159,5 +172,3 @@ def agent_router(services: Services, principal: Callable[..., Awaitable[Principa
         return answer(
             agent.solved_index_command(services, workspace, request.session, principal=actor)
         )
-
-    return router
