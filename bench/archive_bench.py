@@ -25,9 +25,9 @@ import psycopg
 from bench_common import CONCEPTS, FAMILIES, TABLES, percentile, time_list
 from tht.db.embedded import MIGRATOR, RUNTIME, EmbeddedPostgres
 from tht.memory.archive.postgres import PostgresArchive
+from tht.memory.card_store import MemoryService, WorkspaceService
 from tht.memory.migrations import migrate
 from tht.memory.model import parse_card_input
-from tht.memory.service import MemoryService, WorkspaceService
 
 COLUMNS = [f"col_{i}" for i in range(30)]
 

@@ -24,9 +24,9 @@ import psycopg
 from tht import audit
 from tht.db.embedded import MIGRATOR, RUNTIME, EmbeddedPostgres
 from tht.memory.archive.postgres import PostgresArchive
+from tht.memory.card_store import MemoryService, WorkspaceService
 from tht.memory.migrations import migrate
 from tht.memory.model import parse_card_input
-from tht.memory.service import MemoryService, WorkspaceService
 
 TRIGGERS = ("cards_audit", "cards_audit_update")
 

@@ -57,6 +57,7 @@ from tht.db.embedded import MIGRATOR, RUNTIME, EmbeddedPostgres
 from tht.memory import benchmark as benchmark_module
 from tht.memory.archive.postgres import PostgresArchive
 from tht.memory.benchmark import Benchmarks
+from tht.memory.card_store import MemoryService, WorkspaceService
 from tht.memory.embedding import CachedQueryEmbedder, QueryEmbeddingCache, build_embedder
 from tht.memory.evaluation import EvalCase
 from tht.memory.index import EdgeIndex
@@ -65,7 +66,6 @@ from tht.memory.migrations import migrate
 from tht.memory.model import parse_card_input
 from tht.memory.recall_filters import REUSABLE_FAMILIES
 from tht.memory.recall_service import RecallService
-from tht.memory.service import MemoryService, WorkspaceService
 
 PASSES = ("first", "first, nothing ahead", "again")
 

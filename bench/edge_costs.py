@@ -24,6 +24,7 @@ import qdrant_edge as qe
 from bench_common import analyze, load_cards, prepare_database, vocabulary
 from tht.db.embedded import EmbeddedPostgres
 from tht.memory.archive.postgres import PostgresArchive
+from tht.memory.card_store import WorkspaceService
 from tht.memory.embedding import build_embedder
 from tht.memory.embedding.sparse import SparseEncoder
 from tht.memory.index import EdgeIndex
@@ -34,7 +35,6 @@ from tht.memory.indexing import IndexProjector
 from tht.memory.projection_format import searchable
 from tht.memory.recall import seed_count
 from tht.memory.recall_filters import REUSABLE_FAMILIES, RecallFilters
-from tht.memory.service import WorkspaceService
 
 WORKSPACE = "bench"
 

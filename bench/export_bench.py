@@ -26,8 +26,8 @@ from pathlib import Path
 from bench_common import analyze, load_cards, percentile, prepare_database, vocabulary
 from tht.db.embedded import EmbeddedPostgres
 from tht.memory.archive.postgres import PostgresArchive
+from tht.memory.card_store import MemoryService, WorkspaceService
 from tht.memory.model import parse_card_input
-from tht.memory.service import MemoryService, WorkspaceService
 from tht.memory.transfer.service import CardTransfer
 
 WORKSPACE = "bench"

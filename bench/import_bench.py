@@ -48,11 +48,11 @@ from bench_common import CONCEPTS, FAMILIES, TABLES, prepare_database, vocabular
 from remote_embedder import RemoteEmbedderServer
 from tht.db.embedded import EmbeddedPostgres
 from tht.memory.archive.postgres import PostgresArchive
+from tht.memory.card_store import WorkspaceService
 from tht.memory.embedding import build_embedder
 from tht.memory.index import EdgeIndex
 from tht.memory.indexing import IndexProjector
 from tht.memory.projection_format import indexed_text
-from tht.memory.service import WorkspaceService
 from tht.memory.transfer.service import CardTransfer, ImportOptions
 
 

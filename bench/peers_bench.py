@@ -68,12 +68,12 @@ from bench_common import (
 )
 from tht.db.embedded import EmbeddedPostgres
 from tht.memory.archive.postgres import PostgresArchive
+from tht.memory.card_store import MemoryService, WorkspaceService
 from tht.memory.embedding import build_embedder
 from tht.memory.index import EdgeIndex
 from tht.memory.indexing import IndexProjector
 from tht.memory.projection_format import indexed_text
 from tht.memory.recall_service import RecallQuery, RecallService
-from tht.memory.service import MemoryService, WorkspaceService
 
 OUT = Path(__file__).resolve().parent / "out"
 WORKSPACE = "bench"

@@ -55,6 +55,7 @@ import qdrant_edge as qe
 
 from tht.db.embedded import MIGRATOR, RUNTIME, EmbeddedPostgres
 from tht.memory.archive.postgres import PostgresArchive
+from tht.memory.card_store import MemoryService, WorkspaceService
 from tht.memory.embedding import build_embedder
 from tht.memory.evaluation import KS, recall_at, reciprocal_rank, summarize
 from tht.memory.index import EdgeIndex
@@ -67,7 +68,6 @@ from tht.memory.model import parse_card_input, uuid_to_card_id
 from tht.memory.recall import DEFINITION_MARKERS, RecallTuning, seed_count
 from tht.memory.recall_filters import REUSABLE_FAMILIES, RecallFilters
 from tht.memory.recall_service import FAMILIES_OF, RecallKind, RecallQuery, RecallService
-from tht.memory.service import MemoryService, WorkspaceService
 
 ROOT = Path(__file__).resolve().parent.parent
 # the BIRD data is not in the repository: --evalcases DIR, else this variable

@@ -45,13 +45,13 @@ from bench_common import (
 )
 from tht.db.embedded import EmbeddedPostgres
 from tht.memory.archive.postgres import PostgresArchive
+from tht.memory.card_store import WorkspaceService
 from tht.memory.embedding import build_embedder
 from tht.memory.embedding.port import BatchingEmbedder
 from tht.memory.index import EdgeIndex
 from tht.memory.index.pgvector import PgVectorIndex
 from tht.memory.indexing import IndexProjector
 from tht.memory.recall_service import RecallQuery, RecallService
-from tht.memory.service import WorkspaceService
 
 
 class NanoQueriesHashedPassages(BatchingEmbedder):

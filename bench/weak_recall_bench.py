@@ -57,6 +57,7 @@ from quality_bench import (
 )
 from tht.db.embedded import MIGRATOR, RUNTIME, EmbeddedPostgres
 from tht.memory.archive.postgres import PostgresArchive
+from tht.memory.card_store import MemoryService, WorkspaceService
 from tht.memory.embedding import build_embedder
 from tht.memory.index import EdgeIndex
 from tht.memory.indexing import IndexProjector
@@ -65,7 +66,6 @@ from tht.memory.model import card_id_to_uuid, parse_card_input
 from tht.memory.projection_format import indexed_text, searchable
 from tht.memory.recall_filters import REUSABLE_FAMILIES
 from tht.memory.recall_service import RecallQuery, RecallService
-from tht.memory.service import MemoryService, WorkspaceService
 
 THRESHOLDS = [round(0.05 * n, 2) for n in range(1, 20)]
 

@@ -31,9 +31,9 @@ from tests import run_cleanup
 from tht.catalog.migrations import PACK as CATALOG_PACK
 from tht.db.embedded import MIGRATOR, RUNTIME, EmbeddedPostgres
 from tht.memory.archive.postgres import PostgresArchive
+from tht.memory.card_store import MemoryService, WorkspaceService
 from tht.memory.index.pgvector_migrations import PACK as PGVECTOR_PACK
 from tht.memory.migrations import migrate
-from tht.memory.service import MemoryService, WorkspaceService
 
 TEMPLATE = "thoth_test_template"
 # `tht` commands the tests start run in their own process, as before the service: a test

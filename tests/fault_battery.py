@@ -85,12 +85,12 @@ import psycopg
 from tests.factories import card, card_document
 from tht.faults import CRASH_EXIT_CODE
 from tht.memory.archive.postgres import PostgresArchive
+from tht.memory.card_store import MemoryService, WorkspaceService
 from tht.memory.embedding import HashingEmbedder
 from tht.memory.index import EdgeIndex, IndexDrift
 from tht.memory.indexing import IndexProjector
 from tht.memory.model import card_id_to_uuid
 from tht.memory.recall_service import WIDEST_FAMILIES_OF, RecallQuery, RecallService
-from tht.memory.service import MemoryService, WorkspaceService
 
 ROOT = Path(__file__).resolve().parent.parent
 COLLECTION = "thoth_memory"  # the runtime file's default collection

@@ -20,6 +20,7 @@ from tht.errors import ArchiveUnavailable, ConfigurationError
 from tht.installation import IndexConfig, Installation, load_installation
 from tht.memory.archive.postgres import PostgresArchive
 from tht.memory.benchmark import Benchmarks
+from tht.memory.card_store import MemoryService, WorkspaceService
 from tht.memory.cleanup import PhysicalCleanup
 from tht.memory.embedding import CachedQueryEmbedder, Embedder, build_embedder
 from tht.memory.index import SearchIndex
@@ -28,7 +29,6 @@ from tht.memory.indexing import IndexProjector
 from tht.memory.migrations import ARCHIVE, MigrationPack, migrate
 from tht.memory.recall_log import RecallLog
 from tht.memory.recall_service import RecallService
-from tht.memory.service import MemoryService, WorkspaceService
 from tht.memory.workspace_projection import WorkspaceProjector, WorkspaceRecall
 from tht.settings import DatabaseSettings, database_settings, default_home
 from tht.usecases.card_administration import MemoryAdmin

@@ -11,9 +11,9 @@ from typing import Any
 
 from tht.catalog.model import Binding
 from tht.errors import Conflict
+from tht.memory.card_store import MemoryService
 from tht.memory.indexing import Progress
 from tht.memory.model import ListQuery, parse_card_input
-from tht.memory.service import MemoryService
 
 DEMO_WORKSPACE = "demo"
 DEMO_SESSIONS = "sessions"  # in THT_HOME: the demo's sessions root, when none is configured

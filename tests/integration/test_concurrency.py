@@ -7,7 +7,7 @@ import multiprocessing
 from tests.factories import card
 from tht.errors import StaleRevision
 from tht.memory.archive.postgres import PostgresArchive
-from tht.memory.service import MemoryService
+from tht.memory.card_store import MemoryService
 
 PROCESSES = 8
 UPDATES = 100

@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 
 from tests.factories import card
+from tht.memory.card_store import MemoryService, WorkspaceService
 from tht.memory.embedding import HashingEmbedder
 from tht.memory.index import EdgeIndex, IndexPoint
 from tht.memory.indexing import IndexProjector
 from tht.memory.model import CardIndex, card_id_to_uuid
 from tht.memory.projection_format import indexed_text
 from tht.memory.recall_service import RecallService
-from tht.memory.service import MemoryService, WorkspaceService
 
 DWH = {"database": "dwh", "schema": "sales"}
 WAIT = 60  # seconds: only ever reached when the behaviour under test is broken

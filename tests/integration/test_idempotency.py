@@ -16,8 +16,8 @@ import pytest
 from tests.factories import card, card_document
 from tht.faults import CRASH_EXIT_CODE
 from tht.memory.archive.postgres import PostgresArchive
+from tht.memory.card_store import MemoryService
 from tht.memory.idempotency import IdempotencyKey, IdempotencyKeyReused
-from tht.memory.service import MemoryService
 
 BASE = "/api/workspaces/ws-a/memory"
 

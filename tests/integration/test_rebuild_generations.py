@@ -28,6 +28,7 @@ from qdrant_client import QdrantClient
 from tests.factories import card, write_installation
 from tests.full_disk import copies_run_out_of_space
 from tht.errors import Conflict
+from tht.memory.card_store import MemoryService, WorkspaceService
 from tht.memory.embedding import HashingEmbedder
 from tht.memory.index import EdgeIndex, QdrantServerIndex
 from tht.memory.index.edge import EdgeGeneration
@@ -37,7 +38,6 @@ from tht.memory.indexing import IndexProjector
 from tht.memory.indexing.pipeline import SEQUENTIAL_PART
 from tht.memory.model import card_id_to_uuid, uuid_to_card_id
 from tht.memory.recall_service import RecallQuery, RecallService
-from tht.memory.service import MemoryService, WorkspaceService
 from tht.memory.stages import start_stage
 
 CHUNK = 32  # the embedder's batch: one embedder call per chunk

@@ -23,6 +23,7 @@ from qdrant_client import QdrantClient
 from tests.factories import card
 from tht.errors import InvalidInput
 from tht.memory.archive.postgres import PostgresArchive
+from tht.memory.card_store import MemoryService, WorkspaceService
 from tht.memory.embedding import HashingEmbedder
 from tht.memory.embedding.openai_http import OpenAIHttpEmbedder
 from tht.memory.index import EdgeIndex, IndexDrift, IndexPoint, IndexUnavailable, QdrantServerIndex
@@ -33,7 +34,6 @@ from tht.memory.model import card_id_to_uuid, uuid_to_card_id
 from tht.memory.projection_format import card_facts, indexed_text
 from tht.memory.recall_filters import CardFacts
 from tht.memory.recall_service import RecallQuery, RecallService, parse_recall_query
-from tht.memory.service import MemoryService, WorkspaceService
 
 DWH = {"database": "dwh", "schema": "sales"}
 

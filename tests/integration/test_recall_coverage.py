@@ -9,13 +9,13 @@ import psycopg
 import pytest
 
 from tests.factories import card
+from tht.memory.card_store import MemoryService, WorkspaceService
 from tht.memory.embedding import HashingEmbedder
 from tht.memory.index import EdgeIndex
 from tht.memory.indexing import IndexProjector
 from tht.memory.model import card_id_to_uuid
 from tht.memory.projection_format import indexed_text
 from tht.memory.recall_service import RecallQuery, RecallService, _indexed_card
-from tht.memory.service import MemoryService, WorkspaceService
 
 DEPS = [
     {"database": "dwh", "schema": "sales", "table": "orders", "column": "shipDate"},

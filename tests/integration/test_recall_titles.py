@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 
 from tests.factories import card
+from tht.memory.card_store import MemoryService, WorkspaceService
 from tht.memory.embedding import HashingEmbedder
 from tht.memory.index import EdgeIndex
 from tht.memory.indexing import IndexProjector
 from tht.memory.recall import RecallTuning
 from tht.memory.recall_service import RecallQuery, RecallService
-from tht.memory.service import MemoryService, WorkspaceService
 
 QUESTION = "Which refunds fall inside the refund window?"
 CARDS = [

@@ -16,8 +16,8 @@ from psycopg import sql
 from tests.conftest import drop_database, new_database
 from tests.factories import card
 from tht.memory.archive.postgres import PostgresArchive
+from tht.memory.card_store import MemoryService, WorkspaceService
 from tht.memory.model import card_id_to_uuid
-from tht.memory.service import MemoryService, WorkspaceService
 
 TABLES = ["workspaces", "cards", "card_dependencies", "card_links", "projection_ops", "projections"]
 OWN, OTHER = "ws-a", "ws-b"

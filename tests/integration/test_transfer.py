@@ -21,9 +21,9 @@ from tests.full_disk import copies_run_out_of_space
 from tests.integration.service_support import installation
 from tht.faults import CRASH_EXIT_CODE
 from tht.memory.archive.postgres import PostgresArchive
+from tht.memory.card_store import MemoryService
 from tht.memory.indexing import IndexProjector, pipeline
 from tht.memory.model import Source, uuid_to_card_id
-from tht.memory.service import MemoryService
 from tht.memory.transfer import service as transfer_service
 from tht.memory.transfer.formats import derived_uuid
 

@@ -14,8 +14,8 @@ import pytest
 
 from tests.factories import card, card_document
 from tht.memory.archive.postgres import PostgresArchive
+from tht.memory.card_store import MemoryService
 from tht.memory.model import Source
-from tht.memory.service import MemoryService
 
 DATA = Path(__file__).parent.parent / "data" / "transfer"
 

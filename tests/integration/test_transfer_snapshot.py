@@ -12,8 +12,8 @@ import pytest
 from tests.factories import card
 from tht.errors import ThothError
 from tht.memory.archive.postgres import PostgresArchive
+from tht.memory.card_store import MemoryService
 from tht.memory.model import card_id_to_uuid
-from tht.memory.service import MemoryService
 from tht.memory.transfer import service as transfer_service
 from tht.memory.transfer.service import CardTransfer
 

@@ -101,7 +101,7 @@ def layer(module: str) -> int:
         return WIRING
     if module == "tht" or _within(module, (*DOMAIN_AND_PORTS, *ADAPTERS, *SHARED)):
         return LOWER
-    return APPLICATION  # the services: tht.memory.service, tht.workflow.review, ...
+    return APPLICATION  # the services: tht.memory.card_store, tht.workflow.review, ...
 
 
 def is_adapter(module: str) -> bool:
@@ -370,15 +370,15 @@ def test_the_checks_see_what_they_forbid(tmp_path: Path) -> None:
     (package / "memory" / "model.py").write_text("from tht.memory.archive.postgres import Pg\n")
     (package / "memory" / "archive").mkdir()
     (package / "memory" / "archive" / "__init__.py").write_text("")
-    (package / "memory" / "archive" / "postgres.py").write_text("from ..service import x\n")
-    (package / "memory" / "service.py").write_text("import tht.commands.memory\n")
+    (package / "memory" / "archive" / "postgres.py").write_text("from ..card_store import x\n")
+    (package / "memory" / "card_store.py").write_text("import tht.commands.memory\n")
     graph = imports(tmp_path)
     assert graph["tht.commands.memory"] == {}  # only for the type checker
     assert against_the_layers(graph) == [
-        "tht.memory.archive.postgres:1 imports tht.memory.service"
+        "tht.memory.archive.postgres:1 imports tht.memory.card_store"
         " (domain/ports/adapters -> application)",
+        "tht.memory.card_store:1 imports tht.commands.memory (application -> commands)",
         "tht.memory.model:1 imports tht.memory.archive.postgres (domain/ports -> adapter)",
-        "tht.memory.service:1 imports tht.commands.memory (application -> commands)",
     ]
     assert face_cycles(graph) == [
         ["tht.cli.main", "tht.service.client"],

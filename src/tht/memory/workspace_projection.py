@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from tht.errors import ThothError
 
 if TYPE_CHECKING:
+    from tht.memory.card_store import IndexOutcome
     from tht.memory.indexing import IndexProjector, Progress, SyncReport
     from tht.memory.projection_format import KnownFormat
     from tht.memory.recall_service import RecallService
-    from tht.memory.service import IndexOutcome
 
 log = logging.getLogger(__name__)
 

@@ -150,7 +150,7 @@ class PendingRetrier:
         """One round: drain every workspace that has pending work and whose backoff has
         passed. Returns what happened per workspace (``drained``, ``failed``,
         ``skipped``: another drain of it runs elsewhere); None without a projection."""
-        from tht.memory.service import WorkspaceService
+        from tht.memory.card_store import WorkspaceService
 
         projectors = self.projectors()
         if not projectors:

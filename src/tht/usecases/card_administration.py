@@ -13,10 +13,10 @@ from typing import Any, Literal
 
 from tht.accounts import MANAGE, Principal
 from tht.errors import InvalidInput
+from tht.memory.card_store import MemoryService
 from tht.memory.idempotency import IdempotencyKey
 from tht.memory.index.errors import IndexUnavailable
 from tht.memory.model import card_id_to_uuid, parse_card_input, parse_list_query, uuid_to_card_id
-from tht.memory.service import MemoryService
 from tht.memory.workspace_projection import Projection
 
 Operation = Literal["list", "show", "create", "update", "delete", "pending", "retry"]

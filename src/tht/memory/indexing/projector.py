@@ -16,6 +16,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from tht.memory.archive.port import Archive
+from tht.memory.card_store import IndexOutcome
 from tht.memory.embedding import Embedder
 from tht.memory.index import SearchIndex
 from tht.memory.indexing.ahead import AheadWrites
@@ -27,7 +28,6 @@ from tht.memory.indexing.rebuild import Progress, Rebuilds
 from tht.memory.indexing.target import IndexTarget, Prepared, ProjectionInputs, SyncReport
 from tht.memory.indexing.writes import IndexWrites
 from tht.memory.projection_format import KnownFormat, ProjectedCard, ProjectionFormat
-from tht.memory.service import IndexOutcome
 
 
 class IndexProjector:

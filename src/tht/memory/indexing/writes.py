@@ -20,6 +20,7 @@ from typing import Any
 from tht.errors import NotFound
 from tht.faults import crash_point
 from tht.memory.archive.port import ArchiveTx
+from tht.memory.card_store import IndexOutcome
 from tht.memory.embedding import EmbedderUnavailable
 from tht.memory.index import IndexUnavailable
 from tht.memory.index.port import InPlaceGeneration
@@ -35,7 +36,6 @@ from tht.memory.indexing.target import (
     record,
 )
 from tht.memory.model import Card, Workspace, card_id_to_uuid, uuid_to_card_id
-from tht.memory.service import IndexOutcome
 
 BATCH = 256  # cards per locked transaction in drains and repairs: edits wait at most one
 # Reads and embeddings outside the lock before the last round embeds under it.

@@ -1,4 +1,5 @@
-"""Admin operations on the archive, shared by the CLI, the API and the workflow.
+"""The card store: a card's writes and reads on the archive, for the CLI, the API and
+the workflow.
 
 A mutation commits the card, its dependencies, its outgoing links and its pending
 projection operation in one transaction, under the workspace's advisory lock. Bringing
