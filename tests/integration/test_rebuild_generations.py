@@ -30,6 +30,7 @@ from tests.full_disk import copies_run_out_of_space
 from tht.errors import Conflict
 from tht.memory.card_store import MemoryService, WorkspaceService
 from tht.memory.embedding import HashingEmbedder
+from tht.memory.embedding.query_cache import CachedQueryEmbedder
 from tht.memory.index import EdgeIndex, QdrantServerIndex
 from tht.memory.index.edge import EdgeGeneration
 from tht.memory.index.engines import engine_names
@@ -940,6 +941,41 @@ def test_a_rebuild_reports_progress_while_it_embeds_not_only_at_the_end(
     assert embedder.saw_report == [True] * 3  # the second part's batches waited for it
     assert counts[0] == 0 and counts[-1] == 200 and counts == sorted(counts)
     assert SEQUENTIAL_PART in counts  # the first part reported before the rest embedded
+
+
+class ConcurrentEmbedder(HashingEmbedder):
+    """The hashing embedder with two batches in flight (as a remote provider is
+    configured); notes how many texts each ``embed_passages`` call got."""
+
+    def __init__(self) -> None:
+        super().__init__(64)
+        self.concurrency = 2
+        self.passage_calls: list[int] = []
+
+    def embed_passages(self, texts):
+        self.passage_calls.append(len(texts))
+        return super().embed_passages(texts)
+
+
+def test_a_rebuild_gives_an_embedder_with_batches_in_flight_whole_chunks_past_the_query_cache(
+    archive, tmp_path, database
+):
+    """The service wraps its embedder in the query-embedding cache; a rebuild still
+    sees the model's concurrency and hands it the whole read chunk at once (its batches
+    travel together) instead of parts of SEQUENTIAL_PART cards."""
+    WorkspaceService(archive).create("acme", "en")
+    index = _edge(tmp_path, database).open()
+    embedder = ConcurrentEmbedder()
+    projector = IndexProjector(archive, index, CachedQueryEmbedder(embedder))
+    offline = MemoryService(archive)  # archive only: the rebuild indexes them
+    for i in range(200):
+        offline.create_card("acme", card(title=f"Card {i}", content=f"topic{i} words"))
+    try:
+        summary = projector.rebuild("acme", lambda done, total: None)
+    finally:
+        index.close()
+    assert summary["indexed"] == 200
+    assert embedder.passage_calls == [200] and SEQUENTIAL_PART < 200
 
 
 def _bulk_cards(database, workspace: str, count: int, topic: str = "topic") -> list[str]:

@@ -14,6 +14,7 @@ from tht.errors import Conflict
 from tht.faults import crash_point, pause_point
 from tht.memory.archive.port import RecordedProjection
 from tht.memory.embedding import BatchingEmbedder
+from tht.memory.embedding.query_cache import uncached
 from tht.memory.index.port import IndexGeneration, encode_points
 from tht.memory.indexing.target import (
     IndexTarget,
@@ -76,7 +77,8 @@ class ChunkPipeline:
     def embedding_parts(self, cards: list[Card], inputs: ProjectionInputs) -> Iterator[Loaded]:
         """A read chunk as the embedding stage takes it: whole for an embedder with
         batches in flight, else in parts of ``SEQUENTIAL_PART`` cards."""
-        embedder = self.target.embedder
+        # the model's own concurrency, past the service's query-embedding cache
+        embedder = uncached(self.target.embedder)
         in_flight = isinstance(embedder, BatchingEmbedder) and embedder.concurrency > 1
         if in_flight or len(cards) <= SEQUENTIAL_PART:
             yield cards, inputs
