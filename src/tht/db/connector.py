@@ -12,6 +12,7 @@ connection probes why, so the error names the cause rather than a pool timeout.
 
 from __future__ import annotations
 
+import select
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -22,6 +23,7 @@ from typing import Protocol
 import psycopg
 import psycopg_pool
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.pq import TransactionStatus
 
 from tht.errors import ArchiveLoginRefused, CommitOutcomeUnknown, ThothError, first_line
 from tht.sqlfiles import named_queries
@@ -188,13 +190,10 @@ class PostgresConnector:
                 open=False,
                 timeout=self._timeout,
                 kwargs={"connect_timeout": _seconds(self._timeout), "autocommit": False},
-                # one round trip when a connection is taken: after PostgreSQL restarts, a
-                # long-running service would otherwise hand out dead ones
-                check=(
-                    psycopg_pool.ConnectionPool.check_connection
-                    if self._check_on_checkout
-                    else None
-                ),
+                # a connection is checked when it is taken (after PostgreSQL restarts, a
+                # long-running service would otherwise hand out dead ones): a round trip
+                # only when the server wrote to its idle socket (it does when it ends it)
+                check=check_idle_connection if self._check_on_checkout else None,
                 name=self._name,
             )
             try:
@@ -258,6 +257,48 @@ class PostgresConnector:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.close()
+
+
+def check_idle_connection(conn: psycopg.Connection) -> None:
+    """Raise if an idle pooled connection is dead. The server writes to an idle
+    connection only to end it (a restart, ``pg_terminate_backend``: an error, then the
+    socket closes) or for an asynchronous message: only then does the check cost a round
+    trip (psycopg_pool's ``check_connection``, an empty query, which then fails or
+    consumes the message). A silent socket is taken as alive, without a round trip."""
+    if conn.closed:
+        raise psycopg.OperationalError("the connection is closed")
+    readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+    if readable:
+        psycopg_pool.ConnectionPool.check_connection(conn)
+
+
+@contextmanager
+def batched_transaction(conn: psycopg.Connection) -> Iterator[psycopg.Pipeline]:
+    """One transaction on ``conn`` (idle) in pipeline mode: BEGIN is queued before the
+    first query and COMMIT before the Sync that ends the pipeline, so a transaction of
+    one read costs two round trips (psycopg's ``transaction()`` in pipeline mode syncs
+    its BEGIN and its end on their own). Inside, the caller sends what is queued with
+    ``pipeline.sync()`` before it reads a result: the server then waits idle in the
+    transaction, where ``idle_in_transaction_session_timeout`` guards a caller that stops.
+    An exception rolls back with ``rollback()``, which leaves an aborted pipeline and
+    forgets the prepared statements (a Parse that an aborted pipeline skipped would
+    otherwise be taken as done, and run by the connection's next user)."""
+    conn.autocommit = True  # BEGIN and COMMIT are ours, queued with the queries
+    try:
+        with conn.pipeline() as pipeline:
+            conn.execute("BEGIN")
+            try:
+                yield pipeline
+            except BaseException:
+                try:
+                    conn.rollback()
+                except psycopg.Error:  # a broken connection: the pool discards it
+                    pass
+                raise
+            conn.execute("COMMIT")
+    finally:
+        if not conn.closed and conn.info.transaction_status == TransactionStatus.IDLE:
+            conn.autocommit = False
 
 
 def _seconds(timeout: float) -> int:

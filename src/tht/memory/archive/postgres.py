@@ -26,6 +26,7 @@ from tht import audit
 from tht.db.connector import (
     PostgresConnector,
     StoreErrors,
+    batched_transaction,
     commit_outcome_unknown,
     connection_lost,
     translate,
@@ -288,9 +289,23 @@ class PostgresArchive:
                 # the snapshot would be taken before the lock is granted: it could miss
                 # the very mutation the lock waited for
                 raise ValueError("a snapshot takes no workspace lock")
-            # Pipeline mode: BEGIN and the context travel with the transaction's first
-            # query instead of costing two round trips of their own (recall pays each).
-            with self._connector.connection() as conn, conn.pipeline(), conn.transaction():
+            with contextlib.ExitStack() as stack:
+                conn = stack.enter_context(self._connector.connection())
+                pipeline: psycopg.Pipeline | None
+                if (lock == "shared" or accounts) and not snapshot:
+                    # Recall's reads and the accounts' (every request's token check), each
+                    # round trip paid by a request: BEGIN and the context travel with the
+                    # first query, COMMIT with the closing Sync
+                    pipeline = stack.enter_context(batched_transaction(conn))
+                else:
+                    # An export's snapshot and the writers (an import's batches send large
+                    # parameters): psycopg's transaction in pipeline mode, as before
+                    plain = stack.enter_context(conn.pipeline())
+                    stack.enter_context(conn.transaction())
+                    # an export's reads end with a Sync: between two batches the server
+                    # waits idle in the transaction, which its timeout guards; a writer's
+                    # reads fetch as psycopg does
+                    pipeline = plain if snapshot else None
                 if snapshot:  # transaction-scoped: nothing is left on the pooled connection
                     conn.execute(_q("snapshot"))
                 conn.execute(
@@ -305,7 +320,7 @@ class PostgresArchive:
                         "lock": "shared" if lock == "shared" else "exclusive" if lock else "none",
                     },
                 )
-                yield ArchiveTransaction(conn, workspace)
+                yield ArchiveTransaction(conn, workspace, pipeline=pipeline)
                 # The body is done: leaving the blocks sends COMMIT. A connection lost from
                 # here on may have committed or not, which a plain outage would misstate.
                 committing = True
@@ -340,16 +355,25 @@ class ArchiveTransaction:
         conn: psycopg.Connection,
         workspace_id: str | None,
         named: Mapping[str, str] | None = None,
+        *,
+        pipeline: psycopg.Pipeline | None = None,
     ) -> None:
         self.conn = conn
         self.workspace_id = workspace_id
         self._named = named  # the queries row/rows/execute name; the archive's by default
+        self._pipeline = pipeline  # a read is synced on it (None: fetched as psycopg does)
+
+    def _sync(self) -> None:
+        """Send what is queued, with a Sync, and read its results: one round trip,
+        after which the server waits idle in the transaction."""
+        if self._pipeline is not None:
+            self._pipeline.sync()
 
     def _using(self, named: Mapping[str, str]) -> ArchiveTransaction:
         """The same transaction, with _row/_rows/_execute naming the queries of another
         SQL file: for the record adapters of this package (``tx.reviews``, ``tx.cleanup``,
         ``tx.accounts``, ``tx.idempotency``, ``tx.transfer``, ``tx.curation``), never for a service."""
-        return ArchiveTransaction(self.conn, self.workspace_id, named)
+        return ArchiveTransaction(self.conn, self.workspace_id, named, pipeline=self._pipeline)
 
     def _bound_workspace(self) -> str:
         if self.workspace_id is None:
@@ -362,9 +386,16 @@ class ArchiveTransaction:
     def _sql(self, query: str) -> str:
         return _q(query) if self._named is None else self._named[query]
 
-    def _row(self, query: str, /, **params: Any) -> Row | None:
+    def row_of(self, sql_text: str, params: Mapping[str, Any]) -> Row | None:
+        """The first row of ``sql_text``, for a store that shares this pool and this
+        transaction's context (the Catalog's binding read with a request's token)."""
         with self.conn.cursor(row_factory=dict_row) as cur:
-            return cur.execute(self._sql(query), self._params(**params)).fetchone()
+            cur.execute(sql_text, params)
+            self._sync()
+            return cur.fetchone()
+
+    def _row(self, query: str, /, **params: Any) -> Row | None:
+        return self.row_of(self._sql(query), self._params(**params))
 
     def _one(self, query: str, /, **params: Any) -> Row:
         """The row of a query that always returns one (a count, an INSERT ... RETURNING)."""
@@ -372,7 +403,9 @@ class ArchiveTransaction:
 
     def _rows(self, query: str, /, **params: Any) -> list[Row]:
         with self.conn.cursor(row_factory=dict_row) as cur:
-            return cur.execute(self._sql(query), self._params(**params)).fetchall()
+            cur.execute(self._sql(query), self._params(**params))
+            self._sync()
+            return cur.fetchall()
 
     def _execute(self, query: str, /, **params: Any) -> None:
         self.conn.execute(self._sql(query), self._params(**params))
@@ -473,10 +506,10 @@ class ArchiveTransaction:
             return {}
         params = self._params(ids=list(card_uuids))
         queries = ("cards_rows", "dependencies_of", "links_of")[: 3 if links else 2]
-        with self.conn.pipeline():
-            cursors = [self.conn.cursor(row_factory=dict_row) for _ in queries]
-            for cur, name in zip(cursors, queries, strict=True):
-                cur.execute(_q(name), params)
+        cursors = [self.conn.cursor(row_factory=dict_row) for _ in queries]
+        for cur, name in zip(cursors, queries, strict=True):
+            cur.execute(_q(name), params)
+        self._sync()
         rows, dep_rows, *link_rows = (cur.fetchall() for cur in cursors)
         return self._cards_from_rows(
             rows, dep_rows=dep_rows, link_rows=link_rows[0] if link_rows else []
@@ -680,13 +713,13 @@ class ArchiveTransaction:
         recorded without terms (before migration 006) cost a second round trip, for the
         fields their indexed text is built from."""
         params = self._params(ids=list(card_uuids))
-        with self.conn.pipeline():
-            facts, links = (
-                self.conn.cursor(row_factory=dict_row),
-                self.conn.cursor(row_factory=dict_row),
-            )
-            facts.execute(_q("recall_facts"), params)
-            links.execute(_q("links_with_facts"), params)
+        facts, links = (
+            self.conn.cursor(row_factory=dict_row),
+            self.conn.cursor(row_factory=dict_row),
+        )
+        facts.execute(_q("recall_facts"), params)
+        links.execute(_q("links_with_facts"), params)
+        self._sync()
         fact_rows = facts.fetchall()
         by_source, target_facts = self._links_and_target_facts(links.fetchall())
         without_terms = [
