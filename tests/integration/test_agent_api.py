@@ -457,6 +457,30 @@ def test_recall_requests_are_validated_like_the_cli(world):
     )
 
 
+def test_the_credentials_are_checked_before_the_body(world):
+    """A recall route reads its token with the workspace's binding in one transaction:
+    a missing, malformed, unknown or rotated token is a 401 whatever the body, as on
+    every other route; a member's token with the same body gets the body's 422."""
+    invalid = [{}, {"question": "x", "top": 0}, {"question": 5, "colour": "red"}]
+    old = world.tokens["agent_a"]
+    world.services.accounts.tokens.rotate_token("agent_a")
+    credentials = [
+        {},
+        {"Authorization": "Bearer tht_not-a-token"},
+        {"Authorization": "Basic abc"},
+        {"Authorization": f"Bearer {old}"},
+    ]
+    for route in ("search", "rules", "solved-search", "propose", "summary", "solved-index"):
+        path = BASE.format(workspaceId="ws-a") + f"/{route}"
+        for body in invalid:
+            for headers in credentials:
+                refused = world.client.post(path, headers=headers, json=body)
+                assert refused.status_code == 401, (route, body, headers, refused.json())
+                assert refused.json()["error"]["code"] == "unauthenticated"
+            member = world.client.post(path, headers=world.bearer("admin_a"), json=body)
+            assert member.status_code == 422, (route, body, member.json())
+
+
 def test_sessions_come_from_the_service_configuration(world, database, tmp_path):
     prepare_sessions(world)
     Session(world.root, "ws-a", "s-propose").log(  # decided in the session: left out of its recall

@@ -30,7 +30,9 @@ class AccountsPart:
         return workspace in {w.id for w in self._workspaces()}
 
     def _principal(self, tx: ArchiveTx, user: UserByName | TokenUser | SessionUser) -> Principal:
-        workspaces = frozenset(tx.accounts.user_workspaces(user.id))
+        workspaces = frozenset(
+            user.workspaces if isinstance(user, TokenUser) else tx.accounts.user_workspaces(user.id)
+        )
         # the column's check constraint (migration 007) admits only the roles
         return Principal(
             user=user.name,

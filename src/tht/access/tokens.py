@@ -3,17 +3,33 @@ nonces of protected requests."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from tht.access.records import AccountsPart, record_event, target_user
 from tht.accounts import Principal, digest, iso, new_token, token_lifetime
 from tht.errors import PermissionDenied, TokenExpired, Unauthenticated
+from tht.memory.archive.port import ArchiveTx
+
+_Read = TypeVar("_Read")
 
 
 class Tokens(AccountsPart):
     def by_token(self, token: str) -> Principal:
-        with self.archive.transaction(None, accounts=True) as tx:
+        return self.by_token_reading(token, None, lambda tx, principal: None)[0]
+
+    def by_token_reading(
+        self,
+        token: str,
+        workspace: str | None,
+        read: Callable[[ArchiveTx, Principal], _Read],
+    ) -> tuple[Principal, _Read]:
+        """The token's principal, and what ``read`` reads after it in the same
+        transaction, scoped to ``workspace``: a request's token check and the first thing
+        its route reads cost one pooled checkout and one transaction. Nothing is kept: a
+        token revoked or a workspace rebound is seen by the next request."""
+        with self.archive.transaction(workspace, accounts=True) as tx:
             user = tx.accounts.token_user(digest(token))
             if user is None:
                 raise Unauthenticated("invalid API token")
@@ -23,7 +39,8 @@ class Tokens(AccountsPart):
                     f" an admin issues a new one (tht user token rotate {user.name})",
                     details={"expired_at": iso(user.token_expires_at)},
                 )
-            return self._principal(tx, user)
+            principal = self._principal(tx, user)
+            return principal, read(tx, principal)
 
     def rotate_token(
         self, name: str, *, expires_in: str | None = None, by: Principal | None = None

@@ -31,6 +31,7 @@ from tht.errors import (
 )
 from tht.faults import crash_point
 from tht.installation import DwhConnection
+from tht.memory.archive.port import ArchiveTx
 from tht.memory.cleanup import CleanupReceipt, PhysicalRemovals
 
 log = logging.getLogger(__name__)
@@ -120,6 +121,10 @@ class Catalog:
     def binding(self, workspace: str) -> Binding | None:
         with self.store.transaction(workspace) as tx:
             return tx.binding()
+
+    def binding_in(self, tx: ArchiveTx) -> Binding | None:
+        """The binding of the workspace the archive transaction ``tx`` is scoped to."""
+        return self.store.binding_in(tx)
 
     def status(self, workspace: str) -> dict[str, Any]:
         """The binding, the last snapshot of its scope and the pending run, if any."""

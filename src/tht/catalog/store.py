@@ -24,6 +24,8 @@ from tht.catalog.model import Binding, Removals, Tables
 from tht.db.connector import Connections, StoreErrors, translate
 from tht.db.migrations import RUNTIME_ROLE, check_schema
 from tht.errors import ArchiveUnavailable, SchemaNotReady, ThothError
+from tht.memory.archive.port import ArchiveTx
+from tht.memory.archive.postgres import ArchiveTransaction
 from tht.sqlfiles import named_queries
 
 
@@ -72,6 +74,18 @@ class CatalogRun:
     finished_at: datetime | None
 
 
+def _binding(workspace: str, row: dict[str, Any] | None) -> Binding | None:
+    if row is None:
+        return None
+    return Binding(
+        workspace,
+        row["database_name"],
+        row["schema_name"],
+        row["connection"],
+        updated_at=row["updated_at"],
+    )
+
+
 class CatalogTransaction:
     def __init__(self, conn: psycopg.Connection, workspace: str) -> None:
         self.conn = conn
@@ -89,16 +103,7 @@ class CatalogTransaction:
     # --- the binding ------------------------------------------------------------------
 
     def binding(self) -> Binding | None:
-        row = self._row("binding_get")
-        if row is None:
-            return None
-        return Binding(
-            self.workspace,
-            row["database_name"],
-            row["schema_name"],
-            row["connection"],
-            updated_at=row["updated_at"],
-        )
+        return _binding(self.workspace, self._row("binding_get"))
 
     def put_binding(self, binding: Binding) -> None:
         self._rows(
@@ -220,6 +225,20 @@ class CatalogStore:
         except psycopg.Error as exc:
             raise translate(exc, ERRORS) from exc
         self._schema_checked = True
+
+    def binding_in(self, tx: ArchiveTx) -> Binding | None:
+        """The binding of the workspace ``tx`` is scoped to, read in that archive
+        transaction (the same pool, runtime role and workspace context as the Catalog's
+        own): a request reads it with its token check, without a transaction of its own."""
+        if not isinstance(tx, ArchiveTransaction) or tx.workspace_id is None:
+            raise TypeError(
+                "the binding is read in a PostgreSQL archive transaction of a workspace"
+            )
+        try:
+            row = tx.row_of(queries()["binding_get"], {"workspace": tx.workspace_id})
+        except psycopg.Error as exc:
+            raise translate(exc, ERRORS) from exc
+        return _binding(tx.workspace_id, row)
 
     @contextmanager
     def transaction(self, workspace: str, *, lock: bool = False) -> Iterator[CatalogTransaction]:

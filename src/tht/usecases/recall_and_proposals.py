@@ -28,6 +28,8 @@ from tht.memory.recall_service import RecallKind, RecallQuery, RecallService, pa
 
 if TYPE_CHECKING:
     from tht.bootstrap import Services
+    from tht.catalog.model import Binding
+    from tht.memory.archive.port import ArchiveTx
 
 RECALL_KINDS: dict[str, RecallKind] = {
     "search": "search",
@@ -49,20 +51,42 @@ NO_BINDING = DwhBinding()
 
 def workspace_binding(services: Services, workspace: str) -> DwhBinding:
     """The workspace's configured binding: the Catalog's recorded one, else none."""
-    recorded = services.catalog.binding(workspace)
-    if recorded is None:
-        return NO_BINDING
-    return DwhBinding(recorded.database, recorded.schema)
+    return _dwh_binding(services.catalog.binding(workspace))
+
+
+def _dwh_binding(recorded: Binding | None) -> DwhBinding:
+    return NO_BINDING if recorded is None else DwhBinding(recorded.database, recorded.schema)
+
+
+def token_recall(
+    services: Services, token: str, workspace: str
+) -> tuple[Principal, DwhBinding | None]:
+    """An API token's principal and, when it may recall in ``workspace``, the
+    workspace's recorded binding, read in one archive transaction (a recall request's
+    reads before recall, in one pooled checkout); both are read again by every request."""
+
+    def binding(tx: ArchiveTx, principal: Principal) -> DwhBinding | None:
+        if not principal.can(RECALL, workspace):
+            return None  # refused before anything of the workspace is read
+        return _dwh_binding(services.catalog.binding_in(tx))
+
+    return services.accounts.tokens.by_token_reading(token, workspace, binding)
 
 
 def recall_binding(
-    services: Services, workspace: str, asked: DwhBinding | None = None
+    services: Services,
+    workspace: str,
+    asked: DwhBinding | None = None,
+    *,
+    recorded: DwhBinding | None = None,
 ) -> DwhBinding:
     """The binding a recall runs with: ``asked`` (a runtime file's database and schema)
-    or, without it (the service's faces), the workspace's recorded one. Recall is never
-    unbound: a missing binding is ``binding_required``; one the workspace's recorded
-    binding contradicts (a typo) is ``binding_unknown``, naming what it knows."""
-    recorded = workspace_binding(services, workspace)
+    or, without it (the service's faces), the workspace's recorded one (``recorded``
+    when the caller read it already). Recall is never unbound: a missing binding is
+    ``binding_required``; one the workspace's recorded binding contradicts (a typo) is
+    ``binding_unknown``, naming what it knows."""
+    if recorded is None:
+        recorded = workspace_binding(services, workspace)
     if asked is None:
         if recorded.database is None:
             raise BindingRequired(
@@ -236,10 +260,12 @@ def service_recall(
     error: str | None = None,
     explain: str | None = None,
     view: View = "full",
+    recorded: DwhBinding | None = None,
 ) -> dict[str, Any]:
     """Recall for a token's principal in the service (the HTTP routes, the MCP tools):
-    the workspace's configured binding, sessions from the service's sessions_root, and
-    ``filters`` the object the CLI's ``--filters`` takes."""
+    the workspace's configured binding (``recorded`` when the caller read it with the
+    token), sessions from the service's sessions_root, and ``filters`` the object the
+    CLI's ``--filters`` takes."""
     principal.require(RECALL, workspace)  # before reading anything; recall_command checks again
     query = parse_recall_query(filters)
     if session is not None:
@@ -253,7 +279,7 @@ def service_recall(
         session=session,
         error=error,
         explain=explain,
-        binding=recall_binding(services, workspace),
+        binding=recall_binding(services, workspace, recorded=recorded),
         principal=principal,
         view=view,
     )

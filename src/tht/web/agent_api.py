@@ -24,16 +24,18 @@ from tht.memory.model import WORKSPACE_ID_PATTERN
 from tht.memory.recall_service import RecallKind
 from tht.usecases import recall_and_proposals as agent
 from tht.web import schemas
+from tht.web.dependencies import RecallCaller
 from tht.web.headers import IdempotencyKeyHeader
 
 WorkspaceId = Annotated[str, PathParam(alias="workspaceId", pattern=WORKSPACE_ID_PATTERN)]
 PrincipalOf = Callable[..., Awaitable[Principal]]
+CallerOf = Callable[..., Awaitable[RecallCaller]]
 errors = schemas.error_responses
 
 
-def agent_router(services: Services, principal: PrincipalOf) -> APIRouter:
+def agent_router(services: Services, principal: PrincipalOf, recall_caller: CallerOf) -> APIRouter:
     router = APIRouter(prefix="/api/workspaces/{workspaceId}/memory", tags=["agent"])
-    _recall_routes(router, services, principal)
+    _recall_routes(router, services, recall_caller)
     _proposal_routes(router, services, principal)
     return router
 
@@ -43,11 +45,11 @@ def answer(document: dict[str, Any]) -> JSONResponse:
     return JSONResponse(document)
 
 
-def _recall_routes(router: APIRouter, services: Services, principal: PrincipalOf) -> None:
-    Actor = Annotated[Principal, Depends(principal)]
+def _recall_routes(router: APIRouter, services: Services, recall_caller: CallerOf) -> None:
+    Caller = Annotated[RecallCaller, Depends(recall_caller)]
 
     def recall(
-        actor: Principal,
+        caller: RecallCaller,
         workspace: str,
         kind: RecallKind,
         request: requests.RecallRequest,
@@ -59,7 +61,7 @@ def _recall_routes(router: APIRouter, services: Services, principal: PrincipalOf
         return answer(
             agent.service_recall(
                 services,
-                actor,
+                caller.principal,
                 workspace,
                 kind,
                 question,
@@ -68,6 +70,7 @@ def _recall_routes(router: APIRouter, services: Services, principal: PrincipalOf
                 error=error,
                 explain=request.explain_card_id,
                 view=request.view or "full",  # the document the CLI prints, unless asked
+                recorded=caller.binding,
             )
         )
 
@@ -78,10 +81,10 @@ def _recall_routes(router: APIRouter, services: Services, principal: PrincipalOf
         summary="Recall domain clarifications (filters.families widens it): `tht memory search`",
     )
     def search(
-        actor: Actor, workspace: WorkspaceId, request: Annotated[requests.SearchIn, Body()]
+        caller: Caller, workspace: WorkspaceId, request: Annotated[requests.SearchIn, Body()]
     ) -> JSONResponse:
         return recall(
-            actor,
+            caller,
             workspace,
             "search",
             request,
@@ -96,10 +99,10 @@ def _recall_routes(router: APIRouter, services: Services, principal: PrincipalOf
         summary="Recall SQL rules and explained errors for a question or an error: `tht memory rules`",
     )
     def rules(
-        actor: Actor, workspace: WorkspaceId, request: Annotated[requests.RulesIn, Body()]
+        caller: Caller, workspace: WorkspaceId, request: Annotated[requests.RulesIn, Body()]
     ) -> JSONResponse:
         return recall(
-            actor,
+            caller,
             workspace,
             "rules",
             request,
@@ -115,9 +118,9 @@ def _recall_routes(router: APIRouter, services: Services, principal: PrincipalOf
         summary="Recall solved questions (consultative exemplars): `tht memory solved-search`",
     )
     def solved_search(
-        actor: Actor, workspace: WorkspaceId, request: Annotated[requests.SolvedSearchIn, Body()]
+        caller: Caller, workspace: WorkspaceId, request: Annotated[requests.SolvedSearchIn, Body()]
     ) -> JSONResponse:
-        return recall(actor, workspace, "solved", request, question=request.question)
+        return recall(caller, workspace, "solved", request, question=request.question)
 
 
 def _proposal_routes(router: APIRouter, services: Services, principal: PrincipalOf) -> None:

@@ -86,7 +86,8 @@ def create_app(
     render = page_renderer(services, auth, templates)
     app.include_router(session_router(services, auth, settings))  # log in and out
     app.include_router(memory_router(services, principal))  # workspaces, the archive's cards
-    app.include_router(agent_router(services, principal))  # an agent's recall and proposals
+    # an agent's recall and proposals
+    app.include_router(agent_router(services, principal, auth.recall_caller))
     app.include_router(catalog_router(services, principal))  # the Catalog page: DWH sync runs
     app.include_router(pages_router(services, auth, settings, templates, render))
     app.include_router(admin_router(services, principal, render))  # accounts, workspaces, audit

@@ -20,6 +20,7 @@ from tht import audit
 from tht.accounts import Principal
 from tht.bootstrap import Services
 from tht.errors import PermissionDenied, ThothError, TooManyRequests, Unauthenticated
+from tht.usecases.recall_and_proposals import DwhBinding, token_recall
 from tht.web.guard import SAFE_METHODS, normalized_origin
 
 CSRF_PURPOSE = b"thoth-memory csrf token"
@@ -70,13 +71,30 @@ def check_csrf(request: Request, session: str, settings: WebSettings) -> None:
 
 
 @dataclass(frozen=True)
+class RecallCaller:
+    """A recall request's principal, with the path's workspace's recorded binding when
+    it was read in the token check's transaction (None: recall reads it)."""
+
+    principal: Principal
+    binding: DwhBinding | None
+
+
+@dataclass(frozen=True)
 class RequestAuth:
     """The request dependencies of one app (see `request_auth`)."""
 
     resolve_principal: Callable[[Request], Principal]
     principal: Callable[[Request], Awaitable[Principal]]
+    recall_caller: Callable[[Request], Awaitable[RecallCaller]]
     page_principal: Callable[[Request], tuple[Principal, str]]
     set_session_cookie: Callable[[Response, str], None]
+
+
+def bearer_token(authorization: str) -> str:
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthenticated("use 'Authorization: Bearer <token>'")
+    return token.strip()
 
 
 def request_auth(services: Services, settings: WebSettings) -> RequestAuth:
@@ -85,10 +103,7 @@ def request_auth(services: Services, settings: WebSettings) -> RequestAuth:
     def resolve_principal(request: Request) -> Principal:
         authorization = request.headers.get("authorization")
         if authorization:
-            scheme, _, token = authorization.partition(" ")
-            if scheme.lower() != "bearer" or not token.strip():
-                raise Unauthenticated("use 'Authorization: Bearer <token>'")
-            return services.accounts.tokens.by_token(token.strip())
+            return services.accounts.tokens.by_token(bearer_token(authorization))
         session = request.cookies.get(settings.cookie_name)
         if not session:
             raise Unauthenticated()
@@ -103,6 +118,25 @@ def request_auth(services: Services, settings: WebSettings) -> RequestAuth:
         which the route's thread inherits."""
         found = await run_in_threadpool(resolve_principal, request)
         audit.act_as(found.user)
+        return found
+
+    def resolve_recall_caller(request: Request) -> RecallCaller:
+        authorization = request.headers.get("authorization")
+        workspace = request.path_params.get("workspaceId")
+        if authorization and workspace is not None:
+            token = bearer_token(authorization)
+            return RecallCaller(*token_recall(services, token, workspace))
+        return RecallCaller(resolve_principal(request), None)
+
+    async def recall_caller(request: Request) -> RecallCaller:
+        """A recall route's principal as ``principal`` resolves it (before the body is
+        validated: a bad token is a 401 whatever the body), and for an API token the
+        path's workspace's recorded binding, read in the token check's transaction:
+        one pooled checkout and three round trips before recall instead of two
+        transactions. Nothing is kept, so a revoked token or a rebind is seen by the
+        next request."""
+        found = await run_in_threadpool(resolve_recall_caller, request)
+        audit.act_as(found.principal.user)
         return found
 
     def page_principal(request: Request) -> tuple[Principal, str]:
@@ -122,4 +156,6 @@ def request_auth(services: Services, settings: WebSettings) -> RequestAuth:
             max_age=8 * 3600,
         )
 
-    return RequestAuth(resolve_principal, principal, page_principal, set_session_cookie)
+    return RequestAuth(
+        resolve_principal, principal, recall_caller, page_principal, set_session_cookie
+    )

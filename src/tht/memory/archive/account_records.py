@@ -42,6 +42,7 @@ class TokenUser:
     role: str
     token_expires_at: datetime | None
     expired: bool
+    workspaces: tuple[str, ...]  # the user's, in order
 
 
 @dataclass(frozen=True)
@@ -163,7 +164,7 @@ class AccountRecords:
 
     def token_user(self, token_hash: str) -> TokenUser | None:
         row = self._tx._row("token_principal", token_hash=token_hash)
-        return TokenUser(**row) if row else None
+        return TokenUser(**{**row, "workspaces": tuple(row["workspaces"])}) if row else None
 
     def lock_user(self, name: str) -> LockedUser | None:
         row = self._tx._row("user_lock", name=name)

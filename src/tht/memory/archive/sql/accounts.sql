@@ -63,12 +63,14 @@ DELETE FROM thoth_memory.login_attempts WHERE user_name = %(name)s;
 -- Lifecycle (migration 012) ---------------------------------------------------------
 
 -- name: token_principal
--- The token's user, and whether the token has expired (by the database clock that
--- every service instance shares).
-SELECT id, name, role, token_expires_at,
-       token_expires_at IS NOT NULL AND token_expires_at <= now() AS expired
-  FROM thoth_memory.users
- WHERE token_hash = %(token_hash)s;
+-- The token's user, whether the token has expired (by the database clock that every
+-- service instance shares) and the user's workspaces: one round trip a request.
+SELECT u.id, u.name, u.role, u.token_expires_at,
+       u.token_expires_at IS NOT NULL AND u.token_expires_at <= now() AS expired,
+       ARRAY(SELECT w.workspace_id FROM thoth_memory.user_workspaces w
+              WHERE w.user_id = u.id ORDER BY w.workspace_id) AS workspaces
+  FROM thoth_memory.users u
+ WHERE u.token_hash = %(token_hash)s;
 
 -- name: user_lock
 SELECT id, name, role, token_expires_at
