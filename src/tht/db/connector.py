@@ -282,7 +282,12 @@ def batched_transaction(conn: psycopg.Connection) -> Iterator[psycopg.Pipeline]:
     transaction, where ``idle_in_transaction_session_timeout`` guards a caller that stops.
     An exception rolls back with ``rollback()``, which leaves an aborted pipeline and
     forgets the prepared statements (a Parse that an aborted pipeline skipped would
-    otherwise be taken as done, and run by the connection's next user)."""
+    otherwise be taken as done, and run by the connection's next user).
+
+    For transactions that send little before each read: ``pipeline.sync()`` stops
+    flushing once its Sync is queued and waits for the answer, so a batch larger than
+    the socket takes at once leaves its end in libpq's buffer, which the server never
+    sees; both then wait for ever (psycopg's own transaction flushes it all)."""
     conn.autocommit = True  # BEGIN and COMMIT are ours, queued with the queries
     try:
         with conn.pipeline() as pipeline:

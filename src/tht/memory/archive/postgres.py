@@ -298,8 +298,9 @@ class PostgresArchive:
                     # first query, COMMIT with the closing Sync
                     pipeline = stack.enter_context(batched_transaction(conn))
                 else:
-                    # An export's snapshot and the writers (an import's batches send large
-                    # parameters): psycopg's transaction in pipeline mode, as before
+                    # An export's snapshot and the writers: psycopg's transaction in
+                    # pipeline mode (an import's batches send megabytes before a read,
+                    # which the batched path's sync would leave partly unsent)
                     plain = stack.enter_context(conn.pipeline())
                     stack.enter_context(conn.transaction())
                     # an export's reads end with a Sync: between two batches the server
