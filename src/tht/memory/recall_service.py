@@ -36,6 +36,7 @@ from tht.memory.recall import (
     RankedCard,
     RecallTuning,
     SeedSignals,
+    number_words_as_digits,
     order_seeds,
     rank_recall,
     seed_count,
@@ -256,10 +257,14 @@ class RecallService:
         workspace's. BM25 sees the question as the cards' indexed text sees identifiers;
         a question in another language (ours, ``tuning.language_aware``) first loses
         that language's stop words, which the workspace's analyzer would keep as terms
-        ("the" in an Italian workspace, "di" in an English one)."""
+        ("the" in an Italian workspace, "di" in an English one). Its numbers written as
+        words are written in digits (``number_words_as_digits``, in the question's
+        language), as knowledge writes them."""
         text = searchable(question)
         asked = text_language(question) if self.tuning.language_aware else None
         crossing = asked is not None and asked != language
+        if self.tuning.number_words:
+            text = number_words_as_digits(text, asked or language)
         if crossing and asked is not None:
             text = without_stopwords(text, asked)
         return self.projection_format.encoder(language).encode_query(text), crossing
@@ -427,6 +432,7 @@ class RecallService:
                 feedback_weight=self.tuning.feedback_weight,
                 titles=titles,
                 title_weight=self.tuning.title_weight,
+                same_definition=self.tuning.same_definition,
             )
             ranking = rank_recall(
                 order,
