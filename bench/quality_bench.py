@@ -95,9 +95,7 @@ VARIANTS: dict[str, RecallTuning] = {
     "ours+titlesw1": RecallTuning(title_weight=1.0),
     "ours-titlename": RecallTuning(title_markers=()),
     "ours-moremarkers": RecallTuning(title_markers=DEFINITION_MARKERS[:4]),
-    "ours-samedef": RecallTuning(same_definition=0),
     "ours-numbers": RecallTuning(number_words=False),
-    "ours-both": RecallTuning(same_definition=0, number_words=False),
     "spec": RecallTuning.spec_only(),
 }
 # every method is also measured as the agent asks (the ``by command`` parts): F2's

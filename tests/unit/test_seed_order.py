@@ -17,14 +17,12 @@ from tht.memory.recall import (
     RecallTuning,
     SeedSignals,
     coverage_shares,
-    definitions,
     feedback_ranks,
     feedback_terms,
     lift_named_titles,
     named_title_weights,
     number_words_as_digits,
     order_seeds,
-    spread_definitions,
     title_name,
 )
 
@@ -290,62 +288,6 @@ def test_order_seeds_lifts_a_named_title_only_when_titles_are_given():
     assert order_seeds(question, [t, x, y, n], titles=titles, title_weight=0.0) == plain
 
 
-def test_a_definition_is_what_a_card_says_besides_its_name():
-    # "race no. refers to raceId" and "race number refers to raceId": names {1} and
-    # {1, 2}, the rest (refers, raceid, the dependency) {3, 4, 5} the same
-    no = seed("no", 1, 1, 1, 3, 4, 5)
-    number = seed("number", 2, 2, 1, 2, 3, 4, 5)
-    bare = seed("bare", 3, 3, 6)  # says nothing besides its name
-    titles = {"no": frozenset({1}), "number": frozenset({1, 2}), "bare": frozenset({6})}
-    found = definitions([no, number, bare], titles)
-    assert found == {"no": frozenset({3, 4, 5}), "number": frozenset({3, 4, 5})}
-    # a card without a known title: all its terms
-    assert definitions([no], {}) == {"no": frozenset({1, 3, 4, 5})}
-
-
-def test_at_most_two_cards_of_one_definition_in_the_short_list():
-    same = frozenset({3, 4})
-    order = ["a1", "a2", "a3", "b", "a4", "c", "d", "e"]
-    defined = {"a1": same, "a2": same, "a3": same, "a4": same, "b": frozenset({9})}
-    # a3 and a4 are passed over until the short list (5) is full, then follow it in
-    # their order; c, d, e have no definition and are never passed over
-    assert spread_definitions(order, defined, 2) == ["a1", "a2", "b", "c", "d", "a3", "a4", "e"]
-    assert spread_definitions(order, defined, 3) == ["a1", "a2", "a3", "b", "c", "a4", "d", "e"]
-    assert spread_definitions(order, defined, 1, short_list=3) == [
-        "a1",
-        "b",
-        "c",
-        "a2",
-        "a3",
-        "a4",
-        "d",
-        "e",
-    ]
-    # fewer other cards than the short list: the passed ones end the order
-    assert spread_definitions(["a1", "a2", "a3"], defined, 2) == ["a1", "a2", "a3"]
-    assert spread_definitions(["a1", "a2", "a3", "b"], defined, 2) == ["a1", "a2", "b", "a3"]
-
-
-def test_order_seeds_spreads_definitions_only_when_asked_and_with_titles():
-    # three siblings of one definition lead; "o" (another definition) is fourth
-    s1, s2, s3 = (seed(f"s{i}", i, i, 10 + i, 3, 4) for i in (1, 2, 3))
-    o = seed("o", 4, 4, 5, 6)
-    titles = {
-        "s1": frozenset({11}),
-        "s2": frozenset({12}),
-        "s3": frozenset({13}),
-        "o": frozenset({5}),
-    }
-    plain = order_seeds([20], [s1, s2, s3, o], coverage=False, titles=titles)
-    assert plain == ["s1", "s2", "s3", "o"]
-    spread = order_seeds([20], [s1, s2, s3, o], coverage=False, titles=titles, same_definition=2)
-    assert spread == ["s1", "s2", "o", "s3"]
-    # without titles no definition is known: nothing moves
-    assert order_seeds([20], [s1, s2, s3, o], coverage=False, same_definition=2) == plain
-    assert RecallTuning().same_definition == 2
-    assert RecallTuning.spec_only().same_definition == 0
-
-
 @pytest.mark.parametrize(
     ("text", "language", "expected"),
     [
@@ -363,3 +305,8 @@ def test_order_seeds_spreads_definitions_only_when_asked_and_with_titles():
 )
 def test_numbers_written_as_words_are_written_in_digits(text, language, expected):
     assert number_words_as_digits(text, language) == expected
+
+
+def test_recall_tuning_reads_numbers_written_as_words_except_in_the_spec():
+    assert RecallTuning().number_words
+    assert not RecallTuning.spec_only().number_words

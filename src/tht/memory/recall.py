@@ -54,11 +54,9 @@ that goes on to define what it names ("race no. refers to raceId", the head of a
 card's own text used as its title) names only what comes before its first definition
 marker (``title_name``): no question says the whole definition.
 
-Definitions spread (``RecallTuning.same_definition``): at most two cards of one
-definition (what a card says besides its name: its indexed terms outside its title's
-name) among the first five seeds (``spread_definitions``). Knowledge written again
-for every question fills the short list with one definition under several names
-otherwise, and pushes out the other cards the question needs.
+Numbers in digits (``RecallTuning.number_words``): a question's numbers written as
+words reach BM25 (and so coverage and named titles) as digits, the way knowledge
+writes them (``number_words_as_digits``).
 
 Choices where the rules leave room:
 
@@ -102,8 +100,6 @@ MAX_TOP = 100
 MAX_LINKS_PER_CARD = 20
 MAX_CARD_LOOKUPS = 200
 MAX_INSPECTED_LINKS = 400
-# the answer an agent reads first: one workflow step's cards (``spread_definitions``)
-SHORT_LIST = 5
 
 # where a title stops naming and starts defining (``title_name``): regular
 # expressions, matched case-insensitively. The first four are the usual ones; the
@@ -272,10 +268,6 @@ class RecallTuning:
     # a title names what comes before the first of these markers (``title_name``;
     # empty: the whole title)
     title_markers: tuple[str, ...] = DEFINITION_MARKERS
-    # at most this many cards of one definition among the first ``SHORT_LIST`` seeds
-    # (``spread_definitions``; 0: off); it needs the titles (a definition is what a
-    # card says besides its name)
-    same_definition: int = 2
     # a question's numbers written as words meet BM25 as digits (``number_words_as_digits``)
     number_words: bool = True
 
@@ -286,7 +278,6 @@ class RecallTuning:
             language_aware=False,
             feedback_across_languages=0,
             titles=False,
-            same_definition=0,
             number_words=False,
         )
 
@@ -421,7 +412,6 @@ def order_seeds(
     feedback_weight: float = 0.5,
     titles: Mapping[str, frozenset[int]] | None = None,
     title_weight: float = 0.25,
-    same_definition: int = 0,
 ) -> list[str]:
     """The seeds, best first: RRF (k = 60) of dense rank, BM25 rank and coverage rank
     (among the candidates; equal coverage ordered by card id); equal scores by card id.
@@ -429,9 +419,7 @@ def order_seeds(
     rank's term is multiplied by ``bm25_weight``. ``feedback`` > 0 adds the
     ``feedback_ranks`` of that many dense neighbours, its term multiplied by
     ``feedback_weight``. ``titles`` (each candidate's title terms) then lifts the
-    candidates the question names (``lift_named_titles``), and ``same_definition`` > 0
-    keeps at most that many cards of one definition in the short list
-    (``spread_definitions``)."""
+    candidates the question names (``lift_named_titles``)."""
     if len({c.card_id for c in candidates}) != len(candidates):
         raise ValueError("candidates must be distinct card ids")
     extra_ranks: list[tuple[dict[str, int], float]] = []  # (ranks, weight)
@@ -451,54 +439,9 @@ def order_seeds(
     order = [c.card_id for c in sorted(candidates, key=lambda c: (-fused(c), c.card_id))]
     if titles is None:
         return order
-    order = lift_named_titles(
+    return lift_named_titles(
         order, named_title_weights(question_terms, candidates, titles), title_weight
     )
-    if same_definition > 0:
-        order = spread_definitions(order, definitions(candidates, titles), same_definition)
-    return order
-
-
-def definitions(
-    candidates: Sequence[SeedSignals], titles: Mapping[str, frozenset[int]]
-) -> dict[str, frozenset[int]]:
-    """What each candidate says besides its name: the terms of its indexed text that
-    are not terms of its title's name. "race no. refers to raceId" and "race number
-    refers to raceId" (same scope, same dependencies) have one definition; an empty
-    one (the card says nothing besides its name) is left out."""
-    found = {}
-    for c in candidates:
-        definition = c.terms - titles.get(c.card_id, frozenset())
-        if definition:
-            found[c.card_id] = definition
-    return found
-
-
-def spread_definitions(
-    order: Sequence[str],
-    definitions: Mapping[str, frozenset[int]],
-    at_most: int,
-    short_list: int = SHORT_LIST,
-) -> list[str]:
-    """The order with at most ``at_most`` cards of one definition among its first
-    ``short_list``: a further card saying the same thing under another name adds
-    nothing an agent reading the short list does not have, and it takes the place of
-    something the question may also need. The cards it passes over keep their order
-    right after the short list (the long list still holds them)."""
-    chosen: list[str] = []
-    passed: list[str] = []
-    count: Counter[frozenset[int]] = Counter()
-    for position, card_id in enumerate(order):
-        if len(chosen) == short_list:
-            return chosen + passed + list(order[position:])
-        definition = definitions.get(card_id)
-        if definition is not None and count[definition] >= at_most:
-            passed.append(card_id)
-            continue
-        if definition is not None:
-            count[definition] += 1
-        chosen.append(card_id)
-    return chosen + passed
 
 
 def named_title_weights(

@@ -432,7 +432,6 @@ class RecallService:
                 feedback_weight=self.tuning.feedback_weight,
                 titles=titles,
                 title_weight=self.tuning.title_weight,
-                same_definition=self.tuning.same_definition,
             )
             ranking = rank_recall(
                 order,
