@@ -291,19 +291,27 @@ def test_order_seeds_lifts_a_named_title_only_when_titles_are_given():
 @pytest.mark.parametrize(
     ("text", "language", "expected"),
     [
-        ("score of over nineteen", "en", "score of over 19"),
-        ("the top three, Forty-Five and twenty one", "en", "the top 3, 45 and 21"),
-        ("ninety", "en", "90"),
+        ("score of over nineteen", "en", "score of over nineteen 19"),
+        (
+            "the top three, Forty-Five and twenty one",
+            "en",
+            "the top three 3, Forty-Five 45 and twenty one 21",
+        ),
+        ("ninety", "en", "ninety 90"),
         # "one" is a pronoun more often than a number; words containing a number are none
-        ("which one has seventeen", "en", "which one has 17"),
+        ("which one has seventeen", "en", "which one has seventeen 17"),
         ("often sevenfold tenth", "en", "often sevenfold tenth"),
-        ("i tre migliori, ventitré e ventotto, trentuno", "it", "i 3 migliori, 23 e 28, 31"),
-        ("uno solo, sei", "it", "uno solo, 6"),
+        (
+            "i tre migliori, ventitré e ventotto, trentuno",
+            "it",
+            "i tre 3 migliori, ventitré 23 e ventotto 28, trentuno 31",
+        ),
+        ("uno solo, sei", "it", "uno solo, sei 6"),
         # a language without a list: unchanged
         ("three", "de", "three"),
     ],
 )
-def test_numbers_written_as_words_are_written_in_digits(text, language, expected):
+def test_numbers_written_as_words_get_their_digits_beside_them(text, language, expected):
     assert number_words_as_digits(text, language) == expected
 
 

@@ -55,8 +55,8 @@ card's own text used as its title) names only what comes before its first defini
 marker (``title_name``): no question says the whole definition.
 
 Numbers in digits (``RecallTuning.number_words``): a question's numbers written as
-words reach BM25 (and so coverage and named titles) as digits, the way knowledge
-writes them (``number_words_as_digits``).
+words reach BM25 (and so coverage and named titles) as the word and its digits, the
+way knowledge writes them (``number_words_as_digits``).
 
 Choices where the rules leave room:
 
@@ -268,7 +268,7 @@ class RecallTuning:
     # a title names what comes before the first of these markers (``title_name``;
     # empty: the whole title)
     title_markers: tuple[str, ...] = DEFINITION_MARKERS
-    # a question's numbers written as words meet BM25 as digits (``number_words_as_digits``)
+    # a question's numbers written as words meet BM25 as digits too (``number_words_as_digits``)
     number_words: bool = True
 
     @classmethod
@@ -318,14 +318,15 @@ def _number_words(language: str) -> tuple[re.Pattern[str], dict[str, str]]:
 
 
 def number_words_as_digits(text: str, language: str) -> str:
-    """The text with its numbers written as words (two to ninety-nine, in ``language``)
-    written in digits: knowledge writes "over 19" and "top 3", an asker also "over
-    nineteen" and "top three", and BM25 only meets the same term. A language without
-    a list leaves the text as it is."""
+    """The text with the digits of each number written as a word (two to ninety-nine,
+    in ``language``) after the word: knowledge writes "over 19" and "top 3", an asker
+    also "over nineteen" and "top three", and BM25 only meets the same term; the word
+    stays for the knowledge that writes it too ("three letter codes"). A language
+    without a list leaves the text as it is."""
     if language not in _UNITS:
         return text
     pattern, value = _number_words(language)
-    return pattern.sub(lambda match: value[match.group().lower()], text)
+    return pattern.sub(lambda match: f"{match.group()} {value[match.group().lower()]}", text)
 
 
 @dataclass(frozen=True)

@@ -258,8 +258,8 @@ class RecallService:
         a question in another language (ours, ``tuning.language_aware``) first loses
         that language's stop words, which the workspace's analyzer would keep as terms
         ("the" in an Italian workspace, "di" in an English one). Its numbers written as
-        words are written in digits (``number_words_as_digits``, in the question's
-        language), as knowledge writes them."""
+        words get their digits beside them (``number_words_as_digits``, in the
+        question's language), as knowledge writes them."""
         text = searchable(question)
         asked = text_language(question) if self.tuning.language_aware else None
         crossing = asked is not None and asked != language
