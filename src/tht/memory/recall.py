@@ -453,12 +453,15 @@ def named_title_weights(
     """The candidates whose title's BM25 terms are all terms of the question (the
     question names what the card explains), each with the IDF of its title's terms
     among the candidates: a rare name says more than a common word."""
-    idf, unseen = _candidate_idf(candidates)
     asked = frozenset(question_terms)
+    named = {
+        c.card_id: title for c in candidates if (title := titles.get(c.card_id)) and title <= asked
+    }
+    if not named:  # most questions name no title: the IDF is not needed
+        return {}
+    idf, unseen = _candidate_idf(candidates)
     return {
-        c.card_id: sum(idf.get(term, unseen) for term in title)
-        for c in candidates
-        if (title := titles.get(c.card_id)) and title <= asked
+        card_id: sum(idf.get(term, unseen) for term in title) for card_id, title in named.items()
     }
 
 

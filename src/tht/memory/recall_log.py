@@ -203,7 +203,10 @@ class RecallLog:
                     target=self._write_loop, name="tht-recall-log", daemon=True
                 )
                 self._thread.start()
-            self._cond.notify_all()
+            # the writer waits for a first item, then for a batch (or its moment):
+            # woken for those only, not by every recall
+            if len(self._queue) == 1 or len(self._queue) >= BATCH:
+                self._cond.notify_all()
 
     # --- the readers' side -------------------------------------------------------------
 

@@ -156,7 +156,9 @@ class RequestGuard:
             try:
                 if remaining <= 0:
                     raise TimeoutError
-                message = await asyncio.wait_for(receive(), remaining)
+                # a deadline on this task, not wait_for's task of its own per message
+                async with asyncio.timeout(remaining):
+                    message = await receive()
             except TimeoutError:
                 raise _Refused(
                     RequestTimeout(f"the body did not arrive within {self.body_timeout:g} seconds")
