@@ -56,6 +56,7 @@ from tht.validation import describe_validation_error, validation_details
 MAX_QUESTION = 2_000
 EXPLAIN_DEPTH = 1_000  # candidates per branch `--explain` looks through for a card's ranks
 DEFAULT_TOP = 10
+TITLE_CACHE = 10_000  # titles whose named terms a RecallService keeps
 RecallKind = Literal["search", "rules", "solved"]
 FAMILIES_OF: dict[str, tuple[str, ...]] = {
     # F2 consumes domain clarifications (the spec); rules are `memory rules`' (F4/F6/F7)
@@ -191,6 +192,9 @@ class RecallService:
         self.embedder = embedder
         self.projection_format = projection_format  # the encoder and fingerprint
         self._languages: dict[str, str] = {}  # a workspace's language never changes
+        # the terms of what a title names, by analyzer, markers and title: the same cards come
+        # back as seeds, and their titles cost a regular expression and an analysis each
+        self._titles: dict[tuple[str, tuple[str, ...], str], frozenset[int]] = {}
 
     def of(self, workspace: str) -> RecallService:
         """The recall of ``workspace``: this one serves every workspace it is given."""
@@ -251,6 +255,18 @@ class RecallService:
                 if crossing
                 else self.tuning.feedback,
             )
+
+    def _title_terms(self, encoder: SparseEncoder, title: str) -> frozenset[int]:
+        key = (encoder.settings_id, self.tuning.title_markers, title)
+        terms = self._titles.get(key)
+        if terms is None:
+            if len(self._titles) >= TITLE_CACHE:
+                self._titles.clear()  # bounded: a few MB at most
+            terms = frozenset(
+                encoder.encode_document(title_name(title, self.tuning.title_markers)).indices
+            )
+            self._titles[key] = terms
+        return terms
 
     def _bm25_query(self, question: str, language: str) -> tuple[SparseVector, bool]:
         """The BM25 query, and whether the question is in another language than the
@@ -410,14 +426,10 @@ class RecallService:
                     )
                 )
             # the terms of what the titles name, through the workspace's analyzer as
-            # the question's: some 30 short titles, tens of microseconds
+            # the question's (some 30 titles a recall, each analysed once: _title_terms)
             titles = (
                 {
-                    uuid_to_card_id(hit.id): frozenset(
-                        encoder.encode_document(
-                            title_name(read.titles[hit.id], self.tuning.title_markers)
-                        ).indices
-                    )
+                    uuid_to_card_id(hit.id): self._title_terms(encoder, read.titles[hit.id])
                     for hit in seeds
                 }
                 if self.tuning.titles
