@@ -137,7 +137,14 @@ def run_server(
         )
         server = AnnouncingServer(
             uvicorn.Config(
-                app, host=host, port=port, log_level="warning", **uvicorn_options(limits, proxies)
+                app,
+                host=host,
+                port=port,
+                log_level="warning",
+                # uvloop's event loop (C): named, so a missing one fails instead of
+                # falling back to asyncio's unnoticed
+                loop="uvloop",
+                **uvicorn_options(limits, proxies),
             )
         )
         service.on_stop = lambda: setattr(server, "should_exit", True)
