@@ -230,6 +230,7 @@ class Engines:
         installation: Installation | None = None,
         max_connections: int = 4,
         holder: str = "command",
+        one_command: bool = False,
     ) -> None:
         self.env = env
         self.installation = installation if installation is not None else load_installation(env=env)
@@ -240,8 +241,11 @@ class Engines:
         self._projections: dict[str, tuple[IndexProjector, RecallService]] = {}
         self._profiles: dict[str, tuple[float, str]] = {}  # workspace -> (read at, profile)
         self._lock = threading.Lock()
-        # one per process: its writer thread batches every command's recalls
-        self.recall_log = RecallLog(self.archive, self.installation.recall_log)
+        # one per process: its writer thread batches every command's recalls (engines
+        # built for one command write it once: no term table kept for later batches)
+        self.recall_log = RecallLog(
+            self.archive, self.installation.recall_log, whole_frequencies=not one_command
+        )
 
     def projection(self, profile: str) -> tuple[IndexProjector, RecallService]:
         """The projector and recall of one of the installation's embedder profiles."""
@@ -369,7 +373,7 @@ def build_services(
 ) -> Services:
     """Engines of their own with their services, closed together (a command in its own
     process, a test): the installation's configuration, or ``installation``."""
-    engines = Engines(env, installation=installation)
+    engines = Engines(env, installation=installation, one_command=True)
     try:
         services = engines.services()
     except BaseException:

@@ -12,7 +12,7 @@ import pytest
 
 from tests.factories import card, card_document, installation_of
 from tht.bootstrap import build_services
-from tht.memory.recall_log import LoggedRecall, gaps
+from tht.memory.recall_log import LoggedRecall, RecallLog, gaps
 from tht.memory.recall_service import parse_recall_query
 from tht.usecases.recall_and_proposals import DwhBinding, recall_command
 
@@ -391,6 +391,38 @@ def test_the_log_reads_back_an_exact_error_match_without_a_score(database, tmp_p
             {"id": ranked_id, "score": 0.5},
         ]
     finally:
+        services.close()
+
+
+def test_a_command_of_its_own_weighs_the_question_as_a_long_lived_process_does(database, tmp_path):
+    """A command in its own process counts only its question's terms among the cards;
+    the service keeps the whole term table: the same recall gets the same coverage."""
+    services = _services(database, tmp_path)
+    whole = RecallLog(services.archive, services.installation.recall_log)
+    try:
+        services.workspaces.create("acme", "en")
+        for title, content in [
+            ("Shipped order", "An order is shipped when its lines are shipped."),
+            ("Order lines", "An order has lines."),
+            ("Carrier codes", "Carriers have three letter codes."),
+        ]:
+            services.memory.create_card("acme", card(title=title, content=content))
+        question = "shipped order carrier refund"
+        [first, *_] = _recall(services, "acme", question)["results"]
+        assert first["title"] == "Shipped order"
+        assert not services.recall_log.whole_frequencies  # built for one command
+        whole.record(
+            LoggedRecall("acme", "search", question, None, None, None, (first["id"],), (1.0,))
+        )
+        whole.flush()
+        services.recall_log.flush()
+        by_mode = [e["coverage"] for e in services.recall_log.entries("acme")["entries"]]
+        assert len(by_mode) == 2 and by_mode[0] == by_mode[1]
+        # "order" is held by two cards, "shipped" by one, "carrier" by the third; "refund"
+        # by none (weighs nothing): (ln 4 + ln 2.5) / (ln 4 + ln 2.5 + ln 4)
+        assert by_mode[0] == pytest.approx(0.619, abs=0.01)
+    finally:
+        whole.close()
         services.close()
 
 

@@ -157,9 +157,17 @@ def coverage(
 
 
 class RecallLog:
-    def __init__(self, archive: Archive, settings: RecallLogSettings) -> None:
+    """``whole_frequencies``: the writer reads the workspace's whole term table and keeps
+    it ``IDF_SECONDS`` (a long-lived process: one read serves many batches); without
+    it, each write reads the counts of its questions' terms only (a command in its own
+    process writes one batch: the whole table would cost it more than the recall)."""
+
+    def __init__(
+        self, archive: Archive, settings: RecallLogSettings, *, whole_frequencies: bool = True
+    ) -> None:
         self.archive = archive
         self.settings = settings
+        self.whole_frequencies = whole_frequencies
         self._queue: deque[LoggedRecall | ProposedAfter] = deque()
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -300,11 +308,15 @@ class RecallLog:
                 encoder = self._encoder(self._languages[workspace])
                 firsts = [card_id_to_uuid(r.returned[0]) for r in recalls if r.returned]
                 terms_of = records.projection_terms(list(dict.fromkeys(firsts)))
-                frequencies, cards = self._term_frequencies(workspace, records)
+                questions = [
+                    set(encoder.encode_query(searchable(r.question or r.error or "")).indices)
+                    for r in recalls
+                ]
+                frequencies, cards = self._term_frequencies(
+                    workspace, records, set[int]().union(*questions)
+                )
                 rows = []
-                for recall in recalls:
-                    text = recall.question or recall.error or ""
-                    asked = set(encoder.encode_query(searchable(text)).indices)
+                for recall, asked in zip(recalls, questions, strict=True):
                     first = (
                         terms_of.get(card_id_to_uuid(recall.returned[0]))
                         if recall.returned
@@ -341,7 +353,12 @@ class RecallLog:
             self._entries.pop(workspace, None)
             raise
 
-    def _term_frequencies(self, workspace: str, records: Any) -> tuple[dict[int, int], int]:
+    def _term_frequencies(
+        self, workspace: str, records: Any, asked: set[int]
+    ) -> tuple[dict[int, int], int]:
+        if not self.whole_frequencies:
+            counted: tuple[dict[int, int], int] = records.term_frequencies(sorted(asked))
+            return counted
         known = self._frequencies.get(workspace)
         if known is None or time.monotonic() - known[0] > IDF_SECONDS:
             frequencies, cards = records.term_frequencies()

@@ -138,10 +138,13 @@ class CurationRecords:
         rows = self._tx._rows("projection_terms", ids=list(card_uuids))
         return {row["card_id"]: row["terms"] for row in rows if row["terms"] is not None}
 
-    def term_frequencies(self) -> tuple[dict[int, int], int]:
-        """How many of the workspace's projected cards hold each BM25 term, and how
-        many cards there are."""
-        rows = self._tx._rows("term_frequencies")
+    def term_frequencies(self, terms: Sequence[int] | None = None) -> tuple[dict[int, int], int]:
+        """How many of the workspace's projected cards hold each BM25 term (each of
+        ``terms`` only, if given), and how many cards there are."""
+        if terms is None:
+            rows = self._tx._rows("term_frequencies")
+        else:
+            rows = self._tx._rows("term_frequencies_of", terms=sorted(set(terms)))
         cards = next((int(r["cards"]) for r in rows if r["term"] is None), 0)
         return {int(r["term"]): int(r["cards"]) for r in rows if r["term"] is not None}, cards
 

@@ -138,6 +138,20 @@ SELECT NULL, count(*)
   FROM thoth_memory.projections p
  WHERE p.workspace_id = %(workspace)s AND p.terms IS NOT NULL;
 
+-- name: term_frequencies_of
+-- The number of the workspace's projected cards holding each of these BM25 terms (a
+-- term no card holds is absent) and (term NULL) the number of cards: a process that
+-- logs one recall weighs its question's terms without counting every term.
+SELECT t.term, count(*) AS cards
+  FROM thoth_memory.projections p
+  JOIN unnest(%(terms)s::bigint[]) AS t(term) ON t.term = ANY(p.terms)
+ WHERE p.workspace_id = %(workspace)s
+ GROUP BY t.term
+UNION ALL
+SELECT NULL, count(*)
+  FROM thoth_memory.projections p
+ WHERE p.workspace_id = %(workspace)s AND p.terms IS NOT NULL;
+
 -- name: log_insert
 -- Logged recalls in one statement; returned ids and scores travel as JSON arrays.
 INSERT INTO thoth_memory.recall_log
