@@ -12,14 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from tht.access import Accounts
 from tht.catalog.migrations import PACK as CATALOG_PACK
 from tht.catalog.service import Catalog
 from tht.catalog.store import CatalogStore
 from tht.errors import ArchiveUnavailable, ConfigurationError
 from tht.installation import IndexConfig, Installation, load_installation
 from tht.memory.archive.postgres import PostgresArchive
-from tht.memory.benchmark import Benchmarks
 from tht.memory.card_store import MemoryService, WorkspaceService
 from tht.memory.cleanup import PhysicalCleanup
 from tht.memory.embedding import CachedQueryEmbedder, Embedder, build_embedder
@@ -34,7 +32,9 @@ from tht.settings import DatabaseSettings, database_settings, default_home
 from tht.usecases.card_administration import MemoryAdmin
 
 if TYPE_CHECKING:
+    from tht.access import Accounts
     from tht.db.embedded import EmbeddedPostgres
+    from tht.memory.benchmark import Benchmarks
     from tht.workflow.proposals import ProposalService
     from tht.workflow.review import ReviewService
     from tht.workflow.session import SessionStore
@@ -160,7 +160,6 @@ class Services:
     archive: PostgresArchive
     memory: MemoryService
     workspaces: WorkspaceService
-    accounts: Accounts
     admin: MemoryAdmin
     projector: WorkspaceProjector
     recall: WorkspaceRecall
@@ -168,12 +167,25 @@ class Services:
     catalog: Catalog
     installation: Installation
     engines: Engines
-    benchmarks: Benchmarks  # the workspaces' benchmark cases and runs
     recall_log: RecallLog  # what agents asked (the engines': one writer per process)
     owns_engines: bool = False  # built for these services alone: closed with them
 
-    # The workflow's sessions and services are built (and imported) on first use: a
-    # recall or a card edit in its own process does not pay for them.
+    # The accounts, the benchmarks and the workflow's sessions and services are built
+    # (and imported) on first use: a recall or a card edit in its own process does not
+    # pay for them.
+
+    @cached_property
+    def accounts(self) -> Accounts:
+        from tht.access import Accounts
+
+        return Accounts(self.archive)
+
+    @cached_property
+    def benchmarks(self) -> Benchmarks:
+        """The workspaces' benchmark cases and runs."""
+        from tht.memory.benchmark import Benchmarks
+
+        return Benchmarks(self.archive, self.recall, self.projector)
 
     @cached_property
     def sessions(self) -> SessionStore:
@@ -345,7 +357,6 @@ class Engines:
             archive,
             memory,
             WorkspaceService(archive, tuple(self.installation.embedders)),
-            Accounts(archive),
             MemoryAdmin(memory, projector),
             projector=projector,
             recall=recall,
@@ -353,7 +364,6 @@ class Engines:
             catalog=catalog,
             installation=self.installation,
             engines=self,
-            benchmarks=Benchmarks(archive, recall, projector),
             recall_log=self.recall_log,
         )
 
