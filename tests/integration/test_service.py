@@ -229,6 +229,42 @@ def test_the_client_imports_only_the_standard_library_and_its_parser_when_the_se
     assert tht.service_pid() is not None  # they ran there
 
 
+def test_a_recall_in_its_own_process_imports_only_what_recall_uses(tht):
+    """`THT_SERVICE=off`: the command builds its engines itself, and leaves unbuilt (and
+    unimported) what a recall does not use: another engine's client, the accounts, the
+    benchmarks, the workflow's services, the Catalog's scanner."""
+    assert tht.run("workspace", "create", "acme", "--language", "en", THT_SERVICE="off").code == 0
+    _card(tht, tht.runtime("acme"), title="Shipped orders")
+    tht.stop()  # the embedded index admits one process
+    unused = [
+        "qdrant_client",
+        "tht.access",
+        "tht.memory.benchmark",
+        "tht.workflow.session",
+        "tht.workflow.proposals",
+        "tht.workflow.review",
+        "tht.catalog.scan",
+        "sqlite3",
+    ]
+    client = (
+        "import sys\nfrom tht.cli.main import main\n"
+        "code = main(['memory', 'search', 'shipped orders', '-c', 'acme.yaml'])\n"
+        f"print(sorted(set(sys.modules) & set({unused!r})), file=sys.stderr)\n"
+        "raise SystemExit(code)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", client],
+        env={**tht.env, "THT_SERVICE": "off"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tht.home,
+    )
+    found = json.loads(done.stdout)
+    assert done.returncode == 0 and found["results"][0]["title"] == "Shipped orders", done
+    assert done.stderr.strip().splitlines()[-1] == "[]"
+
+
 def slow_embeddings() -> EmbeddingServer:
     """An OpenAI-compatible embedding server that takes 2 s a batch (8 dimensions)."""
     one_hot = json.dumps([1.0] + [0.0] * 7)
