@@ -229,6 +229,34 @@ def test_the_retry_loop_compacts_the_points_saves_left_unindexed(database, tmp_p
         services.close()
 
 
+def test_the_retrier_leaves_work_younger_than_its_period_to_the_save_in_flight(database, tmp_path):
+    """An operation committed a moment ago is most likely its save's own index update
+    in flight (in this process or another replica): the retrier drains an operation only
+    once it has waited a period untouched, so it neither does that work twice nor takes
+    it from under the save; an operator's drain takes it at once."""
+    services = services_for(database, tmp_path)
+    try:
+        services.workspaces.create("acme", "en")
+        saved = services.memory.create_card("acme", card())
+        with services.archive.transaction("acme", lock=True) as tx:  # pending again
+            tx.enqueue(card_id_to_uuid(saved.card.id), "upsert", saved.card.revision)
+        projector = services.projector.of("acme")
+        retrier = PendingRetrier(
+            services.archive, lambda: [projector], services.projector.of, period=1.5
+        )
+        assert retrier.run_once() == {}  # too young: left to its save
+        assert len(outstanding(database)) == 1
+        time.sleep(1.6)
+        assert retrier.run_once() == {"acme": "drained"}
+        assert outstanding(database) == []
+        with services.archive.transaction("acme", lock=True) as tx:
+            tx.enqueue(card_id_to_uuid(saved.card.id), "upsert", saved.card.revision)
+        assert projector.drain("acme")["indexed"] == 1  # the operator's: no wait
+        assert outstanding(database) == []
+    finally:
+        services.close()
+
+
 def test_two_service_instances_never_drain_one_workspace_at_once(database, tmp_path):
     services = services_for(database, tmp_path)
     try:
@@ -242,20 +270,21 @@ def test_two_service_instances_never_drain_one_workspace_at_once(database, tmp_p
         guard = threading.Lock()
 
         class SlowDrain:  # the real projector, observed: how many drains run at once
-            def drain(self, workspace: str) -> dict:
+            def drain(self, workspace: str, settled: float = 0.0) -> dict:
                 with guard:
                     running[0] += 1
                     most[0] = max(most[0], running[0])
                 time.sleep(0.5)
                 try:
-                    return projector.drain(workspace)
+                    return projector.drain(workspace, settled)
                 finally:
                     with guard:
                         running[0] -= 1
 
         slow = SlowDrain()
-        first = PendingRetrier(services.archive, lambda: [slow], lambda _: slow)  # type: ignore[list-item,arg-type,return-value]
-        second = PendingRetrier(services.archive, lambda: [slow], lambda _: slow)  # type: ignore[list-item,arg-type,return-value]
+        first = PendingRetrier(services.archive, lambda: [slow], lambda _: slow, period=0.2)  # type: ignore[list-item,arg-type,return-value]
+        second = PendingRetrier(services.archive, lambda: [slow], lambda _: slow, period=0.2)  # type: ignore[list-item,arg-type,return-value]
+        time.sleep(0.3)  # the operation has waited a period: theirs to drain
         outcomes: list[dict | None] = []
         barrier = threading.Barrier(2)
 

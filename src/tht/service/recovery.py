@@ -6,6 +6,11 @@ service they would wait for an operator's `tht memory retry`. The service runs a
 workspace's outbox (``projection_ops``) and drains it with ``IndexProjector.drain``
 (the same code as an operator's retry: it reads only current archive state).
 
+- It drains only the operations untouched for at least ``period`` seconds: a save's
+  own index update follows its commit within milliseconds, in the process (or replica)
+  that saved; an operation that young is most likely that update in flight, and
+  draining it too would do its work twice, or race it.
+
 - A workspace whose drain fails waits ``backoff_delay(failures)``: ``base`` seconds,
   doubled per consecutive failure, at most ``cap`` (5, 10, 20, ... 300 s by default);
   a success resets it. Each workspace has its own schedule: a failing one never delays
@@ -164,7 +169,7 @@ class PendingRetrier:
                 if schedule.next_attempt > time.monotonic():
                     continue
             with self.archive.transaction(workspace.id) as tx:
-                if not tx.operation_ids(limit=1):
+                if not tx.operation_ids(limit=1, settled=self.period):
                     schedule.failures, schedule.last_error = 0, None
                     continue
             outcome[workspace.id] = self._drain(workspace.id)
@@ -194,7 +199,7 @@ class PendingRetrier:
                 if not (taken and taken[0]):
                     return "skipped"
                 try:
-                    self.projector_of(workspace).drain(workspace)
+                    self.projector_of(workspace).drain(workspace, settled=self.period)
                 finally:
                     conn.execute(_queries()["drain_unlock"], {"workspace": workspace})
             except ThothError as exc:

@@ -774,8 +774,8 @@ class ArchiveTransaction:
         row = self._row("projections_exist")
         return bool(row and row["present"])
 
-    def operation_ids(self, limit: int) -> list[uuid.UUID]:
-        return [r["card_id"] for r in self._rows("operation_ids", limit=limit)]
+    def operation_ids(self, limit: int, settled: float = 0.0) -> list[uuid.UUID]:
+        return [r["card_id"] for r in self._rows("operation_ids", limit=limit, settled=settled)]
 
     def clear_operation(self, card_uuid: uuid.UUID, revision: int) -> None:
         self.conn.execute(_q("operation_clear"), self._params(id=card_uuid, revision=revision))

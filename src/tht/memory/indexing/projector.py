@@ -88,8 +88,8 @@ class IndexProjector:
     def retry(self, workspace: str, card_id: str) -> IndexOutcome:
         return self.writes.retry(workspace, card_id)
 
-    def drain(self, workspace: str) -> dict[str, Any]:
-        return self.writes.drain(workspace)
+    def drain(self, workspace: str, settled: float = 0.0) -> dict[str, Any]:
+        return self.writes.drain(workspace, settled)
 
     # --- rebuilds, the drift check -------------------------------------------------------
 

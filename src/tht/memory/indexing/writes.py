@@ -267,15 +267,18 @@ class IndexWrites:
             )
         return self.propagate(workspace, card_uuid)
 
-    def drain(self, workspace: str) -> dict[str, Any]:
-        """Retry every pending operation of the workspace, oldest first."""
+    def drain(self, workspace: str, settled: float = 0.0) -> dict[str, Any]:
+        """Retry every pending operation of the workspace, oldest first (with
+        ``settled``, those untouched for that many seconds)."""
         report = SyncReport()
         attempted: set[uuid.UUID] = set()
         while True:
             with self.target.archive.transaction(workspace) as tx:
                 tx.require_workspace()
                 batch = [
-                    i for i in tx.operation_ids(limit=BATCH + len(attempted)) if i not in attempted
+                    i
+                    for i in tx.operation_ids(limit=BATCH + len(attempted), settled=settled)
+                    if i not in attempted
                 ]
             if not batch:
                 break

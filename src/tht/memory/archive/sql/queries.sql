@@ -289,8 +289,10 @@ SELECT card_id, operation, revision
 SELECT EXISTS (SELECT 1 FROM thoth_memory.projections WHERE workspace_id = %(workspace)s) AS present;
 
 -- name: operation_ids
+-- Those left untouched for at least %(settled)s seconds (0: all of them).
 SELECT card_id FROM thoth_memory.projection_ops
  WHERE workspace_id = %(workspace)s
+   AND updated_at <= now() - make_interval(secs => %(settled)s)
  ORDER BY created_at, card_id
  LIMIT %(limit)s;
 
