@@ -289,36 +289,14 @@ def work_http(args: argparse.Namespace) -> dict[str, Any]:
     with service_bench.serving(home) as (url, token):
         pid = json.loads((home.path / "run" / "service.json").read_text())["pid"]
 
-        def client(seed: int, until: float, record: bool) -> None:
-            rng = random.Random(seed)
-            with httpx.Client(
-                base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60
-            ) as session:
-                while time.perf_counter() < until:
-                    started = time.perf_counter()
-                    response = session.post(
-                        "/api/workspaces/bench/memory/search",
-                        json={"question": home.question(rng)},
-                    )
-                    elapsed = time.perf_counter() - started
-                    assert response.status_code == 200, response.text[:300]
-                    if record:
-                        with lock:
-                            times.append(elapsed)
+        def answered(elapsed: float, response: httpx.Response) -> None:
+            assert response.status_code == 200, response.text[:300]
+            with lock:
+                times.append(elapsed)
 
-        cpu = None
-        for record, seconds in ((False, args.warmup), (True, args.seconds)):
-            if record:
-                cpu = _cpu_seconds(pid)
-            deadline = time.perf_counter() + seconds
-            threads = [
-                threading.Thread(target=client, args=(i, deadline, record))
-                for i in range(args.clients)
-            ]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
+        service_bench.recall_clients(url, token, home, args.clients, args.warmup)
+        cpu = _cpu_seconds(pid)
+        service_bench.recall_clients(url, token, home, args.clients, args.seconds, answered)
         after = _cpu_seconds(pid)
         rng = random.Random(99)
         with httpx.Client(

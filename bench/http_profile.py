@@ -28,7 +28,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -144,58 +143,34 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with service_bench.serving(home) as (url, token):
         pid = json.loads((home.path / "run" / "service.json").read_text())["pid"]
 
-        def client(seed: int, until: float, record: bool) -> None:
-            rng = random.Random(seed)
-            with httpx.Client(
-                base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60
-            ) as session:
-                while time.perf_counter() < until:
-                    started = time.perf_counter()
-                    response = session.post(
-                        "/api/workspaces/bench/memory/search",
-                        json={"question": home.question(rng)},
-                    )
-                    elapsed = time.perf_counter() - started
-                    assert response.status_code == 200, response.text[:300]
-                    if record:
-                        with lock:
-                            times.append(elapsed)
+        def answered(elapsed: float, response: httpx.Response) -> None:
+            assert response.status_code == 200, response.text[:300]
+            with lock:
+                times.append(elapsed)
 
         spy = None
-        cpu: dict[str, float] = {}
-        for record, seconds in ((False, args.warmup), (True, args.seconds)):
-            if record:
-                cpu = _cpu_seconds(pid)
-                if not args.cpu_only:
-                    command = [
-                        str(Path(sys.executable).parent / "py-spy"),
-                        "record",
-                        "--pid",
-                        str(pid),
-                        "--duration",
-                        str(int(args.seconds)),
-                        "--rate",
-                        str(args.rate),
-                        "--format",
-                        "raw",
-                        "--output",
-                        str(profile),
-                        "--nonblocking",
-                    ]
-                    if args.gil:
-                        command.append("--gil")
-                    spy = subprocess.Popen(
-                        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-                    )
-            deadline = time.perf_counter() + seconds
-            threads = [
-                threading.Thread(target=client, args=(i, deadline, record))
-                for i in range(args.clients)
+        service_bench.recall_clients(url, token, home, args.clients, args.warmup)
+        cpu: dict[str, float] = _cpu_seconds(pid)
+        if not args.cpu_only:
+            command = [
+                str(Path(sys.executable).parent / "py-spy"),
+                "record",
+                "--pid",
+                str(pid),
+                "--duration",
+                str(int(args.seconds)),
+                "--rate",
+                str(args.rate),
+                "--format",
+                "raw",
+                "--output",
+                str(profile),
+                "--nonblocking",
             ]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
+            if args.gil:
+                command.append("--gil")
+            spy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        service_bench.recall_clients(url, token, home, args.clients, args.seconds, answered)
         after = _cpu_seconds(pid)
         if spy is not None:
             spy.wait(60)

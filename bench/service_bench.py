@@ -28,7 +28,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -353,6 +353,39 @@ def agents(args: argparse.Namespace) -> dict:
         home.close()
 
 
+def recall_clients(
+    url: str,
+    token: str,
+    home: Home,
+    clients: int,
+    seconds: float,
+    answered: Callable[[float, httpx.Response], None] | None = None,
+) -> None:
+    """``clients`` threads posting the agents' recall (a question of ``home``'s bench
+    workspace each time) for ``seconds``; ``answered`` gets each request's wall time and
+    response (None: a warm-up)."""
+    until = time.perf_counter() + seconds
+
+    def client(seed: int) -> None:
+        rng = random.Random(seed)
+        with httpx.Client(
+            base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60
+        ) as session:
+            while time.perf_counter() < until:
+                started = time.perf_counter()
+                response = session.post(
+                    "/api/workspaces/bench/memory/search", json={"question": home.question(rng)}
+                )
+                if answered is not None:
+                    answered(time.perf_counter() - started, response)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 def http_recall(args: argparse.Namespace) -> dict:
     """HTTP recall (the agents' route) from concurrent clients."""
     home = Home("hashing")
@@ -363,35 +396,13 @@ def http_recall(args: argparse.Namespace) -> dict:
         lock = threading.Lock()
         with serving(home) as (url, token):
 
-            def client(seed: int, until: float, record: bool) -> None:
-                rng = random.Random(seed)
-                with httpx.Client(
-                    base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60
-                ) as session:
-                    while time.perf_counter() < until:
-                        started = time.perf_counter()
-                        response = session.post(
-                            "/api/workspaces/bench/memory/search",
-                            json={"question": home.question(rng)},
-                        )
-                        elapsed = time.perf_counter() - started
-                        if record:
-                            with lock:
-                                times.append(elapsed)
-                                statuses[response.status_code] = (
-                                    statuses.get(response.status_code, 0) + 1
-                                )
+            def answered(elapsed: float, response: httpx.Response) -> None:
+                with lock:
+                    times.append(elapsed)
+                    statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
 
-            for record, seconds in ((False, args.warmup), (True, args.seconds)):
-                deadline = time.perf_counter() + seconds
-                threads = [
-                    threading.Thread(target=client, args=(i, deadline, record))
-                    for i in range(args.clients)
-                ]
-                for thread in threads:
-                    thread.start()
-                for thread in threads:
-                    thread.join()
+            recall_clients(url, token, home, args.clients, args.warmup)
+            recall_clients(url, token, home, args.clients, args.seconds, answered)
         return {
             "scenario": "http",
             "cards": args.cards,
