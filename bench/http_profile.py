@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import shutil
 import subprocess
 import sys
@@ -97,20 +96,8 @@ def _home(path: str) -> Any:
 
 
 def prepare(args: argparse.Namespace) -> dict[str, Any]:
-    from bench_common import load_cards
-    from tht.bootstrap import migration_packs
-    from tht.db.embedded import EmbeddedPostgres
-
     home = _home(args.home)
-    code, document, _ = home.tht(
-        "workspace", "create", "bench", "--language", "en", THT_SERVICE="off"
-    )
-    assert code == 0, document
-    home.bind("bench")
-    settings, _ = EmbeddedPostgres(home.path).prepare(migration_packs())
-    load_cards(settings.runtime_conninfo, "bench", args.cards, random.Random(11), home.words)
-    code, document, _ = home.tht("memory", "index", "-c", home.runtime("bench"))
-    assert code == 0, document
+    home.load("bench", args.cards)
     home.stop_service()
     return {"cards": args.cards, "home": args.home}
 
