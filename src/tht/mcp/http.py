@@ -28,6 +28,7 @@ from tht.errors import Forbidden, NotFound, PermissionDenied, ThothError, Unauth
 from tht.mcp.server import build_server
 from tht.mcp.tools import Tool
 from tht.memory.model import WORKSPACE_ID_PATTERN
+from tht.usecases.recall_and_proposals import DwhBinding, token_recall
 
 if TYPE_CHECKING:
     from tht.bootstrap import Services
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 WORKSPACE = re.compile(WORKSPACE_ID_PATTERN)
 _PRINCIPAL = "tht.principal"  # the ASGI scope's keys the tool calls read
 _WORKSPACE = "tht.workspace"
+_BINDING = "tht.binding"
 
 Scope = dict[str, Any]
 
@@ -57,7 +59,7 @@ class McpEndpoint:
             workspace = str(scope.get("path_params", {}).get("workspace", ""))
             if not WORKSPACE.match(workspace):
                 raise NotFound(f"no workspace '{workspace}': the URL is /mcp/<workspace id>")
-            principal = await self._principal(scope)
+            principal, binding = await self._caller(scope, workspace)
             if not (principal.can(RECALL, workspace) or principal.can(PROPOSE, workspace)):
                 if workspace in principal.workspaces:  # a member whose role has neither
                     raise Forbidden(
@@ -68,25 +70,33 @@ class McpEndpoint:
         except ThothError as exc:
             await _error(exc, scope, receive, send)
             return
-        scope[_PRINCIPAL], scope[_WORKSPACE] = principal, workspace
+        scope[_PRINCIPAL], scope[_WORKSPACE], scope[_BINDING] = principal, workspace, binding
         manager = StreamableHTTPSessionManager(app=self.server, stateless=True, json_response=True)
         async with manager.run():
             await manager.handle_request(scope, receive, send)
 
-    async def _principal(self, scope: Scope) -> Principal:
+    async def _caller(self, scope: Scope, workspace: str) -> tuple[Principal, DwhBinding | None]:
+        """The token's principal and, when it may recall in ``workspace``, the
+        workspace's recorded binding, read in one transaction as the agent routes do."""
         scheme, _, token = Headers(scope=scope).get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise Unauthenticated("use 'Authorization: Bearer <token>'")
-        return await anyio.to_thread.run_sync(self.services.accounts.tokens.by_token, token.strip())
+        return await anyio.to_thread.run_sync(token_recall, self.services, token.strip(), workspace)
 
     async def _call(self, tool: Tool, arguments: Any, ctx: Any) -> tuple[bool, dict[str, Any]]:
         scope = ctx.request.scope
-        principal, workspace = scope[_PRINCIPAL], scope[_WORKSPACE]
-        document = await anyio.to_thread.run_sync(self._run, tool, arguments, principal, workspace)
+        document = await anyio.to_thread.run_sync(
+            self._run, tool, arguments, scope[_PRINCIPAL], scope[_WORKSPACE], scope[_BINDING]
+        )
         return True, document
 
     def _run(
-        self, tool: Tool, arguments: Any, principal: Principal, workspace: str
+        self,
+        tool: Tool,
+        arguments: Any,
+        principal: Principal,
+        workspace: str,
+        binding: DwhBinding | None,
     ) -> dict[str, Any]:
         """The tool's command in the service, through the functions the HTTP agent
         routes use (tht.usecases.recall_and_proposals)."""
@@ -106,6 +116,7 @@ class McpEndpoint:
                 error=getattr(arguments, "error", None),
                 explain=arguments.explain_card_id,
                 view=arguments.view or "compact",
+                recorded=binding,
             )
         principal.require(PROPOSE, workspace)  # before the session is looked at
         if word == "propose":
