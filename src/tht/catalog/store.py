@@ -21,11 +21,10 @@ from psycopg.rows import dict_row
 
 from tht.catalog.migrations import PACK
 from tht.catalog.model import Binding, Removals, Tables
-from tht.db.connector import Connections, StoreErrors, translate
+from tht.db.connector import Connections, PooledTransaction, StoreErrors, translate
 from tht.db.migrations import RUNTIME_ROLE, check_schema
 from tht.errors import ArchiveUnavailable, SchemaNotReady, ThothError
 from tht.memory.archive.port import ArchiveTx
-from tht.memory.archive.postgres import ArchiveTransaction
 from tht.sqlfiles import named_queries
 
 
@@ -230,7 +229,7 @@ class CatalogStore:
         """The binding of the workspace ``tx`` is scoped to, read in that archive
         transaction (the same pool, runtime role and workspace context as the Catalog's
         own): a request reads it with its token check, without a transaction of its own."""
-        if not isinstance(tx, ArchiveTransaction) or tx.workspace_id is None:
+        if not isinstance(tx, PooledTransaction) or tx.workspace_id is None:
             raise TypeError(
                 "the binding is read in a PostgreSQL archive transaction of a workspace"
             )

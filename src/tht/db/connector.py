@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import select
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import psycopg
 import psycopg_pool
@@ -54,6 +54,17 @@ class Connections(Protocol):
     archive's database and login needs nothing else of it."""
 
     def connection(self) -> AbstractContextManager[psycopg.Connection]: ...
+
+
+@runtime_checkable
+class PooledTransaction(Protocol):
+    """An open transaction on the archive's pool, scoped to a workspace (or to none):
+    a store sharing the pool reads its own rows in it, in the caller's checkout and
+    round trip, as the Catalog reads a binding with a request's token check."""
+
+    workspace_id: str | None
+
+    def row_of(self, sql_text: str, params: Mapping[str, Any]) -> dict[str, Any] | None: ...
 
 
 @dataclass(frozen=True)
