@@ -217,16 +217,8 @@ class MemoryService:
             revision = tx.insert_card(
                 card_uuid, data, language=language, origin=origin, source=source
             )
-            tx.replace_dependencies(card_uuid, data.dependencies)
-            tx.replace_outgoing_links(card_uuid, links)
-            tx.enqueue(card_uuid, "upsert", revision)
-            saved = tx.card(card_uuid)
-            self._record(tx, idempotency, digest, saved, "upsert")
-            crash_point("save.before_archive_commit")
-            pause_point("save.before_archive_commit")  # a test stops the server here
-        crash_point("save.after_archive_commit")
-        pause_point("save.after_archive_commit")
-        return self._after_commit(workspace, card_uuid, "upsert", saved, idempotency, digest)
+            saved = self._save_relations(tx, card_uuid, revision, data, links, idempotency, digest)
+        return self._after_save(workspace, card_uuid, saved, idempotency, digest)
 
     def update_card(
         self,
@@ -263,16 +255,8 @@ class MemoryService:
                 )
             links = self._checked_links(tx, card_uuid, data)
             revision = tx.update_card(card_uuid, data)
-            tx.replace_dependencies(card_uuid, data.dependencies)
-            tx.replace_outgoing_links(card_uuid, links)
-            tx.enqueue(card_uuid, "upsert", revision)
-            saved = tx.card(card_uuid)
-            self._record(tx, idempotency, digest, saved, "upsert")
-            crash_point("save.before_archive_commit")
-            pause_point("save.before_archive_commit")  # a test stops the server here
-        crash_point("save.after_archive_commit")
-        pause_point("save.after_archive_commit")
-        return self._after_commit(workspace, card_uuid, "upsert", saved, idempotency, digest)
+            saved = self._save_relations(tx, card_uuid, revision, data, links, idempotency, digest)
+        return self._after_save(workspace, card_uuid, saved, idempotency, digest)
 
     def delete_card(
         self,
@@ -370,6 +354,41 @@ class MemoryService:
             idempotency.answer(self.archive, workspace, digest, result.as_json())
         except ThothError as exc:
             log.warning("idempotency key %s keeps its first answer: %s", idempotency.key, exc)
+
+    def _save_relations(
+        self,
+        tx: ArchiveTx,
+        card_uuid: uuid.UUID,
+        revision: int,
+        data: CardInput,
+        links: list[tuple[uuid.UUID, str]],
+        idempotency: IdempotencyKey | None,
+        digest: str,
+    ) -> Card:
+        """The rest of a created or updated card's save, in its transaction: its
+        dependencies and links, its indexing operation and the idempotency record;
+        the card as it will commit."""
+        tx.replace_dependencies(card_uuid, data.dependencies)
+        tx.replace_outgoing_links(card_uuid, links)
+        tx.enqueue(card_uuid, "upsert", revision)
+        saved = tx.card(card_uuid)
+        assert saved is not None  # written in this transaction
+        self._record(tx, idempotency, digest, saved, "upsert")
+        crash_point("save.before_archive_commit")
+        pause_point("save.before_archive_commit")  # a test stops the server here
+        return saved
+
+    def _after_save(
+        self,
+        workspace: str,
+        card_uuid: uuid.UUID,
+        saved: Card,
+        idempotency: IdempotencyKey | None,
+        digest: str,
+    ) -> MutationResult:
+        crash_point("save.after_archive_commit")
+        pause_point("save.after_archive_commit")
+        return self._after_commit(workspace, card_uuid, "upsert", saved, idempotency, digest)
 
     def _after_commit(
         self,
