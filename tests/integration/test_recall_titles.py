@@ -38,17 +38,21 @@ def recalls(archive, tmp_path):
         for title, content in CARDS
     }
 
-    def recall(tuning: RecallTuning) -> list[str]:
-        service = RecallService(archive, index, projector.embedder, projector.format, tuning)
-        results = service.recall("acme", QUESTION, "search", query=RecallQuery(top=5))
+    def service(tuning: RecallTuning) -> RecallService:
+        return RecallService(archive, index, projector.embedder, projector.format, tuning)
+
+    def recall(tuning: RecallTuning, by: RecallService | None = None) -> list[str]:
+        """The titles recall answers, by a new service (or ``by``)."""
+        by = by or service(tuning)
+        results = by.recall("acme", QUESTION, "search", query=RecallQuery(top=5))
         return [r.card.title for r in results]
 
-    yield memory, ids, recall
+    yield memory, ids, recall, service
     index.close()
 
 
 def test_a_named_title_follows_the_first_card(recalls):
-    _, _, recall = recalls
+    _, _, recall, _ = recalls
     without = recall(RecallTuning(titles=False))
     assert without[-1] == "Refund window"  # it shares only its title with the question
     lifted = recall(RecallTuning())
@@ -57,16 +61,29 @@ def test_a_named_title_follows_the_first_card(recalls):
 
 
 def test_the_title_recall_matches_is_the_current_one(recalls):
-    memory, ids, recall = recalls
+    memory, ids, recall, _ = recalls
     content = dict(CARDS)["Refund window"]
     memory.update_card("acme", ids["Refund window"], card(title="Return period", content=content))
     assert recall(RecallTuning())[-1] == "Return period"
 
 
+def test_one_service_analyses_each_title_as_it_now_reads(recalls):
+    # the service keeps each title's analysis: by the title's text, never by the card
+    memory, ids, recall, service = recalls
+    tuning = RecallTuning()
+    kept = service(tuning)
+    assert recall(tuning, kept)[1] == "Refund window"
+    content = dict(CARDS)["Refund window"]
+    memory.update_card("acme", ids["Refund window"], card(title="Return period", content=content))
+    assert recall(tuning, kept)[-1] == "Return period"  # no longer named: not lifted
+    memory.update_card("acme", ids["Refund window"], card(title="Refund window", content=content))
+    assert recall(tuning, kept)[1] == "Refund window"
+
+
 def test_a_title_that_defines_what_it_names_is_named_by_its_head(recalls):
     # the head of the card's own text as its title: the question names "refund
     # window", never the definition that follows the marker
-    memory, ids, recall = recalls
+    memory, ids, recall, _ = recalls
     content = dict(CARDS)["Refund window"]
     long_title = "Refund window refers to thirty days from delivery; later requests"
     memory.update_card("acme", ids["Refund window"], card(title=long_title, content=content))
