@@ -372,6 +372,28 @@ def test_the_log_keeps_its_bound_and_counts_what_it_drops(database, tmp_path, mo
         services.close()
 
 
+def test_the_writer_writes_what_recalls_leave_without_being_asked(database, tmp_path):
+    """Nobody flushes: the writer wakes for a first recall in an empty queue, each time
+    the queue empties (a writer left asleep would keep them until a reader flushed)."""
+    from tests.integration.service_support import wait_for
+
+    services = _services(database, tmp_path)
+
+    def written() -> list[str]:
+        with services.archive.transaction("acme") as tx:
+            return [row["question"] for row in tx.curation.log_entries(10)]
+
+    try:
+        services.workspaces.create("acme", "en")
+        for question in ("first question", "second question"):
+            services.recall_log.record(
+                LoggedRecall("acme", "search", question, None, None, "agent", (), ())
+            )
+            assert wait_for(lambda q=question: q in written(), 20), question
+    finally:
+        services.close()
+
+
 def test_the_log_reads_back_an_exact_error_match_without_a_score(database, tmp_path):
     services = _services(database, tmp_path)
     try:
