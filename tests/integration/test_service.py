@@ -771,6 +771,8 @@ def test_service_status_and_stop_answer_for_the_running_serve(tht, served):
     assert status.code == 0 and status.document["running"] is True
     assert (status.document["pid"], status.document["url"]) == (server.pid, f"{url}/")
     assert status.document["web"] is True and status.document["auto_started"] is False
+    # what it built to start (modules, routes, validators) is out of the collector's reach
+    assert status.document["frozen_objects"] > 10_000
     stopped = tht.run("service", "stop")
     assert stopped.code == 0 and stopped.document == {
         "stopped": True,
@@ -780,6 +782,13 @@ def test_service_status_and_stop_answer_for_the_running_serve(tht, served):
     assert server.wait(30) == 0  # a graceful stop
     assert tht.run("service", "status").document["running"] is False
     assert tht.run("service", "stop").document["stopped"] is False
+
+
+def test_the_auto_started_service_freezes_what_it_built_to_start(tht):
+    assert tht.run("workspace", "create", "acme", "--language", "en").code == 0
+    status = tht.run("service", "status").document
+    assert status["running"] is True and status["auto_started"] is True
+    assert status["frozen_objects"] > 10_000
 
 
 def test_a_taken_port_is_named_and_the_running_service_keeps_running(tht, served):

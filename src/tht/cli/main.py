@@ -547,8 +547,9 @@ def db_stop() -> int:
 def service_status() -> int:
     """Whether a service runs for THT_HOME, and which: its pid, the URL of its pages
     (`tht serve`), whether a command auto-started it (it then exits after
-    `idle_timeout` idle seconds), its socket and the commands running in it
-    (`active`). Exit 0 either way (`running`: false when none runs); it never starts
+    `idle_timeout` idle seconds), its socket, the commands running in it
+    (`active`) and the objects it froze once started, out of the cyclic garbage
+    collector's reach (`frozen_objects`). Exit 0 either way (`running`: false when none runs); it never starts
     one."""
     from tht.service import paths
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import gc
 import json
 import logging
 import os
@@ -273,6 +274,7 @@ class Service:
             "idle_timeout": self.idle_timeout,
             "socket": paths.socket_path(self.home),
             "active": self._active,
+            "frozen_objects": gc.get_freeze_count(),  # settle_heap's
         }
 
     def request_stop(self) -> None:
@@ -737,6 +739,18 @@ def restore(home: Path, replaced: dict[str, Any] | None) -> dict[str, Any] | Non
 # --- `python -m tht.service`: the headless service ------------------------------------------
 
 
+def settle_heap() -> None:
+    """Move what the service built to start (modules, the app's routes and their
+    validators, the engines) out of the cyclic garbage collector's reach. A service
+    under load allocates steadily, so a full collection comes every second or two;
+    under eight HTTP recall clients each one walked those 110 000-125 000 objects for
+    45-100 ms while every request waited: the latency's tail. Frozen, they are never
+    walked again (they live as long as the process anyway); what requests allocate
+    is collected as before."""
+    gc.collect()
+    gc.freeze()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tht.service",
@@ -790,6 +804,7 @@ def run_headless(
     try:
         service.start()
         started = True
+        settle_heap()
         if announce is not None:
             announce(service.status())
         service.stopped.wait()

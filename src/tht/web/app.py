@@ -21,6 +21,7 @@ import fastapi_offline
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
+from starlette.routing import NoMatchFound
 
 from tht.bootstrap import Services
 from tht.memory.model import MAX_DOCUMENT_BYTES
@@ -47,6 +48,7 @@ HERE = Path(__file__).parent
 OPENAPI_URL = "/api/openapi.json"
 API_DOCS_ASSETS = "/api/docs/assets"
 SWAGGER_UI = Path(fastapi_offline.__file__).parent / "static"
+UNNAMED_ROUTE = "\x00 no route"  # a route name no route bears (build_routes)
 
 
 def create_app(
@@ -100,3 +102,14 @@ def create_app(
     app.router.routes.append(mcp_route(services, settings.public_origins))
     app.include_router(health_router(health or services_health(services), auth, settings))
     return app
+
+
+def build_routes(app: FastAPI) -> None:
+    """Build every route's request and response validators now. FastAPI builds a
+    route's on the first request that walks past it; a service builds them before it
+    serves, so they are among what it freezes (tht.service.server.settle_heap) instead
+    of objects every full collection walks again."""
+    try:
+        app.url_path_for(UNNAMED_ROUTE)  # no route bears it: the search visits them all
+    except NoMatchFound:
+        pass

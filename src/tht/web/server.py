@@ -81,7 +81,7 @@ def run_server(
     (``take_over``): the configuration, the port (bound here, then handed to uvicorn,
     so no other program can take it meanwhile) and the archive. A start that fails
     after that starts an auto-started service again (``restore``)."""
-    from tht.service.server import Service, restore, run_headless, take_over
+    from tht.service.server import Service, restore, run_headless, settle_heap, take_over
 
     home = default_home()
     installation = load_installation(config)
@@ -148,6 +148,7 @@ def run_server(
             )
         )
         service.on_stop = lambda: setattr(server, "should_exit", True)
+        settle_heap()
         server.run(sockets=[listener])
     except _Terminated:
         pass  # stopped by the system: as graceful as any other stop, exit 0
@@ -202,14 +203,16 @@ def _web_app(
 ) -> FastAPI:
     """The pages and the API over the service's engines, with its command runner
     (`POST /api/cli`) and its health report."""
-    from tht.web.app import WebSettings, create_app
+    from tht.web.app import WebSettings, build_routes, create_app
 
     settings = WebSettings(
         secure=secure, body_timeout=limits.body_timeout, public_origins=public_origins
     )
-    return create_app(
+    app = create_app(
         services, settings, run_command=service.run_command, health=service.health_check
     )
+    build_routes(app)
+    return app
 
 
 class _Terminated(BaseException):
