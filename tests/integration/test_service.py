@@ -21,6 +21,7 @@ from tests.embedding_server import EmbeddingServer
 from tests.factories import card_document
 from tests.integration.service_support import Installation, alive, installation, wait_for
 from tht.service.paths import PROTOCOL
+from tht.service.server import YOUNG_OBJECTS
 
 MISSING = "mem-00000000-0000-4000-8000-000000000000"
 
@@ -772,7 +773,8 @@ def test_service_status_and_stop_answer_for_the_running_serve(tht, served):
     assert (status.document["pid"], status.document["url"]) == (server.pid, f"{url}/")
     assert status.document["web"] is True and status.document["auto_started"] is False
     # what it built to start (modules, routes, validators) is out of the collector's reach
-    assert status.document["frozen_objects"] > 10_000
+    assert status.document["collector"]["frozen_objects"] > 10_000
+    assert status.document["collector"]["thresholds"][0] == YOUNG_OBJECTS
     stopped = tht.run("service", "stop")
     assert stopped.code == 0 and stopped.document == {
         "stopped": True,
@@ -788,7 +790,8 @@ def test_the_auto_started_service_freezes_what_it_built_to_start(tht):
     assert tht.run("workspace", "create", "acme", "--language", "en").code == 0
     status = tht.run("service", "status").document
     assert status["running"] is True and status["auto_started"] is True
-    assert status["frozen_objects"] > 10_000
+    assert status["collector"]["frozen_objects"] > 10_000
+    assert status["collector"]["thresholds"][0] == YOUNG_OBJECTS
 
 
 def test_a_taken_port_is_named_and_the_running_service_keeps_running(tht, served):

@@ -548,8 +548,8 @@ def service_status() -> int:
     """Whether a service runs for THT_HOME, and which: its pid, the URL of its pages
     (`tht serve`), whether a command auto-started it (it then exits after
     `idle_timeout` idle seconds), its socket, the commands running in it
-    (`active`) and the objects it froze once started, out of the cyclic garbage
-    collector's reach (`frozen_objects`). Exit 0 either way (`running`: false when none runs); it never starts
+    (`active`), and its garbage collector: the objects it froze once started, out of
+    the cyclic collector's reach, and its thresholds (`collector`). Exit 0 either way (`running`: false when none runs); it never starts
     one."""
     from tht.service import paths
 
