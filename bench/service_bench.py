@@ -34,8 +34,7 @@ from pathlib import Path
 
 import httpx
 
-from bench_common import load_cards, ms, vocabulary
-from tht.bootstrap import migration_packs
+from bench_common import load_cards, ms, prepared_home, vocabulary
 from tht.db.embedded import EmbeddedPostgres
 
 THT = [sys.executable, "-m", "tht"]  # what the `tht` script runs
@@ -110,8 +109,7 @@ class Home:
         assert code == 0, document
         self.bind(workspace)
         if cards:
-            settings, _ = EmbeddedPostgres(self.path).prepare(migration_packs())
-            load_cards(settings.runtime_conninfo, workspace, cards, random.Random(seed), self.words)
+            load_cards(prepared_home(self.path), workspace, cards, random.Random(seed), self.words)
         config = self.runtime(workspace)
         started = time.perf_counter()
         code, document, _ = self.tht("memory", "index", "-c", config)
