@@ -28,9 +28,10 @@ log = logging.getLogger("tht")
 
 
 class CommandInput(BaseModel):
-    """A command's arguments: exactly the fields of its input model."""
+    """A command's arguments: exactly the fields of its input model (its validation
+    built when the command first runs, not when its module is imported with others)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 def resolve(path: str) -> Any:

@@ -193,7 +193,14 @@ def _card_id(value: Any) -> Any:
 CardId = Annotated[str, BeforeValidator(_card_id)]
 
 
-class _Strict(BaseModel):
+class _Model(BaseModel):
+    """Validation built at first use, not at import: a command uses few of the models
+    it imports (a recall in its own process two of these fourteen)."""
+
+    model_config = ConfigDict(defer_build=True)
+
+
+class _Strict(_Model):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
 
@@ -354,12 +361,12 @@ def _normalized_id(value: Any) -> Any:
         return value
 
 
-class Source(BaseModel):
+class Source(_Model):
     session: str | None = None
     decisions: list[str] = Field(default_factory=list)
 
 
-class ImportRef(BaseModel):
+class ImportRef(_Model):
     """The import that wrote a card (``tht memory imports``): its file, format, time
     and who ran it. ``action``: it created the card, or replaced one that was there. A
     card an import wrote was not reviewed in this installation, whatever ``origin`` and
@@ -373,19 +380,19 @@ class ImportRef(BaseModel):
     action: Literal["create", "update"]
 
 
-class Link(BaseModel):
+class Link(_Model):
     target: str
     meaning: str
     target_title: str
 
 
-class IncomingLink(BaseModel):
+class IncomingLink(_Model):
     source: str
     meaning: str
     source_title: str
 
 
-class CardIndex(BaseModel):
+class CardIndex(_Model):
     """What the search index holds for a card, as `show` reports it: the revision last
     projected (None: never), whether that projection is the one recall uses, and how
     much of the indexed text went into it. BM25 indexes all ``indexed_chars``; the
@@ -398,7 +405,7 @@ class CardIndex(BaseModel):
     embedded_chars: int | None
 
 
-class Card(BaseModel):
+class Card(_Model):
     """A card as stored in PostgreSQL: the only version ever returned to a caller."""
 
     model_config = ConfigDict(populate_by_name=True)
@@ -432,7 +439,7 @@ class Card(BaseModel):
         return data
 
 
-class CardSummary(BaseModel):
+class CardSummary(_Model):
     """A list row: enough to choose a card, without its long texts."""
 
     id: str
@@ -519,7 +526,7 @@ def parse_list_query(document: Any) -> ListQuery:
         raise InvalidInput(describe_validation_error(exc), details=validation_details(exc)) from exc
 
 
-class PendingOperation(BaseModel):
+class PendingOperation(_Model):
     card_id: str
     operation: Literal["upsert", "delete"]
     revision: int
@@ -537,7 +544,7 @@ class PendingOperation(BaseModel):
 DEFAULT_PROFILE = "default"
 
 
-class Workspace(BaseModel):
+class Workspace(_Model):
     id: str
     name: str
     language: Literal["en", "it"]
