@@ -160,14 +160,23 @@ class RecallLog:
     """``whole_frequencies``: the writer reads the workspace's whole term table and keeps
     it ``IDF_SECONDS`` (a long-lived process: one read serves many batches); without
     it, each write reads the counts of its questions' terms only (a command in its own
-    process writes one batch: the whole table would cost it more than the recall)."""
+    process writes one batch: the whole table would cost it more than the recall).
+    ``gather`` False: the writer writes what it finds at once instead of waiting for a
+    batch (a command in its own process records one recall, and its write then overlaps
+    the answer's output and the closing of the index)."""
 
     def __init__(
-        self, archive: Archive, settings: RecallLogSettings, *, whole_frequencies: bool = True
+        self,
+        archive: Archive,
+        settings: RecallLogSettings,
+        *,
+        whole_frequencies: bool = True,
+        gather: bool = True,
     ) -> None:
         self.archive = archive
         self.settings = settings
         self.whole_frequencies = whole_frequencies
+        self.gather = gather
         self._queue: deque[LoggedRecall | ProposedAfter] = deque()
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -256,11 +265,11 @@ class RecallLog:
                 self._cond.wait_for(lambda: self._queue or self._stopping)
                 if not self._queue and self._stopping:
                     return
-                # gather for a moment: one transaction for many recalls
-                self._cond.wait_for(
-                    lambda: len(self._queue) >= BATCH or self._flushing or self._stopping,
-                    FLUSH_SECONDS,
-                )
+                if self.gather:  # for a moment: one transaction for many recalls
+                    self._cond.wait_for(
+                        lambda: len(self._queue) >= BATCH or self._flushing or self._stopping,
+                        FLUSH_SECONDS,
+                    )
                 batch = [self._queue.popleft() for _ in range(min(BATCH, len(self._queue)))]
             try:
                 self._write(batch)
