@@ -38,8 +38,10 @@ def _recall(
     from tht.usecases.recall_and_proposals import DwhBinding, recall_binding, recall_command
 
     query = parse_recall_query(json_argument(args.filters, "--filters"))
-    services, runtime = ctx.services, ctx.runtime
+    runtime = ctx.runtime
     assert runtime is not None
+    ctx.will_search(runtime.workspace)
+    services = ctx.services
     return recall_command(
         services,
         runtime.workspace,
