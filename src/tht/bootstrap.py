@@ -243,34 +243,20 @@ class Engines:
         max_connections: int = 4,
         holder: str = "command",
         one_command: bool = False,
-        search_ahead: str | None = None,
     ) -> None:
         self.env = env
         self.installation = installation if installation is not None else load_installation(env=env)
         self.holder = holder  # what holds an embedded index: "service" keeps it till it stops
-        # index adapters built before the archive opened, by profile (``search_ahead``)
-        self._indexes: dict[str, SearchIndex] = {}
-        if search_ahead is not None:
-            self._open_ahead(search_ahead)
-        try:
-            self.archive = PostgresArchive(
-                _runtime_conninfo(resolve_database(env)), max_connections=max_connections
-            ).open()
-        except BaseException:
-            for index in self._indexes.values():
-                index.close()
-            raise
+        self.archive = PostgresArchive(
+            _runtime_conninfo(resolve_database(env)), max_connections=max_connections
+        ).open()
         self._projections: dict[str, tuple[IndexProjector, RecallService]] = {}
         self._profiles: dict[str, tuple[float, str]] = {}  # workspace -> (read at, profile)
         self._lock = threading.Lock()
         # one per process: its writer thread batches every command's recalls (engines
-        # built for one command write it once, at once: no term table kept for later
-        # batches, no wait for a batch)
+        # built for one command write it once: no term table kept for later batches)
         self.recall_log = RecallLog(
-            self.archive,
-            self.installation.recall_log,
-            whole_frequencies=not one_command,
-            gather=not one_command,
+            self.archive, self.installation.recall_log, whole_frequencies=not one_command
         )
 
     def projection(self, profile: str) -> tuple[IndexProjector, RecallService]:
@@ -278,7 +264,12 @@ class Engines:
         settings = self.installation.profile(profile)
         with self._lock:
             if profile not in self._projections:
-                index = self._indexes.pop(profile, None) or self._index(profile)
+                index = build_index(
+                    self.installation.index,
+                    self.installation.index.collection_of(profile),
+                    self.env,
+                    holder=self.holder,
+                )
                 # an agent's recalls of one question embed it once
                 embedder = CachedQueryEmbedder(build_embedder(settings))
                 projector = IndexProjector(
@@ -293,26 +284,6 @@ class Engines:
                     RecallService(self.archive, index, embedder, projector.format),
                 )
             return self._projections[profile]
-
-    def _index(self, profile: str) -> SearchIndex:
-        return build_index(
-            self.installation.index,
-            self.installation.index.collection_of(profile),
-            self.env,
-            holder=self.holder,
-        )
-
-    def _open_ahead(self, workspace: str) -> None:
-        """The workspace's index storage starts opening on a thread where the engine
-        can (``OpeningAhead``), while this process opens the archive. Only with one
-        embedder profile: the workspace's own is read from the archive, later."""
-        if len(self.installation.embedders) != 1:
-            return
-        (profile,) = self.installation.embedders
-        index = self._indexes[profile] = self._index(profile)
-        opening = index.capabilities().opening
-        if opening is not None:
-            opening.open_ahead(workspace)
 
     def profile_of(self, workspace: str) -> str:
         """The embedder profile the workspace records (a missing workspace: NotFound)."""
@@ -399,30 +370,20 @@ class Engines:
     def close(self) -> None:
         with self._lock:
             built, self._projections = list(self._projections.values()), {}
-            unused, self._indexes = list(self._indexes.values()), {}
         try:
-            try:
-                # first: the embedded index's shards flush while the recall log's writer
-                # writes (both let go of the interpreter lock)
-                for index in [*(projector.index for projector, _ in built), *unused]:
-                    index.close()
-            finally:
-                self.recall_log.close()  # what is queued is written while the archive is open
+            self.recall_log.close()  # what is queued is written while the archive is open
+            for projector, _ in built:
+                projector.index.close()
         finally:
             self.archive.close()
 
 
 def build_services(
-    env: Mapping[str, str] | None = None,
-    *,
-    installation: Installation | None = None,
-    search_ahead: str | None = None,
+    env: Mapping[str, str] | None = None, *, installation: Installation | None = None
 ) -> Services:
     """Engines of their own with their services, closed together (a command in its own
-    process, a test): the installation's configuration, or ``installation``.
-    ``search_ahead``: a workspace the command will search, whose index starts opening
-    while the archive opens."""
-    engines = Engines(env, installation=installation, one_command=True, search_ahead=search_ahead)
+    process, a test): the installation's configuration, or ``installation``."""
+    engines = Engines(env, installation=installation, one_command=True)
     try:
         services = engines.services()
     except BaseException:

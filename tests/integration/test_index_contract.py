@@ -667,41 +667,6 @@ def test_a_collection_the_service_holds_is_refused_at_once(tmp_path: Path) -> No
     assert _result(_open_in_another_process(tmp_path, 20))["count"] == 0
 
 
-def test_a_shard_loaded_ahead_serves_the_search_and_is_closed_with_the_index(
-    tmp_path: Path,
-) -> None:
-    writer = EdgeIndex(tmp_path)
-    writer.ensure_collection(DIMENSION)
-    writer.upsert([point(facts(), "loaded ahead")])
-    writer.close()
-
-    index = EdgeIndex(tmp_path, open_timeout=0.3)
-    index.open_ahead("w1")
-    assert index.count("w1") == 1  # the thread's shard: it waited for the load, not a second one
-    index.close()
-    assert _result(_open_in_another_process(tmp_path, 20))["count"] == 1  # lock released
-
-    unused = EdgeIndex(tmp_path, open_timeout=0.3)
-    unused.open_ahead("w1")
-    unused.close()  # never searched: the loading thread's shard is closed all the same
-    assert _result(_open_in_another_process(tmp_path, 20))["count"] == 1
-
-
-def test_loading_ahead_a_collection_another_holds_leaves_the_wait_to_the_search(
-    tmp_path: Path,
-) -> None:
-    holder = EdgeIndex(tmp_path, holder="service")
-    holder.ensure_collection(DIMENSION)
-    index = EdgeIndex(tmp_path, open_timeout=0.3)
-    index.open_ahead("w1")  # does not wait, does not raise
-    with pytest.raises(IndexBusy):  # the search's own refusal, as without loading ahead
-        index.count("w1")
-    holder.close()
-    index.open_ahead("w1")  # once: the search opens it itself now
-    assert index.count("w1") == 0
-    index.close()
-
-
 # -- the embedded engine's layout: one shard per workspace ---------------------------
 
 

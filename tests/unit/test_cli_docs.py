@@ -27,9 +27,8 @@ def test_the_reference_names_every_command():
 
 
 def test_a_groups_own_parser_prints_the_help_of_the_whole_tree(capsys):
-    """`tht memory search …` is parsed by a memory group holding that command alone,
-    `tht memory …` by the memory group's parser (both built faster than the tree): every
-    command's help, and every group's, reads as the reference's whole tree prints it."""
+    """`tht memory …` is parsed by the memory group's parser alone (built faster): its
+    help, and every other group's, reads as the reference's whole tree prints it."""
     import typer.main
 
     from tests.unit.test_service_commands import _commands

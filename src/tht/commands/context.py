@@ -46,12 +46,11 @@ def write_stderr(text: str) -> None:
 
 
 @contextmanager
-def built_services(search_ahead: str | None = None) -> Iterator[Services]:
-    """Engines of this command's own, closed after it (``search_ahead``: see
-    ``CommandContext.will_search``)."""
+def built_services() -> Iterator[Services]:
+    """Engines of this command's own, closed after it."""
     from tht.bootstrap import build_services
 
-    services = build_services(search_ahead=search_ahead)
+    services = build_services()
     try:
         yield services
     finally:
@@ -76,7 +75,6 @@ class CommandContext:
     runtime: RuntimeConfig | None = None
     _stack: ExitStack = field(default_factory=ExitStack, repr=False)
     _services: Services | None = field(default=None, repr=False)
-    _search_ahead: str | None = field(default=None, repr=False)
 
     @classmethod
     def serving(cls, services: Services, principal: Principal | None) -> CommandContext:
@@ -93,15 +91,8 @@ class CommandContext:
         """The application services, opened on first use and closed when the command
         ends (a command that fails before it needs them opens nothing)."""
         if self._services is None:
-            engines = self.engines or (lambda: built_services(self._search_ahead))
-            self._services = self._stack.enter_context(engines())
+            self._services = self._stack.enter_context((self.engines or built_services)())
         return self._services
-
-    def will_search(self, workspace: str) -> None:
-        """Say, before the first use of ``services``, that the command searches the
-        workspace's index: engines built for this command alone start opening it while
-        they open the archive (the service's warm engines have it open already)."""
-        self._search_ahead = workspace
 
     def close(self) -> None:
         self._services = None

@@ -38,10 +38,8 @@ def _recall(
     from tht.usecases.recall_and_proposals import DwhBinding, recall_binding, recall_command
 
     query = parse_recall_query(json_argument(args.filters, "--filters"))
-    runtime = ctx.runtime
+    services, runtime = ctx.services, ctx.runtime
     assert runtime is not None
-    ctx.will_search(runtime.workspace)
-    services = ctx.services
     return recall_command(
         services,
         runtime.workspace,

@@ -153,7 +153,6 @@ class EdgeIndex:
         # one write at a time into a workspace's generations: a save's writes to the
         # serving and the new generation, or a compaction's copy of the serving files
         self._writes = threading.Lock()
-        self._ahead: threading.Thread | None = None  # open_ahead's loading thread
 
     @contextmanager
     def session(self) -> Iterator[EdgeIndex]:
@@ -197,28 +196,6 @@ class EdgeIndex:
                 raise
             self._shards[workspace] = shard
             return shard
-
-    def open_ahead(self, workspace: str) -> None:
-        """Load the workspace's shard on a thread (``OpeningAhead``): the engine's load
-        (about 85 ms at 10 000 cards) lets go of the interpreter lock, so a command in
-        its own process opens the archive meanwhile; its search then waits for the
-        lock the thread holds while it loads. Only when the collection is free at
-        once: a held one is left to the command's own bounded wait."""
-        with self._lock:
-            if self._ahead is None:
-                self._ahead = threading.Thread(
-                    target=self._load_ahead, args=(workspace,), name="tht-index-ahead", daemon=True
-                )
-                self._ahead.start()
-
-    def _load_ahead(self, workspace: str) -> None:
-        try:
-            with self._lock:
-                if self._hold(wait=False) and self.collection_exists():
-                    with self.session():
-                        self.shard(workspace)
-        except Exception as exc:  # met again, and reported, by the command's own use
-            log.debug("loading the shard of %s ahead failed: %s", workspace, exc)
 
     def workspace_path(self, workspace: str) -> Path:
         """The folder of the workspace's shard generation that serves recall."""
@@ -439,16 +416,12 @@ class EdgeIndex:
             self._release()
 
     def close(self) -> None:
-        ahead = self._ahead
-        if ahead is not None:  # a shard it loads is closed below, not left open
-            ahead.join()
         with self._lock:
             self._release()
 
     def capabilities(self) -> Capabilities:
-        """Generations, its own point form, compactions (it indexes nothing on its own)
-        and loading a shard ahead."""
-        return Capabilities(generations=self, encoding=self, compaction=self, opening=self)
+        """Generations, its own point form, and compactions (it indexes nothing on its own)."""
+        return Capabilities(generations=self, encoding=self, compaction=self)
 
     # -- points -------------------------------------------------------------------
 
@@ -727,11 +700,10 @@ class EdgeIndex:
             details={"path": str(self.collection_path)},
         )
 
-    def _hold(self, *, wait: bool = True) -> bool:
-        """Take the collection's lock file, waiting at most ``open_timeout`` (or, not
-        ``wait``, False at once when another process holds it)."""
+    def _hold(self) -> None:
+        """Take the collection's lock file, waiting at most ``open_timeout``."""
         if self._held is not None:
-            return True
+            return
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         if self.root.stat().st_mode & 0o077:  # an index written before it was kept private
             # the folder itself and what is ours in it: a configured path may hold more
@@ -747,9 +719,6 @@ class EdgeIndex:
                 fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                if not wait:
-                    held.close()
-                    return False
                 if time.monotonic() >= deadline or _holder(self._pid_file)[1] == SERVICE:
                     held.close()
                     raise self._busy() from None
@@ -758,7 +727,6 @@ class EdgeIndex:
         self._pid_file.write_text(f"{os.getpid()} {self.holder}")
         for own in (self._lock_path, self._pid_file):
             _restrict(own)
-        return True
 
     def _busy(self) -> IndexBusy:
         pid, holder = _holder(self._pid_file)

@@ -214,17 +214,6 @@ class Compacting(Protocol):
         ...
 
 
-class OpeningAhead(Protocol):
-    """An engine whose opening of a workspace's storage takes a while and can run on a
-    thread of its own (Qdrant Edge: loading a shard lets go of the interpreter lock)."""
-
-    def open_ahead(self, workspace: str) -> None:
-        """Start opening the workspace's storage on a thread, for a command in its own
-        process that will search it (it then waits for it, not for a load of its own).
-        Never raises: what fails is met again by the command's own use."""
-        ...
-
-
 class SchemaChecked(Protocol):
     """An engine that keeps tables in PostgreSQL, under migrations of its own."""
 
@@ -244,7 +233,6 @@ class Capabilities:
     encoding: PointEncoding | None = None
     compaction: Compacting | None = None
     schema: SchemaChecked | None = None
-    opening: OpeningAhead | None = None
     vector_kinds: tuple[str, ...] = ("text",)
 
 
