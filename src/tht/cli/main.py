@@ -550,8 +550,8 @@ def service_status() -> int:
     (`tht serve`), whether a command auto-started it (it then exits after
     `idle_timeout` idle seconds), its socket, the commands running in it
     (`active`), and its garbage collector: the objects it froze once started, out of
-    the cyclic collector's reach, and its thresholds (`collector`). Exit 0 either way (`running`: false when none runs); it never starts
-    one."""
+    the cyclic collector's reach, and its thresholds (`collector`). Exit 0 either way
+    (`running`: false when none runs); it never starts one."""
     from tht.service import paths
 
     home = paths.default_home(os.environ)

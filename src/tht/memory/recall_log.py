@@ -4,8 +4,8 @@ request's path, bounded per workspace, read by administrators only.
 A recall hands its question, command, principal, session and the cards it returned
 to ``RecallLog.record``, which only appends to a queue (microseconds: the recall's
 whole cost). A writer thread of this process takes the queue every half second (or
-at once when ``flush`` asks, or in a command's own process): per workspace, one transaction with one multi-row
-insert, committed without waiting for the disk (``synchronous_commit = off``: a
+at once when ``flush`` asks, or in a command's own process): per workspace, one
+transaction with one multi-row insert, committed without waiting for the disk (``synchronous_commit = off``: a
 crash may lose the last half second of the log, never the archive's data). It also
 computes, off the request's path, the question's BM25 terms (the workspace's
 analyzer: what groups similar questions) and the share of them the first result's
