@@ -28,7 +28,7 @@ from tht.errors import Forbidden, NotFound, PermissionDenied, ThothError, Unauth
 from tht.mcp.server import build_server
 from tht.mcp.tools import Tool
 from tht.memory.model import WORKSPACE_ID_PATTERN
-from tht.usecases.recall_and_proposals import DwhBinding, token_recall
+from tht.usecases import recall_and_proposals as agent
 
 if TYPE_CHECKING:
     from tht.bootstrap import Services
@@ -75,13 +75,17 @@ class McpEndpoint:
         async with manager.run():
             await manager.handle_request(scope, receive, send)
 
-    async def _caller(self, scope: Scope, workspace: str) -> tuple[Principal, DwhBinding | None]:
+    async def _caller(
+        self, scope: Scope, workspace: str
+    ) -> tuple[Principal, agent.DwhBinding | None]:
         """The token's principal and, when it may recall in ``workspace``, the
         workspace's recorded binding, read in one transaction as the agent routes do."""
         scheme, _, token = Headers(scope=scope).get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise Unauthenticated("use 'Authorization: Bearer <token>'")
-        return await anyio.to_thread.run_sync(token_recall, self.services, token.strip(), workspace)
+        return await anyio.to_thread.run_sync(
+            agent.token_recall, self.services, token.strip(), workspace
+        )
 
     async def _call(self, tool: Tool, arguments: Any, ctx: Any) -> tuple[bool, dict[str, Any]]:
         scope = ctx.request.scope
@@ -96,12 +100,10 @@ class McpEndpoint:
         arguments: Any,
         principal: Principal,
         workspace: str,
-        binding: DwhBinding | None,
+        binding: agent.DwhBinding | None,
     ) -> dict[str, Any]:
         """The tool's command in the service, through the functions the HTTP agent
         routes use (tht.usecases.recall_and_proposals)."""
-        from tht.usecases import recall_and_proposals as agent
-
         services = self.services
         word = tool.command.rpartition(".")[2]  # memory.search: search
         if word in agent.RECALL_KINDS:
