@@ -269,6 +269,50 @@ def test_a_recall_in_its_own_process_imports_only_what_recall_uses(tht):
     assert done.stderr.strip().splitlines()[-1] == "[]"
 
 
+def test_a_command_run_as_the_program_collects_little_while_it_starts(tht):
+    """Run as the program (``main()`` reading ``sys.argv``), a command lets the young
+    generation grow while it imports and builds its engines, then freezes what it built
+    and restores the collector's threshold: a recall in its own process sets off a few
+    collections instead of about a hundred. Called in a process (``main(argv)``), it
+    leaves the collector alone."""
+    assert tht.run("workspace", "create", "acme", "--language", "en", THT_SERVICE="off").code == 0
+    _card(tht, tht.runtime("acme"), title="Shipped orders")
+    tht.stop()  # the embedded index admits one process
+    probe = (
+        "import gc, sys\n"
+        "collections = []\n"
+        "gc.callbacks.append(lambda phase, info: phase == 'stop' and collections.append(1))\n"
+        "from tht.cli.main import main\n"
+        "arguments = ['memory', 'search', 'shipped orders', '-c', 'acme.yaml']\n"
+        "if sys.argv[1] == 'program':\n"
+        "    sys.argv[1:] = arguments\n"
+        "    collections.clear()\n"
+        "    code = main()\n"
+        "else:\n"
+        "    collections.clear()\n"
+        "    code = main(arguments)\n"
+        "print(len(collections), gc.get_freeze_count(), gc.get_threshold()[0], file=sys.stderr)\n"
+        "raise SystemExit(code)"
+    )
+    seen = {}
+    for how in ("program", "called"):
+        done = subprocess.run(
+            [sys.executable, "-c", probe, how],
+            env={**tht.env, "THT_SERVICE": "off"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tht.home,
+        )
+        assert done.returncode == 0, done
+        assert json.loads(done.stdout)["results"][0]["title"] == "Shipped orders"
+        seen[how] = [int(n) for n in done.stderr.strip().splitlines()[-1].split()]
+    collections, frozen, threshold = seen["program"]
+    assert collections < 20 and frozen > 10_000 and threshold == 700, seen
+    collections, frozen, threshold = seen["called"]
+    assert collections > 40 and frozen == 0 and threshold == 700, seen
+
+
 def slow_embeddings() -> EmbeddingServer:
     """An OpenAI-compatible embedding server that takes 2 s a batch (8 dimensions)."""
     one_hot = json.dumps([1.0] + [0.0] * 7)

@@ -75,6 +75,7 @@ ADAPTERS = (
     "tht.catalog.migrations",
 )
 SHARED = (
+    "tht.collector",
     "tht.errors",
     "tht.validation",
     "tht.faults",

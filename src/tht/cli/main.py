@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import typer
 from typer._click import exceptions as click_exceptions  # Typer vendors click
 
-from tht import __version__
+from tht import __version__, collector
 from tht.cli._common import (
     TOKEN,
     ConfigOption,
@@ -664,6 +664,8 @@ def main(argv: list[str] | None = None, *, token: str | None = None) -> int:
     """The ``tht`` command: parse the command line, then run the command where it runs
     (``submit``). ``token`` names its principal (None: ``--token-file``,
     ``THT_TOKEN_FILE`` or ``THT_TOKEN``, and without any the operator)."""
+    if argv is None:  # run as the program (`tht`, `python -m tht`), not called in a process
+        collector.hold_during_start()
     try:
         return _main(sys.argv[1:] if argv is None else list(argv), token)
     except BrokenPipeError:

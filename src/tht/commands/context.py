@@ -22,6 +22,7 @@ from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
+from tht import collector
 from tht.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -92,6 +93,7 @@ class CommandContext:
         ends (a command that fails before it needs them opens nothing)."""
         if self._services is None:
             self._services = self._stack.enter_context((self.engines or built_services)())
+            collector.started()  # a command run as a program: its start ends here
         return self._services
 
     def close(self) -> None:
