@@ -242,7 +242,15 @@ def face_cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
 # The packages of tht (a top-level module counts as a package), lowest first. A package
 # imports only packages of lower tiers; the packages of one tier import none of each other.
 PACKAGE_TIERS: tuple[tuple[str, ...], ...] = (
-    ("tht.errors", "tht.lazy", "tht.faults", "tht.sqlfiles", "tht.backoff", "tht.home"),
+    (
+        "tht.errors",
+        "tht.collector",
+        "tht.lazy",
+        "tht.faults",
+        "tht.sqlfiles",
+        "tht.backoff",
+        "tht.home",
+    ),
     ("tht.validation", "tht", "tht.audit"),
     ("tht.db",),  # the database: connections, the migration runner, the embedded server
     ("tht.memory",),  # cards, the archive, the index, recall, transfer, the memory packs
