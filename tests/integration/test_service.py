@@ -815,6 +815,7 @@ def test_a_second_serve_on_the_same_home_is_refused(tht, served):
 
 def test_service_status_and_stop_answer_for_the_running_serve(tht, served):
     server, _ready, url = served
+    assert tht.run("workspace", "list").code == 0  # a command run in it keeps its collector
     status = tht.run("service", "status")
     assert status.code == 0 and status.document["running"] is True
     assert (status.document["pid"], status.document["url"]) == (server.pid, f"{url}/")

@@ -40,7 +40,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from tht import __version__
+from tht import __version__, collector
 from tht.commands import table
 from tht.errors import (
     Conflict,
@@ -758,6 +758,8 @@ def settle_heap() -> None:
     about once a request (under eight clients 1 300 times in 20 seconds, 0.26 ms each,
     and the next generation a tenth as often) for almost no garbage; at 10 000 a few
     times in 20 seconds."""
+    collector.started()  # `tht serve` ran as a command: its start is over, and its
+    # held threshold is not restored by the first command the service runs
     gc.collect()
     gc.freeze()
     gc.set_threshold(YOUNG_OBJECTS, *gc.get_threshold()[1:])
