@@ -66,7 +66,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -294,19 +293,11 @@ def work_http(args: argparse.Namespace) -> dict[str, Any]:
     from bench_common import ms
 
     home = _home(args.home)
-    times: list[float] = []
-    lock = threading.Lock()
     with service_bench.serving(home) as (url, token):
-        pid = json.loads((home.path / "run" / "service.json").read_text())["pid"]
-
-        def answered(elapsed: float, response: httpx.Response) -> None:
-            assert response.status_code == 200, response.text[:300]
-            with lock:
-                times.append(elapsed)
-
+        pid = service_bench.service_pid(home)
         service_bench.recall_clients(url, token, home, args.clients, args.warmup)
         cpu = _cpu_seconds(pid)
-        service_bench.recall_clients(url, token, home, args.clients, args.seconds, answered)
+        times = service_bench.timed_recalls(url, token, home, args.clients, args.seconds)
         after = _cpu_seconds(pid)
         rng = random.Random(99)
         with httpx.Client(

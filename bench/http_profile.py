@@ -26,7 +26,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -118,23 +117,14 @@ def _cpu_seconds(pid: int) -> dict[str, float]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    import httpx
 
     import service_bench
     from bench_common import ms
 
     home = _home(args.home)
-    times: list[float] = []
-    lock = threading.Lock()
     profile = Path(tempfile.mkdtemp(prefix="http-profile-")) / "samples.txt"
     with service_bench.serving(home) as (url, token):
-        pid = json.loads((home.path / "run" / "service.json").read_text())["pid"]
-
-        def answered(elapsed: float, response: httpx.Response) -> None:
-            assert response.status_code == 200, response.text[:300]
-            with lock:
-                times.append(elapsed)
-
+        pid = service_bench.service_pid(home)
         spy = None
         service_bench.recall_clients(url, token, home, args.clients, args.warmup)
         cpu: dict[str, float] = _cpu_seconds(pid)
@@ -157,7 +147,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if args.gil:
                 command.append("--gil")
             spy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        service_bench.recall_clients(url, token, home, args.clients, args.seconds, answered)
+        times = service_bench.timed_recalls(url, token, home, args.clients, args.seconds)
         after = _cpu_seconds(pid)
         if spy is not None:
             spy.wait(60)

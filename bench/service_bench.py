@@ -384,6 +384,25 @@ def recall_clients(
         thread.join()
 
 
+def timed_recalls(url: str, token: str, home: Home, clients: int, seconds: float) -> list[float]:
+    """``recall_clients`` for ``seconds``, every answer a 200: their wall times."""
+    times: list[float] = []
+    lock = threading.Lock()
+
+    def answered(elapsed: float, response: httpx.Response) -> None:
+        assert response.status_code == 200, response.text[:300]
+        with lock:
+            times.append(elapsed)
+
+    recall_clients(url, token, home, clients, seconds, answered)
+    return times
+
+
+def service_pid(home: Home) -> int:
+    """The pid of the service running for ``home``."""
+    return int(json.loads((home.path / "run" / "service.json").read_text())["pid"])
+
+
 def http_recall(args: argparse.Namespace) -> dict:
     """HTTP recall (the agents' route) from concurrent clients."""
     home = Home("hashing")
