@@ -91,6 +91,29 @@ def test_sync_now_reports_deleted_cards_and_retry_is_a_noop(world):
     assert foreign.status_code == 404
 
 
+def test_a_binding_for_recall_only_is_shown_and_its_sync_refused(world):
+    """tht serve --demo binds its workspace so (no DWH to scan): the Catalog page reads
+    the overview of such a binding, which answered 500 while the answer's model wanted
+    a connection name."""
+    world.services.catalog.bind(Binding("ws-b", "dwh", "main", None))
+    headers = world.bearer("admin_b")
+
+    overview = world.client.get("/api/workspaces/ws-b/catalog", headers=headers)
+
+    assert overview.status_code == 200, overview.text
+    assert overview.json()["binding"] == {
+        "workspace": "ws-b",
+        "database": "dwh",
+        "schema": "main",
+        "connection": None,
+        "updated_at": overview.json()["binding"]["updated_at"],
+    }
+    refused = world.client.post("/api/workspaces/ws-b/catalog/sync", headers=headers)
+    assert refused.status_code == 422 and refused.json()["error"]["code"] == "invalid_input"
+    assert "recall only" in refused.json()["error"]["message"]
+    assert world.services.catalog.runs("ws-b") == []
+
+
 def test_failed_scan_is_a_502_with_its_run_and_deletes_nothing(world):
     headers = world.bearer("admin_a")
     assert (

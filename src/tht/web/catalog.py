@@ -88,8 +88,11 @@ class BindingOut(_Out):
     workspace: str
     database: str
     schema_name: str = Field(alias="schema")
-    connection: str = Field(
-        description="The installation's DWH connection (by name) the Catalog scans through"
+    connection: str | None = Field(
+        description=(
+            "The installation's DWH connection (by name) the Catalog scans through;"
+            " null: bound for recall only, nothing to sync"
+        )
     )
     updated_at: str | None
 
