@@ -3,7 +3,7 @@
 Each request (one JSON line on stdin: args, env, stdout and stderr paths) runs in a
 fresh child process forked from this pre-imported parent: the child has its own
 connections, its own hold on the embedded index and its own exit, exactly like
-`python -m tht ...` (it calls the same entry point, ``tht.cli.main.main``), without
+`python -m tht ...` (it calls the same entry point, ``tht.cli.entry.main``), without
 paying the ~1.5 s of imports each time. The parent never opens a connection or an
 index, and runs with one thread, so forking it is safe. Answers one JSON line per
 request: {"code": exit code of the child}.
@@ -21,9 +21,10 @@ import json
 import sys
 
 import tht.bootstrap
+import tht.cli.main
 import tht.memory.embedding.hashing
 import tht.memory.recall_service  # noqa: F401
-from tht.cli.main import main
+from tht.cli.entry import main
 
 
 def _child(request: dict) -> None:

@@ -250,8 +250,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture
 def cli(database, monkeypatch, capsys, tmp_path):
-    """Run `tht` in-process against the test database; stdout must be one JSON document."""
-    from tht.cli.main import main
+    """Run `tht` in-process against the test database; stdout must be one JSON document.
+    Through the program's entry, as `tht` runs: the agent's recall lines are read
+    without Typer, every other line by the Typer CLI."""
+    from tht.cli.entry import main
 
     for key in list(__import__("os").environ):
         if key.startswith("THT_CATALOG_"):

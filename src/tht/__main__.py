@@ -1,3 +1,3 @@
-from tht.cli.main import main
+from tht.cli.entry import main
 
 raise SystemExit(main())

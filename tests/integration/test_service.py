@@ -192,8 +192,9 @@ def test_a_service_of_another_version_is_replaced_when_auto_started_and_refused_
 
 
 def test_the_client_imports_only_the_standard_library_and_its_parser_when_the_service_runs(tht):
-    """The `tht` command parses its command line (Typer) and sends the command: what the
-    command needs (pydantic, the engines, YAML for its runtime file) is the service's."""
+    """The `tht` command parses its command line and sends the command: what the
+    command needs (pydantic, the engines, YAML for its runtime file) is the service's.
+    An agent's recall line is parsed without Typer; another line imports it."""
     assert tht.run("workspace", "create", "acme", "--language", "en").code == 0
     _card(tht, tht.runtime("acme"))
     heavy = [
@@ -208,12 +209,16 @@ def test_the_client_imports_only_the_standard_library_and_its_parser_when_the_se
         "rich",
         "logging",
     ]
+    imported = "sorted({m.split('.')[0] for m in sys.modules} & set(heavy))"
     client = (
-        "import sys\nfrom tht.cli.main import main\n"
+        f"import sys\nheavy = {[*heavy, 'typer']!r}\nfrom tht.cli.entry import main\n"
         "code = main(['memory', 'search', 'shipped orders', '-c', 'acme.yaml', '--json',"
         " '--filters', '{\"top\": 3}'])\n"
+        f"print({imported}, file=sys.stderr)\n"
         "code = code or main(['audit', '--limit', '5', '--user', 'nobody'])\n"
-        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({heavy!r})), file=sys.stderr)\n"
+        "print('typer' in sys.modules, file=sys.stderr)\n"
+        "heavy.remove('typer')\n"
+        f"print({imported}, file=sys.stderr)\n"
         "raise SystemExit(code)"
     )
     done = subprocess.run(
@@ -226,7 +231,8 @@ def test_the_client_imports_only_the_standard_library_and_its_parser_when_the_se
     )
     found, audited = (json.loads(line) for line in done.stdout.splitlines())
     assert done.returncode == 0 and found["results"] and audited == {"items": []}, done
-    assert done.stderr.strip().splitlines()[-1] == "[]"
+    # the recall line read without Typer, the audit line by it
+    assert done.stderr.strip().splitlines()[-3:] == ["[]", "True", "[]"]
     assert tht.service_pid() is not None  # they ran there
 
 

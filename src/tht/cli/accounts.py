@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from tht.cli._common import submit
 from tht.cli.apps import app, user_app
+from tht.cli.submit import submit
 
 token_app = typer.Typer(help="A user's API token: rotate it.", no_args_is_help=True)
 user_app.add_typer(token_app, name="token")

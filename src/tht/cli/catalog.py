@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from tht.cli._common import path, submit
 from tht.cli.apps import catalog_app
+from tht.cli.submit import path, submit
 
 ConfigOption = Annotated[
     Path,

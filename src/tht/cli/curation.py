@@ -7,8 +7,9 @@ from typing import Annotated
 
 import typer
 
-from tht.cli._common import ConfigOption, path, submit
+from tht.cli._common import ConfigOption
 from tht.cli.apps import GROUP_SETTINGS, memory_app
+from tht.cli.submit import path, submit
 
 benchmark_app = typer.Typer(
     help="The workspace's benchmark: cases (a question and the cards it should find), runs"

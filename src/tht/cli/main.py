@@ -18,14 +18,7 @@ import typer
 from typer._click import exceptions as click_exceptions  # Typer vendors click
 
 from tht import __version__, collector
-from tht.cli._common import (
-    TOKEN,
-    ConfigOption,
-    IdempotencyKeyOption,
-    JsonFlag,
-    path,
-    submit,
-)
+from tht.cli._common import ConfigOption, IdempotencyKeyOption, JsonFlag
 from tht.cli.apps import (
     GROUPS,
     app,
@@ -36,6 +29,7 @@ from tht.cli.apps import (
     workspace_app,
 )
 from tht.cli.parsing import take_plain_values
+from tht.cli.submit import TOKEN, path, reader_gone, recall_arguments, submit, unexpected
 from tht.errors import InvalidInput, ServiceUnavailable, ThothError
 from tht.memory.index.engines import engine_names, spoken
 from tht.service import client
@@ -205,8 +199,9 @@ SCORES = (
 
 
 def _recall(name: str, question: str | None, config: Path, filters: str | None, **more: Any) -> int:
-    args = {"question": question, "config": path(config), "filters": filters, **more}
-    return submit(name, {key: value for key, value in args.items() if value is not None})
+    # tht.cli.entry parses the same lines without Typer: its RECALL_LINES names these
+    # options too (a test holds the two to the same arguments)
+    return submit(name, recall_arguments(question, str(config), filters, **more))
 
 
 @memory_app.command(
@@ -490,7 +485,7 @@ def serve(
 ) -> int:
     """Run the installation's service: it owns the engines and serves the CLI's socket,
     the administration pages and the HTTP API (the embedded engines, or the configured ones)."""
-    from tht.cli._common import configure_logging
+    from tht.cli.submit import configure_logging
     from tht.errors import ConfigurationError
     from tht.web.guard import public_origins
     from tht.web.limits import ServerLimits, trusted_proxies
@@ -663,16 +658,19 @@ def _parser(args: list[str]) -> tuple[Any, list[str], str]:
 def main(argv: list[str] | None = None, *, token: str | None = None) -> int:
     """The ``tht`` command: parse the command line, then run the command where it runs
     (``submit``). ``token`` names its principal (None: ``--token-file``,
-    ``THT_TOKEN_FILE`` or ``THT_TOKEN``, and without any the operator)."""
+    ``THT_TOKEN_FILE`` or ``THT_TOKEN``, and without any the operator). The program's
+    entry is ``tht.cli.entry.main``, which reads the agent's recall lines itself."""
     if argv is None:  # run as the program (`tht`, `python -m tht`), not called in a process
         collector.hold_during_start()
+    return run_line(sys.argv[1:] if argv is None else list(argv), token)
+
+
+def run_line(args: list[str], token: str | None) -> int:
+    """A command line parsed by Typer and run."""
     try:
-        return _main(sys.argv[1:] if argv is None else list(argv), token)
+        return _main(args, token)
     except BrokenPipeError:
-        # the reader went away (`tht memory export ... | head`): no traceback, and none
-        # either when Python flushes stdout at exit
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141  # as a shell reports a command that SIGPIPE ended
+        return reader_gone()
 
 
 def _main(args: list[str], token: str | None) -> int:
@@ -703,14 +701,7 @@ def _main(args: list[str], token: str | None) -> int:
     except ThothError as exc:
         error = exc
     except Exception as exc:  # the last line of defence: JSON, never a traceback on stdout
-        print(f"unexpected error: {exc!r}", file=sys.stderr)
-        if os.environ.get("THT_DEBUG") == "1":
-            import traceback
-
-            traceback.print_exc()
-        error = ThothError(
-            f"internal error ({type(exc).__name__}); rerun with THT_DEBUG=1 for details"
-        )
+        error = unexpected(exc)
     client.emit(error.to_dict())
     return error.exit_code
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from tht.cli._common import TOKEN, ConfigOption
+from tht.cli._common import ConfigOption
 from tht.cli.apps import app
+from tht.cli.submit import TOKEN
 
 
 @app.command("mcp")

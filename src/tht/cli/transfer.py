@@ -8,8 +8,9 @@ from typing import Annotated
 
 import typer
 
-from tht.cli._common import ConfigOption, path, submit
+from tht.cli._common import ConfigOption
 from tht.cli.apps import memory_app
+from tht.cli.submit import path, submit
 
 FORMATS = ("jsonl", "csv", "vanna", "wrenai", "bird")  # tht.memory.transfer.formats.FORMATS
 

@@ -13,8 +13,9 @@ from typing import Annotated
 
 import typer
 
-from tht.cli._common import ConfigOption, IdempotencyKeyOption, JsonFlag, path, submit
+from tht.cli._common import ConfigOption, IdempotencyKeyOption, JsonFlag
 from tht.cli.apps import memory_app
+from tht.cli.submit import path, submit
 
 SessionOption = Annotated[
     str,
