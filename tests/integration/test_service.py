@@ -111,7 +111,9 @@ def test_a_killed_service_leaves_a_stale_socket_that_the_next_command_replaces(t
 def test_a_service_dying_mid_command_is_reported_and_loses_nothing_committed(tht):
     assert tht.run("workspace", "create", "acme", "--language", "en").code == 0
     tht.stop()
-    config = tht.runtime("acme")
+    # the retrier takes work left untouched for one period: a short one, so the wait
+    # below is not a race with the default 30 s
+    config = tht.runtime("acme", pending_work={"retry_seconds": 1})
     # the service this command starts inherits the crash point and dies after the
     # card's transaction committed, before its index work was cleared
     died = tht.run(
