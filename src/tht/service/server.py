@@ -758,9 +758,10 @@ def settle_heap() -> None:
     about once a request (under eight clients 1 300 times in 20 seconds, 0.26 ms each,
     and the next generation a tenth as often) for almost no garbage; at 10 000 a few
     times in 20 seconds."""
-    collector.started()  # `tht serve` ran as a command: its start is over, and its
-    # held threshold is not restored by the first command the service runs
-    gc.collect()
+    gc.collect()  # before anything is frozen: frozen garbage is never collected
+    # `tht serve` ran as a command: its start ends here (its held threshold restored
+    # now, not by the first command the service runs)
+    collector.started()
     gc.freeze()
     gc.set_threshold(YOUNG_OBJECTS, *gc.get_threshold()[1:])
 
