@@ -5,12 +5,12 @@ A recall hands its question, command, principal, session and the cards it return
 to ``RecallLog.record``, which only appends to a queue (microseconds: the recall's
 whole cost). A writer thread of this process takes the queue every half second (or
 at once when ``flush`` asks, or in a command's own process): per workspace, one
-transaction with one multi-row insert, committed without waiting for the disk (``synchronous_commit = off``: a
-crash may lose the last half second of the log, never the archive's data). It also
-computes, off the request's path, the question's BM25 terms (the workspace's
-analyzer: what groups similar questions) and the share of them the first result's
-indexed terms hold, each term weighted by its IDF among the workspace's cards
-(``coverage``: what tells a weak recall, see ``tht.memory.gaps``).
+transaction with one multi-row insert, committed without waiting for the disk
+(``synchronous_commit = off``: a crash may lose the last half second of the log, never
+the archive's data). It also computes, off the request's path, the question's BM25
+terms (the workspace's analyzer: what groups similar questions) and the share of them
+the first result's indexed terms hold, each term weighted by its IDF among the
+workspace's cards (``coverage``: what tells a weak recall, see ``tht.memory.gaps``).
 
 Bounds: ``max_entries`` per workspace (past it the oldest are deleted, counted as
 ``dropped``), ``retention_days`` (older entries are deleted, counted as ``expired``),
